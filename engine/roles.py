@@ -1,0 +1,165 @@
+"""Driver-side handles for the three roles, hiding Ray refs and per-rank fan-out.
+
+`train()` in engine/driver.py calls plain methods on these; each one waits for every rank and
+turns a dead worker into an error that names the role and rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from engine import cluster
+from engine.telemetry import Telemetry
+
+
+class RolloutHandle:
+    role = "rollout"
+
+    def __init__(self, args: dict[str, Any], placement: Any, use_gpu: bool) -> None:
+        from engine.rollout.manager import RolloutManager
+
+        remote_cls = ray.remote(RolloutManager)
+        self.actor = remote_cls.options(
+            num_cpus=cluster.ROLLOUT_SHARE, num_gpus=cluster.ROLLOUT_SHARE if use_gpu else 0,
+            scheduling_strategy=cluster.on_bundle(placement, 0), max_restarts=0,
+        ).remote(args)
+
+    def _get(self, ref: ray.ObjectRef) -> Any:
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as err:
+            raise cluster.WorkerFailure("rollout", 0, "the rollout process died") from err
+        except ray.exceptions.RayTaskError as err:
+            raise cluster.WorkerFailure("rollout", 0, cluster._first_line(err)) from err
+
+    def init(self) -> dict[str, Any]:
+        return self._get(self.actor.init.remote())
+
+    def generate(self, rollout_id: int) -> Any:
+        return self._get(self.actor.generate.remote(rollout_id))
+
+    def offload(self) -> dict[str, Any]:
+        return self._get(self.actor.offload.remote())
+
+    def onload(self) -> dict[str, Any]:
+        return self._get(self.actor.onload.remote())
+
+    def update_weights(self, weights_ref: ray.ObjectRef) -> dict[str, Any]:
+        return self._get(self.actor.update_weights.remote(weights_ref))
+
+    def kill(self) -> None:
+        ray.kill(self.actor, no_restart=True)
+
+
+class TrainHandle:
+    """Actor or critic: the rank fan-out, with results merged the way the driver needs them."""
+
+    def __init__(self, group: cluster.TrainGroup) -> None:
+        self.group = group
+        self.role = group.role
+
+    def init(self) -> list[dict[str, Any]]:
+        return self.group.call("init")
+
+    def wake_up(self) -> dict[str, Any]:
+        return merge_offload_reports(self.group.call("wake_up"))
+
+    def sleep(self) -> dict[str, Any]:
+        return merge_offload_reports(self.group.call("sleep"))
+
+    def train_critic(self, rollout_id: int, batch: Any) -> dict[str, Any]:
+        outs = self.group.call("train_critic", rollout_id, ray.put(batch))
+        values: dict[int, list[float]] = {}
+        for out in outs:
+            values.update(out.get("values") or {})
+        return {**logging_rank(outs), "values": values}
+
+    def train_actor(self, rollout_id: int, batch: Any, values: dict[int, list[float]]) -> dict:
+        outs = self.group.call("train_actor", rollout_id, ray.put(batch), ray.put(values))
+        return logging_rank(outs)
+
+    def export_hf_weights(self) -> ray.ObjectRef:
+        """Rank 0's full HF state dict, left in the object store for the rollout side."""
+        refs = [w.export_hf_weights.remote() for w in self.group.workers]
+        self.group.wait(refs[1:])
+        return refs[0]
+
+    def save(self, rollout_id: int) -> None:
+        self.group.call("save", rollout_id)
+
+    def memory(self) -> list[dict[str, Any]]:
+        return self.group.call("memory")
+
+
+def logging_rank(outs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one rank that reports metrics (DP0/TP0/last PP stage), as in miles."""
+    for out in outs:
+        if out.get("step_metrics"):
+            return {"step_metrics": out["step_metrics"],
+                    "rollout_metrics": out.get("rollout_metrics", {})}
+    return {"step_metrics": [], "rollout_metrics": {}}
+
+
+def merge_offload_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ranks move their shards in parallel: bytes add up, the slowest rank sets the time."""
+    return {
+        "bytes": sum(int(r.get("bytes", 0)) for r in reports),
+        "seconds": max((float(r.get("seconds", 0.0)) for r in reports), default=0.0),
+        "noop": all(r.get("noop", False) for r in reports),
+        "where": reports[0].get("where") if reports else None,
+    }
+
+
+def torch_reserved_by_device(handles: list[TrainHandle]) -> dict[int, int]:
+    totals: dict[int, int] = {}
+    for handle in handles:
+        for mem in handle.memory():
+            cuda = mem.get("cuda") or {}
+            index = int(cuda.get("device", 0))
+            totals[index] = totals.get(index, 0) + int(cuda.get("reserved_bytes", 0))
+    return totals
+
+
+def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
+    """Ray, one placement group, rollout + critic + actor, initial sleep and weight sync."""
+    from engine.driver import Roles
+    from engine.train.platform import has_cuda
+    from engine.train.worker import TrainWorker
+
+    use_gpu = has_cuda()
+    with tm.phase("init", None):
+        cluster.start_ray(args.get("ray_address"), num_gpus=1 if use_gpu else 0)
+        total_bundles, _offset = cluster.bundle_layout(args)
+        placement = cluster.create_placement_group(total_bundles, use_gpu)
+        rollout = RolloutHandle(args, placement, use_gpu)
+        critic = TrainHandle(cluster.TrainGroup("critic", TrainWorker, args, placement,
+                                                cluster.CRITIC_SHARE, use_gpu))
+        actor = TrainHandle(cluster.TrainGroup("actor", TrainWorker, args, placement,
+                                               cluster.ACTOR_SHARE, use_gpu))
+        roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
+        for note in rollout.init().get("notes", []):
+            tm.log("info", note, source="rollout")
+        critic_info, actor_info = critic.init(), actor.init()
+        for note in critic_info[0].get("notes", []) + actor_info[0].get("notes", []):
+            tm.log("info", note, source="train")
+        if args["offload_train"]:
+            tm.offload("critic", "offload", critic.sleep())
+            tm.offload("actor", "offload", actor.sleep())
+        rollout.update_weights(actor.export_hf_weights())
+    if use_gpu:
+        tm.torch_reserved = lambda: torch_reserved_by_device([critic, actor])
+    # miles takes the start rollout id from the critic (it is saved even during warmup)
+    start = int(critic_info[0].get("start_rollout_id", 0))
+    return roles, start
+
+
+def stop_roles(roles: Any) -> None:
+    if not ray.is_initialized():
+        return
+    if roles is None:
+        ray.shutdown()
+        return
+    groups = [roles.critic.group, roles.actor.group]
+    cluster.shutdown(groups, roles.placement, extra=[roles.rollout.kill])

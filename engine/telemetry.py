@@ -1,0 +1,99 @@
+"""What the driver tells the run directory: phases, metrics, offloads, memory, status.
+
+Every write goes through the non-blocking EventWriter, so telemetry never stalls a step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+
+from engine.events import EventWriter
+
+
+def process_tree_rss(root_pid: int) -> int:
+    """RSS of the driver and everything it started (Ray, workers): the host memory truth."""
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            total += proc.memory_info().rss
+    return total
+
+
+def nvml_devices() -> list[dict[str, int]] | None:
+    """Per-GPU memory as the driver sees it (NVML): includes what torch cannot see."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        devices = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
+            devices.append({"index": index, "used_bytes": int(info.used),
+                            "total_bytes": int(info.total)})
+        return devices
+    except pynvml.NVMLError:
+        return None
+
+
+class Telemetry:
+    def __init__(self, writer: EventWriter, root_pid: int,
+                 torch_reserved: Callable[[], dict[int, int]] | None = None) -> None:
+        self.writer = writer
+        self.root_pid = root_pid
+        # device index -> bytes reserved by torch in our workers; set once workers exist
+        self.torch_reserved = torch_reserved
+
+    @contextlib.contextmanager
+    def phase(self, name: str, rollout_id: int | None) -> Iterator[None]:
+        self.writer.emit("phase", name=name, state="start", rollout_id=rollout_id)
+        start = time.perf_counter()
+        yield
+        seconds = time.perf_counter() - start
+        self.writer.emit("phase", name=name, state="end", rollout_id=rollout_id,
+                         seconds=round(seconds, 6))
+        self.memory(f"after {name}")
+
+    def memory(self, label: str) -> None:
+        devices = nvml_devices()
+        if devices is not None and self.torch_reserved is not None:
+            reserved = self.torch_reserved()
+            for device in devices:
+                torch_bytes = reserved.get(device["index"], 0)
+                device["torch_reserved_bytes"] = torch_bytes
+                device["non_torch_bytes"] = max(0, device["used_bytes"] - torch_bytes)
+        self.writer.emit("gpu", label=label, devices=devices or [],
+                         rss_bytes=process_tree_rss(self.root_pid))
+
+    def offload(self, model: str, direction: str, report: dict[str, Any]) -> None:
+        seconds = float(report.get("seconds", 0.0))
+        moved = int(report.get("bytes", 0))
+        noop = bool(report.get("noop", False))
+        gbps = None if noop or seconds <= 0 else round(moved / seconds / 1e9, 3)
+        where = "cpu" if direction == "offload" else "gpu"
+        self.writer.emit("offload", model=model, direction=direction,
+                         where=report.get("where", where), bytes=moved,
+                         seconds=round(seconds, 6), gbps=gbps, noop=noop)
+
+    def metrics(self, step_key: str, step: int, rollout_id: int, metrics: dict[str, float],
+                role: str | None = None) -> None:
+        if metrics:
+            self.writer.emit("metrics", step_key=step_key, step=step, rollout_id=rollout_id,
+                             role=role, metrics=metrics)
+
+    def log(self, level: str, msg: str, source: str = "driver") -> None:
+        self.writer.emit("log", level=level, source=source, msg=msg)
+
+    def status(self, state: str, detail: str = "") -> None:
+        self.writer.emit("status", state=state, detail=detail)

@@ -1,0 +1,167 @@
+"""Build the actor (a megatron-core GPTModel) and the critic (same trunk, value head)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+
+from engine.train.platform import Parallelism, has_transformer_engine
+
+Role = Literal["actor", "critic", "ref"]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The architecture, read from the Megatron model flags (`--num-layers` ...)."""
+
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    kv_channels: int
+    vocab_size: int
+    max_sequence_length: int
+    rotary_base: float = 10000.0
+    norm_epsilon: float = 1e-5
+    normalization: str = "RMSNorm"
+    swiglu: bool = True
+    qk_layernorm: bool = False
+    add_bias_linear: bool = False
+    untie_embeddings: bool = False
+    position_embedding_type: str = "rope"
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> ModelShape:
+        heads = int(args["num_attention_heads"])
+        hidden = int(args["hidden_size"])
+        groups = args.get("num_query_groups") if args.get("group_query_attention") else None
+        rope = args.get("use_rotary_position_embeddings") or args.get(
+            "position_embedding_type") == "rope"
+        return cls(
+            num_layers=int(args["num_layers"]),
+            hidden_size=hidden,
+            ffn_hidden_size=int(args.get("ffn_hidden_size") or 4 * hidden),
+            num_attention_heads=heads,
+            num_query_groups=int(groups or heads),
+            kv_channels=int(args.get("kv_channels") or hidden // heads),
+            vocab_size=int(args["vocab_size"]),
+            max_sequence_length=int(args.get("max_position_embeddings")
+                                    or args.get("seq_length") or 4096),
+            rotary_base=float(args.get("rotary_base") or 10000.0),
+            norm_epsilon=float(args.get("norm_epsilon") or 1e-5),
+            normalization=str(args.get("normalization") or "LayerNorm"),
+            swiglu=bool(args.get("swiglu")),
+            qk_layernorm=bool(args.get("qk_layernorm")),
+            add_bias_linear=not args.get("disable_bias_linear"),
+            untie_embeddings=bool(args.get("untie_embeddings_and_output_weights")),
+            position_embedding_type="rope" if rope else "learned_absolute",
+        )
+
+    def num_params(self) -> int:
+        """Parameter count of the actor (embeddings counted once when tied)."""
+        attn = self.hidden_size * self.kv_channels * (
+            self.num_attention_heads * 2 + self.num_query_groups * 2)
+        mlp = self.hidden_size * self.ffn_hidden_size * (3 if self.swiglu else 2)
+        norms = 2 * self.hidden_size + (2 * self.kv_channels if self.qk_layernorm else 0)
+        embed = self.vocab_size * self.hidden_size * (2 if self.untie_embeddings else 1)
+        return self.num_layers * (attn + mlp + norms) + embed + self.hidden_size
+
+
+def transformer_config(shape: ModelShape, parallel: Parallelism, *, bf16: bool,
+                       recompute: Mapping[str, Any] | None = None):  # noqa: ANN201
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    recompute = recompute or {}
+    params_dtype = torch.bfloat16 if bf16 else torch.float32
+    return TransformerConfig(
+        num_layers=shape.num_layers,
+        hidden_size=shape.hidden_size,
+        ffn_hidden_size=shape.ffn_hidden_size,
+        num_attention_heads=shape.num_attention_heads,
+        num_query_groups=shape.num_query_groups,
+        kv_channels=shape.kv_channels,
+        gated_linear_unit=shape.swiglu,
+        activation_func=F.silu if shape.swiglu else F.gelu,
+        normalization=shape.normalization,
+        layernorm_epsilon=shape.norm_epsilon,
+        qk_layernorm=shape.qk_layernorm,
+        add_bias_linear=shape.add_bias_linear,
+        add_qkv_bias=shape.add_bias_linear,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=parallel.tp,
+        pipeline_model_parallel_size=parallel.pp,
+        context_parallel_size=parallel.cp,
+        sequence_parallel=False,
+        params_dtype=params_dtype,
+        pipeline_dtype=params_dtype,
+        bf16=bf16,
+        use_cpu_initialization=not torch.cuda.is_available(),
+        recompute_granularity=recompute.get("recompute_granularity"),
+        recompute_method=recompute.get("recompute_method"),
+        recompute_num_layers=recompute.get("recompute_num_layers"),
+    )
+
+
+def layer_spec(shape: ModelShape):  # noqa: ANN201
+    """TE spec only where transformer-engine really works; otherwise megatron's local spec."""
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    if has_transformer_engine():
+        return specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=shape.qk_layernorm)
+    return specs.get_gpt_layer_local_spec(qk_layernorm=shape.qk_layernorm,
+                                          normalization=shape.normalization)
+
+
+class ValueHead(torch.nn.Linear):
+    """The critic's output layer: Linear(hidden, 1) with bias, N(0, 0.02) init, fp32 out.
+
+    It stands in for GPTModel.output_layer, so it takes the same call signature and returns
+    (output, bias). Its weights are seeded independently of the TP rank, so every TP rank
+    holds the same head without a broadcast.
+    """
+
+    def __init__(self, hidden_size: int, seed: int) -> None:
+        super().__init__(hidden_size, 1, bias=True)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            self.weight.copy_(torch.randn(1, hidden_size, generator=generator) * 0.02)
+            self.bias.zero_()
+        for param in self.parameters():
+            param.tensor_model_parallel = False  # replicated, like a layernorm weight
+        self.sequence_parallel = False
+
+    def forward(self, hidden_states: torch.Tensor, weight: torch.Tensor | None = None,
+                runtime_gather_output: bool | None = None) -> tuple[torch.Tensor, None]:
+        values = F.linear(hidden_states, self.weight, self.bias)
+        return values.float(), None
+
+
+def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True,  # noqa: ANN001
+              post_process: bool = True, seed: int = 1234) -> torch.nn.Module:
+    """An actor/ref GPTModel, or a critic whose output layer is a value head."""
+    from megatron.core.models.gpt import GPTModel
+
+    is_critic = role == "critic"
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=layer_spec(shape),
+        vocab_size=shape.vocab_size,
+        max_sequence_length=shape.max_sequence_length,
+        pre_process=pre_process,
+        post_process=post_process,
+        parallel_output=True,
+        share_embeddings_and_output_weights=not shape.untie_embeddings and not is_critic,
+        position_embedding_type=shape.position_embedding_type,
+        rotary_base=int(shape.rotary_base),
+    )
+    if is_critic and post_process:
+        model.output_layer = ValueHead(shape.hidden_size, seed=seed)
+        if config.params_dtype != torch.float32:
+            model.output_layer.to(config.params_dtype)
+    return model

@@ -1,0 +1,93 @@
+"""One place that knows whether we train on CUDA (nccl) or on the CPU (gloo + shim)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex are not installed.*")
+
+
+def has_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def has_transformer_engine() -> bool:
+    """TE only counts with CUDA; a broken TE install raises anything, so catch everything."""
+    if not has_cuda():
+        return False
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+
+
+def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int,
+                     parallel: Parallelism, seed: int) -> None:
+    """Start this rank's process group and megatron's model-parallel state."""
+    from megatron.core import parallel_state as ps
+
+    os.environ["MASTER_ADDR"] = master_addr
+    os.environ["MASTER_PORT"] = str(master_port)
+    cuda = has_cuda()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    else:
+        from engine.train.cpu_shim import apply_cpu_shim
+
+        apply_cpu_shim()
+        # two ranks on two cores: oversubscribed threads make gloo crawl
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=parallel.tp,
+        pipeline_model_parallel_size=parallel.pp,
+        context_parallel_size=parallel.cp,
+    )
+    seed_model_parallel_rng(seed)
+
+
+def seed_model_parallel_rng(seed: int) -> None:
+    if has_cuda():
+        from megatron.core import tensor_parallel
+
+        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+    else:
+        from engine.train.cpu_shim import install_cpu_rng_tracker
+
+        install_cpu_rng_tracker(seed)
+
+
+def device_scope() -> contextlib.AbstractContextManager[None]:
+    """Wrap every megatron call in this: on CPU it redirects megatron's cuda tensors."""
+    if has_cuda():
+        return contextlib.nullcontext()
+    from engine.train.cpu_shim import cpu_device_mode
+
+    return cpu_device_mode()
+
+
+def device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if has_cuda() else torch.device("cpu")
+
+
+def shutdown_distributed() -> None:
+    from megatron.core import parallel_state as ps
+
+    if ps.model_parallel_is_initialized():
+        ps.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()
