@@ -229,7 +229,7 @@ class _LineParser:
         if not line.strip():
             return None
         try:
-            event = json.loads(line)
+            event = json.loads(line.decode("utf-8"))  # decode first: loads() guesses UTF-16
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             reason = "is incomplete (torn write)" if torn else f"is not valid JSON ({_why(exc)})"
             return self._skip(reason)

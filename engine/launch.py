@@ -38,7 +38,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DRIVER_MODULE_ENV = "PPODECK_DRIVER_MODULE"
 DEFAULT_DRIVER_MODULE = "engine.driver"
 SECRET_ENV_PREFIX = "PPODECK_SECRET_"
-MASK = "****"
 
 
 class LaunchError(Exception):
@@ -77,23 +76,9 @@ def _new_run_dir(run_dir: str | os.PathLike[str]) -> RunDir:
 
 def command_line(config: RunConfig) -> str:
     """The miles-style argv as one shell-quoted line, secret values masked."""
-    return shlex.join(mask_secrets(_to_argv(config)))
+    from engine.config import to_argv
 
-
-def mask_secrets(argv: list[str]) -> list[str]:
-    secret_names = _secret_flag_names()
-    masked: list[str] = []
-    hide_next = False
-    for token in argv:
-        name, eq, _ = token.partition("=")
-        if hide_next:
-            masked.append(MASK)
-        elif eq and name in secret_names:
-            masked.append(f"{name}={MASK}")
-        else:
-            masked.append(token)
-        hide_next = not eq and token in secret_names
-    return masked
+    return shlex.join(to_argv(config, show_secrets=False))
 
 
 def without_secrets(config: RunConfig) -> RunConfig:
@@ -102,8 +87,7 @@ def without_secrets(config: RunConfig) -> RunConfig:
 
 def secret_env(config: RunConfig) -> dict[str, str]:
     """Environment variables that carry the set secret flags to the driver."""
-    return {f"{SECRET_ENV_PREFIX}{dest.upper()}": str(config.get(dest))
-            for dest in _set_secret_dests(config)}
+    return {_secret_var(dest): str(config.get(dest)) for dest in _set_secret_dests(config)}
 
 
 def restore_secrets(config: RunConfig, environ: Mapping[str, str] | None = None) -> RunConfig:
@@ -111,28 +95,22 @@ def restore_secrets(config: RunConfig, environ: Mapping[str, str] | None = None)
     from engine.config import BY_DEST, coerce
 
     environ = os.environ if environ is None else environ
-    values = {flag.dest: coerce(flag, environ[f"{SECRET_ENV_PREFIX}{flag.dest.upper()}"])
-              for flag in BY_DEST.values()
-              if flag.secret and f"{SECRET_ENV_PREFIX}{flag.dest.upper()}" in environ}
-    return config.with_values(**values) if values else config
+    values = {}
+    for flag in BY_DEST.values():
+        raw = environ.get(_secret_var(flag.dest))
+        if flag.secret and raw is not None:
+            values[flag.dest] = coerce(flag, raw)
+    return config.with_values(**values)
+
+
+def _secret_var(dest: str) -> str:
+    return f"{SECRET_ENV_PREFIX}{dest.upper()}"
 
 
 def _set_secret_dests(config: RunConfig) -> list[str]:
     from engine.config import BY_DEST
 
     return [dest for dest, flag in BY_DEST.items() if flag.secret and config.is_set(dest)]
-
-
-def _secret_flag_names() -> set[str]:
-    from engine.config import FLAGS
-
-    return {flag.name for flag in FLAGS if flag.secret}
-
-
-def _to_argv(config: RunConfig) -> list[str]:
-    from engine.config import to_argv
-
-    return to_argv(config)
 
 
 def start_driver(rundir: RunDir, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:

@@ -14,6 +14,8 @@ Results are scattered back to their response positions; masked positions get 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 _CHUNK = 128  # scan chunk: one [C, C] matmul per chunk, a short Python loop across chunks
@@ -21,7 +23,7 @@ _CHUNK = 128  # scan chunk: one [C, C] matmul per chunk, a short Python loop acr
 
 def compute_gae(
     values: torch.Tensor,
-    rewards: torch.Tensor,
+    rewards: torch.Tensor | Sequence[float],
     mask: torch.Tensor,
     gamma: float = 1.0,
     lambd: float = 1.0,
@@ -63,7 +65,7 @@ def _unpack(packed: torch.Tensor, trainable: torch.Tensor, slot: torch.Tensor) -
 
 
 def _packed_rewards(
-    rewards: torch.Tensor,
+    rewards: torch.Tensor | Sequence[float],
     token_rewards: torch.Tensor | None,
     trainable: torch.Tensor,
     slot: torch.Tensor,
@@ -76,7 +78,7 @@ def _packed_rewards(
     else:
         packed = _pack(token_rewards.to(dtype), trainable, slot)
     # The terminal reward sits on the last trainable token; fully masked samples drop it.
-    terminal = rewards.to(device=packed.device, dtype=dtype).reshape(batch, 1)
+    terminal = torch.as_tensor(rewards, device=packed.device, dtype=dtype).reshape(batch, 1)
     terminal = torch.where(lengths.reshape(batch, 1) > 0, terminal, torch.zeros_like(terminal))
     packed.scatter_add_(1, (lengths - 1).clamp(min=0).reshape(batch, 1), terminal)
     return packed

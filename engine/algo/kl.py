@@ -12,9 +12,10 @@ LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: large enough to be exact in practice, f
 
 
 def safe_log_ratio(log_ratio: torch.Tensor) -> torch.Tensor:
-    """fp32 log-ratio with NaN -> 0 and +-inf / large values clamped to +-20, so exp() is finite."""
+    """Log-ratio (at least fp32) with NaN -> 0 and +-inf / large values clamped to +-20, so exp()
+    is finite."""
     cleaned = torch.nan_to_num(
-        log_ratio.float(), nan=0.0, posinf=LOG_RATIO_CLAMP, neginf=-LOG_RATIO_CLAMP
+        at_least_fp32(log_ratio), nan=0.0, posinf=LOG_RATIO_CLAMP, neginf=-LOG_RATIO_CLAMP
     )
     return cleaned.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
@@ -26,14 +27,14 @@ def approx_kl(
     importance_ratio: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-token KL(pi || pi_ref) estimate with d = logp - ref_logp, in fp32.
+    """Per-token KL(pi || pi_ref) estimate with d = logp - ref_logp, in (at least) fp32.
 
     k1 = d, k2 = d^2/2, k3 = exp(-d) - 1 + d; low_var_kl is k3 with -d clamped to [-20, 20] and
     the result clamped to [-10, 10]. `importance_ratio` (pi/pi_old, --use-unbiased-kl) multiplies
     the estimate before that final clamp. With `mask`, non-finite values become 0 on trainable
     tokens and everything else is 0, as miles does before reducing the KL loss.
     """
-    d = logp.float() - ref_logp.float()
+    d = at_least_fp32(logp) - at_least_fp32(ref_logp)
     if kind == "k1":
         kl = d
     elif kind == "k2":
@@ -50,6 +51,11 @@ def approx_kl(
     if mask is not None:
         kl = zero_inactive(kl, mask)
     return kl
+
+
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16 -> fp32 (as miles' .float()); fp64 stays fp64."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def zero_inactive(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

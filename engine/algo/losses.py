@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from engine.algo.kl import safe_log_ratio, zero_inactive
+from engine.algo.kl import at_least_fp32, safe_log_ratio, zero_inactive
 
 
 class PolicyLossOut(NamedTuple):
@@ -72,12 +72,12 @@ def value_loss(
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy [..] of softmax(logits [.., V]) in fp32, from log_softmax (stable for large logits).
+    """Entropy [...] of softmax(logits [..., V]), from log_softmax (stable for large logits).
 
-    Vocabulary entries with probability 0 (logit -inf) contribute 0, not NaN. Scale the logits by
-    the rollout temperature before calling, as miles does.
+    Computed in at least fp32. Vocabulary entries with probability 0 (logit -inf) contribute 0,
+    not NaN. Scale the logits by the rollout temperature before calling, as miles does.
     """
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp = torch.log_softmax(at_least_fp32(logits), dim=-1)
     # Zero the -inf entries before the product, not after: 0 * -inf would also poison the grad.
     finite_logp = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
     return -(logp.exp() * finite_logp).sum(dim=-1)

@@ -39,9 +39,7 @@ def normalize_advantages(
     `group=None` uses local statistics only. Every position is transformed (miles: the policy
     loss re-zeros masked tokens). Raises ValueError when the (global) mask sum is zero.
     """
-    total, total_sq, count = _all_reduced_sums(
-        [adv * mask, adv.square() * mask, mask], group, adv.device
-    )
+    total, total_sq, count = _all_reduced_sums([adv * mask, adv.square() * mask, mask], group)
     if count == 0:
         raise ValueError("The global mask sum across all participating GPUs is zero.")
     mean = total / count
@@ -63,9 +61,7 @@ def explained_variance(
     """
     error = returns - values
     r_sum, r_sq, e_sum, e_sq, count = _all_reduced_sums(
-        [returns * mask, returns.square() * mask, error * mask, error.square() * mask, mask],
-        group,
-        values.device,
+        [returns * mask, returns.square() * mask, error * mask, error.square() * mask, mask], group
     )
     if count == 0:
         return float("nan")
@@ -76,9 +72,9 @@ def explained_variance(
     return 1.0 - var_error / var_returns
 
 
-def _all_reduced_sums(terms: list[torch.Tensor], group: Any, device: torch.device) -> list[float]:
+def _all_reduced_sums(terms: list[torch.Tensor], group: Any) -> list[float]:
     """Sum each term in fp64 (less cancellation in E[x^2] - E[x]^2), all-reduced over `group`."""
-    stats = torch.stack([t.detach().double().sum() for t in terms]).to(device)
+    stats = torch.stack([t.detach().double().sum() for t in terms])
     if group is not None:
         import torch.distributed as dist
 

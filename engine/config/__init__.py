@@ -1,0 +1,15 @@
+"""The pure config layer: flag schema, RunConfig, rules, derived values, resolution, argv."""
+
+from __future__ import annotations
+
+from engine.config.argv import parse_argv, parse_command_line, to_argv
+from engine.config.derived import Derived, derive
+from engine.config.model import RunConfig, coerce
+from engine.config.resolve import resolve
+from engine.config.rules import Issue, Report, check
+from engine.config.schema import BY_DEST, BY_NAME, FLAGS, Flag
+
+__all__ = [
+    "Flag", "FLAGS", "BY_DEST", "BY_NAME", "RunConfig", "Issue", "Report", "Derived", "check",
+    "derive", "resolve", "to_argv", "parse_argv", "parse_command_line", "coerce",
+]

@@ -109,13 +109,19 @@ def transformer_config(shape: ModelShape, parallel: Parallelism, *, bf16: bool,
 
 
 def layer_spec(shape: ModelShape):  # noqa: ANN201
-    """TE spec only where transformer-engine really works; otherwise megatron's local spec."""
+    """TE spec only where transformer-engine really works; otherwise megatron's local spec with
+    our SDPA core attention (engine/train/attention.py), or megatron's stock unfused attention
+    when PPODECK_ATTENTION=unfused."""
     from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    from engine.train.attention import attention_choice, local_spec_with_sdpa
 
     if has_transformer_engine():
         return specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=shape.qk_layernorm)
-    return specs.get_gpt_layer_local_spec(qk_layernorm=shape.qk_layernorm,
-                                          normalization=shape.normalization)
+    if attention_choice() == "unfused":
+        return specs.get_gpt_layer_local_spec(qk_layernorm=shape.qk_layernorm,
+                                              normalization=shape.normalization)
+    return local_spec_with_sdpa(shape)
 
 
 class ValueHead(torch.nn.Linear):

@@ -1,0 +1,646 @@
+"""CLI commands that manage runs: run, runs ls, tail, stop, attach.
+
+Data goes to stdout, diagnostics to stderr. Exit codes: 0 ok, 1 invalid config, 2 usage
+(unknown run, bad --set), 3 run failed, 130 interrupted. engine.config, engine.presets and
+engine.launch are imported inside the commands so `ppodeck --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from engine.events import follow, read_events
+from engine.rundir import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    RUNS_DIR_ENV,
+    RunDir,
+    RunInfo,
+    RunNotFound,
+    find_run,
+    list_runs,
+    read_status,
+    write_status,
+)
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Iterable
+
+    from engine.config import Issue, RunConfig
+
+EXIT_INVALID, EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 1, 2, 3, 130
+EVENT_KINDS = ("metrics", "phase", "offload", "gpu", "status", "log")
+REWARD, VALUE_LOSS = "rollout/raw_reward", "train/critic-value_loss"
+_RUNS_HELP = f"Runs live under ${RUNS_DIR_ENV} (default ./runs)."
+RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
+
+
+def register(app: typer.Typer) -> None:
+    """Add run, runs ls, tail, stop and attach to the ppodeck app."""
+    app.command("run")(run)
+    runs_app = typer.Typer(help=f"Inspect runs. {_RUNS_HELP}", no_args_is_help=True)
+    runs_app.command("ls")(runs_ls)
+    app.add_typer(runs_app, name="runs")
+    app.command("tail")(tail)
+    app.command("stop")(stop)
+    app.command("attach")(attach)
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    _stderr().print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _find(run_name: str) -> RunDir:
+    try:
+        return find_run(run_name)
+    except RunNotFound as exc:
+        _fail(str(exc), EXIT_USAGE)
+
+
+def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+# -------------------------------------------------------------------------------------- run
+
+
+def run(
+    preset: Annotated[str, typer.Argument(help="Preset name, or path to a preset .toml file.")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", "-s", metavar="FLAG=VALUE",
+                     help="Override a flag: kl-coef=0.1, --kl-coef=0.1, no-offload-train. "
+                          "Repeatable."),
+    ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option("--run-dir", help=f"Run directory to create (must be new or empty). "
+                                       f"Default: a fresh one under ${RUNS_DIR_ENV} or ./runs."),
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Start the run, print its id and return.")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask before running code a preset names.")
+    ] = False,
+) -> None:
+    """Launch a PPO run from a preset and follow its progress.
+
+    The config is checked first; any error refuses the launch. Ctrl-C once stops the run after
+    the current phase, twice stops it at once. Closing the terminal after --detach never
+    stops a run. Exit codes: 0 succeeded, 1 invalid config, 3 run failed, 130 interrupted.
+
+    Example:
+
+        ppodeck run qwen2.5-0.5b-ppo-smoke --set kl-coef=0.05 --set no-offload-train
+
+        ppodeck run ./my-preset.toml --detach
+    """
+    config, preset_name, trusted = _load_config(preset, set_ or [])
+    _check_or_exit(config)
+    if not trusted:
+        _confirm_code_flags(config, yes)
+    rundir, popen = _launch(config, preset_name, run_dir)
+    if detach:
+        typer.echo(rundir.id)
+        _stderr().print(f"follow it with: ppodeck attach {rundir.id}   or   "
+                        f"ppodeck tail {rundir.id} --follow", soft_wrap=True)
+        return
+    raise typer.Exit(_follow_run(rundir, popen, config.get("num_rollout")))
+
+
+def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
+    """The preset's config with --set applied, its name, and whether it is built in."""
+    from engine.presets import PresetError, load_preset, resolve_preset
+
+    try:
+        loaded = load_preset(preset)
+        config = resolve_preset(loaded)
+    except PresetError as exc:
+        _fail(str(exc), EXIT_INVALID)
+    overrides = dict(_parse_set(item) for item in sets)
+    return config.with_values(**overrides), loaded.name, loaded.source == "built-in"
+
+
+def _parse_set(item: str) -> tuple[str, Any]:
+    """`kl-coef=0.1` | `--kl-coef=0.1` | `no-offload-train` -> (dest, typed value)."""
+    from engine.config import BY_NAME, coerce
+
+    key, has_value, raw = item.partition("=")
+    name = "--" + key.strip().lstrip("-")
+    flag = BY_NAME.get(name)
+    if flag is None:
+        _fail(f"--set {item}: unknown flag {name}{_did_you_mean(name, BY_NAME)}", EXIT_USAGE)
+    negated = name == flag.negative
+    if negated and has_value:
+        _fail(f"--set {item}: {name} takes no value; write --set {name[2:]} "
+              f"or --set {flag.name[2:]}=false", EXIT_USAGE)
+    if not has_value:
+        if flag.kind in ("bool", "tristate"):
+            return flag.dest, not negated
+        _fail(f"--set {item}: {flag.name} needs a value, e.g. --set {flag.name[2:]}=VALUE",
+              EXIT_USAGE)
+    try:
+        return flag.dest, coerce(flag, raw)
+    except ValueError as exc:
+        _fail(f"--set {item}: {exc}", EXIT_USAGE)
+
+
+def _check_or_exit(config: RunConfig) -> None:
+    from engine.config import check
+
+    report = check(config)
+    _print_issues(report.issues)
+    if report.errors:
+        _fail(f"the config has {len(report.errors)} error(s); nothing was launched. "
+              "Fix them in the preset or with --set.", EXIT_INVALID)
+
+
+def _print_issues(issues: Iterable[Issue]) -> None:
+    colors = {"error": "red", "warning": "yellow", "info": "cyan"}
+    err = _stderr()
+    for issue in issues:
+        flags = ", ".join(issue.flags)
+        err.print(Text.assemble((f"{issue.level:<7}", colors.get(issue.level, "")),
+                                f" {flags}: {issue.message}"), soft_wrap=True)
+        if issue.fix:
+            err.print(f"        fix: {issue.fix}", soft_wrap=True, markup=False)
+
+
+def _confirm_code_flags(config: RunConfig, yes: bool) -> None:
+    """Presets from files or teammates may name code to execute: ask before running it."""
+    from engine.config import FLAGS
+
+    named = [f"{f.name}={config.get(f.dest)}"
+             for f in FLAGS if f.runs_code and config.is_set(f.dest)]
+    if not named or yes:
+        return
+    what = f"this run executes code named by {', '.join(named)}"
+    if not sys.stdin.isatty():
+        _fail(f"{what}; pass --yes to allow it.", EXIT_INVALID)
+    if not typer.confirm(f"{what.capitalize()}. Continue?", default=False, err=True):
+        raise typer.Exit(EXIT_INVALID)
+
+
+def _launch(
+    config: RunConfig, preset_name: str, run_dir: Path | None
+) -> tuple[RunDir, subprocess.Popen[bytes]]:
+    from engine.launch import LaunchError, prepare_run, secret_env, start_driver
+
+    try:
+        rundir = prepare_run(config, preset_name, run_dir)
+    except (LaunchError, OSError) as exc:
+        _fail(f"could not create the run directory: {exc}", EXIT_INVALID)
+    try:
+        return rundir, start_driver(rundir, env=secret_env(config))
+    except (LaunchError, OSError) as exc:
+        write_status(rundir, state="failed", detail=f"driver did not start: {exc}")
+        _fail(f"could not start the driver for run {rundir.id}: {exc}", EXIT_FAILED)
+
+
+# --------------------------------------------------------------------- attached progress view
+
+
+class RunProgress:
+    """What the attached view shows, folded from events (no rendering here)."""
+
+    def __init__(self, run_id: str, num_rollout: int | None) -> None:
+        self.run_id = run_id
+        self.num_rollout = num_rollout
+        self.started = time.monotonic()
+        self.rollout_id: int | None = None
+        self.phase = "starting"
+        self.reward: float | None = None
+        self.value_loss: float | None = None
+        self.state, self.detail = "starting", ""
+        self.note = ""  # e.g. the Ctrl-C hint
+
+    def apply(self, event: dict[str, Any]) -> None:
+        if isinstance(event.get("rollout_id"), int):
+            self.rollout_id = event["rollout_id"]
+        kind = event["kind"]
+        if kind == "metrics":
+            metrics = event.get("metrics") or {}
+            self.reward = metrics.get(REWARD, self.reward)
+            self.value_loss = metrics.get(VALUE_LOSS, self.value_loss)
+        elif kind == "phase":
+            started = event.get("state") == "start"
+            self.phase = event.get("name", "?") if started else f"{event.get('name', '?')} done"
+        elif kind == "status":
+            self.state, self.detail = event.get("state", self.state), event.get("detail", "")
+
+    def rollout_text(self) -> str:
+        return _rollout(self.rollout_id, self.num_rollout)
+
+    def line(self) -> str:
+        elapsed = _clock(time.monotonic() - self.started)
+        return (f"rollout {self.rollout_text()}  phase {self.phase}  reward {_num(self.reward)}  "
+                f"value loss {_num(self.value_loss)}  elapsed {elapsed}")
+
+    def __rich__(self) -> Group:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column()
+        grid.add_row("run", f"{self.run_id}  [{self.state}]")
+        grid.add_row("rollout", self.rollout_text())
+        grid.add_row("phase", self.phase)
+        grid.add_row("reward", _num(self.reward))
+        grid.add_row("value loss", _num(self.value_loss))
+        grid.add_row("elapsed", _clock(time.monotonic() - self.started))
+        parts: list[Any] = [grid]
+        if self.num_rollout:
+            done = 0 if self.rollout_id is None else self.rollout_id + 1
+            parts.insert(0, ProgressBar(total=self.num_rollout, completed=done, width=40))
+        if self.note:
+            parts.append(Text(self.note, style="yellow"))
+        return Group(*parts)
+
+
+def _rollout(rollout_id: int | None, num_rollout: int | None) -> str:
+    """"4/10" while rollout_id 3 (0-based) runs or once it is done."""
+    done = "-" if rollout_id is None else str(rollout_id + 1)
+    return f"{done}/{'?' if num_rollout is None else num_rollout}"
+
+
+def _num(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else "-"
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
+class _Interrupts:
+    """SIGINT handler that only counts; the follow loop acts on the count (signal-safe)."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.handled = 0
+
+    def handle(self, signum: int, frame: object) -> None:
+        self.received += 1
+
+
+class _PlainView:
+    """Non-TTY output: one line per finished rollout, plus warnings and status changes."""
+
+    def __init__(self, progress: RunProgress) -> None:
+        self.progress = progress
+        self.printed: int | None = None
+
+    def __enter__(self) -> _PlainView:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.progress.rollout_id is not None and self.printed != self.progress.rollout_id:
+            typer.echo(self.progress.line())
+
+    def update(self, batch: list[dict[str, Any]]) -> None:
+        for event in batch:
+            rollout_id = event.get("rollout_id")
+            current = self.progress.rollout_id
+            if isinstance(rollout_id, int) and current is not None and rollout_id > current:
+                typer.echo(self.progress.line())  # the previous rollout is finished
+                self.printed = current
+            self.progress.apply(event)
+            _echo_notable(event, self.say)
+
+    def say(self, message: str) -> None:
+        typer.echo(message, err=True)
+
+
+class _LiveView(_PlainView):
+    """TTY output: a Rich Live panel redrawn 4 times a second."""
+
+    def __init__(self, progress: RunProgress) -> None:
+        super().__init__(progress)
+        self.live = Live(progress, refresh_per_second=4, console=Console())
+
+    def __enter__(self) -> _LiveView:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.live.__exit__(None, None, None)
+
+    def update(self, batch: list[dict[str, Any]]) -> None:
+        for event in batch:
+            self.progress.apply(event)
+            _echo_notable(event, self.say)
+
+    def say(self, message: str) -> None:
+        self.live.console.print(message, markup=False, highlight=False)
+
+
+def _echo_notable(event: dict[str, Any], say: Any) -> None:
+    """Warnings, errors and status changes are worth a line of their own."""
+    if event["kind"] == "log" and event.get("level") in ("warning", "error"):
+        say(format_event(event))
+    elif event["kind"] == "status":
+        say(format_event(event))
+
+
+def _follow_run(rundir: RunDir, popen: subprocess.Popen[bytes], num_rollout: int | None) -> int:
+    progress = RunProgress(rundir.id, num_rollout)
+    view = _LiveView(progress) if sys.stdout.isatty() else _PlainView(progress)
+    interrupts = _Interrupts()
+    driver_gone = threading.Event()
+    previous = signal.signal(signal.SIGINT, interrupts.handle)
+    try:
+        with view:
+            for batch in follow(rundir.events_jsonl, driver_gone, idle_batches=True,
+                                on_warning=view.say):
+                view.update(batch)
+                _act_on_interrupts(rundir, interrupts, view)
+                if popen.poll() is not None:
+                    driver_gone.set()  # follow() reads once more, then ends
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return _exit_code(rundir, popen, interrupted=interrupts.received > 0)
+
+
+def _act_on_interrupts(rundir: RunDir, interrupts: _Interrupts, view: _PlainView) -> None:
+    from engine.launch import stop_run
+
+    while interrupts.handled < interrupts.received:
+        interrupts.handled += 1
+        force = interrupts.handled > 1
+        view.say(stop_run(rundir, force=force))
+        if not force:
+            view.progress.note = ("stopping after the current phase… "
+                                  "press Ctrl-C again to stop at once")
+            view.say(view.progress.note)
+
+
+def _exit_code(rundir: RunDir, popen: subprocess.Popen[bytes], interrupted: bool) -> int:
+    status = read_status(rundir)
+    state = status.get("state")
+    if state in ACTIVE_STATES or state in ("lost", "created", None):
+        detail = (f"driver exited with code {popen.returncode} before recording a final "
+                  f"state; see {rundir.driver_log}")
+        status = write_status(rundir, state="failed", detail=detail, ended=time.time())
+        state = "failed"
+    if state == "succeeded":
+        _stderr().print(f"run {rundir.id} succeeded", soft_wrap=True)
+        return 0
+    if interrupted or state == "stopped":
+        _stderr().print(f"run {rundir.id} stopped: {status.get('detail', '')}", soft_wrap=True)
+        return EXIT_INTERRUPTED
+    _stderr().print(f"[bold red]run {rundir.id} {state}:[/] {status.get('detail', '')}\n"
+                    f"driver log: {rundir.driver_log}", soft_wrap=True)
+    return EXIT_FAILED
+
+
+# ----------------------------------------------------------------------------------- runs ls
+
+
+def runs_ls(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array on stdout.")] = False,
+    root: Annotated[
+        Path | None,
+        typer.Option("--root", envvar=RUNS_DIR_ENV, show_envvar=True,
+                     help="Directory that holds the runs (default ./runs)."),
+    ] = None,
+) -> None:
+    """List runs, newest first: id, state, preset, rollout i/N, start time, detail.
+
+    A run whose driver died without saying so is shown as lost.
+
+    Example:
+
+        ppodeck runs ls
+
+        PPODECK_RUNS_DIR=/data/runs ppodeck runs ls --json
+    """
+    infos = list_runs(root)
+    if as_json:
+        typer.echo(json.dumps([{**asdict(i), "path": str(i.path)} for i in infos], indent=2))
+        return
+    if not infos:
+        _stderr().print(f"no runs under {root or 'runs'}; start one with `ppodeck run PRESET`")
+        return
+    console = Console()
+    if not console.is_terminal:
+        console.width = 1000  # piped: full rows, one per line, for grep and awk
+    console.print(_runs_table(infos))
+
+
+def _runs_table(infos: list[RunInfo]) -> Table:
+    """Every column but detail keeps its full width; detail folds into what is left."""
+    headers = ("id", "state", "preset", "rollout", "started")
+    rows = [(i.id, i.state, i.preset, _rollout(i.rollout_id, i.num_rollout), _when(i.started),
+             i.detail) for i in infos]
+    table = Table(box=None)
+    for col, header in enumerate(headers):
+        table.add_column(header, no_wrap=True,
+                         min_width=max(len(header), *(len(row[col]) for row in rows)))
+    table.add_column("detail", overflow="fold", min_width=20)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+
+
+# -------------------------------------------------------------------------------------- tail
+
+
+def tail(
+    run_name: RunArg,
+    follow_: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events until the run ends.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Raw JSON lines.")] = False,
+    kinds: Annotated[
+        list[str] | None,
+        typer.Option("--kind", "-k", help=f"Only these event kinds ({', '.join(EVENT_KINDS)}). "
+                                          "Repeatable."),
+    ] = None,
+) -> None:
+    """Print a run's events, one line each.
+
+    Skipped lines (a torn last line, a corrupt line) are reported on stderr.
+    Runs are looked up under $PPODECK_RUNS_DIR (default ./runs).
+
+    Example:
+
+        ppodeck tail 250101-120000-smoke --follow --kind metrics
+
+        ppodeck tail runs/250101-120000-smoke-1a2b --json | jq .
+    """
+    for kind in kinds or ():
+        if kind not in EVENT_KINDS:
+            _fail(f"--kind {kind}: unknown event kind{_did_you_mean(kind, EVENT_KINDS)} "
+                  f"(kinds: {', '.join(EVENT_KINDS)})", EXIT_USAGE)
+    rundir = _find(run_name)
+    show = _printer(as_json, set(kinds or ()))
+    if follow_:
+        raise typer.Exit(_tail_follow(rundir, show))
+    try:
+        events, warnings = read_events(rundir.events_jsonl)
+    except FileNotFoundError:
+        _stderr().print(f"run {rundir.id} has no events yet ({rundir.events_jsonl})")
+        return
+    for warning in warnings:
+        _stderr().print(f"warning: {warning}", markup=False, soft_wrap=True)
+    for event in events:
+        show(event)
+
+
+def _printer(as_json: bool, kinds: set[str]) -> Any:
+    def show(event: dict[str, Any]) -> None:
+        if kinds and event["kind"] not in kinds:
+            return
+        typer.echo(json.dumps(event) if as_json else format_event(event))
+
+    return show
+
+
+def _tail_follow(rundir: RunDir, show: Any) -> int:
+    run_ended = threading.Event()
+    warn = _stderr()
+    next_check = 0.0
+    try:
+        for batch in follow(rundir.events_jsonl, run_ended, idle_batches=True,
+                            on_warning=lambda m: warn.print(f"warning: {m}", markup=False)):
+            for event in batch:
+                show(event)
+            if time.monotonic() >= next_check:  # status.json at most once a second
+                next_check = time.monotonic() + 1.0
+                if read_status(rundir).get("state") in FINAL_STATES:
+                    run_ended.set()
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def format_event(event: dict[str, Any]) -> str:
+    """One human-readable line per event."""
+    clock = time.strftime("%H:%M:%S", time.localtime(event.get("ts") or 0))
+    kind = event["kind"]
+    body = _FORMATTERS.get(kind, _format_other)(event)
+    return f"{clock} {kind:<8} {body}"
+
+
+def _format_metrics(e: dict[str, Any]) -> str:
+    values = "  ".join(f"{k}={_num(v)}" for k, v in (e.get("metrics") or {}).items())
+    return f"{e.get('step_key', 'step')}={e.get('step')}  {values}"
+
+
+def _format_phase(e: dict[str, Any]) -> str:
+    took = f" ({e['seconds']:.2f} s)" if isinstance(e.get("seconds"), (int, float)) else ""
+    return f"rollout {e.get('rollout_id')}  {e.get('name')} {e.get('state')}{took}"
+
+
+def _format_offload(e: dict[str, Any]) -> str:
+    if e.get("noop"):
+        return f"{e.get('model')} {e.get('direction')}: already on {e.get('where')}"
+    speed = f", {e['gbps']:.1f} GB/s" if isinstance(e.get("gbps"), (int, float)) else ""
+    return (f"{e.get('model')} {e.get('direction')} -> {e.get('where')}  "
+            f"{_gib(e.get('bytes'))} in {_num(e.get('seconds'))} s{speed}")
+
+
+def _format_gpu(e: dict[str, Any]) -> str:
+    devices = "  ".join(
+        f"gpu{d.get('index')} {_gib(d.get('used_bytes'))}/{_gib(d.get('total_bytes'))}"
+        f" (non-torch {_gib(d.get('non_torch_bytes'))})"
+        for d in e.get("devices") or [])
+    return f"{e.get('label')}: {devices}  host rss {_gib(e.get('rss_bytes'))}"
+
+
+def _format_status(e: dict[str, Any]) -> str:
+    detail = e.get("detail")
+    return f"{e.get('state')}: {detail}" if detail else str(e.get("state"))
+
+
+def _format_log(e: dict[str, Any]) -> str:
+    return f"{e.get('level')} [{e.get('source')}] {e.get('msg')}"
+
+
+def _format_other(e: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in e.items() if k not in ("v", "ts", "kind")})
+
+
+def _gib(value: Any) -> str:
+    return f"{value / 2**30:.2f} GiB" if isinstance(value, (int, float)) else "?"
+
+
+_FORMATTERS = {"metrics": _format_metrics, "phase": _format_phase, "offload": _format_offload,
+               "gpu": _format_gpu, "status": _format_status, "log": _format_log}
+
+
+# ------------------------------------------------------------------------------ stop, attach
+
+
+def stop(
+    run_name: RunArg,
+    force: Annotated[
+        bool, typer.Option("--force", help="SIGKILL the driver's process group at once.")
+    ] = False,
+) -> None:
+    """Stop a run: after its current phase (SIGINT), or at once with --force (SIGKILL).
+
+    Runs are looked up under $PPODECK_RUNS_DIR (default ./runs).
+
+    Example:
+
+        ppodeck stop 250101-120000-smoke
+
+        ppodeck stop 250101 --force
+    """
+    from engine.launch import stop_run
+
+    rundir = _find(run_name)
+    try:
+        typer.echo(stop_run(rundir, force=force))
+    except OSError as exc:
+        _fail(f"could not signal run {rundir.id}: {exc}", EXIT_FAILED)
+
+
+def attach(
+    run_name: RunArg,
+) -> None:
+    """Open the monitor on a run that is running or finished.
+
+    Closing the monitor never stops the run. Runs are looked up under $PPODECK_RUNS_DIR
+    (default ./runs).
+
+    Example:
+
+        ppodeck attach 250101-120000-smoke
+    """
+    rundir = _find(run_name)
+    try:
+        from app.tui.app import run_tui
+    except ImportError as exc:
+        _fail(f"the TUI monitor is not available ({exc}); follow the run with "
+              f"`ppodeck tail {rundir.id} --follow` instead", EXIT_USAGE)
+    run_tui(attach=str(rundir.path))

@@ -1,0 +1,199 @@
+"""PPO Deck's Textual app: routing only. Logic lives in screens/ and widgets/.
+
+Bare `ppodeck` calls run_tui(): preset picker -> flag editor -> launch -> run monitor;
+`attach` opens the monitor on a run directory, `replay` plays a recorded events.jsonl.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import traceback
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.app import App
+from textual.binding import Binding
+
+from app.tui.commands import DeckCommands
+from app.tui.messages import PresetChosen, RunChosen, RunLaunched
+from app.tui.screens.help import HelpScreen, help_for
+
+
+class PPODeckApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "PPO Deck"
+    COMMANDS = App.COMMANDS | {DeckCommands}
+    BINDINGS = [
+        Binding("f1", "help", "Help"),
+        Binding("ctrl+o", "open_presets", "Presets", show=False),
+        Binding("ctrl+r", "open_runs", "Runs", show=False),
+    ]
+
+    def __init__(self, preset: str | None = None, attach: str | None = None,
+                 replay: str | None = None, *, replay_speed: float | None = None,
+                 now: float | None = None) -> None:
+        super().__init__()
+        self.start_preset = preset
+        self.start_attach = attach
+        self.start_replay = replay
+        self.replay_speed = replay_speed  # tests: 0 replays instantly
+        self.fixed_now = now  # tests: freeze the wall clock of live runs
+        self.drivers: list[subprocess.Popen[bytes]] = []
+
+    def on_mount(self) -> None:
+        self.set_interval(2.0, self._reap_drivers)
+        if self.start_replay:
+            self.open_replay(Path(self.start_replay))
+        elif self.start_attach:
+            self.attach(self.start_attach)
+        elif self.start_preset:
+            self.open_editor(self.start_preset)
+        else:
+            self.open_picker()
+
+    # ---- routes -------------------------------------------------------------------------------
+
+    def open_picker(self) -> None:
+        from app.tui.screens.presets import PresetPickerScreen
+
+        self.push_screen(PresetPickerScreen())
+
+    def open_editor(self, preset: str | None) -> None:
+        """Open a preset (name or path; None = schema defaults) in the flag editor."""
+        from app.tui.screens.edit import EditScreen, load_for_editing
+
+        try:
+            loaded = load_for_editing(preset)
+        except Exception as exc:  # PresetError and friends: say why, stay where we are
+            self.notify(str(exc), title="cannot open preset", severity="error", timeout=10)
+            if len(self.screen_stack) <= 1:
+                self.open_picker()
+            return
+        self.push_screen(EditScreen(*loaded))
+
+    def open_runs(self) -> None:
+        from app.tui.screens.runs import RunsScreen
+
+        if not isinstance(self.screen, RunsScreen):
+            self.push_screen(RunsScreen())
+
+    def attach(self, name_or_path: str) -> None:
+        from engine.rundir import find_run
+
+        try:
+            rundir = find_run(name_or_path)
+        except Exception as exc:  # RunNotFound: show it, offer the list
+            self.notify(str(exc), title="cannot attach", severity="error", timeout=10)
+            self.open_runs()
+            return
+        self.open_monitor(run_dir=rundir.path)
+
+    def open_replay(self, path: Path) -> None:
+        if not path.is_file():
+            self.notify(f"{path} is not a file; pass a recorded events.jsonl",
+                        title="cannot replay", severity="error", timeout=10)
+            self.open_runs()
+            return
+        self.open_monitor(replay=path)
+
+    def open_monitor(self, run_dir: Path | None = None, replay: Path | None = None) -> None:
+        from app.tui.screens.monitor import MonitorScreen
+
+        self.push_screen(MonitorScreen(run_dir=run_dir, replay=replay,
+                                       replay_speed=self.replay_speed, now=self.fixed_now))
+
+    # ---- messages from screens ---------------------------------------------------------------
+
+    @on(PresetChosen)
+    def _preset_chosen(self, message: PresetChosen) -> None:
+        self.open_editor(message.preset)
+
+    @on(RunChosen)
+    def _run_chosen(self, message: RunChosen) -> None:
+        self.open_monitor(run_dir=message.run_dir)
+
+    @on(RunLaunched)
+    def _run_launched(self, message: RunLaunched) -> None:
+        from app.tui.screens.monitor import MonitorScreen
+
+        self.notify(f"run started: {message.run_dir}", title="launched")
+        self.switch_screen(MonitorScreen(run_dir=message.run_dir, now=self.fixed_now))
+
+    def track_driver(self, popen: subprocess.Popen[bytes]) -> None:
+        self.drivers.append(popen)
+
+    def _reap_drivers(self) -> None:
+        # A driver we started is our child: poll() reaps it so it never lingers as a zombie.
+        self.drivers = [popen for popen in self.drivers if popen.poll() is None]
+
+    # ---- actions (keys and the command palette) ------------------------------------------------
+
+    def action_open_presets(self) -> None:
+        from app.tui.screens.presets import PresetPickerScreen
+
+        if not isinstance(self.screen, PresetPickerScreen):
+            self.open_picker()
+
+    def action_open_runs(self) -> None:
+        self.open_runs()
+
+    def action_back(self) -> None:
+        if len(self.screen_stack) > 2:
+            self.pop_screen()
+        else:
+            self.open_picker()
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        self.push_screen(HelpScreen(help_for(self.screen, self.focused)))
+
+    def action_screen(self, action: str) -> None:
+        """Run `action` on the current screen when it offers it (palette entries)."""
+        method = getattr(self.screen, f"action_{action}", None)
+        if method is None:
+            self.notify(f"'{action.replace('_', ' ')}' needs the flag editor or a run monitor",
+                        severity="warning")
+            return
+        method()
+
+    def action_stop_run(self) -> None:
+        self.action_screen("stop_run")
+
+    # ---- last-resort error handling -----------------------------------------------------------
+
+    def _handle_exception(self, error: Exception) -> None:
+        """Keep tracebacks off the screen: write them to a crash log, exit with one sentence."""
+        if self.is_headless:
+            super()._handle_exception(error)  # tests want the real exception
+            return
+        path = _write_crash_log(error)
+        self._return_code = 1
+        self.exit(return_code=1, message=f"PPO Deck stopped after an internal error: {error!r}. "
+                  f"Details: {path}. Your edits are kept as a draft.")
+
+
+def _write_crash_log(error: BaseException) -> str:
+    from app.tui.drafts import state_dir
+
+    try:
+        path = state_dir() / "crash.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as log:
+            log.write("".join(traceback.format_exception(error)) + "\n")
+        return str(path)
+    except OSError:
+        return "(crash log not writable)"
+
+
+def run_tui(preset: str | None = None, attach: str | None = None,
+            replay: str | None = None) -> None:
+    """Open the TUI: the preset picker, or a preset in the editor, or a run's monitor."""
+    app = PPODeckApp(preset=preset, attach=attach, replay=replay)
+    app.run()
+
+
+def make_app(**kwargs: Any) -> PPODeckApp:
+    """One factory for the CLI, tests and the bench (posting's make_posting idiom)."""
+    return PPODeckApp(**kwargs)

@@ -1,0 +1,103 @@
+"""Modal dialogs: confirm launch (argv + run directory), confirm stop, save as preset, export."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import RenderableType
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+
+class ConfirmDialog(ModalScreen[bool]):
+    """Yes/no with a body; dismisses True on confirm."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+y", "confirm", "Confirm")]
+
+    def __init__(self, title: str, body: RenderableType, confirm_label: str,
+                 variant: str = "primary", dialog_id: str = "confirm-dialog") -> None:
+        super().__init__(id=dialog_id)
+        self.title_text = title
+        self.body = body
+        self.confirm_label = confirm_label
+        self.variant = variant
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.title_text, classes="dialog-title")
+            with VerticalScroll(classes="dialog-body"):
+                yield Static(self.body, id="dialog-text")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Cancel", id="cancel")
+                yield Button(self.confirm_label, id="confirm",
+                             variant=self.variant)  # type: ignore[arg-type]
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm", Button).focus()
+
+    @on(Button.Pressed, "#confirm")
+    def action_confirm(self) -> None:
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    id: str
+    label: str
+    value: str = ""
+    placeholder: str = ""
+
+
+class FormDialog(ModalScreen[dict[str, str] | None]):
+    """A few labelled inputs; dismisses {id: text} or None. `validate` may veto with a reason."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, fields: tuple[FieldSpec, ...], confirm_label: str,
+                 note: str = "", validate: object = None, dialog_id: str = "form-dialog"
+                 ) -> None:
+        super().__init__(id=dialog_id)
+        self.title_text = title
+        self.fields = fields
+        self.confirm_label = confirm_label
+        self.note = note
+        self.validate = validate
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.title_text, classes="dialog-title")
+            for spec in self.fields:
+                yield Label(spec.label)
+                yield Input(spec.value, placeholder=spec.placeholder, id=spec.id)
+            if self.note:
+                yield Static(self.note, classes="dialog-note", markup=False)
+            yield Static("", id="dialog-error", classes="dialog-error", markup=False)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Cancel", id="cancel")
+                yield Button(self.confirm_label, id="confirm", variant="primary")
+
+    def values(self) -> dict[str, str]:
+        return {spec.id: self.query_one(f"#{spec.id}", Input).value.strip()
+                for spec in self.fields}
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#confirm")
+    def action_confirm(self) -> None:
+        values = self.values()
+        reason = self.validate(values) if callable(self.validate) else ""
+        if reason:
+            self.query_one("#dialog-error", Static).update(reason)
+            return
+        self.dismiss(values)
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,297 @@
+"""Run monitor: reads a run directory (events.jsonl + status.json) or replays a recording.
+
+It only reads, so closing it never stops the run. A thread worker tails the events file with
+engine.events.follow and posts batches at most four times a second; the handler folds them
+into RunState and hands the results down to the widgets.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+from textual.worker import get_current_worker
+
+from app.tui.messages import EventsArrived, RunStatusRead, TailEnded
+from app.tui.state import TERMINAL_STATES, RunState
+from app.tui.widgets.log_tail import LogTail
+from app.tui.widgets.metric_chart import Line, MetricChart
+from app.tui.widgets.offload_panel import OffloadPanel
+from app.tui.widgets.phase_timeline import PhaseTimeline
+from app.tui.widgets.run_header import HeaderData, RunHeader
+from app.tui.widgets.view_tabs import ViewTabs
+
+FLUSH_S = 0.25  # at most four UI updates a second
+POLL_S = 0.05
+STATUS_EVERY_S = 1.0
+REPLAY_SECONDS = 30.0  # a recording replays in about this long, whatever its real length
+
+CHARTS = (
+    ("chart-reward", "mean reward (min/max)", (
+        Line("rollout/raw_reward", "mean", "green"),
+        Line("rollout/raw_reward/min", "min", "gray"),
+        Line("rollout/raw_reward/max", "max", "gray"))),
+    ("chart-value-loss", "critic value loss", (
+        Line("train/critic-value_loss", "value loss", "orange"),)),
+    ("chart-policy", "KL / clipfrac | entropy / expl. var", (
+        Line("train/ppo_kl", "ppo_kl", "red"),
+        Line("train/pg_clipfrac", "clipfrac", "magenta"),
+        Line("train/entropy_loss", "entropy", "cyan", right=True),
+        Line("critic/explained_variance", "expl var", "yellow", right=True))),
+    ("chart-response-len", "response length (mean tokens)", (
+        Line("rollout/response_len/mean", "mean len", "blue"),)),
+)
+
+VIEWS = (("charts", "Charts"), ("gpu", "GPU / offload"), ("timeline", "Timeline / log"))
+
+HELP = """\
+## Run monitor
+Reads the run directory only: closing this screen never stops the run.
+
+- Charts: mean reward with min/max, critic value loss, policy KL / clip fraction against
+  entropy / critic explained variance (right axis), mean response length.
+- GPU / offload: where actor, critic and rollout weights live now, the last offload and
+  onload (bytes, seconds, GB/s), memory per GPU including what torch does not see.
+- Timeline: one bar per rollout in miles order (gen, rollout offload, critic, actor, save,
+  weight sync, rollout onload).
+
+Keys: `1` `2` `3` switch views on small terminals, `x` stops the run, `r` lists runs.
+"""
+
+
+class MonitorScreen(Screen[None]):
+    BINDINGS = [
+        Binding("1", "view('charts')", "Charts", show=False),
+        Binding("2", "view('gpu')", "GPU", show=False),
+        Binding("3", "view('timeline')", "Timeline", show=False),
+        Binding("x", "app.stop_run", "Stop run"),
+        Binding("r", "app.open_runs", "Runs"),
+        Binding("escape", "app.back", "Back"),
+    ]
+    HELP = HELP
+
+    def __init__(self, run_dir: Path | None = None, replay: Path | None = None,
+                 replay_speed: float | None = None, now: float | None = None) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+        self.replay = replay
+        self.replay_speed = replay_speed
+        self.fixed_now = now  # tests freeze the clock of live runs
+        self.state = RunState()
+        self._stop = threading.Event()
+        self._consumed = threading.Event()
+        self._consumed.set()
+
+    @property
+    def title_text(self) -> str:
+        if self.replay is not None:
+            return f"replay of {self.replay}"
+        return self.run_dir.name if self.run_dir is not None else ""
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="run-header")
+        yield ViewTabs(*VIEWS, id="view-tabs")
+        with Grid(id="monitor-body"):
+            with Grid(id="pane-charts", classes="pane -active"):
+                for chart_id, title, lines in CHARTS:
+                    yield MetricChart(title, lines, id=chart_id, classes="chart")
+            with Vertical(id="pane-gpu", classes="pane"):
+                yield OffloadPanel(id="offload-panel")
+            with Vertical(id="pane-timeline", classes="pane"):
+                yield Static("phase timeline", classes="panel-title")
+                yield PhaseTimeline(id="phase-timeline")
+                yield Static("log", classes="panel-title")
+                yield LogTail(id="log-tail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._refresh_all({"status"})
+        if self.replay is not None:
+            self.replay_worker(self.replay)
+        elif self.run_dir is not None:
+            self.tail_worker(self.run_dir)
+        self.set_interval(1.0, self._tick)
+
+    def on_resize(self) -> None:
+        compact = self.size.width < 140 or self.size.height < 40
+        self.set_class(compact, "-compact")
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        self._consumed.set()
+
+    def action_stop_run(self) -> None:
+        if self.run_dir is None:
+            self.notify("a replay has no process to stop", severity="warning")
+            return
+        from app.tui.screens.confirm import ConfirmDialog
+
+        body = (f"Send SIGINT to the driver of {self.run_dir.name}? It stops after the "
+                "current phase; checkpoints already written are kept.")
+        self.app.push_screen(ConfirmDialog("Stop run", body, "Stop run", "error",
+                                           dialog_id="confirm-stop"), self._stop_confirmed)
+
+    def _stop_confirmed(self, confirmed: bool | None) -> None:
+        if not confirmed or self.run_dir is None:
+            return
+        from engine.launch import stop_run
+        from engine.rundir import RunDir
+
+        try:
+            self.notify(stop_run(RunDir(self.run_dir)), title="stop run")
+        except OSError as exc:
+            self.notify(f"could not stop {self.run_dir.name}: {exc}", severity="error")
+
+    def action_view(self, view_id: str) -> None:
+        tabs = self.query_one(ViewTabs)
+        tabs.active = view_id
+
+    # ---- workers: read only, post messages --------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="tail", exit_on_error=False)
+    def tail_worker(self, run_dir: Path) -> None:
+        from engine.events import follow
+        from engine.rundir import RunDir, read_status
+
+        rundir = RunDir(run_dir)
+        worker = get_current_worker()
+        batcher = _Batcher(self)
+        last_status = 0.0
+        final = False
+        for batch in follow(rundir.events_jsonl, self._stop, poll_s=POLL_S, idle_batches=True,
+                            on_warning=batcher.warnings.append):
+            if worker.is_cancelled:
+                return
+            batcher.add(batch)
+            if time.monotonic() - last_status >= STATUS_EVERY_S:
+                last_status = time.monotonic()
+                status = read_status(rundir)
+                self.post_message(RunStatusRead(status))
+                final = status.get("state") in TERMINAL_STATES
+            batcher.flush_if_due()
+            if final and not batch:  # finished and fully read: nothing more will come
+                batcher.flush(force=True)
+                self.post_message(TailEnded(f"run {status.get('state')}"))
+                return
+        batcher.flush(force=True)
+
+    @work(thread=True, exclusive=True, group="tail", exit_on_error=False)
+    def replay_worker(self, path: Path) -> None:
+        from engine.events import read_events
+
+        events, warnings = read_events(path)
+        batcher = _Batcher(self)
+        batcher.warnings.extend(warnings)
+        speed = self.replay_speed
+        if speed is None:
+            span = (events[-1].get("ts", 0) - events[0].get("ts", 0)) if events else 0
+            speed = max(10.0, span / REPLAY_SECONDS)
+        start_wall, t0 = time.monotonic(), (events[0].get("ts", 0) if events else 0)
+        for event in events:
+            if self._stop.is_set():
+                return
+            due = (event.get("ts", t0) - t0) / speed if speed > 0 else 0.0
+            wait = due - (time.monotonic() - start_wall)
+            if wait > 0:
+                batcher.flush_if_due()
+                self._stop.wait(min(wait, FLUSH_S))
+            batcher.add([event])
+        batcher.flush(force=True)
+        self.post_message(TailEnded("replay finished"))
+
+    # ---- handlers: own all state changes ----------------------------------------------------
+
+    @on(EventsArrived)
+    def _events_arrived(self, message: EventsArrived) -> None:
+        try:
+            changed = self.state.apply(message.events)
+            for warning in message.warnings:
+                self.notify(warning, severity="warning", timeout=6)
+            self._refresh_all(changed)
+        finally:
+            self._consumed.set()  # let the worker read on (bounded memory: one batch in flight)
+
+    @on(RunStatusRead)
+    def _status_read(self, message: RunStatusRead) -> None:
+        self.state.apply_status(message.status)
+        self._refresh_all({"status"})
+
+    @on(TailEnded)
+    def _tail_ended(self, message: TailEnded) -> None:
+        if message.failed:
+            self.notify(message.reason, severity="error", title="monitor")
+
+    def _tick(self) -> None:
+        if not self.state.finished and self.replay is None and self.run_dir is not None:
+            self._refresh_header()  # elapsed/ETA move with the wall clock while live
+
+    def _now(self) -> float | None:
+        if self.replay is not None or self.state.finished:
+            return None  # event time: deterministic for finished runs and replays
+        return self.fixed_now if self.fixed_now is not None else time.time()
+
+    def _refresh_all(self, changed: set[str]) -> None:
+        self._refresh_header()
+        if "metrics" in changed:
+            for chart in self.query(MetricChart):
+                chart.set_points({key: self.state.points(key) for key in chart.keys})
+        if changed & {"offload", "gpu"}:
+            s = self.state
+            self.query_one(OffloadPanel).show(s.where, s.last_offload, s.last_onload,
+                                              s.devices, s.gpu_label, s.rss_bytes)
+        if "phase" in changed:
+            self.query_one(PhaseTimeline).show(self.state.phases, self.state.phase_means(),
+                                               self.state.clock(self._now()))
+        if "log" in changed:
+            log_tail = self.query_one(LogTail)
+            log_tail.append(self.state.new_logs(log_tail.shown_total), self.state.first_ts,
+                            self.state.logs_total)
+
+    def _refresh_header(self) -> None:
+        s, now = self.state, self._now()
+        begun, total = s.rollout_progress()
+        state = s.state if s.state != "unknown" or self.replay is None else "replay"
+        self.query_one(RunHeader).show(HeaderData(
+            title=self.title_text, state=state, detail=s.detail, rollout=begun,
+            num_rollout=total, phase=s.current_phase, elapsed=s.elapsed(now), eta=s.eta(now)))
+
+
+class _Batcher:
+    """Worker-side: collects events and posts them at most every FLUSH_S seconds.
+
+    The worker waits until the previous batch was applied before posting the next one, so a
+    million-event history streams through in bounded memory instead of piling up in the queue.
+    """
+
+    def __init__(self, screen: MonitorScreen) -> None:
+        self.screen = screen
+        self.pending: list[dict] = []
+        self.warnings: list[str] = []
+        self.last_flush = 0.0
+
+    def add(self, events: list[dict]) -> None:
+        self.pending.extend(events)
+
+    def flush_if_due(self) -> None:
+        if time.monotonic() - self.last_flush >= FLUSH_S:
+            self.flush()
+
+    def flush(self, force: bool = False) -> None:
+        if not self.pending and not self.warnings:
+            return
+        if not force and not self.screen._consumed.is_set():
+            return  # the UI is still applying the last batch: keep collecting
+        while not self.screen._consumed.wait(0.1):
+            if self.screen._stop.is_set():
+                return
+        self.screen._consumed.clear()
+        self.screen.post_message(EventsArrived(self.pending, self.warnings))
+        self.pending, self.warnings = [], []
+        self.last_flush = time.monotonic()

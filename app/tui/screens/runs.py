@@ -1,0 +1,129 @@
+"""Runs list: running and finished runs under the runs root; Enter attaches the monitor."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from app.tui import fmt
+from app.tui.messages import RunChosen, RunsListed
+from app.tui.widgets.run_header import STATE_STYLES
+
+HELP = """\
+## Runs
+Every run directory under the runs root ($PPODECK_RUNS_DIR or ./runs), newest first.
+`enter` attaches the monitor (full history, then live updates), `x` stops the selected run,
+`g` refreshes (the list also refreshes every few seconds).
+"""
+
+
+def _started(run: Any, now: float | None) -> str:
+    if not isinstance(run.started, (int, float)):
+        return "-"
+    if now is None:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started))
+    return f"{fmt.duration(now - run.started)} ago"
+
+
+class RunsScreen(Screen[None]):
+    BINDINGS = [
+        Binding("enter", "attach", "Attach", show=True),
+        Binding("x", "stop_run", "Stop run"),
+        Binding("g", "refresh", "Refresh"),
+        Binding("escape", "app.back", "Back"),
+    ]
+    HELP = HELP
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[Any] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("Runs", classes="panel-title")
+        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="runs-detail", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("run", "state", "preset", "rollout", "started", "detail")
+        self.action_refresh()
+        self.set_interval(3.0, self.action_refresh)
+
+    def action_refresh(self) -> None:
+        self.list_worker()
+
+    @work(thread=True, exclusive=True, group="runs", exit_on_error=False)
+    def list_worker(self) -> None:
+        from engine.rundir import list_runs
+
+        try:
+            self.post_message(RunsListed(list_runs()))
+        except OSError as exc:
+            self.post_message(RunsListed([], f"cannot list runs: {exc}"))
+
+    @on(RunsListed)
+    def _listed(self, message: RunsListed) -> None:
+        if message.error:
+            self.notify(message.error, severity="error")
+        if [(r.id, r.state, r.rollout_id) for r in message.runs] == [
+                (r.id, r.state, r.rollout_id) for r in self.runs]:
+            return
+        self.runs = list(message.runs)
+        self._fill(self.query_one(DataTable))
+
+    def _fill(self, table: DataTable) -> None:
+        from rich.text import Text
+
+        cursor = table.cursor_row
+        table.clear()
+        for run in self.runs:
+            total = "?" if run.num_rollout is None else run.num_rollout
+            done = "-" if run.rollout_id is None else run.rollout_id + 1
+            table.add_row(run.id, Text(run.state, STATE_STYLES.get(run.state, "")),
+                          run.preset or "-", f"{done}/{total}",
+                          _started(run, getattr(self.app, "fixed_now", None)),
+                          run.detail[:60], key=str(run.path))
+        if not self.runs:
+            self.query_one("#runs-detail", Static).update(
+                "no runs yet: launch one from the editor (ctrl+o opens a preset)")
+        elif cursor is not None:
+            table.move_cursor(row=min(cursor, len(self.runs) - 1))
+
+    def _selected(self) -> Any | None:
+        table = self.query_one(DataTable)
+        if not self.runs or table.cursor_row is None:
+            return None
+        return self.runs[min(table.cursor_row, len(self.runs) - 1)]
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self) -> None:
+        run = self._selected()
+        if run is not None:
+            self.query_one("#runs-detail", Static).update(f"{run.path}\n{run.detail}")
+
+    @on(DataTable.RowSelected)
+    def action_attach(self) -> None:
+        run = self._selected()
+        if run is not None:
+            self.post_message(RunChosen(Path(run.path)))
+
+    def action_stop_run(self) -> None:
+        from engine.launch import stop_run
+        from engine.rundir import RunDir
+
+        run = self._selected()
+        if run is None:
+            return
+        try:
+            self.notify(stop_run(RunDir(Path(run.path))), title="stop run")
+        except OSError as exc:
+            self.notify(f"could not stop {run.id}: {exc}", severity="error")
+        self.action_refresh()

@@ -1,0 +1,42 @@
+"""The exact miles-style argv of the current config (engine.config.to_argv), secrets masked."""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.text import Text
+from textual.widgets import Static
+
+
+def format_argv(argv: list[str]) -> Text:
+    """One flag per line with shell continuations, so the preview reads like a launch script."""
+    text = Text("python3 train.py", "bold")
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        values: list[str] = []
+        i += 1
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
+            i += 1
+        text.append(" \\\n  ")
+        text.append(token, "bold cyan")
+        if values:
+            text.append(" " + " ".join(shlex.quote(v) for v in values))
+    return text
+
+
+class CommandPreview(Static):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)  # type: ignore[arg-type]
+        self.argv: list[str] = []
+
+    def show(self, argv: list[str]) -> None:
+        if argv == self.argv:
+            return
+        self.argv = list(argv)
+        self.update(format_argv(self.argv))
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(["python3", "train.py", *self.argv])

@@ -1,0 +1,73 @@
+"""Values derived from the config: topology, batch arithmetic, per-GPU memory per phase."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+if TYPE_CHECKING:
+    from engine.config import Derived
+
+ROWS = (("world_size", "actor world size"), ("dp_size", "data parallel (DP)"),
+        ("rollout_num_gpus", "rollout GPUs"), ("rollout_engines", "rollout engines"),
+        ("gpus_needed", "GPUs needed"), ("samples_per_rollout", "samples / rollout"),
+        ("samples_trimmed", "samples trimmed"),
+        ("actor_steps_per_rollout", "actor optimizer steps / rollout"),
+        ("critic_steps_per_rollout", "critic optimizer steps / rollout"),
+        ("total_train_iters", "total train iterations"), ("params", "parameters"))
+PHASE_LABEL = {"generate": "generate", "critic_train": "critic train",
+               "actor_train": "actor train"}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "?"
+    if isinstance(value, int) and value >= 1_000_000:
+        return f"{value / 1e9:.2f} B" if value >= 1e9 else f"{value / 1e6:.1f} M"
+    return str(value)
+
+
+def _gib(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f}"
+
+
+class DerivedPanel(Static):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)  # type: ignore[arg-type]
+        self.derived: Derived | None = None
+
+    def show(self, derived: Derived) -> None:
+        if derived == self.derived:
+            return
+        self.derived = derived
+        self.update(Group(self._numbers(derived), self._memory(derived)))
+
+    @staticmethod
+    def _numbers(derived: Derived) -> Table:
+        table = Table(box=None, show_header=False, expand=True, padding=(0, 1))
+        table.add_column("what", ratio=1)
+        table.add_column("value", justify="right", style="bold")
+        for attr, label in ROWS:
+            if hasattr(derived, attr):
+                table.add_row(label, _cell(getattr(derived, attr)))
+        return table
+
+    @staticmethod
+    def _memory(derived: Derived) -> Table | Text:
+        memory = derived.memory_gib or {}
+        if not memory:
+            return Text("memory estimate: needs the model shape flags", "dim")
+        table = Table(box=None, expand=True, padding=(0, 1), title="GiB per GPU (estimate)",
+                      title_justify="left", title_style="bold", header_style="bold")
+        roles = ("actor", "critic", "rollout", "total")
+        table.add_column("phase", ratio=1)
+        for role in roles:
+            table.add_column(role, justify="right")
+        for phase, values in memory.items():
+            table.add_row(PHASE_LABEL.get(phase, phase),
+                          *(_gib(values.get(role)) for role in roles))
+        return table

@@ -1,0 +1,194 @@
+"""One flag, rendered from its schema entry: the control follows `Flag.kind`, never the name.
+
+int/float -> Input(type integer/number), str/list -> Input, bool -> Switch,
+tristate -> Select(unset | on | off), choice -> Select(unset | choices...).
+The field turns widget values into typed values (engine.config.coerce) and posts
+FlagField.Changed; the edit screen validates and hands issues back down via `show_issue`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widget import Widget
+from textual.widgets import Button, Input, Label, Select, Static, Switch
+
+from app.tui import fmt
+
+if TYPE_CHECKING:
+    from engine.config import Flag
+
+LEVEL_ICON = {"error": "✖", "warning": "⚠", "info": "ℹ"}
+TRISTATE_OPTIONS = (("on", True), ("off", False))
+
+
+@dataclass(frozen=True)
+class FieldIssue:
+    level: str
+    message: str
+    fix: str = ""
+
+
+def _select_value(value: Any) -> Any:
+    return Select.NULL if value is None else value
+
+
+def _default_hint(flag: Flag) -> str:
+    return "unset" if flag.default is None else f"default {fmt.flag_value(flag.default)}"
+
+
+def build_control(flag: Flag, value: Any) -> Widget:
+    """The input widget for a flag kind (the one place that maps kinds to widgets)."""
+    control_id = f"control-{flag.dest}"
+    if flag.kind == "bool":
+        return Switch(value=bool(value), id=control_id, classes="flag-control")
+    if flag.kind == "tristate":
+        return Select(TRISTATE_OPTIONS, prompt=f"unset ({_default_hint(flag)})",
+                      value=_select_value(value), compact=True, id=control_id,
+                      classes="flag-control")
+    if flag.kind == "choice":
+        return Select(((c, c) for c in flag.choices), prompt=f"unset ({_default_hint(flag)})",
+                      value=_select_value(value), compact=True, id=control_id,
+                      classes="flag-control")
+    input_type = {"int": "integer", "float": "number"}.get(flag.kind, "text")
+    placeholder = _default_hint(flag) + (" (secret)" if flag.secret else "")
+    return Input(fmt.flag_value(value), placeholder=placeholder, type=input_type,  # type: ignore[arg-type]
+                 password=flag.secret, compact=True, id=control_id, classes="flag-control",
+                 select_on_focus=False)
+
+
+class FlagField(Vertical):
+    """A flag's name, control, reset button, help and inline issue."""
+
+    @dataclass
+    class Changed(Message):
+        """The user changed the field: `value` is typed (None = unset) unless `error` is set."""
+
+        field: FlagField
+        dest: str
+        value: Any
+        error: str = ""
+
+        @property
+        def control(self) -> FlagField:
+            return self.field
+
+    @dataclass
+    class ResetRequested(Message):
+        field: FlagField
+        dest: str
+
+    def __init__(self, flag: Flag, value: Any, changed: bool = False) -> None:
+        super().__init__(id=f"field-{flag.dest}", classes="flag-field")
+        self.flag = flag
+        self.value = value  # the typed value the field shows (None = unset)
+        self.issue: FieldIssue | None = None
+        self.parse_error = ""
+        self.set_class(changed, "-changed")
+        self.set_class(flag.runs_code, "-runs-code")
+
+    @property
+    def dest(self) -> str:
+        return self.flag.dest
+
+    @property
+    def changed(self) -> bool:
+        return self.has_class("-changed")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="flag-row"):
+            yield Label("●", classes="flag-marker")
+            yield Label(self.flag.name, classes="flag-name")
+            yield build_control(self.flag, self.value)
+            yield Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
+        yield Static(self._help_text(), classes="flag-help", markup=False)
+        yield Static("", classes="flag-message", markup=False)
+
+    def _help_text(self) -> str:
+        extra = " Names code that will run." if self.flag.runs_code else ""
+        return self.flag.help + extra
+
+    @property
+    def control(self) -> Widget:
+        return self.query_one(".flag-control")
+
+    # ---- user edits -> Changed --------------------------------------------------------------
+
+    @on(Input.Changed, ".flag-control")
+    def _input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self._typed(event.value)
+
+    @on(Switch.Changed, ".flag-control")
+    def _switch_changed(self, event: Switch.Changed) -> None:
+        event.stop()
+        self._emit(event.value)
+
+    @on(Select.Changed, ".flag-control")
+    def _select_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        self._emit(None if event.value is Select.NULL else event.value)
+
+    @on(Button.Pressed, ".flag-reset")
+    def _reset_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.post_message(self.ResetRequested(self, self.dest))
+
+    def _typed(self, text: str) -> None:
+        from engine.config import coerce
+
+        if not text.strip():
+            self._emit(None)
+            return
+        try:
+            value = coerce(self.flag, text)
+        except ValueError as exc:
+            self.parse_error = str(exc)
+            self.post_message(self.Changed(self, self.dest, None, self.parse_error))
+            return
+        self._emit(value)
+
+    def _emit(self, value: Any) -> None:
+        if value == self.value and not self.parse_error:
+            return  # echo of a programmatic set_value, or no real change
+        self.parse_error = ""
+        self.value = value
+        self.post_message(self.Changed(self, self.dest, value))
+
+    # ---- attributes down --------------------------------------------------------------------
+
+    def set_value(self, value: Any) -> None:
+        """Show `value` without reporting it back as a user change."""
+        self.value = value
+        self.parse_error = ""
+        control = self.control
+        if isinstance(control, Input):
+            control.value = fmt.flag_value(value)
+        elif isinstance(control, Switch):
+            control.value = bool(value)
+        elif isinstance(control, Select):
+            control.value = _select_value(value)
+
+    def mark_changed(self, changed: bool) -> None:
+        self.set_class(changed, "-changed")
+
+    def show_issue(self, issue: FieldIssue | None) -> None:
+        if issue == self.issue:
+            return
+        self.issue = issue
+        for level in LEVEL_ICON:
+            self.set_class(issue is not None and issue.level == level, f"-{level}")
+        message = self.query_one(".flag-message", Static)
+        if issue is None:
+            message.update("")
+            return
+        fix = f"  Fix: {issue.fix}" if issue.fix else ""
+        message.update(f"{LEVEL_ICON.get(issue.level, '')} {issue.message}{fix}")
+
+    def focus_control(self) -> None:
+        self.control.focus()

@@ -1,0 +1,56 @@
+"""A line chart of one or more metric series (textual-plotext), drawn from RunState points."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from textual_plotext import PlotextPlot
+
+from app.tui.state import SeriesPoints
+
+
+@dataclass(frozen=True)
+class Line:
+    key: str           # miles metric name, e.g. "rollout/raw_reward"
+    label: str
+    color: str = "cyan"
+    right: bool = False  # plot against the right-hand axis (a different scale)
+
+
+class MetricChart(PlotextPlot):
+    """Attributes down: the screen calls set_points({key: SeriesPoints | None})."""
+
+    def __init__(self, title: str, lines: tuple[Line, ...], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.title = title
+        self.lines = lines
+        self.plotted: dict[str, tuple[list[float], list[float]]] = {}
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(line.key for line in self.lines)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._replot()
+
+    def set_points(self, points: Mapping[str, SeriesPoints | None]) -> None:
+        plotted = {key: (p.xs, p.means) for key, p in points.items() if p is not None and p.xs}
+        if plotted == self.plotted:
+            return
+        self.plotted = plotted
+        self._replot()
+
+    def _replot(self) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.title(self.title if self.plotted else f"{self.title} (no data yet)")
+        for line in self.lines:
+            data = self.plotted.get(line.key)
+            if data is None:
+                continue
+            xs, ys = data
+            plt.plot(xs, ys, label=line.label, color=line.color, marker="braille",
+                     yside="right" if line.right else "left")
+        self.refresh()

@@ -1,0 +1,90 @@
+"""The phase timeline: one bar per recent rollout, each phase a coloured run of cells."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from rich.text import Text
+from textual.widget import Widget
+
+from app.tui.state import PhaseSpan
+
+# miles order; the short names keep the legend on one line at 80 columns
+PHASES = (("generate", "gen", "green"), ("rollout_offload", "r-off", "grey50"),
+          ("critic_train", "critic", "yellow"), ("actor_train", "actor", "magenta"),
+          ("save", "save", "blue"), ("update_weights", "sync", "cyan"),
+          ("rollout_onload", "r-on", "grey62"))
+STYLE = {name: style for name, _, style in PHASES}
+SHORT = {name: short for name, short, _ in PHASES}
+
+
+def _group_by_rollout(spans: Iterable[PhaseSpan]) -> dict[int, list[PhaseSpan]]:
+    rollouts: dict[int, list[PhaseSpan]] = {}
+    for span in spans:
+        if span.rollout_id >= 0:
+            rollouts.setdefault(span.rollout_id, []).append(span)
+    return rollouts
+
+
+def _span_seconds(span: PhaseSpan, now: float | None) -> float:
+    if span.seconds is not None:
+        return span.seconds
+    return max(0.0, (now or span.start) - span.start)
+
+
+class PhaseTimeline(Widget):
+    """Attributes down: show(spans, means, now)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.rollouts: dict[int, list[PhaseSpan]] = {}
+        self.means: dict[str, float] = {}
+        self.now: float | None = None
+
+    def show(self, spans: Iterable[PhaseSpan], means: Mapping[str, float],
+             now: float | None) -> None:
+        self.rollouts = _group_by_rollout(spans)
+        self.means = dict(means)
+        self.now = now
+        self.refresh()
+
+    def render(self) -> Text:
+        width = max(self.size.width, 20)
+        rows = max(self.size.height - 1, 1)
+        text = self._legend()
+        recent = sorted(self.rollouts)[-rows:][::-1]
+        if not recent:
+            text.append("\nno rollout phases yet", "dim")
+        totals = {rid: sum(_span_seconds(s, self.now) for s in self.rollouts[rid])
+                  for rid in recent}
+        longest = max(totals.values(), default=0.0) or 1.0
+        for rid in recent:
+            text.append("\n")
+            text.append_text(self._bar(rid, width - 12, longest))
+            text.append(f" {totals[rid]:5.0f}s", "dim")
+        return text
+
+    def _legend(self) -> Text:
+        text = Text()
+        for name, short, style in PHASES:
+            mean = self.means.get(name)
+            if mean is None:
+                continue
+            text.append("■", style)
+            text.append(f"{short} {mean:.0f}s ")
+        return text if text.plain else Text("phases (mean seconds)", "dim")
+
+    def _bar(self, rollout_id: int, width: int, longest: float) -> Text:
+        text = Text(f"r{rollout_id:<4}", "bold")
+        cells = 0
+        for span in self.rollouts[rollout_id]:
+            share = _span_seconds(span, self.now) / longest
+            n = max(1, round(share * width))
+            n = min(n, width - cells)
+            if n <= 0:
+                break
+            running = span.end is None
+            text.append(("▒" if running else "█") * n, STYLE.get(span.name, "white"))
+            cells += n
+        text.append(" " * (width - cells))
+        return text

@@ -1,0 +1,61 @@
+"""The monitor's top line: status, rollout i/N, current phase, elapsed time and ETA."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import Static
+
+from app.tui import fmt
+
+STATE_STYLES = {
+    "running": "bold green", "starting": "bold yellow", "stopping": "bold yellow",
+    "created": "yellow", "succeeded": "bold cyan", "failed": "bold red", "lost": "bold red",
+    "stopped": "bold magenta", "replay": "bold blue",
+}
+
+
+@dataclass(frozen=True)
+class HeaderData:
+    title: str = ""
+    state: str = "unknown"
+    detail: str = ""
+    rollout: int = 0
+    num_rollout: int | None = None
+    phase: str | None = None
+    elapsed: float | None = None
+    eta: float | None = None
+
+
+class RunHeader(Static):
+    """Attributes down: the screen calls show(HeaderData) after each batch."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)  # type: ignore[arg-type]
+        self.data = HeaderData()
+
+    def show(self, data: HeaderData) -> None:
+        if data == self.data:
+            return
+        self.data = data
+        for state in STATE_STYLES:
+            self.set_class(state == data.state, f"-{state}")
+        self.update(self.render_text(data))
+
+    @staticmethod
+    def render_text(data: HeaderData) -> Text:
+        total = "?" if data.num_rollout is None else str(data.num_rollout)
+        text = Text()
+        text.append(f" {data.state.upper()} ", STATE_STYLES.get(data.state, "bold") + " reverse")
+        text.append(f"  rollout {data.rollout}/{total}", "bold")
+        text.append("  phase ")
+        text.append(data.phase or "-", "bold magenta")
+        text.append(f"  elapsed {fmt.duration(data.elapsed)}")
+        eta = "done" if data.eta == 0 and data.state == "succeeded" else fmt.duration(data.eta)
+        text.append(f"  ETA {eta}")
+        if data.title:
+            text.append(f"  {data.title}", "dim")
+        if data.detail:
+            text.append(f"\n {data.detail}", "dim italic")
+        return text

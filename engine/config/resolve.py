@@ -1,0 +1,215 @@
+"""resolve(): the effective value of every flag after miles' fallbacks, without mutating.
+
+miles rewrites its args in place during validation (critic lr/load/save fallbacks, offload
+defaults, critic placement, rollout GPUs under --colocate...). PPO Deck computes the same
+outcome here as a fresh dict so that the UI can show it and the engine can read it; check()
+turns each of these silent changes into an info or warning.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from engine.config.model import RunConfig, value_error
+from engine.config.schema import BY_DEST, DEFAULTS, PATH_DESTS
+
+TRACKER = "latest_checkpointed_iteration.txt"
+DEFAULT_HOME = "~/.cache/ppodeck"
+
+
+def ppodeck_home() -> str:
+    """Where `ppodeck prepare` puts models and data: $PPODECK_HOME or ~/.cache/ppodeck."""
+    return os.path.expanduser(os.environ.get("PPODECK_HOME") or DEFAULT_HOME)
+
+
+def expand_path(path: str, run_dir: str | None = None) -> str:
+    """Expand ${RUN_DIR} (when the run directory is known), ${PPODECK_HOME} (defaulting to
+    ~/.cache/ppodeck), other $VARS from the environment, and a leading ~."""
+    if "$" in path:
+        if run_dir:
+            path = path.replace("${RUN_DIR}", run_dir)
+        home = ppodeck_home()
+        path = path.replace("${PPODECK_HOME}", home).replace("$PPODECK_HOME", home)
+        path = os.path.expandvars(path)
+    if path[:1] == "~":
+        path = os.path.expanduser(path)
+    return path
+
+
+def split_values(config: RunConfig) -> tuple[dict[str, Any], list[tuple[str, str]], list[str]]:
+    """(valid set values, [(dest, why invalid)], [unknown dests]) for any RunConfig contents.
+
+    Never raises: check() and resolve() both start here so garbage becomes issues.
+    """
+    valid: dict[str, Any] = {}
+    bad: list[tuple[str, str]] = []
+    unknown: list[str] = []
+    try:
+        items = list(config.values.items())
+    except Exception:  # values is not a mapping at all
+        return valid, [("", "the config values are not a mapping")], unknown
+    for dest, value in items:
+        if value is None:
+            continue
+        flag = BY_DEST.get(dest) if type(dest) is str else None
+        if flag is None:
+            unknown.append(str(dest))
+            continue
+        why = value_error(flag, value)
+        if why is None:
+            valid[dest] = float(value) if flag.kind == "float" else (
+                tuple(value) if flag.kind == "list" else value)
+        else:
+            bad.append((dest, why))
+    return valid, bad, unknown
+
+
+def _has_tracker(path: str | None) -> bool:
+    return bool(path) and os.path.exists(os.path.join(path, TRACKER))
+
+
+def resolve_values(valid: dict[str, Any]) -> dict[str, Any]:
+    """The effective values, given valid explicitly-set values (see split_values)."""
+    r = dict(DEFAULTS)
+    r.update(valid)
+    run_dir = r["run_dir"] = expand_path(r["run_dir"]) if r["run_dir"] else None
+    for dest in PATH_DESTS:
+        if r[dest] and dest != "run_dir":
+            r[dest] = expand_path(r[dest], run_dir)
+    _resolve_algo(r)
+    _resolve_placement(r)
+    _resolve_offload(r)
+    _resolve_checkpoints(r)
+    _resolve_batch(r)
+    _resolve_model(r)
+    return r
+
+
+def resolve(config: RunConfig) -> dict[str, Any]:
+    """Every dest -> effective value after miles' fallbacks (invalid values -> defaults).
+
+    Extra keys beyond the schema dests: use_critic, with_ref, world_size, dp_size,
+    model_parallel_size, rollout_engines, resume, critic_resume, load_requested, bf16,
+    sglang_tp_size, compute_advantages_and_returns, rewards_normalization,
+    grpo_std_normalization.
+    """
+    valid, _, _ = split_values(config)
+    return resolve_values(valid)
+
+
+def _resolve_algo(r: dict[str, Any]) -> None:
+    r["use_critic"] = r["advantage_estimator"] == "ppo"
+    r["with_ref"] = r["kl_coef"] != 0 or r["use_kl_loss"]
+    if r["eps_clip_high"] is None:
+        r["eps_clip_high"] = r["eps_clip"]
+    if r["critic_lr"] is None:
+        r["critic_lr"] = r["lr"]
+    r["compute_advantages_and_returns"] = not r["disable_compute_advantages_and_returns"]
+    r["rewards_normalization"] = not r["disable_rewards_normalization"]
+    r["grpo_std_normalization"] = (
+        not r["disable_grpo_std_normalization"] and r["n_samples_per_prompt"] != 1)
+
+
+def _resolve_placement(r: dict[str, Any]) -> None:
+    world = r["actor_num_nodes"] * r["actor_num_gpus_per_node"]
+    mp = (r["tensor_model_parallel_size"] * r["pipeline_model_parallel_size"]
+          * r["context_parallel_size"])
+    r["world_size"] = world
+    r["model_parallel_size"] = mp
+    r["dp_size"] = world // mp if mp > 0 and world % mp == 0 else None
+    if r["debug_rollout_only"]:
+        r["colocate"] = False
+    if r["use_critic"]:
+        r["critic_num_nodes"] = r["actor_num_nodes"]
+        r["critic_num_gpus_per_node"] = r["actor_num_gpus_per_node"]
+    if r["colocate"]:
+        r["rollout_num_gpus"] = world
+    if r["debug_train_only"]:
+        r["rollout_num_gpus"] = 0
+    per_engine = r["rollout_num_gpus_per_engine"]
+    gpus = r["rollout_num_gpus"]
+    r["rollout_engines"] = gpus // per_engine if gpus is not None and per_engine > 0 else None
+    r["sglang_tp_size"] = per_engine
+
+
+def _resolve_offload(r: dict[str, Any]) -> None:
+    if r["offload"]:
+        r["offload_train"] = r["offload_rollout"] = True
+    if r["debug_rollout_only"]:
+        r["offload_train"] = r["offload_rollout"] = False
+    if r["colocate"]:
+        for dest in ("offload_train", "offload_rollout"):
+            if r[dest] is None:
+                r[dest] = True
+    if r["use_critic"] and r["offload_train"] is None:
+        r["offload_train"] = True
+    for dest in ("offload_train", "offload_rollout"):
+        if r[dest] is None:
+            r[dest] = False
+    r["offload"] = False  # miles deletes it after expansion
+
+
+def _resolve_checkpoints(r: dict[str, Any]) -> None:
+    load = r["load"]
+    r["load_requested"] = load
+    r["resume"] = _has_tracker(load)
+    if not r["resume"]:
+        # miles: no usable --load means finetune from the ref (raw) or the HF weights (bridge).
+        if r["megatron_to_hf_mode"] == "bridge":
+            r["load"] = r["ref_load"] or r["hf_checkpoint"]
+        else:
+            r["load"] = r["ref_load"]
+    save = r["save"]
+    sibling = save.rstrip("/") + "_critic" if save else None
+    r["critic_resume"] = False
+    if r["critic_save"] is None and sibling:
+        r["critic_save"] = sibling
+    if r["critic_load"] is None:
+        # miles points the critic at the actor's checkpoint on resume; PPO Deck prefers the
+        # critic's own sibling when it holds one, so a resumed critic keeps its value head.
+        if r["use_critic"] and _has_tracker(sibling):
+            r["critic_load"] = sibling
+            r["critic_resume"] = True
+        else:
+            r["critic_load"] = r["load"]
+
+
+def _resolve_batch(r: dict[str, Any]) -> None:
+    if r["over_sampling_batch_size"] is None:
+        r["over_sampling_batch_size"] = r["rollout_batch_size"]
+    if r["log_probs_max_tokens_per_gpu"] is None:
+        r["log_probs_max_tokens_per_gpu"] = r["max_tokens_per_gpu"]
+    steps = r["num_steps_per_rollout"]
+    rbs = r["rollout_batch_size"]
+    if r["global_batch_size"] is None and steps and rbs:
+        r["global_batch_size"] = rbs * r["n_samples_per_prompt"] // steps
+
+
+def _resolve_model(r: dict[str, Any]) -> None:
+    r["bf16"] = not r["fp16"]
+    if r["optimizer"] == "adam":
+        r["use_distributed_optimizer"] = True
+    if r["seq_length"] is None:
+        r["seq_length"] = 4096
+    heads = r["num_attention_heads"]
+    hidden = r["hidden_size"]
+    if not r["group_query_attention"] and heads:
+        r["num_query_groups"] = heads
+    elif r["num_query_groups"] is None:
+        r["num_query_groups"] = 1
+    if r["kv_channels"] is None and heads and hidden:
+        r["kv_channels"] = hidden // heads
+    if r["ffn_hidden_size"] is None and hidden:
+        r["ffn_hidden_size"] = 4 * hidden
+    if r["use_rotary_position_embeddings"]:
+        r["position_embedding_type"] = "rope"
+
+
+def bad_values(config: RunConfig) -> list[tuple[str, str]]:
+    """[(dest, why)] for set values of the wrong type (convenience for front ends)."""
+    return split_values(config)[1]
+
+
+__all__ = ["resolve", "resolve_values", "split_values", "expand_path", "ppodeck_home",
+           "bad_values", "TRACKER", "value_error"]

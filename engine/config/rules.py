@@ -1,0 +1,723 @@
+"""check(config) -> Report: every constraint as an Issue. Never raises, never mutates.
+
+Rules follow miles' validation (spec §3.2-3.4, 3.6) in spirit and, where miles has one, in
+message text. What miles changes silently (fallbacks, overrides, trimming, flooring) is reported
+as an info or warning. Each rule is a small function `(e, r, s, out)`:
+    e    effective values before miles' fallbacks (schema defaults + valid set values)
+    r    resolve()d values (after the fallbacks)
+    s    the dests the user set explicitly (with valid values)
+    out  the list to append Issues to
+Codes are stable ("ppo.kl_coef_nonzero"): tests, the TUI and `validate --json` key on them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.config.derived import Derived, derive_resolved
+from engine.config.model import RunConfig
+from engine.config.resolve import resolve_values, split_values
+from engine.config.schema import BY_DEST, DEFAULTS
+
+Level = Literal["error", "warning", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    level: Level
+    code: str
+    flags: tuple[str, ...]  # as on a command line, e.g. ("--kl-coef",)
+    message: str  # why
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "code": self.code, "flags": list(self.flags),
+                "message": self.message, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Report:
+    issues: tuple[Issue, ...]
+    derived: Derived
+
+    @property
+    def ok(self) -> bool:
+        return not any(i.level == "error" for i in self.issues)
+
+    @property
+    def errors(self) -> tuple[Issue, ...]:
+        return tuple(i for i in self.issues if i.level == "error")
+
+    @property
+    def warnings(self) -> tuple[Issue, ...]:
+        return tuple(i for i in self.issues if i.level == "warning")
+
+    @property
+    def infos(self) -> tuple[Issue, ...]:
+        return tuple(i for i in self.issues if i.level == "info")
+
+    def codes(self, level: str | None = None) -> set[str]:
+        return {i.code for i in self.issues if level is None or i.level == level}
+
+
+Out = list[Issue]
+
+# miles' own message texts (spec §3.2, §3.6), quoted so users can search for them.
+MSG_MEGATRON_ONLY = "Shared Actor/Critic PPO requires the Megatron backend"
+MSG_KL_COEF = (
+    "Shared Actor/Critic PPO does not support reward-level KL (--kl-coef): the critic trains "
+    "before the actor and never sees ref log probs, so its value targets would silently exclude "
+    "the KL penalty applied to the actor's rewards. Use --use-kl-loss for KL regularization "
+    "instead.")
+MSG_INDEP_DP = (
+    "Shared Actor/Critic PPO hands the critic outputs to a single trainer cell as external data; "
+    "it does not support --indep-dp, which train fault tolerance also implies")
+MSG_NO_OFFLOAD = (
+    "--no-offload-train with shared Actor/Critic PPO is reserved for offload debugging: both "
+    "models stay resident on the shared train GPUs, so make sure they fit.")
+MSG_ASYNC_PPO = (
+    "Async PPO training requires an explicit behavior-policy correction, because rollouts are "
+    "generated before the current weight update while log probs are recomputed by the current "
+    "actor by default.")
+
+
+def _fl(dest: str) -> str:
+    return BY_DEST[dest].name
+
+
+def _issue(out: Out, level: Level, code: str, dests: tuple[str, ...], message: str,
+           fix: str = "") -> None:
+    out.append(Issue(level, code, tuple(_fl(d) for d in dests), message, fix))
+
+
+# --- PPO (spec §3.2, §3.6, seed "Constraints") -----------------------------------------------
+
+def _ppo_critic(e: dict, r: dict, s: set, out: Out) -> None:
+    if not r["use_critic"]:
+        critic_only = [d for d in ("num_critic_only_steps", "critic_lr", "critic_load",
+                                   "critic_save", "critic_lr_warmup_iters") if d in s]
+        if critic_only:
+            _issue(out, "info", "ppo.critic_flags_ignored", tuple(critic_only),
+                   f"critic flags have no effect with --advantage-estimator "
+                   f"{r['advantage_estimator']}: only ppo builds a critic.",
+                   "set --advantage-estimator ppo, or drop these flags")
+        return
+    _issue(out, "info", "ppo.critic_enabled", ("advantage_estimator",),
+           "--advantage-estimator ppo turns the critic on (use_critic): a value model is built "
+           "on the actor's GPUs and advantages come from GAE.")
+
+
+def _ppo_backend(e: dict, r: dict, s: set, out: Out) -> None:
+    if not r["use_critic"]:
+        return
+    if r["train_backend"] != "megatron":
+        _issue(out, "error", "ppo.megatron_only", ("train_backend", "advantage_estimator"),
+               f"{MSG_MEGATRON_ONLY} (got --train-backend {r['train_backend']}).",
+               "set --train-backend megatron")
+    if r["megatron_to_hf_mode"] == "bridge":
+        _issue(out, "info", "ppo.bridge_value_head", ("megatron_to_hf_mode",),
+               "with --megatron-to-hf-mode bridge the critic's value head is freshly "
+               "initialized rather than loaded from the HF checkpoint (it has no HF "
+               "counterpart).",
+               "use --num-critic-only-steps to warm the value head up before the actor trains")
+    if r["indep_dp"]:
+        _issue(out, "error", "ppo.indep_dp", ("indep_dp",), MSG_INDEP_DP + ".",
+               "drop --indep-dp")
+
+
+def _ppo_kl(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["use_critic"] and r["kl_coef"] != 0:
+        _issue(out, "error", "ppo.kl_coef_nonzero", ("kl_coef",), MSG_KL_COEF,
+               "set --kl-coef 0 and regularize with --use-kl-loss --kl-loss-coef <c>")
+
+
+def _ppo_placement(e: dict, r: dict, s: set, out: Out) -> None:
+    if not r["use_critic"]:
+        return
+    nodes, gpus = r["actor_num_nodes"], r["actor_num_gpus_per_node"]
+    differs = [d for d, actor in (("critic_num_nodes", nodes), ("critic_num_gpus_per_node", gpus))
+               if d in s and e[d] != actor]
+    where = f"{nodes} node(s) x {gpus} GPU(s)"
+    if differs:
+        given = ", ".join(f"{_fl(d)} {e[d]}" for d in differs)
+        _issue(out, "warning", "ppo.critic_placement_overridden", tuple(differs),
+               f"the critic is colocated on the actor's GPUs: {given} is overwritten with the "
+               f"actor's placement ({where}).",
+               "drop the critic placement flags; scale with --actor-num-nodes and "
+               "--actor-num-gpus-per-node")
+    else:
+        _issue(out, "info", "ppo.critic_placement_inherited",
+               ("critic_num_nodes", "critic_num_gpus_per_node"),
+               f"the critic shares the actor's GPUs ({where}); PPO needs no extra GPUs.")
+    tp, pp, cp = (r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"],
+                  r["context_parallel_size"])
+    _issue(out, "info", "ppo.critic_parallelism_inherited",
+           ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+            "context_parallel_size"),
+           f"the critic reuses the actor's parallelism (TP{tp} x PP{pp} x CP{cp}); it cannot "
+           "have its own.")
+
+
+def _ppo_offload(e: dict, r: dict, s: set, out: Out) -> None:
+    if not r["use_critic"] or r["debug_rollout_only"]:
+        return
+    if e["offload_train"] is False and not e["offload"]:
+        _issue(out, "warning", "ppo.no_offload_train", ("offload_train",), MSG_NO_OFFLOAD,
+               "drop --no-offload-train unless you are debugging offload")
+    elif e["offload_train"] is None and not e["offload"]:
+        _issue(out, "info", "ppo.offload_train_default", ("offload_train",),
+               "--offload-train is on by default under PPO: the actor and the critic take turns "
+               "on the shared GPUs and sleep in CPU memory in between.",
+               "pass --no-offload-train only for offload debugging")
+
+
+def _ppo_critic_fallbacks(e: dict, r: dict, s: set, out: Out) -> None:
+    if not r["use_critic"]:
+        return
+    if "critic_lr" not in s:
+        _issue(out, "info", "ppo.critic_lr_fallback", ("critic_lr", "lr"),
+               f"--critic-lr is not set: the critic uses --lr ({r['lr']:g}).",
+               "critics usually want a larger lr than the actor, e.g. 10x --lr")
+    if "critic_save" not in s and r["critic_save"]:
+        _issue(out, "info", "ppo.critic_save_fallback", ("critic_save", "save"),
+               f"the critic saves to {r['critic_save']} (--save + '_critic', a sibling so the two "
+               "models do not clobber each other's iteration tracker).")
+    if "critic_load" in s:
+        return
+    if r["critic_resume"]:
+        _issue(out, "info", "ppo.critic_resume", ("critic_load", "save"),
+               f"resuming the critic from {r['critic_load']} (it holds a checkpoint). miles "
+               "would point the critic at the actor's checkpoint on resume; PPO Deck passes "
+               "--critic-load explicitly.")
+    else:
+        source = r["critic_load"]
+        _issue(out, "info", "ppo.critic_load_fallback", ("critic_load", "load"),
+               f"--critic-load is not set: the critic starts from {source or 'random weights'} "
+               "(--load, else --ref-load); its value head is initialized fresh.")
+
+
+def _ppo_critic_only_steps(e: dict, r: dict, s: set, out: Out) -> None:
+    steps, num_rollout = r["num_critic_only_steps"], r["num_rollout"]
+    if r["use_critic"] and num_rollout is not None and steps >= num_rollout > 0:
+        _issue(out, "warning", "ppo.actor_never_trains", ("num_critic_only_steps", "num_rollout"),
+               f"--num-critic-only-steps {steps} >= --num-rollout {num_rollout}: the actor never "
+               "trains, only the critic does.",
+               "lower --num-critic-only-steps or raise --num-rollout")
+
+
+# --- parallelism and placement -----------------------------------------------------------------
+
+def _parallel_divides(e: dict, r: dict, s: set, out: Out) -> None:
+    world, mp = r["world_size"], r["model_parallel_size"]
+    if world > 0 and mp > 0 and world % mp:
+        tp, pp, cp = (r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"],
+                      r["context_parallel_size"])
+        _issue(out, "error", "parallel.world_size_not_divisible",
+               ("actor_num_nodes", "actor_num_gpus_per_node", "tensor_model_parallel_size",
+                "pipeline_model_parallel_size", "context_parallel_size"),
+               f"world size ({world}) is not divisible by tensor parallel size ({tp}) times "
+               f"pipeline parallel size ({pp}) times context parallel size ({cp})",
+               f"make TP x PP x CP ({mp}) divide --actor-num-nodes x --actor-num-gpus-per-node "
+               f"({world})")
+
+
+def _model_parallel_shape(e: dict, r: dict, s: set, out: Out) -> None:
+    tp, pp = r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"]
+    heads, groups, layers = r["num_attention_heads"], r["num_query_groups"], r["num_layers"]
+    if tp > 0 and heads and heads > 0 and heads % tp:
+        _issue(out, "error", "model.heads_not_divisible_by_tp",
+               ("num_attention_heads", "tensor_model_parallel_size"),
+               f"--num-attention-heads {heads} is not divisible by TP {tp}.",
+               "choose a TP that divides the number of heads")
+    if tp > 0 and groups and groups > 0 and r["group_query_attention"] and groups % tp:
+        _issue(out, "error", "model.groups_not_divisible_by_tp",
+               ("num_query_groups", "tensor_model_parallel_size"),
+               f"--num-query-groups {groups} is not divisible by TP {tp}.",
+               "choose a TP that divides the number of query groups")
+    if heads and groups and heads > 0 and groups > 0 and heads % groups:
+        _issue(out, "error", "model.heads_not_divisible_by_groups",
+               ("num_attention_heads", "num_query_groups"),
+               f"--num-attention-heads {heads} is not a multiple of --num-query-groups {groups}.",
+               "set --num-query-groups to a divisor of the head count")
+    if pp > 1 and layers and layers > 0 and layers % pp:
+        _issue(out, "error", "model.layers_not_divisible_by_pp",
+               ("num_layers", "pipeline_model_parallel_size"),
+               f"--num-layers {layers} is not divisible by PP {pp}.",
+               "choose a PP that divides the number of layers")
+
+
+def _model_shape_required(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["train_backend"] != "megatron" or r["debug_rollout_only"]:
+        return
+    missing = tuple(d for d in ("num_layers", "hidden_size", "num_attention_heads")
+                    if r[d] is None)
+    if missing:
+        _issue(out, "error", "model.shape_required", missing,
+               f"Megatron needs the model shape: {', '.join(_fl(d) for d in missing)} not set.",
+               "add the model arguments (for Qwen3-4B see `ppodeck presets show qwen3-4b-ppo`)")
+    if r["vocab_size"] is None and not r["hf_checkpoint"]:
+        _issue(out, "warning", "model.vocab_unknown", ("vocab_size", "hf_checkpoint"),
+               "neither --vocab-size nor --hf-checkpoint is set: the vocabulary size is unknown "
+               "and the memory estimate is unavailable.",
+               "set --vocab-size or --hf-checkpoint")
+
+
+def _rollout_engines(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["debug_train_only"]:
+        return
+    gpus, per_engine = r["rollout_num_gpus"], r["rollout_num_gpus_per_engine"]
+    if gpus is None:
+        _issue(out, "error", "rollout.num_gpus_required", ("rollout_num_gpus", "colocate"),
+               "--rollout-num-gpus is not set and --colocate is off: the rollout engines have no "
+               "GPUs.",
+               "pass --colocate to share the actor's GPUs, or set --rollout-num-gpus")
+        return
+    if gpus <= 0 or per_engine <= 0:
+        return  # reported by the positive-value rule
+    engines = gpus // per_engine
+    if engines == 0:
+        _issue(out, "error", "rollout.no_engines",
+               ("rollout_num_gpus", "rollout_num_gpus_per_engine"),
+               f"{gpus} rollout GPU(s) cannot hold one engine of {per_engine} GPUs.",
+               "lower --rollout-num-gpus-per-engine or add rollout GPUs")
+    elif gpus % per_engine:
+        _issue(out, "warning", "rollout.engines_floor",
+               ("rollout_num_gpus", "rollout_num_gpus_per_engine"),
+               f"{gpus} rollout GPUs do not divide into engines of {per_engine}: miles starts "
+               f"{engines} engine(s) and leaves {gpus - engines * per_engine} GPU(s) idle.",
+               "make --rollout-num-gpus-per-engine divide the rollout GPU count")
+
+
+def _colocate(e: dict, r: dict, s: set, out: Out) -> None:
+    if not r["colocate"]:
+        return
+    world = r["world_size"]
+    if "rollout_num_gpus" in s and e["rollout_num_gpus"] != world:
+        _issue(out, "info", "colocate.rollout_gpus_override", ("rollout_num_gpus", "colocate"),
+               f"rollout_num_gpus {e['rollout_num_gpus']} != actor GPUs {world}: --colocate "
+               f"overrides rollout_num_gpus to {world}.",
+               "drop --rollout-num-gpus under --colocate")
+    else:
+        _issue(out, "info", "colocate.rollout_gpus", ("rollout_num_gpus", "colocate"),
+               f"--colocate: the rollout engines use the actor's {world} GPU(s) "
+               "(rollout_num_gpus = actor GPUs).")
+    if e["offload_rollout"] is None and not e["offload"]:
+        _issue(out, "info", "colocate.offload_rollout_default", ("offload_rollout", "colocate"),
+               "--colocate turns --offload-rollout on: SGLang releases its memory while the "
+               "models train.")
+    prefill = r["sglang_cuda_graph_backend_prefill"]
+    if prefill is not None and prefill != "disabled":
+        _issue(out, "warning", "colocate.cuda_graph_prefill",
+               ("sglang_cuda_graph_backend_prefill", "colocate"),
+               f"--sglang-cuda-graph-backend-prefill {prefill} under --colocate may trigger "
+               "NVLS OOM.", "leave it unset (miles uses 'disabled' under colocate)")
+
+
+def _offload_flags(e: dict, r: dict, s: set, out: Out) -> None:
+    if e["offload"]:
+        conflict = tuple(d for d in ("offload_train", "offload_rollout") if e[d] is False)
+        _issue(out, "info" if not conflict else "warning", "offload.expanded",
+               ("offload",) + conflict,
+               "--offload expands to --offload-train --offload-rollout"
+               + (" and overrides the explicit --no-" + ", --no-".join(
+                   _fl(d)[2:] for d in conflict) if conflict else "") + ".")
+    if r["offload_train_target"] == "disk" and (
+            not r["offload_train"] or r["train_backend"] != "megatron"):
+        _issue(out, "error", "offload.disk_target",
+               ("offload_train_target", "offload_train", "train_backend"),
+               "--offload-train-target disk requires --offload-train and the Megatron backend.",
+               "turn --offload-train on, or use --offload-train-target cpu")
+
+
+def _debug_modes(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["debug_rollout_only"] and r["debug_train_only"]:
+        _issue(out, "error", "debug.exclusive", ("debug_rollout_only", "debug_train_only"),
+               "--debug-rollout-only and --debug-train-only cannot both be set.",
+               "keep one of them")
+    elif r["debug_rollout_only"]:
+        turned_off = tuple(d for d in ("colocate", "offload", "offload_train", "offload_rollout")
+                           if e[d])
+        _issue(out, "info", "debug.rollout_only", ("debug_rollout_only",) + turned_off,
+               "--debug-rollout-only runs no training: --colocate and both offloads are "
+               "turned off.")
+
+
+def _transfer_mode(e: dict, r: dict, s: set, out: Out) -> None:
+    mode = r["update_weight_transfer_mode"]
+    if r["colocate"] and mode in ("p2p", "disk-delta"):
+        label = "P2P" if mode == "p2p" else "Disk-delta"
+        _issue(out, "error", f"transfer.{mode.replace('-', '_')}_colocate",
+               ("update_weight_transfer_mode", "colocate"),
+               f"{label} weight transfer mode is not compatible with --colocate: colocated "
+               "engines receive weights through CUDA IPC.",
+               "drop --update-weight-transfer-mode or --colocate")
+
+
+def _async(e: dict, r: dict, s: set, out: Out) -> None:
+    if not r["fully_async"]:
+        return
+    if r["use_critic"] and not (r["use_rollout_logprobs"] or r["use_tis"]
+                                or r["keep_old_actor"]):
+        _issue(out, "error", "async.ppo_needs_correction", ("fully_async", "advantage_estimator"),
+               MSG_ASYNC_PPO,
+               "pass one of --use-rollout-logprobs, --use-tis or --keep-old-actor")
+    if r["colocate"]:
+        _issue(out, "error", "async.no_colocate", ("fully_async", "colocate"),
+               "Colocation is not supported for async training.",
+               "drop --colocate and give the rollout its own GPUs (--rollout-num-gpus)")
+
+
+# --- algorithm ---------------------------------------------------------------------------------
+
+def _kl(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["kl_coef"] != 0 and r["kl_loss_coef"] != 0:
+        _issue(out, "error", "kl.both_coefs", ("kl_coef", "kl_loss_coef"),
+               "Only one of kl_coef and kl_loss_coef can be set.",
+               "set one of --kl-coef / --kl-loss-coef to 0")
+    if r["use_kl_loss"] and r["kl_loss_coef"] == 0:
+        _issue(out, "info", "kl.loss_coef_zero", ("use_kl_loss", "kl_loss_coef"),
+               "--use-kl-loss with --kl-loss-coef 0: the reference model is loaded and run "
+               "every step but adds nothing to the loss (train/kl_loss is still logged).",
+               "raise --kl-loss-coef to regularize, or drop --use-kl-loss to skip the ref pass")
+    if not r["with_ref"]:
+        return
+    ref = r["ref_load"]
+    if ref is None:
+        _issue(out, "error", "kl.ref_load_required", ("ref_load", "use_kl_loss", "kl_coef"),
+               "a KL term (--use-kl-loss or a non-zero --kl-coef) needs the reference model, "
+               "but --ref-load is not set.",
+               "set --ref-load to a Megatron torch_dist checkpoint")
+    elif not os.path.exists(ref):
+        _issue(out, "warning", "kl.ref_load_missing", ("ref_load",),
+               f"ref_load {ref} does not exist: not prepared yet (miles would stop with "
+               "FileNotFoundError at launch).",
+               "run `ppodeck prepare` for this preset, or fix the --ref-load path")
+
+
+def _eps_clip(e: dict, r: dict, s: set, out: Out) -> None:
+    c = r["eps_clip_c"]
+    if c is not None and c <= 1.0:
+        _issue(out, "error", "ppo.eps_clip_c", ("eps_clip_c",),
+               "The lower bound of the clip_ratio_c for dual-clip PPO should be greater than "
+               f"1.0, but get the value: {c}.", "set --eps-clip-c above 1 (3.0 is common)")
+    if "eps_clip_high" not in s:
+        return
+    if r["eps_clip_high"] < r["eps_clip"]:
+        _issue(out, "warning", "ppo.eps_clip_high_below", ("eps_clip_high", "eps_clip"),
+               f"--eps-clip-high {r['eps_clip_high']:g} is below --eps-clip {r['eps_clip']:g}.",
+               "use --eps-clip-high >= --eps-clip (clip-higher)")
+
+
+def _estimator(e: dict, r: dict, s: set, out: Out) -> None:
+    est = r["advantage_estimator"]
+    if est.startswith("reinforce_plus_plus") and not r["normalize_advantages"]:
+        _issue(out, "error", "algo.reinforce_needs_normalize",
+               ("advantage_estimator", "normalize_advantages"),
+               f"--advantage-estimator {est} requires --normalize-advantages.",
+               "add --normalize-advantages")
+    if r["use_rollout_logprobs"] and r["use_tis"]:
+        _issue(out, "error", "algo.rollout_logprobs_xor_tis", ("use_rollout_logprobs", "use_tis"),
+               "--use-rollout-logprobs and --use-tis are mutually exclusive.", "keep one")
+    if r["get_mismatch_metrics"] and not r["custom_tis_function_path"]:
+        _issue(out, "error", "algo.mismatch_metrics_need_tis_path",
+               ("get_mismatch_metrics", "custom_tis_function_path"),
+               "--get-mismatch-metrics requires --custom-tis-function-path.",
+               "set --custom-tis-function-path or drop --get-mismatch-metrics")
+    if r["n_samples_per_prompt"] == 1 and est in ("grpo", "gspo") and \
+            not r["disable_grpo_std_normalization"]:
+        _issue(out, "info", "algo.grpo_std_off", ("n_samples_per_prompt",),
+               "--n-samples-per-prompt 1 turns GRPO std normalization off (a group of one has "
+               "no spread).")
+
+
+def _remat(e: dict, r: dict, s: set, out: Out) -> None:
+    if not r["rematerialize_param_from_master_weight"]:
+        return
+    flag = ("rematerialize_param_from_master_weight",)
+    if r["num_critic_only_steps"]:
+        _issue(out, "error", "remat.critic_only_steps", flag + ("num_critic_only_steps",),
+               "--rematerialize-param-from-master-weight is incompatible with critic-only "
+               "steps: they run update_weights repeatedly without an intervening actor wake_up.",
+               "set --num-critic-only-steps 0 or drop the rematerialize flag")
+    needs = [(not (r["colocate"] and r["offload_train"]), "--colocate and --offload-train"),
+             (r["offload_train_target"] != "cpu", "--offload-train-target cpu"),
+             (not r["use_distributed_optimizer"], "the distributed optimizer"),
+             (r["indep_dp"], "no --indep-dp"), (r["keep_old_actor"], "no --keep-old-actor")]
+    missing = [what for failed, what in needs if failed]
+    if missing:
+        _issue(out, "error", "remat.requires", flag,
+               "--rematerialize-param-from-master-weight requires " + ", ".join(missing) + ".",
+               "meet these requirements or drop the flag")
+
+
+# --- data and batch ----------------------------------------------------------------------------
+
+_POSITIVE = ("rollout_batch_size", "n_samples_per_prompt", "global_batch_size",
+             "micro_batch_size", "actor_num_nodes", "actor_num_gpus_per_node",
+             "rollout_num_gpus_per_engine", "num_gpus_per_node", "rollout_num_gpus",
+             "tensor_model_parallel_size", "pipeline_model_parallel_size",
+             "context_parallel_size", "num_epoch", "max_tokens_per_gpu", "num_steps_per_rollout",
+             "save_interval", "critic_num_nodes", "critic_num_gpus_per_node",
+             "over_sampling_batch_size", "num_layers", "hidden_size", "num_attention_heads",
+             "num_query_groups", "kv_channels", "ffn_hidden_size", "vocab_size", "seq_length",
+             "rollout_max_response_len", "eval_interval", "offload_train_disk_chunk_mb",
+             "update_weights_interval", "synthetic_num_prompts", "ref_update_interval",
+             "make_vocab_size_divisible_by", "num_experts", "max_prompt_len")
+_NON_NEGATIVE = ("num_rollout", "num_critic_only_steps", "lr", "critic_lr", "min_lr",
+                 "weight_decay", "lr_warmup_iters", "critic_lr_warmup_iters", "kl_loss_coef",
+                 "entropy_coef", "clip_grad", "eps_clip", "value_clip", "attention_dropout",
+                 "hidden_dropout", "seed", "rollout_seed")
+_UNIT = ("gamma", "lambd", "rollout_top_p", "adam_beta1", "adam_beta2",
+         "sglang_mem_fraction_static")
+
+
+def _ranges(e: dict, r: dict, s: set, out: Out) -> None:
+    for dest in _POSITIVE:
+        value = e[dest]
+        if value is not None and value <= 0:
+            _issue(out, "error", "value.not_positive", (dest,),
+                   f"{_fl(dest)} must be a positive integer, got {value}.",
+                   f"set {_fl(dest)} to 1 or more")
+    for dest in _NON_NEGATIVE:
+        value = e[dest]
+        if value is not None and value < 0:
+            _issue(out, "error", "value.negative", (dest,),
+                   f"{_fl(dest)} must be >= 0, got {value:g}.", f"set {_fl(dest)} to 0 or more")
+    for dest in _UNIT:
+        value = e[dest]
+        if value is not None and not 0 <= value <= 1:
+            _issue(out, "error", "value.out_of_unit_range", (dest,),
+                   f"{_fl(dest)} must be within [0, 1], got {value:g}.",
+                   f"set {_fl(dest)} between 0 and 1")
+    if e["rollout_temperature"] <= 0:
+        _issue(out, "error", "value.temperature", ("rollout_temperature",),
+               "--rollout-temperature must be > 0; temperature 0 is greedy decoding and is not a "
+               "valid RL policy.", "use --rollout-temperature 1.0 (or 0.6-1.0)")
+    if e["rollout_top_p"] == 0:
+        _issue(out, "error", "value.top_p_zero", ("rollout_top_p",),
+               "--rollout-top-p 0 keeps no tokens.", "use --rollout-top-p 1.0")
+
+
+def _batch_required(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["rollout_batch_size"] is None:
+        _issue(out, "error", "batch.rollout_batch_size_required", ("rollout_batch_size",),
+               "--rollout-batch-size is required (the number of prompts per rollout step).",
+               "set --rollout-batch-size, e.g. 8")
+    if r["global_batch_size"] is None:
+        _issue(out, "error", "batch.global_batch_size_required",
+               ("global_batch_size", "num_steps_per_rollout"),
+               "--global-batch-size is not set (miles leaves it None and fails later).",
+               "set --global-batch-size (samples per optimizer step) or --num-steps-per-rollout")
+    if r["num_rollout"] is None and r["num_epoch"] is None:
+        _issue(out, "error", "data.num_rollout_required", ("num_rollout", "num_epoch"),
+               "num_epoch is not set, but num_rollout is not set, please set --num-rollout or "
+               "--num-epoch", "set --num-rollout (rollout steps to run)")
+    elif r["num_rollout"] is None:
+        _issue(out, "info", "data.num_rollout_from_epochs", ("num_rollout", "num_epoch"),
+               f"--num-rollout is computed at launch from the dataset size x --num-epoch "
+               f"{r['num_epoch']}; totals are unknown until then.")
+
+
+def _batch_arithmetic(e: dict, r: dict, s: set, out: Out, d: Derived) -> None:
+    rbs, n, gbs = r["rollout_batch_size"], r["n_samples_per_prompt"], r["global_batch_size"]
+    steps = r["num_steps_per_rollout"]
+    if steps and steps > 0 and rbs and rbs > 0 and n > 0 and "global_batch_size" in s:
+        implied = rbs * n // steps
+        if gbs != implied:
+            _issue(out, "error", "batch.steps_per_rollout_mismatch",
+                   ("global_batch_size", "num_steps_per_rollout"),
+                   f"global_batch_size {gbs} is not equal to rollout_batch_size {rbs} * "
+                   f"n_samples_per_prompt {n} // num_steps_per_rollout {steps} = {implied}.",
+                   "drop one of --global-batch-size / --num-steps-per-rollout")
+    samples = d.samples_per_rollout
+    if samples is None or gbs is None or gbs <= 0:
+        return
+    if samples < gbs:
+        _issue(out, "error", "batch.not_enough_samples",
+               ("rollout_batch_size", "n_samples_per_prompt", "global_batch_size"),
+               f"Not enough samples {samples} for global_batch_size {gbs}: a rollout of "
+               f"{rbs} x {n} samples cannot fill one optimizer step.",
+               "raise --rollout-batch-size / --n-samples-per-prompt or lower "
+               "--global-batch-size")
+        return
+    trimmed = samples % gbs
+    if trimmed and not r["disable_rollout_trim_samples"]:
+        _issue(out, "warning", "batch.samples_trimmed",
+               ("rollout_batch_size", "n_samples_per_prompt", "global_batch_size"),
+               f"{samples} samples per rollout is not a multiple of --global-batch-size {gbs}: "
+               f"miles trims {trimmed} samples from every rollout.",
+               f"make {rbs} x {n} a multiple of {gbs}, e.g. --global-batch-size "
+               f"{_divisor_near(samples, gbs)}")
+    dp = r["dp_size"]
+    if not dp:
+        return
+    if gbs < dp:
+        _issue(out, "error", "batch.global_batch_below_dp", ("global_batch_size",),
+               f"a step of {gbs} samples < dp_size {dp}: every DP rank needs at least one sample.",
+               f"set --global-batch-size to at least {dp}")
+    elif not r["use_dynamic_batch_size"] and gbs % (dp * r["micro_batch_size"]):
+        _issue(out, "error", "batch.micro_batches_not_divisible",
+               ("global_batch_size", "micro_batch_size"),
+               f"global batch {gbs} is not a multiple of dp_size {dp} x micro_batch_size "
+               f"{r['micro_batch_size']}; adjust the config so step_size % (dp_size * "
+               "micro_batch_size) == 0.",
+               "change --global-batch-size or --micro-batch-size, or use "
+               "--use-dynamic-batch-size")
+    elif gbs % dp:
+        _issue(out, "warning", "batch.uneven_dp", ("global_batch_size",),
+               f"--global-batch-size {gbs} does not divide evenly over dp_size {dp}.",
+               f"use a multiple of {dp}")
+
+
+def _divisor_near(samples: int, gbs: int) -> int:
+    for candidate in range(gbs, 0, -1):
+        if samples % candidate == 0:
+            return candidate
+    return 1
+
+
+def _dynamic_batch(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["use_dynamic_batch_size"] and r["max_tokens_per_gpu"] is None:
+        _issue(out, "error", "batch.dynamic_needs_max_tokens",
+               ("use_dynamic_batch_size", "max_tokens_per_gpu"),
+               "max_tokens_per_gpu must be set when use_dynamic_batch_size is set",
+               "set --max-tokens-per-gpu, e.g. 16384")
+    if r["qkv_format"] == "bshd" and (r["train_backend"] != "megatron"
+                                      or r["use_dynamic_batch_size"]):
+        _issue(out, "error", "batch.bshd", ("qkv_format", "use_dynamic_batch_size"),
+               "--qkv-format bshd requires the Megatron backend and no dynamic batch size.",
+               "use --qkv-format thd")
+    over = r["over_sampling_batch_size"]
+    rbs = r["rollout_batch_size"]
+    if over is not None and rbs is not None and over < rbs:
+        _issue(out, "error", "batch.over_sampling_below_rbs",
+               ("over_sampling_batch_size", "rollout_batch_size"),
+               f"--over-sampling-batch-size {over} must be >= --rollout-batch-size {rbs}.",
+               f"set --over-sampling-batch-size to at least {rbs}, or drop it")
+
+
+def _data_source(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["prompt_data"] is None and r["synthetic_task"] is None:
+        _issue(out, "error", "data.prompt_data_required", ("prompt_data", "synthetic_task"),
+               "no prompts: --prompt-data is not set (and no --synthetic-task).",
+               "set --prompt-data to a JSONL/parquet file, or --synthetic-task copy-digit")
+    elif r["prompt_data"] is not None and r["synthetic_task"] is not None:
+        _issue(out, "warning", "data.synthetic_overrides_prompt_data",
+               ("synthetic_task", "prompt_data"),
+               "--synthetic-task is set, so --prompt-data is ignored.", "drop one of them")
+    if r["rm_type"] is None and r["custom_rm_path"] is None and r["synthetic_task"] is None:
+        _issue(out, "warning", "rollout.no_reward", ("rm_type", "custom_rm_path"),
+               "no reward function: neither --rm-type nor --custom-rm-path is set (only samples "
+               "whose metadata names an rm_type get a reward).",
+               "set --rm-type (e.g. deepscaler, math) or --custom-rm-path")
+    if r["rm_type"] == "remote_rm" and not r["rm_url"]:
+        _issue(out, "error", "rollout.rm_url_required", ("rm_type", "rm_url"),
+               "--rm-type remote_rm needs --rm-url.", "set --rm-url")
+    if r["eval_interval"] is not None and not r["eval_prompt_data"]:
+        _issue(out, "error", "eval.interval_needs_data", ("eval_interval", "eval_prompt_data"),
+               "--eval-interval is set but no eval datasets are given.",
+               "set --eval-prompt-data NAME PATH or drop --eval-interval")
+    ctx, prompt = r["rollout_max_context_len"], r["rollout_max_prompt_len"]
+    if ctx is not None and prompt is not None and prompt > ctx - 1:
+        _issue(out, "error", "rollout.prompt_exceeds_context",
+               ("rollout_max_prompt_len", "rollout_max_context_len"),
+               f"--rollout-max-prompt-len {prompt} must be <= --rollout-max-context-len - 1 "
+               f"({ctx - 1}).", "lower --rollout-max-prompt-len")
+
+
+def _checkpoints(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["save"] is None:
+        for dest, what in (("save_interval", "save_interval"),
+                           ("save_trigger_sentinel", "save_trigger_sentinel"),
+                           ("custom_megatron_post_save_hook_path",
+                            "custom_megatron_post_save_hook_path")):
+            if r[dest] is not None:
+                _issue(out, "error", f"ckpt.{dest}_needs_save", (dest, "save"),
+                       f"'--save' is required when {what} is set.",
+                       f"set --save, or drop {_fl(dest)}")
+    if r["load"] is None and r["model_init"] != "random" and not r["debug_rollout_only"]:
+        _issue(out, "warning", "ckpt.no_initial_weights", ("ref_load", "load", "model_init"),
+               "no initial weights: --load and --ref-load are unset (and --hf-checkpoint in "
+               "bridge mode), so the actor starts from random weights.",
+               "set --ref-load (or --load), or pass --model-init random to say it is intended")
+    hf = r["hf_checkpoint"]
+    if hf is not None and not os.path.exists(hf):
+        _issue(out, "warning", "ckpt.hf_checkpoint_missing", ("hf_checkpoint",),
+               f"hf_checkpoint {hf} does not exist: not prepared yet.",
+               "run `ppodeck prepare` for this preset, or fix the --hf-checkpoint path")
+    if r["ref_load"] is None and r["load"] is None and r["hf_checkpoint"] is None and \
+            r["model_init"] == "random" and r["vocab_size"] is None:
+        _issue(out, "error", "model.vocab_required", ("vocab_size", "model_init"),
+               "--model-init random without a checkpoint or tokenizer needs --vocab-size.",
+               "set --vocab-size")
+
+
+def _ppodeck_backend(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["rollout_backend"] == "hf" and r["rollout_num_gpus_per_engine"] > 1:
+        _issue(out, "warning", "ppodeck.hf_engine_tp",
+               ("rollout_backend", "rollout_num_gpus_per_engine"),
+               "--rollout-backend hf runs one process per engine without tensor parallelism: "
+               f"--rollout-num-gpus-per-engine {r['rollout_num_gpus_per_engine']} only groups "
+               "GPUs.", "use --rollout-num-gpus-per-engine 1 with the hf backend")
+    if r["ray_address"] and r["rollout_backend"] == "hf" and r["actor_num_nodes"] > 1:
+        _issue(out, "info", "ppodeck.hf_multinode", ("rollout_backend", "actor_num_nodes"),
+               "the hf rollout backend is meant for single-node runs.")
+
+
+RULES = (
+    _ranges, _ppo_critic, _ppo_backend, _ppo_kl, _ppo_placement, _ppo_offload,
+    _ppo_critic_fallbacks, _ppo_critic_only_steps, _parallel_divides, _model_parallel_shape,
+    _model_shape_required, _rollout_engines, _colocate, _offload_flags, _debug_modes,
+    _transfer_mode, _async, _kl, _eps_clip, _estimator, _remat, _batch_required, _dynamic_batch,
+    _data_source, _checkpoints, _ppodeck_backend,
+)
+
+
+def _value_issues(config: RunConfig, bad: list, unknown: list, out: Out) -> None:
+    for dest, why in bad:
+        flag = BY_DEST.get(dest)
+        name = flag.name if flag else "(values)"
+        fix = (f"give {name} a valid value" + (f" ({', '.join(flag.choices)})"
+                                                if flag and flag.choices else ""))
+        out.append(Issue("error", "value.bad_type", (name,) if flag else (), why, fix))
+    for dest in unknown:
+        name = "--" + dest.replace("_", "-")
+        out.append(Issue("warning", "config.unknown_key", (name,),
+                         f"{name} is not a flag PPO Deck knows; it is ignored here.",
+                         "move it to passthrough, or check the spelling"))
+    try:
+        passthrough = tuple(config.passthrough)
+    except Exception:
+        passthrough = ()
+    flags = tuple(t for t in passthrough if isinstance(t, str) and t.startswith("--"))
+    if flags:
+        out.append(Issue("info", "config.passthrough", flags,
+                         f"{len(flags)} flag(s) PPO Deck does not model are passed to miles "
+                         "verbatim and not validated.", ""))
+
+
+def check(config: RunConfig) -> Report:
+    """Every issue of `config`, plus derived values. Never raises, never mutates `config`."""
+    out: Out = []
+    try:
+        valid, bad, unknown = split_values(config)
+        _value_issues(config, bad, unknown, out)
+        e = dict(DEFAULTS)
+        e.update(valid)
+        r = resolve_values(valid)
+        s = set(valid)
+        for rule in RULES:
+            rule(e, r, s, out)
+        derived = derive_resolved(r)
+        _batch_arithmetic(e, r, s, out, derived)
+    except Exception as exc:  # a rule bug must never take the UI down
+        out.append(Issue("error", "internal.check_failed", (),
+                         f"validation stopped early: {type(exc).__name__}: {exc}",
+                         "please report this with the preset or command line"))
+        derived = Derived()
+    return Report(tuple(out), derived)
+
+
+DEFAULT_DERIVED = Derived()

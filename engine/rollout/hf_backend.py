@@ -1,0 +1,163 @@
+"""The `hf` rollout backend: transformers generation for CPU and small GPU runs.
+
+The model is built from `hf_config(shape, arch)` (random weights) and receives the actor's
+weights through the same Megatron -> HF conversion that feeds SGLang. Sampling log-probs are
+log-softmax(logits / temperature) of the chosen tokens: the same quantity the actor computes
+(spec 5.2), before any top-p/top-k filtering, so rollout and training log-probs are comparable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from engine.rollout.types import GenOut
+from engine.train.convert import Arch, hf_config
+from engine.train.model import ModelShape
+
+
+class HFGenerator:
+    """A transformers causal LM that samples batches of responses."""
+
+    def __init__(self, shape: ModelShape, arch: Arch, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32, init_seed: int = 0) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.shape, self.arch = shape, arch
+        self.device = torch.device(device)
+        config = hf_config(shape, arch)
+        with seeded(init_seed, torch.device("cpu")):  # the placeholder weights are reproducible
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        self.model = model.to(self.device).eval()
+        self.tied = bool(config.tie_word_embeddings)
+
+    # ---- weights ------------------------------------------------------------------------
+    def load_weights(self, hf_state_dict: Mapping[str, torch.Tensor]) -> int:
+        """Copy an HF-named state dict in (strict); returns the bytes received."""
+        missing, unexpected = self.model.load_state_dict(dict(hf_state_dict), strict=False)
+        # a tied model's lm_head is the embedding itself: files and mcore_to_hf omit it
+        missing = [k for k in missing if not (self.tied and k == "lm_head.weight")]
+        if missing or unexpected:
+            raise KeyError(f"rollout weights do not match the {self.arch} model: missing "
+                           f"{missing[:3]} ({len(missing)}), unexpected {unexpected[:3]} "
+                           f"({len(unexpected)})")
+        if self.tied:
+            self.model.tie_weights()
+        return sum(t.numel() * t.element_size() for t in hf_state_dict.values())
+
+    # ---- generation ---------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, prompt_ids: Sequence[Sequence[int]], *, n_samples: int = 1,
+                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = -1,
+                 max_new_tokens: int, eos_token_id: int | None, pad_token_id: int,
+                 seed: int) -> list[GenOut]:
+        """n_samples responses per prompt, prompt-major (all samples of prompt 0 first)."""
+        if not prompt_ids:
+            return []
+        rows = [list(p) for p in prompt_ids for _ in range(n_samples)]
+        input_ids, attention_mask = left_pad(rows, pad_token_id, self.device)
+        config = self._generation_config(temperature, top_p, top_k, max_new_tokens,
+                                         eos_token_id, pad_token_id)
+        with seeded(seed, self.device):
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                      generation_config=config)
+        new_tokens = out.sequences[:, input_ids.shape[1]:]
+        log_probs = chosen_log_probs(out.logits, new_tokens, temperature)
+        return cut_at_eos(new_tokens.tolist(), log_probs.tolist(), eos_token_id, max_new_tokens)
+
+    def _generation_config(self, temperature: float, top_p: float, top_k: int,
+                           max_new_tokens: int, eos_token_id: int | None,
+                           pad_token_id: int):  # noqa: ANN202
+        from transformers import GenerationConfig
+
+        greedy = temperature <= 0
+        return GenerationConfig(
+            do_sample=not greedy,
+            temperature=None if greedy else temperature,
+            top_p=None if greedy else top_p,
+            top_k=None if greedy or top_k is None or top_k <= 0 else top_k,  # miles: -1 = off
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=None,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            use_cache=True,
+            output_logits=True,  # raw logits: we apply the temperature ourselves
+            return_dict_in_generate=True,
+        )
+
+    # ---- memory -------------------------------------------------------------------------
+    def offload(self) -> dict[str, Any]:
+        return self._move("cpu")
+
+    def onload(self) -> dict[str, Any]:
+        return self._move("gpu")
+
+    def _move(self, where: str) -> dict[str, Any]:
+        if self.device.type == "cpu":
+            # a CPU-only run has nothing to release: say so instead of pretending
+            return {"noop": True, "bytes": 0, "seconds": 0.0, "gbps": None, "where": "cpu"}
+        import time
+
+        start = time.perf_counter()
+        target = self.device if where != "cpu" else torch.device("cpu")
+        self.model.to(target)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            if where == "cpu":
+                torch.cuda.empty_cache()
+        seconds = time.perf_counter() - start
+        size = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return {"noop": False, "bytes": size, "seconds": seconds,
+                "gbps": size / seconds / 1e9 if seconds > 0 else None,
+                "where": "cpu" if where == "cpu" else "gpu"}
+
+    def shutdown(self) -> None:
+        self.model = None  # type: ignore[assignment]
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_token_id: int,
+             device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decoder-only batching: pad on the left so every row's last token is its real last."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def chosen_log_probs(step_logits: Sequence[torch.Tensor], tokens: torch.Tensor,
+                     temperature: float) -> torch.Tensor:
+    """[B, T] log-probs of the sampled tokens under temperature-scaled logits (fp32).
+
+    Like the actor's logit processor, logits are divided only when T is neither 0 nor 1.
+    """
+    logits = torch.stack(list(step_logits), dim=1).float()  # [B, T, V]
+    if temperature not in (0.0, 1.0) and temperature > 0:
+        logits = logits / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def cut_at_eos(tokens: list[list[int]], log_probs: list[list[float]], eos_token_id: int | None,
+               max_new_tokens: int) -> list[GenOut]:
+    """Responses end after their first EOS (kept: a trainable token, like miles)."""
+    outs = []
+    for row, lps in zip(tokens, log_probs, strict=True):
+        end = row.index(eos_token_id) + 1 if eos_token_id in row else len(row)
+        truncated = eos_token_id not in row[:end] and end >= max_new_tokens
+        outs.append(GenOut(response_ids=row[:end], log_probs=lps[:end], truncated=truncated))
+    return outs
+
+
+@contextlib.contextmanager
+def seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """Seed sampling without disturbing the caller's global RNG streams."""
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield

@@ -1,0 +1,279 @@
+"""RolloutManager (api.md section 6): prompts -> responses -> rewards -> RolloutBatch.
+
+A plain class; the driver wraps it with ray.remote. Per rollout, as in miles: take
+rollout_batch_size prompts, sample n_samples_per_prompt responses each, score them with the
+rule-based reward (a sample's metadata rm_type wins over --rm-type), keep PPO's raw rewards,
+loss masks of all ones over the response, and trim the samples to a multiple of the global
+batch size (reported, never silent).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.rollout.types import GenOut, Prompt, RolloutBatch, Sample
+
+
+class RolloutManager:
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.args = dict(args)
+        self.tokenizer: Any = None
+        self.source: Any = None
+        self.generator: Any = None
+        self.backend: str | None = None
+        self.last_trimmed = 0
+
+    # ---- setup --------------------------------------------------------------------------
+    def init(self) -> dict[str, Any]:
+        """Tokenizer, prompt data and generation engine; the notes say what was chosen."""
+        from engine.rollout.data import (
+            PromptOptions,
+            PromptSource,
+            build_prompts,
+            load_records,
+            load_tokenizer,
+        )
+        from engine.train.convert import arch_for
+        from engine.train.model import ModelShape
+
+        notes: list[str] = []
+        prompt_data, tokenizer_path = self._data_paths(notes)
+        self.tokenizer = load_tokenizer(tokenizer_path)
+        options = PromptOptions.from_args(self.args)
+        prompts, dropped = build_prompts(load_records(prompt_data), self.tokenizer, options)
+        if dropped:
+            notes.append(f"{dropped} prompts longer than --max-prompt-len "
+                         f"{options.max_prompt_len} tokens were dropped ({len(prompts)} left)")
+        self.source = PromptSource(prompts, shuffle=bool(self.args.get("rollout_shuffle")),
+                                   seed=self._rollout_seed())
+        self._check_rewards(prompts)
+        shape = ModelShape.from_args(self.args)
+        self._check_vocab(shape.vocab_size)
+        self.backend, backend_note = pick_backend(self.args.get("rollout_backend") or "auto")
+        if backend_note:
+            notes.append(backend_note)
+        self.generator = build_generator(self.backend, shape, arch_for(shape), self.args)
+        return {"notes": notes, "backend": self.backend, "num_prompts": len(prompts),
+                "dropped_prompts": dropped, "prompt_data": str(prompt_data),
+                "tokenizer": str(tokenizer_path), "tokenizer_vocab": len(self.tokenizer)}
+
+    def _data_paths(self, notes: list[str]) -> tuple[str, str]:
+        """(--prompt-data, tokenizer source), preparing --synthetic-task data when set."""
+        task = self.args.get("synthetic_task")
+        hf_checkpoint = self.args.get("hf_checkpoint")
+        if not task:
+            if not self.args.get("prompt_data"):
+                raise ValueError("no prompt data: set --prompt-data (or --synthetic-task)")
+            if not hf_checkpoint:
+                raise ValueError("no tokenizer: set --hf-checkpoint to the HF model directory")
+            return str(self.args["prompt_data"]), str(hf_checkpoint)
+        from engine.rollout.synthetic import DATA_FILE, prepare_synthetic_task
+
+        num = int(self.args.get("synthetic_num_prompts") or 256)
+        task_dir = prepare_synthetic_task(task, self._synthetic_dir(task, num), num,
+                                          seed=self._rollout_seed())
+        notes.append(f"synthetic task {task!r}: {num} prompts in {task_dir}")
+        if self.args.get("prompt_data"):
+            notes.append(f"--prompt-data ignored: --synthetic-task {task} provides the prompts")
+        has_tokenizer = (task_dir / "tokenizer_config.json").is_file()
+        if not has_tokenizer and not hf_checkpoint:
+            raise ValueError(f"--synthetic-task {task} needs --hf-checkpoint for its tokenizer")
+        return str(task_dir / DATA_FILE), str(hf_checkpoint or task_dir)
+
+    def _synthetic_dir(self, task: str, num: int) -> Path:
+        if self.args.get("run_dir"):
+            return Path(self.args["run_dir"]) / "data" / task
+        from platformdirs import user_cache_dir
+
+        return Path(user_cache_dir("ppodeck")) / "synthetic" / f"{task}-{num}-{self._rollout_seed()}"
+
+    def _rollout_seed(self) -> int:
+        seed = self.args.get("rollout_seed")
+        return 42 if seed is None else int(seed)
+
+    def _check_rewards(self, prompts: Sequence[Prompt]) -> None:
+        """Fail at init, not mid-run, on an unknown rm type (or a custom RM we cannot run)."""
+        from engine.rollout.rewards import get_reward_fn, resolve_rm_type
+
+        if self.args.get("custom_rm_path"):
+            raise NotImplementedError("--custom-rm-path is not supported by PPO Deck's built-in "
+                                      "rollout; use --rm-type (or metadata rm_type)")
+        for rm_type in {resolve_rm_type(p.metadata, self.args.get("rm_type")) for p in prompts}:
+            get_reward_fn(rm_type)
+
+    def _check_vocab(self, model_vocab: int) -> None:
+        if len(self.tokenizer) > model_vocab:
+            raise ValueError(f"the tokenizer has {len(self.tokenizer)} tokens but the model only "
+                             f"{model_vocab} (--vocab-size): token ids would fall off the "
+                             "embedding")
+
+    # ---- one rollout --------------------------------------------------------------------
+    def generate(self, rollout_id: int) -> RolloutBatch:
+        start = time.perf_counter()
+        rbs = int(self.args["rollout_batch_size"])
+        n = int(self.args.get("n_samples_per_prompt") or 1)
+        prompts = self.source.prompts_at(rollout_id * rbs, rbs)
+        samples = _expand(prompts, n)
+        outs = self.generator.generate([p.token_ids for p in prompts], n_samples=n,
+                                       **self._sampling_params(rollout_id))
+        gen_seconds = time.perf_counter() - start
+        texts = self.tokenizer.batch_decode([o.response_ids for o in outs],
+                                            skip_special_tokens=True)
+        rewards = [self._reward(s.prompt, text) for s, text in zip(samples, texts, strict=True)]
+        keep = self._trimmed_count(len(samples))
+        self.last_trimmed = len(samples) - keep
+        batch = to_batch(samples[:keep], outs[:keep], rewards[:keep])
+        batch.metrics = rollout_metrics(outs[:keep], rewards[:keep], self.last_trimmed)
+        response_tokens = sum(len(o.response_ids) for o in outs)
+        batch.metrics["perf/rollout_time"] = time.perf_counter() - start
+        batch.metrics["perf/tokens_per_sec"] = response_tokens / max(gen_seconds, 1e-9)
+        return batch
+
+    def _sampling_params(self, rollout_id: int) -> dict[str, Any]:
+        max_new = self.args.get("rollout_max_response_len")
+        if not max_new:
+            raise ValueError("--rollout-max-response-len is required by the built-in rollout")
+        eos = self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id
+        temperature = self.args.get("rollout_temperature")
+        return {
+            "temperature": 1.0 if temperature is None else float(temperature),
+            "top_p": float(self.args.get("rollout_top_p") or 1.0),
+            "top_k": int(self.args.get("rollout_top_k") or -1),
+            "max_new_tokens": int(max_new),
+            "eos_token_id": eos,
+            "pad_token_id": pad if pad is not None else (eos if eos is not None else 0),
+            # a different, reproducible stream per rollout (and the same one on resume)
+            "seed": self._rollout_seed() * 1_000_003 + rollout_id,
+        }
+
+    def _reward(self, prompt: Prompt, response: str) -> float:
+        from engine.rollout.rewards import get_reward_fn, resolve_rm_type
+
+        fn = get_reward_fn(resolve_rm_type(prompt.metadata, self.args.get("rm_type")))
+        value = fn(response, prompt.label, prompt.metadata)
+        if isinstance(value, Mapping):  # e.g. dapo: {"score": ...} picked by --reward-key
+            key = self.args.get("reward_key")
+            if not key:
+                raise ValueError("the reward function returned a dict: set --reward-key")
+            value = value[key]
+        return float(value)
+
+    def _trimmed_count(self, total: int) -> int:
+        """miles drops the tail so every optimizer step gets a full global batch."""
+        if self.args.get("disable_rollout_trim_samples"):
+            return total
+        gbs = self.args.get("global_batch_size")
+        steps = self.args.get("num_steps_per_rollout")
+        if not gbs and steps:
+            gbs = total // int(steps)
+        if not gbs:
+            return total
+        keep = total // int(gbs) * int(gbs)
+        if keep == 0:
+            raise ValueError(f"a rollout has {total} samples, fewer than --global-batch-size "
+                             f"{gbs}: nothing left to train on after trimming")
+        return keep
+
+    # ---- weights and memory -------------------------------------------------------------
+    def update_weights(self, hf_state_dict: dict[str, Any]) -> dict[str, Any]:
+        start = time.perf_counter()
+        size = self.generator.load_weights(hf_state_dict)
+        return {"seconds": time.perf_counter() - start, "bytes": int(size)}
+
+    def offload(self) -> dict[str, Any]:
+        return self.generator.offload()
+
+    def onload(self) -> dict[str, Any]:
+        return self.generator.onload()
+
+    def shutdown(self) -> None:
+        if self.generator is not None:
+            self.generator.shutdown()
+            self.generator = None
+
+
+# --------------------------------------------------------------------------------------------
+# backends
+# --------------------------------------------------------------------------------------------
+SGLANG_BACKEND_MODULE = "engine.rollout.sglang_backend"
+
+
+def pick_backend(requested: str) -> tuple[str, str | None]:
+    """(backend, note): auto is sglang only where CUDA, sglang and our SGLang backend exist."""
+    if requested != "auto":
+        return requested, None
+    import torch
+
+    missing = [what for what, ok in (
+        ("CUDA", torch.cuda.is_available()),
+        ("sglang", importlib.util.find_spec("sglang") is not None),
+        ("PPO Deck's sglang backend", importlib.util.find_spec(SGLANG_BACKEND_MODULE) is not None),
+    ) if not ok]
+    if missing:
+        return "hf", (f"--rollout-backend auto picked hf (transformers generation): "
+                      f"{', '.join(missing)} not available")
+    return "sglang", "--rollout-backend auto picked sglang"
+
+
+def build_generator(backend: str, shape: Any, arch: str, args: Mapping[str, Any]) -> Any:  # noqa: ANN401
+    import torch
+
+    if backend == "hf":
+        from engine.rollout.hf_backend import HFGenerator
+
+        cuda = torch.cuda.is_available()
+        dtype = torch.bfloat16 if cuda and args.get("bf16") else torch.float32
+        return HFGenerator(shape, arch, device="cuda" if cuda else "cpu", dtype=dtype)
+    if backend == "sglang":
+        if importlib.util.find_spec(SGLANG_BACKEND_MODULE) is None:
+            raise NotImplementedError("--rollout-backend sglang is not available in this build "
+                                      "yet; use --rollout-backend hf")
+        from engine.rollout import sglang_backend  # type: ignore[attr-defined]
+
+        return sglang_backend.SGLangGenerator(shape, arch, dict(args))
+    raise ValueError(f"unknown --rollout-backend {backend!r}; expected auto, hf or sglang")
+
+
+# --------------------------------------------------------------------------------------------
+# batch assembly
+# --------------------------------------------------------------------------------------------
+def _expand(prompts: Sequence[Prompt], n: int) -> list[Sample]:
+    from engine.rollout.data import expand_samples
+
+    return expand_samples(prompts, n)
+
+
+def to_batch(samples: Sequence[Sample], outs: Sequence[GenOut],
+             rewards: Sequence[float]) -> RolloutBatch:
+    return RolloutBatch(
+        tokens=[s.prompt.token_ids + o.response_ids for s, o in zip(samples, outs, strict=True)],
+        prompt_lengths=[len(s.prompt.token_ids) for s in samples],
+        response_lengths=[len(o.response_ids) for o in outs],
+        loss_masks=[[1] * len(o.response_ids) for o in outs],  # miles: all ones over the response
+        rewards=[float(r) for r in rewards],  # PPO: raw, no group normalization
+        truncated=[o.truncated for o in outs],
+        rollout_log_probs=[list(o.log_probs) for o in outs],
+        sample_indices=[s.sample_index for s in samples],
+    )
+
+
+def rollout_metrics(outs: Sequence[GenOut], rewards: Sequence[float],
+                    trimmed: int) -> dict[str, float]:
+    lengths = [len(o.response_ids) for o in outs]
+    return {
+        "rollout/raw_reward": statistics.fmean(rewards),
+        "rollout/raw_reward/min": min(rewards),
+        "rollout/raw_reward/max": max(rewards),
+        "rollout/response_len/mean": statistics.fmean(lengths),
+        "rollout/response_len/median": float(statistics.median(lengths)),
+        "rollout/response_len/max": float(max(lengths)),
+        "rollout/response_len/min": float(min(lengths)),
+        "rollout/truncated_ratio": sum(o.truncated for o in outs) / len(outs),
+        "rollout/trimmed_samples": float(trimmed),
+    }

@@ -1,0 +1,153 @@
+"""Built-in tasks made locally with `datasets`, so runs and tests need no network.
+
+copy-digit (the `tiny-cpu` preset): the prompt is a few random digits and a ":" separator,
+e.g. "3 7 1 9 :"; the label is the FIRST digit; the ideal response is that digit K=4 times and
+EOS ("3 3 3 3"). Reward `copy-digit` (engine/rollout/rewards.py) is the fraction of the first K
+response tokens equal to the label, so a random policy over the 32-token vocabulary scores about
+1/32, and every one of the K positions matters (per-token credit: the critic's job).
+
+The tokenizer is a real HF tokenizer (WordLevel over a <= 32 word vocabulary, whitespace and
+single-digit pre-tokenization, decoded by joining with spaces), saved with `save_pretrained`
+next to the data, so the ordinary `AutoTokenizer.from_pretrained(dir)` path loads it.
+
+arithmetic (for the smollm2 preset): short word problems in DAPO-Math's jsonl layout (a prompt
+string asking for the final answer in \\boxed{}, the label the number), scored by deepscaler or
+math rewards; the tokenizer there is the model's own.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+TASKS = ("copy-digit", "arithmetic")
+DATA_FILE = "train.jsonl"
+PARAMS_FILE = "task.json"
+
+SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>")
+DIGITS = tuple(str(d) for d in range(10))
+SEPARATOR = ":"
+# words for a chat template (user/assistant turns) and readable fillers; keep the total <= 32
+FILLER_WORDS = ("user", "assistant", "copy", "the", "first", "digit", "answer", "is")
+VOCAB = SPECIAL_TOKENS + DIGITS + (SEPARATOR,) + FILLER_WORDS
+PROMPT_DIGITS = 4
+TARGET_LEN = 4  # K: the label repeated K times is the ideal response
+MAX_VOCAB = 32
+assert len(VOCAB) <= MAX_VOCAB
+
+
+def prepare_synthetic_task(name: str, out_dir: str | Path, num_prompts: int,
+                           seed: int) -> Path:
+    """Write task `name` into out_dir (train.jsonl, task.json, tokenizer for copy-digit).
+
+    Idempotent: a directory already holding the same task and parameters is left as it is.
+    """
+    makers: dict[str, Callable[[Path, int, int], None]] = {
+        "copy-digit": _write_copy_digit, "arithmetic": _write_arithmetic}
+    if name not in makers:
+        raise ValueError(f"unknown --synthetic-task {name!r}; built-in tasks: {', '.join(TASKS)}")
+    if num_prompts < 1:
+        raise ValueError(f"--synthetic-num-prompts must be >= 1, got {num_prompts}")
+    out = Path(out_dir)
+    params = {"task": name, "num_prompts": num_prompts, "seed": seed, "version": 1}
+    if _already_prepared(out, params):
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    makers[name](out, num_prompts, seed)
+    # written last: its presence means the rest is complete
+    (out / PARAMS_FILE).write_text(json.dumps(params, sort_keys=True))
+    return out
+
+
+def prepare_arithmetic_task(out_dir: str | Path, num_prompts: int, seed: int) -> Path:
+    return prepare_synthetic_task("arithmetic", out_dir, num_prompts, seed)
+
+
+def _already_prepared(out: Path, params: dict[str, Any]) -> bool:
+    try:
+        stored = json.loads((out / PARAMS_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return stored == params and (out / DATA_FILE).is_file()
+
+
+def _to_jsonl(records: dict[str, list[Any]], path: Path) -> None:
+    from datasets import Dataset
+
+    from engine.rollout.data import quiet_datasets
+
+    tmp = path.with_suffix(".tmp")
+    with quiet_datasets():
+        Dataset.from_dict(records).to_json(str(tmp), lines=True, force_ascii=False)
+    tmp.replace(path)
+
+
+# --------------------------------------------------------------------------------------------
+# copy-digit
+# --------------------------------------------------------------------------------------------
+def copy_digit_record(rng: random.Random) -> dict[str, Any]:
+    digits = [rng.choice(DIGITS) for _ in range(PROMPT_DIGITS)]
+    return {"prompt": " ".join(digits) + f" {SEPARATOR}", "label": digits[0],
+            "metadata": {"rm_type": "copy-digit", "target_len": TARGET_LEN}}
+
+
+def _write_copy_digit(out: Path, num_prompts: int, seed: int) -> None:
+    rng = random.Random(seed)
+    rows = [copy_digit_record(rng) for _ in range(num_prompts)]
+    _to_jsonl({key: [row[key] for row in rows] for key in rows[0]}, out / DATA_FILE)
+    build_copy_digit_tokenizer().save_pretrained(str(out))
+
+
+def build_copy_digit_tokenizer():  # noqa: ANN201
+    """A PreTrainedTokenizerFast: one id per word of VOCAB, specials first (<pad> = 0)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {word: i for i, word in enumerate(VOCAB)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    # "3719:" and "3 7 1 9 :" tokenize the same: split on spaces, then every digit alone
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Digits(individual_digits=True),
+         pre_tokenizers.Punctuation()])
+    # no decoder on purpose: tokenizers then joins tokens with single spaces, which is what
+    # the copy-digit reward splits on
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
+        unk_token="<unk>", model_max_length=512, padding_side="left",
+        clean_up_tokenization_spaces=False)
+
+
+# --------------------------------------------------------------------------------------------
+# arithmetic word problems (DAPO-Math jsonl layout)
+# --------------------------------------------------------------------------------------------
+BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+NAMES = ("Ava", "Ben", "Chloe", "Dan", "Emma", "Finn", "Grace", "Hugo", "Iris", "Jack")
+ITEMS = ("apples", "marbles", "books", "stickers", "coins", "pencils", "cards", "shells")
+
+
+def arithmetic_record(rng: random.Random) -> dict[str, Any]:
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    a, b = rng.randint(2, 50), rng.randint(2, 20)
+    kind = rng.choice(("add", "sub", "mul"))
+    if kind == "add":
+        question = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have?"
+        answer = a + b
+    elif kind == "sub":
+        a = a + b  # keeps the answer positive
+        question = f"{name} has {a} {item} and gives away {b}. How many {item} are left?"
+        answer = a - b
+    else:
+        a = rng.randint(2, 12)
+        question = f"{name} has {a} bags with {b} {item} in each. How many {item} in total?"
+        answer = a * b
+    return {"prompt": f"{question}\n{BOXED_INSTRUCTION}", "label": str(answer),
+            "metadata": {"kind": kind}}
+
+
+def _write_arithmetic(out: Path, num_prompts: int, seed: int) -> None:
+    rng = random.Random(seed)
+    rows = [arithmetic_record(rng) for _ in range(num_prompts)]
+    _to_jsonl({key: [row[key] for row in rows] for key in rows[0]}, out / DATA_FILE)

@@ -1,0 +1,113 @@
+"""Megatron `loss_func`s for one micro-batch: forward-only outputs, value loss, policy loss.
+
+Scaling (spec 5.7): each loss is a sum over the micro-batch's samples of per-sample token means
+(`sum_of_sample_mean`), multiplied by num_microbatches * dp / gbs. Megatron divides by
+num_microbatches and DDP averages over DP, so the gradient is that of the mean over the global
+batch of per-sample token means, whatever the micro-batching or the DP size. Metrics are the
+unscaled sums; the worker adds them over micro-batches and DP ranks and divides by gbs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from engine.algo import approx_kl, policy_loss, sum_of_sample_mean, value_loss
+from engine.train.batching import MicroBatch
+from engine.train.logprobs import response_values, token_log_probs
+from engine.train.settings import TrainSettings
+
+LossOut = tuple[torch.Tensor, dict[str, torch.Tensor]]
+
+
+def _on(device: torch.device, mb: MicroBatch, name: str) -> torch.Tensor:
+    return mb.extras[name].to(device, non_blocking=True)
+
+
+def forward_values(mb: MicroBatch) -> Callable[[torch.Tensor], LossOut]:
+    """Forward only: the critic's [b, T] values, kept on the host."""
+    def loss_func(output: torch.Tensor) -> LossOut:
+        values = response_values(output, mb.response_index.to(output.device))
+        return output.new_zeros(()), {"values": values.detach().cpu()}
+    return loss_func
+
+
+def forward_log_probs(mb: MicroBatch, settings: TrainSettings) -> Callable[[torch.Tensor], LossOut]:
+    """Forward only: the actor's [b, T] log-probs of the response tokens, kept on the host."""
+    def loss_func(output: torch.Tensor) -> LossOut:
+        device = output.device
+        logp, _ = token_log_probs(output, mb.response_index.to(device), mb.targets.to(device),
+                                  settings.rollout_temperature, with_entropy=False,
+                                  chunk_rows=settings.log_probs_chunk_size)
+        return output.new_zeros(()), {"log_probs": logp.detach().cpu()}
+    return loss_func
+
+
+def critic_loss(mb: MicroBatch, settings: TrainSettings,
+                scale: float) -> Callable[[torch.Tensor], LossOut]:
+    """Clipped value loss (no 0.5, no coefficient) against the GAE returns."""
+    def loss_func(output: torch.Tensor) -> LossOut:
+        device = output.device
+        mask = mb.loss_mask.to(device)
+        values = response_values(output, mb.response_index.to(device))
+        out = value_loss(values, _on(device, mb, "old_values"), _on(device, mb, "returns"),
+                         settings.value_clip)
+        loss = sum_of_sample_mean(out.loss, mask)
+        metrics = {
+            "train/critic-value_loss": loss.detach(),
+            "train/critic-value_clipfrac": sum_of_sample_mean(out.clipfrac, mask).detach(),
+        }
+        return loss * scale, metrics
+    return loss_func
+
+
+def actor_loss(mb: MicroBatch, settings: TrainSettings,
+               scale: float) -> Callable[[torch.Tensor], LossOut]:
+    """PPO clipped surrogate - entropy_coef * entropy + kl_loss_coef * KL(pi || ref) (spec 5.5)."""
+    def loss_func(output: torch.Tensor) -> LossOut:
+        device = output.device
+        mask = mb.loss_mask.to(device)
+        logp, entropy = _log_probs_and_entropy(output, mb, settings)
+        old_logp = _on(device, mb, "old_log_probs")
+        pg = policy_loss(logp, old_logp, _on(device, mb, "advantages"), mask,
+                         settings.eps_clip, settings.eps_clip_high, settings.eps_clip_c)
+        pg_loss = sum_of_sample_mean(pg.pg_loss, mask)
+        loss = pg_loss
+        entropy_loss = pg_loss.new_zeros(())  # miles logs 0 when entropy is not computed
+        if entropy is not None:
+            entropy_loss = sum_of_sample_mean(entropy, mask)
+            if settings.entropy_coef != 0.0:
+                loss = loss - settings.entropy_coef * entropy_loss
+        metrics = {
+            "train/pg_loss": pg_loss.detach(),
+            "train/pg_clipfrac": sum_of_sample_mean(pg.clipfrac, mask).detach(),
+            "train/ppo_kl": sum_of_sample_mean(pg.ppo_kl, mask).detach(),
+            "train/entropy_loss": entropy_loss.detach(),
+        }
+        if settings.use_kl_loss:
+            ratio = (logp - old_logp).exp() if settings.use_unbiased_kl else None
+            kl = approx_kl(logp, _on(device, mb, "ref_log_probs"), settings.kl_loss_type,
+                           importance_ratio=ratio, mask=mask)
+            kl_loss = sum_of_sample_mean(kl, mask)
+            if settings.kl_loss_coef != 0.0:
+                loss = loss + settings.kl_loss_coef * kl_loss
+            metrics["train/kl_loss"] = kl_loss.detach()
+        metrics["train/loss"] = loss.detach()
+        return loss * scale, metrics
+    return loss_func
+
+
+def _log_probs_and_entropy(output: torch.Tensor, mb: MicroBatch, settings: TrainSettings
+                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    device = output.device
+    index, targets = mb.response_index.to(device), mb.targets.to(device)
+    temperature, chunk = settings.rollout_temperature, settings.log_probs_chunk_size
+    if not settings.needs_entropy or settings.entropy_coef != 0.0:
+        return token_log_probs(output, index, targets, temperature,
+                               with_entropy=settings.needs_entropy, chunk_rows=chunk)
+    # observed only: the entropy needs no graph
+    logp, _ = token_log_probs(output, index, targets, temperature, False, chunk)
+    with torch.no_grad():
+        _, entropy = token_log_probs(output.detach(), index, targets, temperature, True, chunk)
+    return logp, entropy

@@ -1,0 +1,164 @@
+"""--offload-train: move a worker's params, grads and optimizer state off the GPU and back.
+
+miles pauses torch_memory_saver regions (spec 9). Here the same effect comes from the tensors'
+storages: every storage that holds a parameter, the fp32 master copy or an Adam moment is copied
+to pinned host memory and then resized to 0 bytes; gradient buffers are only freed (they are
+zeroed before every step anyway, as miles skips their backup too). Resizing the storage, not
+replacing tensors, keeps every view valid: Megatron's params and main_grads are views into
+contiguous DDP buffers, and the optimizer holds references to them. wake_up resizes the storages
+back, copies the bytes in (non_blocking) and synchronizes once.
+
+Without CUDA there is nothing to free, so both directions are a reported no-op that still says
+how many bytes would move.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class _Held:
+    storage: torch.UntypedStorage
+    nbytes: int
+    host: torch.Tensor | None = None  # uint8 copy; None for freed-only storages
+
+
+@dataclass
+class StorageOffloader:
+    """Offloads the storages behind `keep` (copied) and `drop` (freed) tensors."""
+
+    keep: list[_Held] = field(default_factory=list)
+    drop: list[_Held] = field(default_factory=list)
+    asleep: bool = False
+
+    @classmethod
+    def for_tensors(cls, keep: Iterable[torch.Tensor], drop: Iterable[torch.Tensor],
+                    device_type: str) -> StorageOffloader:
+        seen: set[int] = set()
+        kept = _unique_storages(keep, device_type, seen)
+        dropped = _unique_storages(drop, device_type, seen)
+        return cls(keep=kept, drop=dropped)
+
+    @property
+    def bytes_to_copy(self) -> int:
+        return sum(h.nbytes for h in self.keep)
+
+    @property
+    def bytes_to_free(self) -> int:
+        return self.bytes_to_copy + sum(h.nbytes for h in self.drop)
+
+    def offload(self) -> dict:
+        """Device -> pinned host; frees the device storages. Idempotent."""
+        start = time.perf_counter()
+        if self.asleep:
+            return _report(0, 0, start, where="cpu")
+        _synchronize()
+        pin = torch.cuda.is_available()
+        for held in self.keep:
+            if held.host is None:
+                held.host = torch.empty(held.nbytes, dtype=torch.uint8, pin_memory=pin)
+            held.host.copy_(_byte_view(held.storage, held.nbytes), non_blocking=pin)
+        _synchronize()  # the copies must land before the storages go
+        for held in self.keep + self.drop:
+            held.storage.resize_(0)
+        _empty_cache()
+        self.asleep = True
+        return _report(self.bytes_to_copy, self.bytes_to_free, start, where="cpu")
+
+    def onload(self) -> dict:
+        """Pinned host -> device; gradient storages come back zeroed. Idempotent."""
+        start = time.perf_counter()
+        if not self.asleep:
+            return _report(0, 0, start, where="gpu")
+        pin = torch.cuda.is_available()
+        for held in self.keep + self.drop:
+            held.storage.resize_(held.nbytes)
+        for held in self.keep:
+            _byte_view(held.storage, held.nbytes).copy_(held.host, non_blocking=pin)
+        for held in self.drop:
+            _byte_view(held.storage, held.nbytes).zero_()
+        _synchronize()
+        self.asleep = False
+        return _report(self.bytes_to_copy, self.bytes_to_free, start, where="gpu")
+
+
+def noop_report(bytes_to_copy: int, bytes_to_free: int, where: str) -> dict:
+    return {"noop": True, "bytes": bytes_to_copy, "freed_bytes": bytes_to_free, "seconds": 0.0,
+            "gbps": None, "where": where}
+
+
+def _report(copied: int, freed: int, start: float, where: str) -> dict:
+    seconds = time.perf_counter() - start
+    gbps = copied / seconds / 1e9 if seconds > 0 and copied else None
+    return {"noop": False, "bytes": copied, "freed_bytes": freed, "seconds": seconds,
+            "gbps": gbps, "where": where}
+
+
+def _unique_storages(tensors: Iterable[torch.Tensor], device_type: str,
+                     seen: set[int]) -> list[_Held]:
+    out = []
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != device_type:
+            continue
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        if key in seen or storage.nbytes() == 0:
+            continue
+        seen.add(key)
+        out.append(_Held(storage=storage, nbytes=storage.nbytes()))
+    return out
+
+
+def _byte_view(storage: torch.UntypedStorage, nbytes: int) -> torch.Tensor:
+    view = torch.empty(0, dtype=torch.uint8, device=storage.device)
+    return view.set_(storage, 0, (nbytes,), (1,))
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _empty_cache() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def train_state_tensors(ddp, optimizer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:  # noqa: ANN001
+    """(tensors to copy, tensors only to free) of a Megatron DDP model and its optimizer.
+
+    Copied: parameters (or the DDP param buffer), fp32 master params and optimizer state.
+    Freed: DDP grad buffers / main_grads and the grads of the master params.
+    """
+    keep: list[torch.Tensor] = []
+    drop: list[torch.Tensor] = []
+    for buffer in list(getattr(ddp, "buffers", [])) + list(
+            getattr(ddp, "expert_parallel_buffers", [])):
+        if getattr(buffer, "param_data", None) is not None:
+            keep.append(buffer.param_data)
+        if getattr(buffer, "grad_data", None) is not None:
+            drop.append(buffer.grad_data)
+    for param in ddp.module.parameters():
+        keep.append(param)
+        main_grad = getattr(param, "main_grad", None)
+        if main_grad is not None:
+            drop.append(main_grad)
+    for inner in _inner_optimizers(optimizer):
+        for group in inner.param_groups:
+            for param in group["params"]:
+                keep.append(param)
+                if param.grad is not None:
+                    drop.append(param.grad)
+        for state in inner.state.values():
+            keep.extend(v for v in state.values() if isinstance(v, torch.Tensor))
+    return keep, drop
+
+
+def _inner_optimizers(optimizer) -> list[torch.optim.Optimizer]:  # noqa: ANN001
+    chained = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    return [opt.optimizer for opt in chained if getattr(opt, "optimizer", None) is not None]
