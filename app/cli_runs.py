@@ -266,19 +266,16 @@ class RunProgress:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold")
         grid.add_column()
-        grid.add_row("run", f"{self.run_id}  [{self.state}]")
-        grid.add_row("rollout", self.rollout_text())
-        grid.add_row("phase", self.phase)
+        done = 0 if self.rollout_id is None else self.rollout_id + 1
+        grid.add_row("run", Text(f"{self.run_id}  ({self.state})"))
+        grid.add_row("rollout", Text(self.rollout_text()))
+        if self.num_rollout:
+            grid.add_row("", ProgressBar(total=self.num_rollout, completed=done, width=40))
+        grid.add_row("phase", Text(self.phase))
         grid.add_row("reward", _num(self.reward))
         grid.add_row("value loss", _num(self.value_loss))
         grid.add_row("elapsed", _clock(time.monotonic() - self.started))
-        parts: list[Any] = [grid]
-        if self.num_rollout:
-            done = 0 if self.rollout_id is None else self.rollout_id + 1
-            parts.insert(0, ProgressBar(total=self.num_rollout, completed=done, width=40))
-        if self.note:
-            parts.append(Text(self.note, style="yellow"))
-        return Group(*parts)
+        return Group(grid, Text(self.note, style="yellow")) if self.note else Group(grid)
 
 
 def _rollout(rollout_id: int | None, num_rollout: int | None) -> str:

@@ -139,10 +139,11 @@ def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: 
 
 def load_args(rundir: RunDir) -> dict[str, Any]:
     from engine.config import resolve
+    from engine.launch import restore_secrets
     from engine.presets import config_from_toml
 
     config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
-    args = dict(resolve(config))
+    args = dict(resolve(restore_secrets(config)))
     args["run_dir"] = str(rundir.path)
     return args
 

@@ -50,6 +50,10 @@ class PresetError(Exception):
     """A preset problem; str() is the user-facing message (file, line or flag, and a fix)."""
 
 
+class UnknownPresetError(PresetError):
+    """No preset of that name on the search path (or no such file): a usage error."""
+
+
 @dataclass(frozen=True)
 class Preset:
     name: str
@@ -138,15 +142,15 @@ def load_preset(name_or_path: str) -> Preset:
     looks_like_path = name_or_path.endswith(".toml") or os.sep in name_or_path
     if looks_like_path:
         if not candidate.is_file():
-            raise PresetError(f"{name_or_path}: no such preset file. Fix: check the path, or "
-                              "use a preset name from `ppodeck presets ls`.")
+            raise UnknownPresetError(f"{name_or_path}: no such preset file. Fix: check the "
+                                     "path, or use a name from `ppodeck presets ls`.")
         return read_preset_file(candidate, "file")
     found = find_preset_path(name_or_path)
     if found is None:
         names = preset_names()
         close = difflib.get_close_matches(name_or_path, names, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise PresetError(f"unknown preset {name_or_path!r}. Fix: {hint}available: "
+        raise UnknownPresetError(f"unknown preset {name_or_path!r}. Fix: {hint}available: "
                           f"{', '.join(names) or '(none)'} (see `ppodeck presets ls`).")
     return read_preset_file(found[1], found[0])
 

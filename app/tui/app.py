@@ -117,11 +117,10 @@ class PPODeckApp(App[None]):
     def _run_launched(self, message: RunLaunched) -> None:
         from app.tui.screens.monitor import MonitorScreen
 
+        if message.process is not None:
+            self.drivers.append(message.process)
         self.notify(f"run started: {message.run_dir}", title="launched")
         self.switch_screen(MonitorScreen(run_dir=message.run_dir, now=self.fixed_now))
-
-    def track_driver(self, popen: subprocess.Popen[bytes]) -> None:
-        self.drivers.append(popen)
 
     def _reap_drivers(self) -> None:
         # A driver we started is our child: poll() reaps it so it never lingers as a zombie.

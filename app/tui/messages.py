@@ -43,6 +43,7 @@ class RunLaunched(Message):
     """prepare_run + start_driver succeeded: the monitor can attach to `run_dir`."""
 
     run_dir: Path
+    process: Any = None  # the driver's Popen: the app polls it so it never lingers as a zombie
 
 
 @dataclass

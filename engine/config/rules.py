@@ -557,7 +557,8 @@ def _batch_arithmetic(e: dict, r: dict, s: set, out: Out, d: Derived) -> None:
         _issue(out, "error", "batch.global_batch_below_dp", ("global_batch_size",),
                f"a step of {gbs} samples < dp_size {dp}: every DP rank needs at least one sample.",
                f"set --global-batch-size to at least {dp}")
-    elif not r["use_dynamic_batch_size"] and gbs % (dp * r["micro_batch_size"]):
+    elif not r["use_dynamic_batch_size"] and r["micro_batch_size"] > 0 and \
+            gbs % (dp * r["micro_batch_size"]):
         _issue(out, "error", "batch.micro_batches_not_divisible",
                ("global_batch_size", "micro_batch_size"),
                f"global batch {gbs} is not a multiple of dp_size {dp} x micro_batch_size "

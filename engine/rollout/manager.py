@@ -90,7 +90,8 @@ class RolloutManager:
             return Path(self.args["run_dir"]) / "data" / task
         from platformdirs import user_cache_dir
 
-        return Path(user_cache_dir("ppodeck")) / "synthetic" / f"{task}-{num}-{self._rollout_seed()}"
+        cache = Path(user_cache_dir("ppodeck")) / "synthetic"
+        return cache / f"{task}-{num}-{self._rollout_seed()}"
 
     def _rollout_seed(self) -> int:
         seed = self.args.get("rollout_seed")

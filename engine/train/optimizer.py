@@ -66,7 +66,7 @@ def build_scheduler(optimizer, settings: TrainSettings):  # noqa: ANN001, ANN201
 def hook_schedule(config, ddp, optimizer) -> None:  # noqa: ANN001
     """What Megatron-LM's train loop sets on the model config for get_forward_backward_func:
     grad sync only after the last micro-batch, then finalize_model_grads (DP reduce, and the
-    tied-embedding all-reduce between the first and last PP stage), loss scaling by the optimizer."""
+    tied-embedding all-reduce between the first and last PP stage), optimizer loss scaling."""
     from megatron.core.distributed import finalize_model_grads
 
     config.no_sync_func = ddp.no_sync

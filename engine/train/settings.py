@@ -68,7 +68,10 @@ class TrainSettings:
         return self.entropy_coef != 0.0 or self.observe_training_entropy
 
     @classmethod
-    def from_args(cls, role: Role, args: Mapping[str, Any], world_size: int) -> TrainSettings:
+    def from_args(cls, role: Role, args: Mapping[str, Any], world_size: int,
+                  cuda: bool) -> TrainSettings:
+        """`cuda`: bf16 params with fp32 master weights on GPUs (miles: bf16 = not fp16);
+        float32 on the CPU, where bf16 matmuls are slow and the shim is tested."""
         get = args.get
         tp = int(get("tensor_model_parallel_size") or 1)
         pp = int(get("pipeline_model_parallel_size") or 1)
@@ -88,7 +91,7 @@ class TrainSettings:
             pp=pp,
             cp=cp,
             seed=int(_or(get("seed"), 1234)),
-            bf16=bool(get("bf16")),
+            bf16=bool(cuda and not get("fp16")),
             use_distributed_optimizer=bool(_or(get("use_distributed_optimizer"), True)),
             global_batch_size=gbs,
             micro_batch_size=int(get("micro_batch_size") or 1),

@@ -98,7 +98,7 @@ def init_weights(model: torch.nn.Module, config, seed: int, role: str,  # noqa: 
     drawn on the CPU from its own generator and then sharded, so TP/PP/DP layouts of one seed
     start from identical weights.
     """
-    for local, global_name, param in global_names(model):
+    for _, global_name, param in global_names(model):
         source = _source_name(model, global_name)
         method = init_method_for(source, config)
         is_value_head = role == "critic" and source.startswith("output_layer.")

@@ -181,12 +181,20 @@ def test_a_driver_that_dies_silently_is_recorded_as_failed(created_run, fake_dri
     assert status["state"] == "failed" and "exited with code 1" in status["detail"]
 
 
+def _following() -> bool:
+    """True while _follow_run's Ctrl-C handler is installed (a stray SIGINT would end pytest)."""
+    return isinstance(getattr(signal.getsignal(signal.SIGINT), "__self__", None),
+                      cli_runs._Interrupts)
+
+
 def _interrupt_when(condition, count: int = 1) -> threading.Thread:
     """Send SIGINT to this process (as Ctrl-C would) once `condition()` holds, `count` times."""
     def run() -> None:
         for _ in range(count):
             deadline = time.monotonic() + 10
-            while not condition() and time.monotonic() < deadline:
+            while not (_following() and condition()):
+                if time.monotonic() > deadline:
+                    return
                 time.sleep(0.01)
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.3)  # let the follow loop act on it
@@ -217,3 +225,100 @@ def test_second_ctrl_c_kills_the_group(created_run, fake_driver, monkeypatch) ->
     status = read_status(created_run)
     assert status["state"] == "stopped" and "killed" in status["detail"]
     assert group_gone(popen.pid)
+
+
+# ------------------------------------------------------------------------------ ppodeck run
+
+
+@pytest.fixture
+def built_in_preset() -> str:
+    presets = pytest.importorskip("engine.presets")
+    presets.load_preset("tiny-cpu")
+    return "tiny-cpu"
+
+
+def test_run_detach_prints_the_id_and_starts_the_driver(app, runner, runs_dir, fake_driver,
+                                                       built_in_preset) -> None:
+    result = runner.invoke(app, ["run", built_in_preset, "--detach", "--set", "eps-clip=0.25",
+                                 "--set", "--lr=0.002", "--set", "no-offload-train"])
+    assert result.exit_code == 0, result.output
+    run_id = result.stdout.strip()
+    rundir = RunDir(runs_dir / run_id)
+    status = read_status(rundir)
+    fake_driver.append(status["pid"])
+    assert status["preset"] == "tiny-cpu" and status["pgid"] == status["pid"]
+    command = rundir.command_txt.read_text().split()
+    assert command[command.index("--eps-clip") + 1] == "0.25"
+    assert command[command.index("--lr") + 1] == "0.002" and "--no-offload-train" in command
+    assert f"ppodeck attach {run_id}" in result.stderr
+    wait_for_state(rundir, "succeeded")
+
+
+def test_run_attached_follows_to_the_end(app, runner, runs_dir, fake_driver,
+                                         built_in_preset) -> None:
+    result = runner.invoke(app, ["run", built_in_preset])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1].startswith("rollout 2/60")
+    assert "succeeded" in result.stderr
+
+
+def test_run_attached_failure_exits_3(app, runner, runs_dir, fake_driver, monkeypatch,
+                                     built_in_preset) -> None:
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "fail")
+    result = runner.invoke(app, ["run", built_in_preset])
+    assert result.exit_code == 3
+    assert "ValueError: fake failure" in result.stderr and "driver.log" in result.stderr
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    ("kl-coeff=0.1", "unknown flag --kl-coeff; did you mean --kl-coef?"),
+    ("kl-coef=abc", "--kl-coef expects a number, got 'abc'"),
+    ("kl-coef", "--kl-coef needs a value"),
+    ("no-offload-train=1", "--no-offload-train takes no value"),
+])
+def test_run_rejects_a_bad_set_naming_the_flag(app, runner, runs_dir, built_in_preset,
+                                               item, message) -> None:
+    result = runner.invoke(app, ["run", built_in_preset, "--set", item, "--detach"])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and "Traceback" not in result.output
+    assert not runs_dir.exists() or not any(runs_dir.iterdir())
+
+
+def test_run_refuses_a_config_with_errors(app, runner, runs_dir, built_in_preset) -> None:
+    result = runner.invoke(app, ["run", built_in_preset, "--set", "eps-clip=-1", "--detach"])
+    assert result.exit_code == 1
+    assert "--eps-clip must be >= 0" in result.stderr and "nothing was launched" in result.stderr
+    assert not runs_dir.exists() or not any(runs_dir.iterdir())
+
+
+def test_run_unknown_preset_is_a_clear_error(app, runner, runs_dir, built_in_preset) -> None:
+    result = runner.invoke(app, ["run", "no-such-preset", "--detach"])
+    assert result.exit_code == 1 and "no-such-preset" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_a_preset_file_that_runs_code_needs_yes(app, runner, runs_dir, tmp_path, fake_driver,
+                                                built_in_preset) -> None:
+    preset = tmp_path / "shared.toml"
+    preset.write_text('schema_version = 1\nname = "shared"\ndescription = ""\n'
+                      'extends = "tiny-cpu"\n[flags]\ncustom-rm-path = "evil.reward"\n')
+    result = runner.invoke(app, ["run", str(preset), "--detach"])
+    assert result.exit_code == 1
+    assert "executes code named by --custom-rm-path=evil.reward" in result.stderr
+    assert "--yes" in result.stderr
+    result = runner.invoke(app, ["run", str(preset), "--detach", "--yes"])
+    assert result.exit_code == 0, result.output
+    rundir = RunDir(runs_dir / result.stdout.strip())
+    fake_driver.append(read_status(rundir)["pid"])
+    wait_for_state(rundir, "succeeded")
+
+
+def test_secrets_reach_the_driver_but_no_file(app, runner, runs_dir, fake_driver,
+                                             built_in_preset) -> None:
+    result = runner.invoke(app, ["run", built_in_preset, "--set", "wandb-key=s3cret", "--detach"])
+    assert result.exit_code == 0, result.output
+    rundir = RunDir(runs_dir / result.stdout.strip())
+    fake_driver.append(read_status(rundir)["pid"])
+    wait_for_state(rundir, "succeeded")
+    for path in rundir.path.iterdir():
+        assert "s3cret" not in path.read_text(), path

@@ -34,18 +34,18 @@ STATUS_EVERY_S = 1.0
 REPLAY_SECONDS = 30.0  # a recording replays in about this long, whatever its real length
 
 CHARTS = (
-    ("chart-reward", "mean reward (min/max)", (
+    ("chart-reward", "reward by rollout: mean, min, max", (
         Line("rollout/raw_reward", "mean", "green"),
         Line("rollout/raw_reward/min", "min", "gray"),
         Line("rollout/raw_reward/max", "max", "gray"))),
-    ("chart-value-loss", "critic value loss", (
+    ("chart-value-loss", "critic value loss by critic step", (
         Line("train/critic-value_loss", "value loss", "orange"),)),
-    ("chart-policy", "KL / clipfrac | entropy / expl. var", (
+    ("chart-policy", "KL, clipfrac | entropy, expl. var (right)", (
         Line("train/ppo_kl", "ppo_kl", "red"),
         Line("train/pg_clipfrac", "clipfrac", "magenta"),
         Line("train/entropy_loss", "entropy", "cyan", right=True),
         Line("critic/explained_variance", "expl var", "yellow", right=True))),
-    ("chart-response-len", "response length (mean tokens)", (
+    ("chart-response-len", "mean response length by rollout", (
         Line("rollout/response_len/mean", "mean len", "blue"),)),
 )
 

@@ -12,13 +12,13 @@ from textual.widgets import Static
 if TYPE_CHECKING:
     from engine.config import Derived
 
-ROWS = (("world_size", "actor world size"), ("dp_size", "data parallel (DP)"),
+ROWS = (("world_size", "world size"), ("dp_size", "DP"),
         ("rollout_num_gpus", "rollout GPUs"), ("rollout_engines", "rollout engines"),
-        ("gpus_needed", "GPUs needed"), ("samples_per_rollout", "samples / rollout"),
-        ("samples_trimmed", "samples trimmed"),
-        ("actor_steps_per_rollout", "actor optimizer steps / rollout"),
-        ("critic_steps_per_rollout", "critic optimizer steps / rollout"),
-        ("total_train_iters", "total train iterations"), ("params", "parameters"))
+        ("gpus_needed", "GPUs needed"), ("params", "parameters"),
+        ("samples_per_rollout", "samples/rollout"), ("samples_trimmed", "trimmed"),
+        ("actor_steps_per_rollout", "actor steps/rollout"),
+        ("critic_steps_per_rollout", "critic steps/rollout"),
+        ("total_train_iters", "train iterations"))
 PHASE_LABEL = {"generate": "generate", "critic_train": "critic train",
                "actor_train": "actor train"}
 
@@ -48,12 +48,16 @@ class DerivedPanel(Static):
 
     @staticmethod
     def _numbers(derived: Derived) -> Table:
+        """Two label/value pairs per row: the panel shares its column with issues and argv."""
         table = Table(box=None, show_header=False, expand=True, padding=(0, 1))
-        table.add_column("what", ratio=1)
-        table.add_column("value", justify="right", style="bold")
-        for attr, label in ROWS:
-            if hasattr(derived, attr):
-                table.add_row(label, _cell(getattr(derived, attr)))
+        for _ in range(2):
+            table.add_column("what", ratio=1, no_wrap=True)
+            table.add_column("value", justify="right", style="bold", no_wrap=True)
+        cells = [(label, _cell(getattr(derived, attr))) for attr, label in ROWS
+                 if hasattr(derived, attr)]
+        for i in range(0, len(cells), 2):
+            left, right = cells[i], cells[i + 1] if i + 1 < len(cells) else ("", "")
+            table.add_row(*left, *right)
         return table
 
     @staticmethod

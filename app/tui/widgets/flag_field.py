@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from engine.config import Flag
 
 LEVEL_ICON = {"error": "✖", "warning": "⚠", "info": "ℹ"}
+LEVEL_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 TRISTATE_OPTIONS = (("on", True), ("off", False))
 
 
@@ -88,6 +90,7 @@ class FlagField(Vertical):
         self.flag = flag
         self.value = value  # the typed value the field shows (None = unset)
         self.issue: FieldIssue | None = None
+        self.initial_issue: FieldIssue | None = None  # shown once mounted
         self.parse_error = ""
         self.set_class(changed, "-changed")
         self.set_class(flag.runs_code, "-runs-code")
@@ -102,16 +105,27 @@ class FlagField(Vertical):
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="flag-row"):
-            yield Label("●", classes="flag-marker")
-            yield Label(self.flag.name, classes="flag-name")
+            yield Label(self._name_text(), classes="flag-name")
             yield build_control(self.flag, self.value)
             yield Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
-        yield Static(self._help_text(), classes="flag-help", markup=False)
-        yield Static("", classes="flag-message", markup=False)
+        yield Static(self._detail_text(), classes="flag-detail")
 
-    def _help_text(self) -> str:
+    def on_mount(self) -> None:
+        if self.initial_issue is not None:
+            self.show_issue(self.initial_issue)
+
+    def _name_text(self) -> Text:
+        return Text.assemble(("● " if self.changed else "  ", "bold $warning"), self.flag.name)
+
+    def _detail_text(self) -> Text:
+        """Help, then the issue (if any) on its own line, in one widget per field."""
         extra = " Names code that will run." if self.flag.runs_code else ""
-        return self.flag.help + extra
+        text = Text(self.flag.help + extra, "dim")
+        if self.issue is not None:
+            fix = f"  Fix: {self.issue.fix}" if self.issue.fix else ""
+            icon = LEVEL_ICON.get(self.issue.level, "")
+            text.append(f"\n{icon} {self.issue.message}{fix}", LEVEL_STYLE.get(self.issue.level))
+        return text
 
     @property
     def control(self) -> Widget:
@@ -175,20 +189,18 @@ class FlagField(Vertical):
             control.value = _select_value(value)
 
     def mark_changed(self, changed: bool) -> None:
-        self.set_class(changed, "-changed")
+        if changed != self.changed:
+            self.set_class(changed, "-changed")
+            self.query_one(".flag-name", Label).update(self._name_text())
 
     def show_issue(self, issue: FieldIssue | None) -> None:
         if issue == self.issue:
             return
         self.issue = issue
-        for level in LEVEL_ICON:
-            self.set_class(issue is not None and issue.level == level, f"-{level}")
-        message = self.query_one(".flag-message", Static)
-        if issue is None:
-            message.update("")
-            return
-        fix = f"  Fix: {issue.fix}" if issue.fix else ""
-        message.update(f"{LEVEL_ICON.get(issue.level, '')} {issue.message}{fix}")
+        level = issue.level if issue is not None else None
+        for name in LEVEL_ICON:
+            self.set_class(level == name, f"-{name}")
+        self.query_one(".flag-detail", Static).update(self._detail_text())
 
     def focus_control(self) -> None:
         self.control.focus()

@@ -1,9 +1,13 @@
-"""A schema group of flags in a Collapsible; its title counts changes and issues."""
+"""A schema group of flags in a Collapsible; its title counts changes and issues.
+
+Fields mount when the group first opens: 209 flags x ~8 widgets would make the editor slow
+to appear, and a closed group needs none of them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.widgets import Collapsible
@@ -16,31 +20,41 @@ if TYPE_CHECKING:
 
 class FlagGroup(Collapsible):
     def __init__(self, group: str, title: str, flags: Sequence[Flag],
-                 value_of: Callable[[str], Any], changed_of: Callable[[str], bool],
-                 collapsed: bool = True) -> None:
-        super().__init__(title=title, collapsed=collapsed, id=f"group-{group}",
-                         classes="flag-group")
+                 field_for: Callable[[Flag], FlagField], collapsed: bool = True) -> None:
+        super().__init__(title=f"{title} ({len(flags)})", collapsed=collapsed,
+                         id=f"group-{group}", classes="flag-group")
         self.group = group
         self.base_title = title
         self.flags = tuple(flags)
-        self._value_of = value_of
-        self._changed_of = changed_of
+        self._field_for = field_for
+        self.fields: dict[str, FlagField] = {}
 
     def compose(self) -> ComposeResult:
         yield self._title
         with self.Contents():
-            for flag in self.flags:
-                yield FlagField(flag, self._value_of(flag.dest), self._changed_of(flag.dest))
+            if not self.collapsed:
+                yield from self._build_fields()
+
+    def _build_fields(self) -> list[FlagField]:
+        built = [self._field_for(flag) for flag in self.flags]
+        self.fields = {field.dest: field for field in built}
+        return built
+
+    def ensure_fields(self) -> None:
+        """Mount the fields the first time the group opens."""
+        if not self.fields:
+            self.query_one(Collapsible.Contents).mount_all(self._build_fields())
 
     def set_counts(self, changed: int, errors: int, warnings: int) -> None:
+        # Markup in the title, not a CSS class: restyling a class on the group would restyle
+        # every field inside it on each keystroke.
         parts = [f"{self.base_title} ({len(self.flags)})"]
         if changed:
-            parts.append(f"● {changed} changed")
+            parts.append(f"[$warning]● {changed} changed[/]")
         if errors:
-            parts.append(f"✖ {errors}")
+            parts.append(f"[$error]✖ {errors}[/]")
         if warnings:
-            parts.append(f"⚠ {warnings}")
+            parts.append(f"[$warning]⚠ {warnings}[/]")
         title = "  ".join(parts)
         if title != self.title:
             self.title = title
-        self.set_class(errors > 0, "-error")

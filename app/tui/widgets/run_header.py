@@ -54,8 +54,7 @@ class RunHeader(Static):
         text.append(f"  elapsed {fmt.duration(data.elapsed)}")
         eta = "done" if data.eta == 0 and data.state == "succeeded" else fmt.duration(data.eta)
         text.append(f"  ETA {eta}")
-        if data.title:
-            text.append(f"  {data.title}", "dim")
-        if data.detail:
-            text.append(f"\n {data.detail}", "dim italic")
+        second = "  ·  ".join(part for part in (data.title, data.detail) if part)
+        if second:
+            text.append(f"\n {second}", "dim")
         return text

@@ -1,0 +1,529 @@
+"""Flag editor: schema-generated fields, validation on every keystroke, drafts, save, launch.
+
+Validation loop (attributes down, messages up): FlagField.Changed -> EditScreen updates
+`config` -> check(config) -> each field's issue, the issues panel, derived values and the
+command preview are set from the report; Launch stays disabled while any error exists.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.fuzzy import Matcher
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Button, Collapsible, Footer, Input, Static
+
+from app.tui import drafts
+from app.tui.messages import LaunchFailed, RunLaunched
+from app.tui.screens.confirm import ConfirmDialog, FieldSpec, FormDialog
+from app.tui.widgets.command_preview import CommandPreview, format_argv
+from app.tui.widgets.derived_panel import DerivedPanel
+from app.tui.widgets.flag_field import FieldIssue, FlagField
+from app.tui.widgets.flag_group import FlagGroup
+from app.tui.widgets.issues_panel import IssuesPanel, PanelIssue
+from app.tui.widgets.view_tabs import ViewTabs
+from engine.config import BY_DEST, BY_NAME, FLAGS, Flag, Report, RunConfig, check, to_argv
+from engine.config.schema import GROUP_TITLES, GROUPS
+
+if TYPE_CHECKING:
+    from engine.presets import Preset
+
+DRAFT_DEBOUNCE_S = 0.4
+OPEN_GROUPS = ("ppo", "critic")  # the PPO-specific groups start expanded
+LEVEL_RANK = {"error": 0, "warning": 1, "info": 2}
+VIEWS = (("flags", "Flags"), ("issues", "Issues"), ("derived", "Derived"),
+         ("command", "Command"))
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+HELP = """\
+## Flag editor
+Every flag of the schema, grouped as the schema groups them. Fields changed from the preset
+are marked `●` and have a `↺` reset button. Each keystroke re-validates the whole config:
+errors and warnings show under the field and in the Issues panel (select one to jump to its
+field). Derived shows world size, DP, engines, optimizer steps and a per-GPU memory estimate;
+Command shows the exact miles-style argv (secrets masked).
+
+Unsaved edits are kept as a draft in the state directory and come back next time.
+
+Keys: `ctrl+f` search flags, `ctrl+z` reset the focused field, `ctrl+s` save as preset,
+`ctrl+t` export, `ctrl+l` launch (disabled while errors exist), `esc` back to presets.
+"""
+
+
+def load_for_editing(preset_name: str | None
+                     ) -> tuple[Preset | None, RunConfig, RunConfig | None, str]:
+    """(preset, its config, the draft config if one was saved, a draft warning)."""
+    from engine.presets import PresetError, config_from_toml, load_preset, resolve_preset
+
+    preset = load_preset(preset_name) if preset_name is not None else None
+    base = resolve_preset(preset) if preset is not None else RunConfig()
+    key = preset.name if preset is not None else "defaults"
+    text = drafts.read_draft(key)
+    if text is None:
+        return preset, base, None, ""
+    try:
+        return preset, base, config_from_toml(text, drafts.draft_path(key)), ""
+    except PresetError as exc:  # a draft from an older schema: keep the preset, say why
+        return preset, base, None, f"draft ignored: {exc}"
+
+
+def flag_matches(flag: Flag, query: str) -> bool:
+    """Fuzzy on the name, all words as substrings of the help text."""
+    query = query.strip().lower()
+    if not query:
+        return True
+    if Matcher(query).match(flag.name[2:]) > 0:
+        return True
+    text = flag.help.lower()
+    return all(word in text for word in query.split())
+
+
+def masked_argv(config: RunConfig) -> list[str]:
+    """to_argv with secret values replaced by a mask (never shown, never exported)."""
+    try:
+        return to_argv(config, show_secrets=False)
+    except TypeError:  # an older to_argv without the keyword: mask here
+        secret = {flag.name for flag in FLAGS if flag.secret}
+        argv = to_argv(config)
+        return [("********" if i and argv[i - 1] in secret else token)
+                for i, token in enumerate(argv)]
+
+
+def _field_issue(issues: list[Any]) -> FieldIssue | None:
+    if not issues:
+        return None
+    worst = min(issues, key=lambda i: LEVEL_RANK.get(i.level, 3))
+    return FieldIssue(worst.level, worst.message, worst.fix)
+
+
+class EditScreen(Screen[None]):
+    BINDINGS = [
+        Binding("ctrl+l", "launch", "Launch"),
+        Binding("ctrl+s", "save_preset", "Save preset"),
+        Binding("ctrl+t", "export", "Export"),
+        Binding("ctrl+z", "reset_field", "Reset field"),
+        Binding("ctrl+f,slash", "search", "Search", show=False),
+        Binding("escape", "app.back", "Back"),
+    ]
+    HELP = HELP
+
+    def __init__(self, preset: Preset | None, base: RunConfig, draft: RunConfig | None = None,
+                 draft_note: str = "") -> None:
+        super().__init__()
+        self.preset = preset
+        self.preset_name = preset.name if preset is not None else "defaults"
+        self.base = base
+        self.config = draft if draft is not None else base
+        self.restored_draft = draft is not None
+        self.draft_note = draft_note
+        self.parse_errors: dict[str, str] = {}
+        self.report: Report = check(self.config)
+        self.query_text = ""
+        self._draft_timer: Timer | None = None
+        self._draft_dirty = False
+        self._groups_cache: list[FlagGroup] = []
+
+    # ---- layout -------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="edit-bar"):
+            yield Static("", id="edit-summary")
+            yield Button("Save as preset", id="save", compact=True)
+            yield Button("Export", id="export", compact=True)
+            yield Button("Launch", id="launch", variant="success", compact=True)
+        yield ViewTabs(*VIEWS, id="view-tabs")
+        with Grid(id="edit-body"):
+            with Vertical(id="pane-flags", classes="pane -active"):
+                yield Input(placeholder="search flags by name or help (ctrl+f)",
+                            id="flag-search", compact=True)
+                with VerticalScroll(id="flag-groups"):
+                    yield from self._groups()
+            with Vertical(id="edit-side", classes="pane-host"):
+                with Vertical(id="pane-issues", classes="pane"):
+                    yield IssuesPanel(id="issues-panel")
+                with Vertical(id="pane-derived", classes="pane"):
+                    yield DerivedPanel(id="derived-panel")
+                with VerticalScroll(id="pane-command", classes="pane"):
+                    yield CommandPreview(id="command-preview")
+        yield Footer()
+
+    def _groups(self) -> list[FlagGroup]:
+        issues = self._issues_by_dest()
+        groups = []
+        for group in GROUPS:
+            flags = [flag for flag in FLAGS if flag.group == group]
+            if not flags:
+                continue
+            has_error = any(i.level == "error" for f in flags for i in issues.get(f.dest, []))
+            groups.append(FlagGroup(group, GROUP_TITLES.get(group, group), flags,
+                                    self._field_for, collapsed=not (
+                                        group in OPEN_GROUPS or has_error)))
+        return groups
+
+    def _field_for(self, flag: Flag) -> FlagField:
+        """Build one field with the screen's current state (used when a group first opens)."""
+        field = FlagField(flag, self.config.get(flag.dest) if self.config.is_set(flag.dest)
+                          else None, self.is_changed(flag.dest))
+        field.initial_issue = _field_issue(self._issues_by_dest().get(flag.dest, []))
+        field.set_class(not flag_matches(flag, self.query_text), "-hidden")
+        return field
+
+    def on_mount(self) -> None:
+        self.query_one("#pane-issues").border_title = "Issues"
+        self.query_one("#pane-derived").border_title = "Derived"
+        self.query_one("#pane-command").border_title = "Command (miles argv)"
+        self._apply_report()
+        if self.restored_draft:
+            self.notify(f"Restored unsaved edits of {self.preset_name} from "
+                        f"{drafts.draft_path(self.preset_name)}. Palette → 'Discard edits' "
+                        "goes back to the preset.", title="draft restored", timeout=8)
+        if self.draft_note:
+            self.notify(self.draft_note, severity="warning", timeout=8)
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width < 110 or self.size.height < 30, "-compact")
+        self.set_class(self.size.width < 100, "-narrow")
+
+    def on_unmount(self) -> None:
+        self._flush_draft()
+
+    # ---- state ------------------------------------------------------------------------------
+
+    def is_changed(self, dest: str) -> bool:
+        return dest in self.parse_errors or self.config.get(dest) != self.base.get(dest)
+
+    def _with_value(self, dest: str, value: Any) -> RunConfig:
+        """Set `dest`, keeping the config minimal: back to the preset's value = the preset's
+        own setting (set or unset), so the draft and argv only carry real changes."""
+        if value is not None and value == self.base.get(dest):
+            value = self.base.values.get(dest)
+        return self.config.with_values(**{dest: value})
+
+    @property
+    def groups(self) -> list[FlagGroup]:
+        if not self._groups_cache:  # the groups never change after compose: query once
+            self._groups_cache = list(self.query(FlagGroup))
+        return self._groups_cache
+
+    def fields(self) -> dict[str, FlagField]:
+        out: dict[str, FlagField] = {}
+        for group in self.groups:
+            out.update(group.fields)
+        return out
+
+    def _issues_by_dest(self) -> dict[str, list[Any]]:
+        by_dest: dict[str, list[Any]] = {}
+        for issue in self.report.issues:
+            for name in issue.flags:
+                flag = BY_NAME.get(name)
+                if flag is not None:
+                    by_dest.setdefault(flag.dest, []).append(issue)
+        for dest, message in self.parse_errors.items():
+            by_dest[dest] = [PanelIssue("error", "parse", (BY_DEST[dest].name,), message,
+                                        "type a valid value, or clear the field to unset it")]
+        return by_dest
+
+    def panel_issues(self) -> list[PanelIssue]:
+        parse = [PanelIssue("error", "parse", (BY_DEST[d].name,), msg,
+                            "type a valid value, or clear the field to unset it")
+                 for d, msg in self.parse_errors.items()]
+        return parse + [PanelIssue(i.level, i.code, tuple(i.flags), i.message, i.fix)
+                        for i in self.report.issues]
+
+    @property
+    def error_count(self) -> int:
+        return len(self.report.errors) + len(self.parse_errors)
+
+    # ---- the validation loop ----------------------------------------------------------------
+
+    @on(FlagField.Changed)
+    def _field_changed(self, message: FlagField.Changed) -> None:
+        message.stop()
+        dest = message.dest
+        if message.error:
+            self.parse_errors[dest] = message.error
+        else:
+            self.parse_errors.pop(dest, None)
+            self.config = self._with_value(dest, message.value)
+        self._revalidate()
+
+    @on(FlagField.ResetRequested)
+    def _reset_requested(self, message: FlagField.ResetRequested) -> None:
+        message.stop()
+        self.reset_field(message.dest)
+
+    def reset_field(self, dest: str) -> None:
+        self.parse_errors.pop(dest, None)
+        self.config = self.config.with_values(**{dest: self.base.values.get(dest)})
+        field = self.fields().get(dest)
+        if field is not None:
+            field.set_value(self.base.values.get(dest))
+        self._revalidate()
+
+    def _revalidate(self) -> None:
+        self.report = check(self.config)
+        self._apply_report()
+        self._schedule_draft()
+
+    def _apply_report(self) -> None:
+        issues = self._issues_by_dest()
+        fields = self.fields()
+        for dest, field in fields.items():
+            field.show_issue(_field_issue(issues.get(dest, [])))
+            field.mark_changed(self.is_changed(dest))
+        self._update_groups(issues)
+        self.query_one(IssuesPanel).show(self.panel_issues())
+        self.query_one(DerivedPanel).show(self.report.derived)
+        self.query_one(CommandPreview).show(self.masked_argv())
+        self._update_bar()
+
+    def _update_groups(self, issues: dict[str, list[Any]]) -> None:
+        for group in self.groups:
+            dests = [flag.dest for flag in group.flags]
+            levels = [i.level for d in dests for i in issues.get(d, [])]
+            group.set_counts(sum(self.is_changed(d) for d in dests), levels.count("error"),
+                             levels.count("warning"))
+
+    def _update_bar(self) -> None:
+        counts = self.query_one(IssuesPanel).counts
+        changed = sum(self.is_changed(flag.dest) for flag in FLAGS)
+        summary = (f"[b]{self.preset_name}[/b]  ● {changed} changed  "
+                   f"[red]✖ {counts['error']}[/]  [yellow]⚠ {counts['warning']}[/]  "
+                   f"ℹ {counts['info']}")
+        self.query_one("#edit-summary", Static).update(summary)
+        launch = self.query_one("#launch", Button)
+        launch.disabled = self.error_count > 0
+        launch.tooltip = (f"fix {self.error_count} error(s) first" if launch.disabled
+                          else "launch this config")
+        tabs = self.query_one(ViewTabs)
+        tabs.get_tab("issues").label = f"Issues ✖{counts['error']} ⚠{counts['warning']}"
+
+    def masked_argv(self) -> list[str]:
+        return masked_argv(self.config)
+
+    # ---- search and focus ---------------------------------------------------------------------
+
+    @on(Input.Changed, "#flag-search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.query_text = event.value
+        for group in self.groups:
+            matching = [f for f in group.flags if flag_matches(f, self.query_text)]
+            group.display = bool(matching)
+            if self.query_text and matching:
+                group.collapsed = False
+            for field in group.fields.values():
+                field.set_class(not flag_matches(field.flag, self.query_text), "-hidden")
+
+    @on(Input.Submitted, "#flag-search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        visible = [f for f in FLAGS if flag_matches(f, self.query_text)]
+        if visible:
+            self.focus_flag(visible[0].dest)
+
+    def action_search(self) -> None:
+        self.query_one(ViewTabs).active = "flags"
+        self.query_one("#flag-search", Input).focus()
+
+    @on(IssuesPanel.Selected)
+    def _issue_selected(self, message: IssuesPanel.Selected) -> None:
+        message.stop()
+        dests = [BY_NAME[n].dest for n in message.issue.flags if n in BY_NAME]
+        if dests:
+            self.focus_flag(dests[0])
+
+    def focus_flag(self, dest: str) -> None:
+        """Open the flag's group (mounting its fields if needed) and focus its control."""
+        flag = BY_DEST[dest]
+        self.query_one(ViewTabs).active = "flags"
+        group = self.query_one(f"#group-{flag.group}", FlagGroup)
+        group.display = True
+        group.collapsed = False
+
+        def focus() -> None:
+            field = group.fields.get(dest)
+            if field is None:
+                return
+            field.remove_class("-hidden")
+            field.focus_control()
+            self.query_one("#flag-groups", VerticalScroll).scroll_to_widget(field, top=True)
+
+        self.call_after_refresh(focus)
+
+    @on(Collapsible.Expanded)
+    def _group_expanded(self, event: Collapsible.Expanded) -> None:
+        if isinstance(event.collapsible, FlagGroup):
+            event.collapsible.ensure_fields()
+
+    def action_reset_field(self) -> None:
+        node = self.focused
+        while node is not None and not isinstance(node, FlagField):
+            node = node.parent  # type: ignore[assignment]
+        if isinstance(node, FlagField):
+            self.reset_field(node.dest)
+
+    def action_revert_all(self) -> None:
+        self.parse_errors.clear()
+        self.config = self.base
+        for dest, field in self.fields().items():
+            field.set_value(self.base.values.get(dest))
+        self._revalidate()
+        self.notify(f"back to the values of {self.preset_name}")
+
+    # ---- drafts -------------------------------------------------------------------------------
+
+    def _schedule_draft(self) -> None:
+        self._draft_dirty = True
+        if self._draft_timer is not None:
+            self._draft_timer.stop()
+        self._draft_timer = self.set_timer(DRAFT_DEBOUNCE_S, self._flush_draft)
+
+    def _flush_draft(self) -> None:
+        if not self._draft_dirty:
+            return
+        self._draft_dirty = False
+        try:
+            if self._unchanged():
+                drafts.delete_draft(self.preset_name)
+            else:
+                drafts.write_draft(self.preset_name, self._toml(
+                    self.preset_name, f"unsaved edits of {self.preset_name}",
+                    "PPO Deck editor draft: unsaved edits, restored when the preset reopens."))
+        except OSError as exc:
+            self.notify(f"could not save the draft: {exc}", severity="warning")
+
+    def _unchanged(self) -> bool:
+        return (dict(self.config.values) == dict(self.base.values)
+                and tuple(self.config.passthrough) == tuple(self.base.passthrough))
+
+    def _toml(self, name: str, description: str, header: str) -> str:
+        from engine.launch import without_secrets
+        from engine.presets import config_to_toml
+
+        return config_to_toml(without_secrets(self.config), name=name, description=description,
+                              header_comment=header)
+
+    # ---- save, export, launch -----------------------------------------------------------------
+
+    @on(Button.Pressed, "#save")
+    def action_save_preset(self) -> None:
+        from engine.presets import user_preset_dir
+
+        directory = user_preset_dir()
+        default = self.preset_name if self._is_user_preset() else f"{self.preset_name}-edited"
+        description = self.preset.description if self.preset is not None else ""
+
+        def validate(values: dict[str, str]) -> str:
+            from engine.presets import find_preset_path
+
+            name = values["name"]
+            if not NAME_RE.match(name):
+                return "a name is letters, digits, '.', '_' or '-' (it becomes the file name)"
+            found = find_preset_path(name)
+            if found is not None and found[0] == "built-in":
+                return f"{name} is a built-in preset name: choose another name"
+            exists = (directory / f"{name}.toml").exists()
+            if exists and not (self._is_user_preset() and name == self.preset_name):
+                return f"{directory / (name + '.toml')} exists: choose another name"
+            return ""
+
+        fields = (FieldSpec("name", "Preset name", default),
+                  FieldSpec("description", "Description", description))
+        self.app.push_screen(FormDialog("Save as preset", fields, "Save",
+                                        note=f"Saved to {directory}", validate=validate,
+                                        dialog_id="save-dialog"), self._save_confirmed)
+
+    def _is_user_preset(self) -> bool:
+        return self.preset is not None and self.preset.source == "user"
+
+    def _save_confirmed(self, values: dict[str, str] | None) -> None:
+        if values is None:
+            return
+        from engine.presets import PresetError, load_preset, save_preset, user_preset_dir
+
+        name = values["name"]
+        path = user_preset_dir() / f"{name}.toml"
+        header = f"Saved from the PPO Deck editor (based on {self.preset_name})."
+        try:
+            save_preset(path, self._toml(name, values["description"], header))
+            saved = load_preset(str(path))
+        except (OSError, PresetError) as exc:
+            self.notify(f"could not save {path}: {exc}", severity="error")
+            return
+        drafts.delete_draft(self.preset_name)
+        self.preset, self.preset_name, self.base = saved, name, self.config
+        self._draft_dirty = False
+        self._apply_report()
+        self.notify(f"saved {path}", title="preset saved")
+
+    @on(Button.Pressed, "#export")
+    def action_export(self) -> None:
+        default = str(Path.cwd() / f"{self.preset_name}.toml")
+        fields = (FieldSpec("path", "Export to (.toml = preset file, .sh/.txt = command line)",
+                            default),)
+        self.app.push_screen(FormDialog("Export config", fields, "Export",
+                                        dialog_id="export-dialog"), self._export_confirmed)
+
+    def _export_confirmed(self, values: dict[str, str] | None) -> None:
+        if not values or not values.get("path"):
+            return
+        from engine.launch import command_line
+        from engine.presets import save_preset
+
+        path = Path(values["path"]).expanduser()
+        if path.suffix in (".sh", ".txt"):
+            text = command_line(self.config) + "\n"
+        else:
+            text = self._toml(path.stem, f"exported from {self.preset_name}",
+                              f"Exported from the PPO Deck editor (based on {self.preset_name}).")
+        try:
+            save_preset(path, text)
+        except OSError as exc:
+            self.notify(f"could not write {path}: {exc}", severity="error")
+            return
+        self.notify(f"exported to {path}", title="exported")
+
+    @on(Button.Pressed, "#launch")
+    def action_launch(self) -> None:
+        if self.error_count:
+            self.notify(f"fix {self.error_count} error(s) before launching (see Issues)",
+                        severity="error")
+            return
+        from rich.text import Text
+
+        from engine.rundir import runs_root
+
+        where = runs_root().resolve() / f"<YYmmdd-HHMMSS>-{self.preset_name}-<hex4>"
+        body = Text.assemble(("Run directory (created on confirm)\n", "bold"), f"{where}\n\n",
+                             ("Command\n", "bold"), format_argv(self.masked_argv()))
+        self.app.push_screen(ConfirmDialog("Launch run", body, "Launch", "success",
+                                           dialog_id="confirm-launch"), self._launch_confirmed)
+
+    def _launch_confirmed(self, confirmed: bool | None) -> None:
+        if confirmed:
+            self._flush_draft()
+            self.launch_worker(self.config, self.preset_name)
+
+    @work(thread=True, exclusive=True, group="launch", exit_on_error=False)
+    def launch_worker(self, config: RunConfig, preset_name: str) -> None:
+        from engine.launch import prepare_run, secret_env, start_driver
+
+        try:
+            rundir = prepare_run(config, preset_name)
+            popen = start_driver(rundir, env=secret_env(config))
+        except Exception as exc:  # LaunchError, OSError...: a sentence, never a traceback
+            self.post_message(LaunchFailed(str(exc) or repr(exc)))
+            return
+        self.post_message(RunLaunched(rundir.path, popen))
+
+    @on(LaunchFailed)
+    def _launch_failed(self, message: LaunchFailed) -> None:
+        self.notify(message.error, title="launch failed", severity="error", timeout=12)

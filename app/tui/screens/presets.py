@@ -1,0 +1,218 @@
+"""Preset picker: built-in, user and team presets with fuzzy search and a preview of what each
+changes from the schema defaults. Enter opens the selected preset in the flag editor."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.fuzzy import Matcher
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from app.tui import drafts, fmt
+from app.tui.messages import PresetChosen
+
+if TYPE_CHECKING:
+    from engine.presets import Preset
+
+SOURCE_STYLE = {"built-in": "cyan", "user": "green", "team": "magenta", "file": "yellow"}
+
+HELP = """\
+## Preset picker
+Built-in presets ship with PPO Deck; user presets live in the config directory
+($PPODECK_CONFIG_DIR/presets); team presets come from $PPODECK_PRESET_PATH. Type to fuzzy-search
+names, descriptions and hardware. The preview lists every flag the preset changes from the
+defaults. `enter` opens it in the editor; `d` opens the editor on the defaults alone.
+A `draft` tag means unsaved edits are waiting for that preset.
+"""
+
+
+def _haystack(preset: Preset) -> str:
+    return f"{preset.name} {preset.description} {_hardware(preset)} {preset.source}"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _hardware(preset: Preset) -> str:
+    return str(preset.provenance.get("tested_hardware", "-"))
+
+
+def _gpus(preset: Preset) -> str:
+    gpus = preset.provenance.get("gpus")
+    return "?" if gpus is None else str(gpus)
+
+
+def preview(preset: Preset) -> Group | Text:
+    """What the preset changes from the schema defaults, plus its provenance."""
+    if preset.error:
+        return Text(preset.error, "bold red")
+    from engine.config import RunConfig
+    from engine.presets import diff_configs, resolve_preset
+
+    try:
+        diffs = diff_configs(RunConfig(), resolve_preset(preset))
+    except Exception as exc:  # a broken extends chain: show why instead of a preview
+        return Text(str(exc), "bold red")
+    head = Text.assemble((preset.name, "bold"), f"  ({preset.source}: {preset.path})\n",
+                         (preset.description or "(no description)", "italic"))
+    for key in ("author", "created", "tested_hardware", "gpus"):
+        if key in preset.provenance:
+            head.append(f"\n{key.replace('_', ' ')}: ", "dim")
+            head.append(str(preset.provenance[key]))
+    if preset.extends:
+        head.append("\nextends: ", "dim")
+        head.append(preset.extends, "bold")
+    table = Table(box=None, expand=True, padding=(0, 1), header_style="bold",
+                  title=f"{len(diffs)} flag(s) changed from the defaults", title_justify="left",
+                  title_style="bold")
+    table.add_column("flag", no_wrap=True)
+    table.add_column("default", style="dim")
+    table.add_column("preset", style="bold green")
+    for diff in diffs:
+        table.add_row(diff.flag, fmt.flag_value(diff.a) or "unset",
+                      fmt.flag_value(diff.b) or "unset")
+    return Group(head, Text(""), table)
+
+
+class PresetPickerScreen(Screen[None]):
+    BINDINGS = [
+        Binding("enter", "open", "Open", show=True),
+        Binding("d", "defaults", "Defaults"),
+        Binding("ctrl+f,slash", "search", "Search", show=False),
+        Binding("r", "app.open_runs", "Runs"),
+    ]
+    HELP = HELP
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.presets: list[Preset] = []
+        self.shown: list[Preset] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("Choose a preset  ·  type to search  ·  enter opens it in the editor",
+                     id="picker-hint")
+        yield Input(placeholder="fuzzy search presets", id="picker-search", compact=True)
+        with Vertical(id="picker-body"):
+            yield DataTable(id="preset-table", cursor_type="row", zebra_stripes=True)
+            with VerticalScroll(id="preset-preview"):
+                yield Static("", id="preset-preview-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("preset", "source", "GPUs", "tested hardware", "description")
+        self.load()
+        table.focus()
+
+    def on_resize(self) -> None:
+        if self.presets:
+            self._fill()  # the description column is cut to the new width
+
+    def load(self) -> None:
+        from engine.presets import list_presets
+
+        try:
+            self.presets = list_presets()
+        except Exception as exc:  # unreadable preset dir: show why, keep the screen usable
+            self.presets = []
+            self.notify(f"cannot list presets: {exc}", severity="error")
+        self.filter("")
+
+    def filter(self, query: str) -> None:
+        if query.strip():
+            matcher = Matcher(query)
+            scored = [(matcher.match(_haystack(p)), p) for p in self.presets]
+            self.shown = [p for score, p in sorted(scored, key=lambda s: -s[0]) if score > 0]
+        else:
+            self.shown = list(self.presets)
+        self._fill()
+
+    def _column_widths(self) -> tuple[int, int]:
+        """(hardware, description) widths that fit the table into the screen width."""
+        available = self.size.width - 4 - 2 * 5  # borders + scrollbar, 1 cell padding a side
+        name = max((len(p.name) + (6 if drafts.has_draft(p.name) else 0)
+                    for p in self.shown), default=8)
+        hardware = max((len(_hardware(p)) for p in self.shown), default=4)
+        description = available - name - 8 - 4 - hardware
+        if description < 24:  # narrow terminal: hardware gives way first
+            hardware = max(10, hardware - (24 - description))
+            description = available - name - 8 - 4 - hardware
+        return hardware, max(8, description)
+
+    def _fill(self) -> None:
+        table = self.query_one(DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        hardware_width, description_width = self._column_widths()
+        for preset in self.shown:
+            name = Text(preset.name, "bold red" if preset.error else "bold")
+            if drafts.has_draft(preset.name):
+                name.append(" draft", "italic yellow")
+            table.add_row(name, Text(preset.source, SOURCE_STYLE.get(preset.source, "")),
+                          _gpus(preset), _cut(_hardware(preset), hardware_width),
+                          _cut(preset.error or preset.description, description_width),
+                          key=preset.name)
+        if cursor and self.shown:
+            table.move_cursor(row=min(cursor, len(self.shown) - 1))
+        self._show_preview()
+
+    @property
+    def selected(self) -> Preset | None:
+        table = self.query_one(DataTable)
+        if not self.shown or table.cursor_row is None:
+            return None
+        return self.shown[min(table.cursor_row, len(self.shown) - 1)]
+
+    def _show_preview(self) -> None:
+        preset = self.selected
+        text: Any = preview(preset) if preset else Text("no preset matches", "dim")
+        self.query_one("#preset-preview-text", Static).update(text)
+
+    @on(Input.Changed, "#picker-search")
+    def _search(self, event: Input.Changed) -> None:
+        event.stop()
+        self.filter(event.value)
+
+    @on(Input.Submitted, "#picker-search")
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_open()
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self) -> None:
+        self._show_preview()
+
+    @on(DataTable.RowSelected)
+    def action_open(self) -> None:
+        preset = self.selected
+        if preset is None:
+            return
+        if preset.error:
+            self.notify(preset.error, title="preset does not load", severity="error")
+            return
+        self.post_message(PresetChosen(str(preset.path) if preset.source == "file"
+                                       else preset.name))
+
+    def action_defaults(self) -> None:
+        self.post_message(PresetChosen(None))
+
+    def action_search(self) -> None:
+        self.query_one("#picker-search", Input).focus()
+
+    def on_key(self, event: Any) -> None:
+        # Typing a letter on the table starts a search (the table has no use for letters).
+        if (self.focused is self.query_one(DataTable) and event.is_printable
+                and event.character and event.character not in "dr/"):
+            search = self.query_one("#picker-search", Input)
+            search.focus()
+            search.insert_text_at_cursor(event.character)
+            event.stop()

@@ -1,0 +1,488 @@
+"""TrainWorker: one rank of the actor or the critic (api.md section 6; the driver wraps it with
+ray.remote). Megatron-core GPTModel + DDP + get_megatron_optimizer + the pipeline schedules.
+
+Per rollout, in miles' order (spec 4.3):
+- critic: values with the pre-update critic (forward only) -> GAE returns -> one value-loss
+  optimizer step per global batch;
+- actor: ref log-probs (--use-kl-loss) and old log-probs (forward only, all samples before the
+  first step) -> GAE advantages from the critic's values -> optional whitening over DP -> one PPO
+  step per global batch.
+No PPO epochs: later mini-steps are off-policy by the earlier ones, as in miles.
+
+The reference policy is the actor's weights right after init, kept as a host copy (miles'
+TensorBackuper "ref" tag, loaded from --ref-load there); a ref forward swaps it in and back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from engine.train import weights
+from engine.train.batching import (
+    MicroBatch,
+    TrainSample,
+    build_micro_batch,
+    local_positions,
+    make_sample,
+    pad_rows,
+    plan_micro_batches,
+    unpad_rows,
+)
+from engine.train.model import ModelShape, build_gpt, transformer_config
+from engine.train.platform import (
+    Parallelism,
+    device,
+    device_scope,
+    has_cuda,
+    has_transformer_engine,
+    init_distributed,
+    shutdown_distributed,
+)
+from engine.train.settings import Role, TrainSettings
+
+LossFactory = Callable[[MicroBatch], Callable[[torch.Tensor], Any]]
+_RECOMPUTE_KEYS = ("recompute_granularity", "recompute_method", "recompute_num_layers")
+
+
+class TrainWorker:
+    def __init__(self, role: Role, rank: int, world_size: int, master_addr: str,
+                 master_port: int, args: dict[str, Any]) -> None:
+        if role not in ("actor", "critic"):
+            raise ValueError(f"role must be 'actor' or 'critic', not {role!r}")
+        self.role: Role = role
+        self.rank = rank
+        self.world_size = world_size
+        self.master_addr = master_addr
+        self.master_port = master_port
+        self.args = dict(args)
+        self.settings = TrainSettings.from_args(role, args, world_size, cuda=has_cuda())
+        self.shape = ModelShape.from_args(args)
+        self.ddp: Any = None
+        self.optimizer: Any = None
+        self.scheduler: Any = None
+        self._ref_weights: dict[str, torch.Tensor] | None = None
+        self._offloader: Any = None
+
+    # ----------------------------------------------------------------------------------------
+    # lifecycle
+    # ----------------------------------------------------------------------------------------
+    def init(self) -> dict:
+        """Process groups, model, DDP, Megatron optimizer and LR scheduler."""
+        s = self.settings
+        init_distributed(self.rank, self.world_size, self.master_addr, self.master_port,
+                         Parallelism(tp=s.tp, pp=s.pp, cp=s.cp), seed=s.seed)
+        from megatron.core import parallel_state as ps
+
+        from engine.train.optimizer import (
+            build_optimizer,
+            build_scheduler,
+            hook_schedule,
+            wrap_ddp,
+        )
+
+        with device_scope():
+            recompute = {k: self.args.get(k) for k in _RECOMPUTE_KEYS}
+            config = transformer_config(self.shape, Parallelism(s.tp, s.pp, s.cp), bf16=s.bf16,
+                                        recompute=recompute)
+            config.variable_seq_lengths = s.pp > 1  # micro-batches differ in length and size
+            model = build_gpt(self.shape, self.role, config,
+                              pre_process=ps.is_pipeline_first_stage(),
+                              post_process=ps.is_pipeline_last_stage(), seed=s.seed)
+            model.to(device())  # the critic's value head is built on the host
+            self._init_weights(model, config)
+            self.ddp = wrap_ddp(model, config, s)
+            self.optimizer = build_optimizer(self.ddp, s)
+            self.scheduler = build_scheduler(self.optimizer, s)
+            hook_schedule(config, self.ddp, self.optimizer)
+        if self.role == "actor" and s.use_kl_loss:
+            self._ref_weights = weights.backup(self.model)
+        if s.offload_train:
+            self.sleep()  # miles: trainers start asleep under --offload-train
+        return {"num_params": self._count_params(), "start_rollout_id": 0}
+
+    def shutdown(self) -> None:
+        self.ddp = self.optimizer = self.scheduler = None
+        self._ref_weights = self._offloader = None
+        shutdown_distributed()
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.ddp.module
+
+    def _init_weights(self, model: torch.nn.Module, config) -> None:  # noqa: ANN001
+        s = self.settings
+        _refuse_megatron_checkpoint(s.load)
+        if s.model_init != "random" and s.hf_checkpoint:
+            self._load_hf(model, s.hf_checkpoint)
+        else:
+            weights.init_weights(model, config, s.seed, self.role, self._tp_rank, s.tp)
+
+    def _load_hf(self, model: torch.nn.Module, path: str) -> None:
+        from engine.train.convert import arch_for, hf_to_mcore, load_hf_checkpoint
+
+        _, hf_state = load_hf_checkpoint(path)
+        full = hf_to_mcore(hf_state, self.shape, arch_for(self.shape), self.role,
+                           te_layout=has_transformer_engine())
+        head = ("output_layer.",) if self.role == "critic" else ()  # the value head stays fresh
+        weights.load_full_state_dict(model, full, self._tp_rank, self.settings.tp,
+                                     allow_missing=head)
+
+    def _count_params(self) -> int:
+        """Parameters of the whole network: TP shards once, replicated tensors once."""
+        from megatron.core import parallel_state as ps
+
+        local = sum(p.numel() for name, p in self.model.named_parameters()
+                    if not weights._is_tied_head_copy(self.model, name)
+                    and (weights.tp_layout(p).dim is not None or self._tp_rank == 0))
+        total = torch.tensor([local], dtype=torch.float64, device=device())
+        dist.all_reduce(total, group=ps.get_model_parallel_group())
+        return int(total.item())
+
+    # ----------------------------------------------------------------------------------------
+    # critic
+    # ----------------------------------------------------------------------------------------
+    def train_critic(self, rollout_id: int, batch: Any) -> dict:  # noqa: ANN401 - RolloutBatch
+        self._ensure_awake()
+        samples, steps = self._shard(batch)
+        old_values = self._forward_only(samples, _values_loss_factory(), "values")
+        extras: dict[str, Sequence[Any]] = {}
+        rollout_metrics: dict[str, float] = {}
+        if old_values is not None:
+            from engine.algo import compute_gae, explained_variance
+
+            lengths = [x.response_len for x in samples]
+            values, mask = pad_rows(old_values), pad_rows([x.loss_mask for x in samples])
+            rewards = torch.tensor([x.reward for x in samples])
+            _, returns = compute_gae(values, rewards, mask, self.settings.gamma,
+                                     self.settings.lambd)
+            ev = explained_variance(values, returns, mask, group=self._dp_group_or_none())
+            rollout_metrics["critic/explained_variance"] = ev
+            extras = {"old_values": old_values, "returns": unpad_rows(returns, lengths)}
+        from engine.train.loss import critic_loss
+
+        step_metrics = self._train_steps(samples, steps, extras, critic_loss, "train/critic-")
+        values_out = {}
+        if old_values is not None and self._tp_rank == 0:
+            values_out = {x.index: v.tolist() for x, v in zip(samples, old_values, strict=True)}
+        logging = self._is_logging_rank()
+        return {"values": values_out,
+                "step_metrics": step_metrics if logging else [],
+                "rollout_metrics": rollout_metrics if logging else {}}
+
+    # ----------------------------------------------------------------------------------------
+    # actor
+    # ----------------------------------------------------------------------------------------
+    def train_actor(self, rollout_id: int, batch: Any,  # noqa: ANN401 - RolloutBatch
+                    values: dict[int, list[float]]) -> dict:
+        self._ensure_awake()
+        samples, steps = self._shard(batch)
+        ref_log_probs = None
+        if self.settings.use_kl_loss:
+            with self._weights_swapped(self._ref_weights):
+                ref_log_probs = self._forward_only(samples, self._log_probs_factory(),
+                                                   "log_probs")
+        old_log_probs = self._forward_only(samples, self._log_probs_factory(), "log_probs")
+        extras: dict[str, Sequence[Any]] = {}
+        rollout_metrics: dict[str, float] = {}
+        if old_log_probs is not None:  # the last PP stage: it computes the loss
+            advantages, rollout_metrics = self._advantages(samples, values, old_log_probs,
+                                                           ref_log_probs)
+            extras = {"old_log_probs": old_log_probs, "advantages": advantages}
+            if ref_log_probs is not None:
+                extras["ref_log_probs"] = ref_log_probs
+        from engine.train.loss import actor_loss
+
+        step_metrics = self._train_steps(samples, steps, extras, actor_loss, "train/")
+        logging = self._is_logging_rank()
+        return {"step_metrics": step_metrics if logging else [],
+                "rollout_metrics": rollout_metrics if logging else {}}
+
+    def _advantages(self, samples: list[TrainSample], values: dict[int, list[float]],
+                    old_log_probs: list[torch.Tensor], ref_log_probs: list[torch.Tensor] | None
+                    ) -> tuple[list[torch.Tensor], dict[str, float]]:
+        """GAE from the critic's pre-update values (the critic's returns are the same), then
+        whitening over the DP group, then the trainer-side rollout metrics."""
+        from engine.algo import compute_gae, normalize_advantages
+
+        missing = [x.index for x in samples if x.index not in values]
+        if missing:
+            raise KeyError(f"no critic values for samples {missing[:5]} (of {len(missing)})")
+        lengths = [x.response_len for x in samples]
+        value_rows = [torch.tensor(values[x.index], dtype=torch.float32) for x in samples]
+        padded_values, mask = pad_rows(value_rows), pad_rows([x.loss_mask for x in samples])
+        rewards = torch.tensor([x.reward for x in samples])
+        advantages, returns = compute_gae(padded_values, rewards, mask, self.settings.gamma,
+                                          self.settings.lambd)
+        if self.settings.normalize_advantages:
+            advantages = normalize_advantages(advantages, mask, group=self._dp_group_or_none())
+        series = {"rollout/values": padded_values, "rollout/returns": returns,
+                  "rollout/advantages": advantages, "rollout/log_probs": pad_rows(old_log_probs)}
+        if ref_log_probs is not None:
+            series["rollout/ref_log_probs"] = pad_rows(ref_log_probs)
+        return unpad_rows(advantages, lengths), self._sample_means(series, mask)
+
+    def _log_probs_factory(self) -> LossFactory:
+        from engine.train.loss import forward_log_probs
+
+        return lambda mb: forward_log_probs(mb, self.settings)
+
+    @contextlib.contextmanager
+    def _weights_swapped(self, other: dict[str, torch.Tensor] | None) -> Iterator[None]:
+        if other is None:
+            raise RuntimeError("the reference weights were not kept (use_kl_loss was off at init)")
+        current = weights.backup(self.model)
+        weights.restore(self.model, other)
+        try:
+            yield
+        finally:
+            weights.restore(self.model, current)
+
+    # ----------------------------------------------------------------------------------------
+    # shared machinery
+    # ----------------------------------------------------------------------------------------
+    def _shard(self, batch: Any) -> tuple[list[TrainSample], list[list[int]]]:  # noqa: ANN401
+        """This DP rank's samples and, per optimizer step, their positions in that list."""
+        per_step = local_positions(len(batch), self.settings.global_batch_size,
+                                   self._dp_size, self._dp_rank)
+        if not per_step:
+            raise ValueError(f"the rollout has {len(batch)} samples, fewer than one global batch "
+                             f"({self.settings.global_batch_size})")
+        samples = [make_sample(batch, p) for step in per_step for p in step]
+        steps, start = [], 0
+        for step in per_step:
+            steps.append(list(range(start, start + len(step))))
+            start += len(step)
+        return samples, steps
+
+    def _plan(self, samples: Sequence[TrainSample], positions: list[int],
+              max_tokens: int | None) -> list[list[int]]:
+        s = self.settings
+        lengths = [samples[p].total_len for p in positions]
+        budget = max_tokens if s.use_dynamic_batch_size else None
+        groups = plan_micro_batches(lengths, s.micro_batch_size, budget)
+        return [[positions[i] for i in group] for group in groups]
+
+    def _forward_only(self, samples: list[TrainSample], loss_factory: LossFactory,
+                      key: str) -> list[torch.Tensor] | None:
+        """One no-grad pass over all of this rank's samples; per-sample [response_len] host
+        tensors on the last PP stage, None elsewhere."""
+        plan = self._plan(samples, list(range(len(samples))),
+                          self.settings.log_probs_max_tokens_per_gpu)
+        micro_batches = [build_micro_batch(samples, group) for group in plan]
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                outputs = self._run(micro_batches, loss_factory, forward_only=True)
+        finally:
+            self.model.train()
+        if not self._is_last_stage():
+            return None
+        result: list[torch.Tensor | None] = [None] * len(samples)
+        for mb, out in zip(micro_batches, outputs, strict=True):
+            for row, position in enumerate(mb.samples):
+                result[position] = out[key][row, :samples[position].response_len].clone()
+        return result  # type: ignore[return-value]
+
+    def _train_steps(self, samples: list[TrainSample], steps: list[list[int]],
+                     extras: dict[str, Sequence[Any]], make_loss: Callable[..., Any],
+                     prefix: str) -> list[dict[str, float]]:
+        s = self.settings
+        metrics = []
+        for positions in steps:
+            plan = self._plan(samples, positions, s.max_tokens_per_gpu)
+            micro_batches = [build_micro_batch(samples, group, extras) for group in plan]
+            scale = len(micro_batches) * self._dp_size / s.global_batch_size
+            metrics.append(self._optimizer_step(
+                micro_batches, lambda mb, scale=scale: make_loss(mb, s, scale), prefix))
+        return metrics
+
+    def _optimizer_step(self, micro_batches: list[MicroBatch], loss_factory: LossFactory,
+                        prefix: str) -> dict[str, float]:
+        start = time.perf_counter()
+        self.ddp.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        outputs = self._run(micro_batches, loss_factory, forward_only=False)
+        with device_scope():
+            updated, grad_norm, _ = self.optimizer.step()
+            if updated:
+                self.scheduler.step(increment=self.settings.global_batch_size)
+        # as miles logs it: the scheduler's lr after this step (the next step's lr)
+        lrs = [self.scheduler.get_lr(group) for group in self.optimizer.param_groups]
+        metrics = self._reduce_step_metrics(outputs) if self._is_last_stage() else {}
+        metrics[prefix + "grad_norm"] = float(grad_norm) if grad_norm is not None else 0.0
+        for i, lr in enumerate(lrs):
+            metrics[f"{prefix}lr-pg_{i}"] = float(lr)
+        metrics[f"perf/{self.role}_step_time"] = time.perf_counter() - start
+        return metrics
+
+    def _run(self, micro_batches: list[MicroBatch], loss_factory: LossFactory,
+             forward_only: bool) -> list[dict]:
+        """Megatron's forward-backward schedule (1F1B under PP) over the micro-batches."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        target = device()
+
+        def forward_step(data_iterator: Iterator[MicroBatch], model: torch.nn.Module):  # noqa: ANN202
+            mb = next(data_iterator)
+            output = model(mb.tokens.to(target), mb.position_ids.to(target),
+                           mb.attention_mask.to(target))
+            return output, loss_factory(mb)
+
+        with device_scope():
+            return get_forward_backward_func()(
+                forward_step_func=forward_step,
+                data_iterator=iter(micro_batches),
+                model=[self.ddp],
+                num_microbatches=len(micro_batches),
+                seq_length=max(mb.tokens.shape[1] for mb in micro_batches),
+                micro_batch_size=max(mb.size for mb in micro_batches),
+                forward_only=forward_only,
+            )
+
+    def _reduce_step_metrics(self, outputs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+        """miles' aggregation: sum over micro-batches, all-reduce over DP, divide by the step's
+        sample count (the global batch)."""
+        keys = sorted(outputs[0])
+        sums = torch.stack([sum(out[k].double() for out in outputs) for k in keys])
+        sums = sums.to(device())
+        if self._dp_size > 1:
+            dist.all_reduce(sums, group=self._dp_group())
+        totals = (sums / self.settings.global_batch_size).tolist()
+        return dict(zip(keys, totals, strict=True))
+
+    def _sample_means(self, series: dict[str, torch.Tensor],
+                      mask: torch.Tensor) -> dict[str, float]:
+        """Token-masked mean per sample, averaged over every sample of every DP rank."""
+        per_sample = mask.sum(dim=-1).clamp(min=1)
+        sums = [((x * mask).sum(dim=-1) / per_sample).sum() for x in series.values()]
+        stats = torch.stack([*sums, torch.tensor(float(mask.shape[0]))]).double().to(device())
+        if self._dp_size > 1:
+            dist.all_reduce(stats, group=self._dp_group())
+        count = stats[-1].item()
+        return {k: (stats[i] / count).item() for i, k in enumerate(series)}
+
+    # ----------------------------------------------------------------------------------------
+    # offload, export, memory
+    # ----------------------------------------------------------------------------------------
+    def sleep(self) -> dict:
+        """Params, master weights and optimizer state to host memory; grads freed."""
+        from engine.train.offload import StorageOffloader, noop_report, train_state_tensors
+
+        keep, drop = train_state_tensors(self.ddp, self.optimizer)
+        if not has_cuda():
+            held = StorageOffloader.for_tensors(keep, drop, "cpu")
+            return noop_report(held.bytes_to_copy, held.bytes_to_free, where="cpu")
+        if self._offloader is None or not self._offloader.asleep:
+            self._offloader = StorageOffloader.for_tensors(keep, drop, "cuda")
+        return self._offloader.offload()
+
+    def wake_up(self) -> dict:
+        from engine.train.offload import StorageOffloader, noop_report, train_state_tensors
+
+        if not has_cuda():
+            held = StorageOffloader.for_tensors(*train_state_tensors(self.ddp, self.optimizer),
+                                                "cpu")
+            return noop_report(held.bytes_to_copy, held.bytes_to_free, where="cpu")
+        if self._offloader is None:
+            return {"noop": True, "bytes": 0, "freed_bytes": 0, "seconds": 0.0, "gbps": None,
+                    "where": "gpu"}
+        return self._offloader.onload()
+
+    def _ensure_awake(self) -> None:
+        if self._offloader is not None and self._offloader.asleep:
+            self.wake_up()
+
+    def export_hf_weights(self) -> dict[str, torch.Tensor] | None:
+        """Full HF-named host tensors on global rank 0 (every rank must call), None elsewhere."""
+        if self.role != "actor":
+            raise ValueError("only the actor's weights convert to HF (the critic has a value head)")
+        self._ensure_awake()
+        state = self.gather_full_state_dict()
+        if state is None:
+            return None
+        from engine.train.convert import arch_for, mcore_to_hf
+
+        return mcore_to_hf(state, self.shape, arch_for(self.shape))
+
+    def gather_full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The TP=1/PP=1 Megatron state dict (global layer numbers) on global rank 0."""
+        from megatron.core import parallel_state as ps
+
+        with device_scope():
+            stage = weights.gather_tp(self.model, ps.get_tensor_model_parallel_group(),
+                                      self.settings.tp)
+        if self._dp_rank != 0 or self._tp_rank != 0:
+            return None
+        return weights.gather_pp_to_first(stage, ps.get_pipeline_model_parallel_group(),
+                                          self.settings.pp, ps.is_pipeline_first_stage())
+
+    def memory(self) -> dict:
+        import psutil
+
+        cuda = None
+        if has_cuda():
+            cuda = {"device": torch.cuda.current_device(),
+                    "allocated_bytes": torch.cuda.memory_allocated(),
+                    "reserved_bytes": torch.cuda.memory_reserved(),
+                    "max_allocated_bytes": torch.cuda.max_memory_allocated()}
+        return {"rss_bytes": psutil.Process().memory_info().rss, "cuda": cuda}
+
+    # ----------------------------------------------------------------------------------------
+    # parallel coordinates
+    # ----------------------------------------------------------------------------------------
+    @property
+    def _tp_rank(self) -> int:
+        from megatron.core import parallel_state as ps
+
+        return ps.get_tensor_model_parallel_rank()
+
+    @property
+    def _dp_rank(self) -> int:
+        from megatron.core import parallel_state as ps
+
+        return ps.get_data_parallel_rank()
+
+    @property
+    def _dp_size(self) -> int:
+        from megatron.core import parallel_state as ps
+
+        return ps.get_data_parallel_world_size()
+
+    def _dp_group(self):  # noqa: ANN202
+        from megatron.core import parallel_state as ps
+
+        return ps.get_data_parallel_group()
+
+    def _dp_group_or_none(self):  # noqa: ANN202
+        return self._dp_group() if self._dp_size > 1 else None
+
+    def _is_last_stage(self) -> bool:
+        from megatron.core import parallel_state as ps
+
+        return ps.is_pipeline_last_stage()
+
+    def _is_logging_rank(self) -> bool:
+        """miles' first-replica main rank: DP rank 0, TP rank 0, last PP stage."""
+        return self._dp_rank == 0 and self._tp_rank == 0 and self._is_last_stage()
+
+
+def _values_loss_factory() -> LossFactory:
+    from engine.train.loss import forward_values
+
+    return forward_values
+
+
+def _refuse_megatron_checkpoint(load: str | None) -> None:
+    """TODO(checkpoints): resume from a Megatron torch_dist checkpoint (--load/--critic-load).
+    Until then a real checkpoint directory is refused rather than silently ignored."""
+    if load and (Path(load) / "latest_checkpointed_iteration.txt").is_file():
+        raise NotImplementedError(
+            f"{load} holds a Megatron checkpoint; loading torch_dist checkpoints is not "
+            "implemented yet (start from --hf-checkpoint or a random init)")

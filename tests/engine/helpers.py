@@ -1,0 +1,47 @@
+"""Run a preset through the real launcher and driver (Ray + Megatron + PPO) and collect events."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from engine.events import read_events
+from engine.launch import prepare_run, start_driver
+from engine.presets import load_preset, resolve_preset
+from engine.rundir import RunDir, read_status
+
+
+def run_preset(tmp_path: Path, preset: str, timeout: float, **overrides: Any
+               ) -> tuple[RunDir, dict[str, Any], list[dict[str, Any]]]:
+    config = resolve_preset(load_preset(preset)).with_values(**overrides)
+    rundir = prepare_run(config, preset, run_dir=tmp_path / "run")
+    env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "RAY_TMPDIR": os.environ.get("RAY_TMPDIR", "/tmp")}
+    proc = start_driver(rundir, env=env)
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    events, _warnings = read_events(rundir.events_jsonl)
+    return rundir, read_status(rundir), events
+
+
+def metric_series(events: list[dict[str, Any]], name: str, step_key: str = "rollout/step"
+                  ) -> list[tuple[int, float]]:
+    return [(e["step"], e["metrics"][name]) for e in events
+            if e["kind"] == "metrics" and e.get("step_key") == step_key
+            and e["metrics"].get(name) is not None]
+
+
+def phase_starts(events: list[dict[str, Any]]) -> list[tuple[int | None, str]]:
+    return [(e.get("rollout_id"), e["name"]) for e in events
+            if e["kind"] == "phase" and e["state"] == "start"]
+
+
+def driver_log_tail(rundir: RunDir, lines: int = 60) -> str:
+    path = rundir.driver_log
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""

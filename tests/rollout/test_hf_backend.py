@@ -1,0 +1,132 @@
+"""The hf rollout backend: seeded sampling, log-probs, EOS handling, left padding, weights."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from engine.rollout.hf_backend import HFGenerator, cut_at_eos, left_pad
+from engine.train.model import ModelShape
+
+EOS, PAD = 1, 0
+SHAPE = ModelShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
+                   num_query_groups=2, kv_channels=16, vocab_size=32, max_sequence_length=64,
+                   norm_epsilon=1e-6)
+UNTIED_SHAPE = ModelShape(**{**SHAPE.__dict__, "untie_embeddings": True})
+QWEN_SHAPE = ModelShape(**{**SHAPE.__dict__, "qk_layernorm": True, "untie_embeddings": True})
+PROMPTS = [[4, 5, 6, 13], [7, 13], [3, 3, 9, 10, 11, 13]]
+
+
+@pytest.fixture(scope="module")
+def generator() -> HFGenerator:
+    gen = HFGenerator(UNTIED_SHAPE, "llama", init_seed=1)
+    with torch.no_grad():  # logits with a std of about 1.6: peaked, yet diverse samples
+        gen.model.lm_head.weight.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(0))
+    return gen
+
+
+def sample(gen: HFGenerator, prompts=PROMPTS, **kw):  # noqa: ANN001, ANN201
+    params = dict(n_samples=3, temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=6,
+                  eos_token_id=EOS, pad_token_id=PAD, seed=5)
+    return gen.generate(prompts, **{**params, **kw})
+
+
+def test_same_seed_same_samples_other_seed_differs(generator: HFGenerator) -> None:
+    a, b = sample(generator), sample(generator)
+    assert a == b and len(a) == 9
+    assert sample(generator, seed=6) != a
+
+
+def test_sampling_leaves_the_global_rng_alone(generator: HFGenerator) -> None:
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    sample(generator)
+    assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
+def test_log_probs_equal_teacher_forced_temperature_scaled(generator: HFGenerator,
+                                                            temperature: float) -> None:
+    outs = sample(generator, temperature=temperature)
+    for i, out in enumerate(outs):
+        prompt = PROMPTS[i // 3]
+        ids = torch.tensor([prompt + out.response_ids])
+        with torch.no_grad():
+            logits = generator.model(ids).logits[0, len(prompt) - 1:-1].float()
+        # unfiltered by top-p/top-k: the same quantity the actor computes
+        if temperature != 1.0:
+            logits = logits / temperature
+        expected = torch.log_softmax(logits, -1).gather(
+            -1, torch.tensor(out.response_ids).unsqueeze(-1)).squeeze(-1)
+        assert torch.allclose(torch.tensor(out.log_probs), expected, atol=1e-5), i
+
+
+def test_responses_end_at_first_eos_or_are_truncated(generator: HFGenerator) -> None:
+    outs = sample(generator, n_samples=16, max_new_tokens=5, temperature=1.0)
+    assert any(o.truncated for o in outs) and any(not o.truncated for o in outs)
+    for out in outs:
+        assert len(out.response_ids) == len(out.log_probs) <= 5
+        if out.truncated:
+            assert EOS not in out.response_ids and len(out.response_ids) == 5
+        else:
+            assert out.response_ids[-1] == EOS and EOS not in out.response_ids[:-1]
+
+
+def test_cut_at_eos_keeps_eos_as_a_token() -> None:
+    outs = cut_at_eos([[5, 1, 0, 0], [5, 6, 7, 8], [1, 0, 0, 0]],
+                      [[-1.0, -2.0, -3.0, -4.0]] * 3, eos_token_id=1, max_new_tokens=4)
+    assert [o.response_ids for o in outs] == [[5, 1], [5, 6, 7, 8], [1]]
+    assert [o.log_probs for o in outs] == [[-1.0, -2.0], [-1.0, -2.0, -3.0, -4.0], [-1.0]]
+    assert [o.truncated for o in outs] == [False, True, False]
+
+
+def test_left_padding_gives_the_same_greedy_answers_as_one_by_one(generator) -> None:
+    batched = sample(generator, n_samples=1, temperature=0.0)
+    alone = [sample(generator, prompts=[p], n_samples=1, temperature=0.0)[0] for p in PROMPTS]
+    assert [o.response_ids for o in batched] == [o.response_ids for o in alone]
+    for b, a in zip(batched, alone, strict=True):
+        assert torch.allclose(torch.tensor(b.log_probs), torch.tensor(a.log_probs), atol=1e-5)
+
+
+def test_left_pad_layout() -> None:
+    ids, mask = left_pad([[7, 8, 9], [5]], PAD, torch.device("cpu"))
+    assert ids.tolist() == [[7, 8, 9], [0, 0, 5]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+@pytest.mark.parametrize(("shape", "arch"), [(SHAPE, "llama"), (QWEN_SHAPE, "qwen3")])
+def test_load_weights_strict_with_tied_head_left_out(shape: ModelShape, arch: str) -> None:
+    source = HFGenerator(shape, arch, init_seed=3)
+    target = HFGenerator(shape, arch, init_seed=4)
+    state = {k: v.clone() for k, v in source.model.state_dict().items()}
+    if not shape.untie_embeddings:
+        del state["lm_head.weight"]  # what tied safetensors files and mcore_to_hf give
+    size = target.load_weights(state)
+    assert size == sum(t.numel() * t.element_size() for t in state.values())
+    ids = torch.tensor([[4, 5, 6]])
+    with torch.no_grad():
+        assert torch.equal(target.model(ids).logits, source.model(ids).logits)
+    del state["model.norm.weight"]
+    with pytest.raises(KeyError, match="model.norm.weight"):
+        target.load_weights(state)
+
+
+def test_offload_is_a_reported_noop_on_cpu(generator: HFGenerator) -> None:
+    assert generator.offload() == {"noop": True, "bytes": 0, "seconds": 0.0, "gbps": None,
+                                   "where": "cpu"}
+    assert generator.onload()["noop"] is True
+
+
+def test_batch_64_by_6_tokens_is_fast(generator: HFGenerator) -> None:
+    prompts = [[3 + (i * 7 + j) % 10 for j in range(4)] + [13] for i in range(64)]
+    kw = dict(prompts=prompts, n_samples=1, max_new_tokens=6, temperature=1.0, top_p=1.0,
+              top_k=-1)
+    sample(generator, **kw)  # warm-up
+    start = time.perf_counter()
+    outs = sample(generator, **kw)
+    seconds = time.perf_counter() - start
+    print(f"hf generate 64 x 6 tokens: {seconds * 1000:.1f} ms")
+    assert len(outs) == 64 and seconds < 1.0

@@ -1,0 +1,254 @@
+"""TrainWorker on CPU ranks: PPO steps run and learn; TP=2, DP=2 and PP=2 match one rank.
+
+Each scenario runs once per module (a fixture) in fresh gloo ranks; the tests compare what the
+ranks returned.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from tests.train.worker_harness import all_values, run_ranks, tiny_args, tiny_batch
+
+pytestmark = pytest.mark.timeout(300)
+
+TP_TOL = 1e-5
+DP_TOL = 1e-5
+REPEATS = 4  # train_critic / train_actor calls when checking that training moves the numbers
+
+
+def _ppo_round(rank: int, world: int, ports: list[int], overrides: dict[str, Any]) -> dict:
+    """Critic then actor on one rollout, as the driver runs them; plus export and offload."""
+    from engine.train.worker import TrainWorker
+
+    args, batch = tiny_args(**overrides), tiny_batch()
+    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
+    result: dict[str, Any] = {"critic_init": critic.init()}
+    result["critic"] = critic.train_critic(0, batch)
+    values = all_values(result["critic"]["values"])
+    result["sleep"], result["wake"] = critic.sleep(), critic.wake_up()
+    critic.shutdown()
+    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[1], args)
+    result["actor_init"] = actor.init()
+    result["actor"] = actor.train_actor(0, batch, values)
+    result["full_state"] = actor.gather_full_state_dict()
+    result["hf"] = actor.export_hf_weights()
+    actor.shutdown()
+    return result
+
+
+def _learning(rank: int, world: int, ports: list[int]) -> dict:
+    """Repeated rounds on a fixed batch: the value loss falls; with a positive advantage on
+    every token the log-probs of the response rise."""
+    from engine.train.worker import TrainWorker
+
+    args, batch = tiny_args(), tiny_batch()
+    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
+    critic.init()
+    value_losses = [critic.train_critic(i, batch)["step_metrics"][0]["train/critic-value_loss"]
+                    for i in range(REPEATS)]
+    critic.shutdown()
+    winning = tiny_batch(reward=1.0)
+    zero_values = {i: [0.0] * n for i, n in enumerate(winning.response_lengths)}
+    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[1], args)
+    actor.init()
+    log_probs = [actor.train_actor(i, winning, zero_values)["rollout_metrics"]["rollout/log_probs"]
+                 for i in range(REPEATS)]
+    actor.shutdown()
+    dynamic = TrainWorker("critic", rank, world, "127.0.0.1", ports[2],
+                          tiny_args(use_dynamic_batch_size=True, max_tokens_per_gpu=40))
+    dynamic.init()
+    first_dynamic = dynamic.train_critic(0, batch)["step_metrics"][0]
+    dynamic.shutdown()
+    return {"value_losses": value_losses, "log_probs": log_probs, "dynamic": first_dynamic}
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_ranks(1, _ppo_round, tmp_path_factory.mktemp("one"), {})[0]
+
+
+@pytest.fixture(scope="module")
+def learning(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_ranks(1, _learning, tmp_path_factory.mktemp("learn"), ports=3)[0]
+
+
+@pytest.fixture(scope="module")
+def tp2(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    return run_ranks(2, _ppo_round, tmp_path_factory.mktemp("tp2"),
+                     {"tensor_model_parallel_size": 2})
+
+
+@pytest.fixture(scope="module")
+def dp2(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    return run_ranks(2, _ppo_round, tmp_path_factory.mktemp("dp2"), {})
+
+
+@pytest.fixture(scope="module")
+def pp2(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    return run_ranks(2, _ppo_round, tmp_path_factory.mktemp("pp2"),
+                     {"pipeline_model_parallel_size": 2})
+
+
+def _first(result: dict, role: str, key: str) -> float:
+    return result[role]["step_metrics"][0][key]
+
+
+def _assert_first_steps_match(ref: dict, other: dict, tol: float) -> None:
+    for role, key in [("critic", "train/critic-value_loss"),
+                      ("critic", "train/critic-value_clipfrac"),
+                      ("actor", "train/pg_loss"), ("actor", "train/entropy_loss"),
+                      ("actor", "train/loss")]:
+        assert _first(other, role, key) == pytest.approx(_first(ref, role, key), abs=tol), key
+    # the second step runs on weights the first step changed: the optimizer agrees too
+    for role, key in [("critic", "train/critic-value_loss"), ("actor", "train/pg_loss"),
+                      ("actor", "train/kl_loss")]:
+        second, want = other[role]["step_metrics"][1][key], ref[role]["step_metrics"][1][key]
+        assert second == pytest.approx(want, abs=10 * tol), key
+
+
+def _assert_values_match(ref: dict[int, list[float]], other: dict[int, list[float]],
+                         tol: float) -> None:
+    assert sorted(other) == sorted(ref)
+    for index, want in ref.items():
+        assert torch.allclose(torch.tensor(other[index]), torch.tensor(want), atol=tol), index
+
+
+def _merged_values(results: list[dict]) -> dict[int, list[float]]:
+    merged: dict[int, list[float]] = {}
+    for r in results:
+        merged.update(r["critic"]["values"])
+    return merged
+
+
+def _logging_rank(results: list[dict]) -> dict:
+    with_metrics = [r for r in results if r["critic"]["step_metrics"]]
+    assert len(with_metrics) == 1, "exactly one rank logs"
+    return with_metrics[0]
+
+
+# --------------------------------------------------------------------------------------------
+# one rank
+# --------------------------------------------------------------------------------------------
+def test_one_rank_round_returns_finite_metrics(one_rank: dict) -> None:
+    critic, actor = one_rank["critic"], one_rank["actor"]
+    assert len(critic["step_metrics"]) == len(actor["step_metrics"]) == 2  # 8 samples / gbs 4
+    for step in critic["step_metrics"]:
+        assert {"train/critic-value_loss", "train/critic-value_clipfrac",
+                "train/critic-grad_norm", "train/critic-lr-pg_0"} <= set(step)
+    for step in actor["step_metrics"]:
+        assert {"train/loss", "train/pg_loss", "train/pg_clipfrac", "train/ppo_kl",
+                "train/entropy_loss", "train/kl_loss", "train/grad_norm",
+                "train/lr-pg_0"} <= set(step)
+    assert set(actor["rollout_metrics"]) == {"rollout/values", "rollout/returns",
+                                             "rollout/advantages", "rollout/log_probs",
+                                             "rollout/ref_log_probs"}
+    numbers = [v for s in critic["step_metrics"] + actor["step_metrics"] for v in s.values()]
+    numbers += [*actor["rollout_metrics"].values(), *critic["rollout_metrics"].values()]
+    assert all(math.isfinite(v) for v in numbers)
+    assert critic["step_metrics"][0]["train/critic-lr-pg_0"] == pytest.approx(1e-3)
+
+
+def test_first_actor_step_is_on_policy(one_rank: dict) -> None:
+    first = one_rank["actor"]["step_metrics"][0]
+    assert first["train/ppo_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert first["train/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # ref = initial weights
+    rollout = one_rank["actor"]["rollout_metrics"]
+    assert rollout["rollout/log_probs"] == pytest.approx(rollout["rollout/ref_log_probs"])
+
+
+def test_critic_values_cover_every_response_token(one_rank: dict) -> None:
+    batch = tiny_batch()
+    values = one_rank["critic"]["values"]
+    assert sorted(values) == batch.sample_indices
+    assert [len(values[i]) for i in batch.sample_indices] == batch.response_lengths
+
+
+def test_num_params_counts_the_model(one_rank: dict) -> None:
+    from engine.train.model import ModelShape
+
+    shape = ModelShape.from_args(tiny_args())
+    assert one_rank["actor_init"]["num_params"] == shape.num_params()
+    value_head = shape.hidden_size + 1  # the actor's head is tied to the embeddings
+    assert one_rank["critic_init"]["num_params"] == shape.num_params() + value_head
+
+
+def test_sleep_and_wake_up_are_reported_noops_on_cpu(one_rank: dict) -> None:
+    for report in (one_rank["sleep"], one_rank["wake"]):
+        assert report["noop"] is True
+        assert report["seconds"] == 0.0
+        assert report["bytes"] > 4 * 60_000  # fp32 params alone, plus Adam state
+        assert report["freed_bytes"] > report["bytes"]  # grad buffers are freed, not copied
+
+
+def test_export_hf_weights_is_a_llama_state_dict(one_rank: dict) -> None:
+    hf = one_rank["hf"]
+    assert hf["model.embed_tokens.weight"].shape == (32, 64)
+    assert hf["model.layers.1.mlp.gate_proj.weight"].shape == (128, 64)
+    assert "lm_head.weight" not in hf  # tied embeddings
+
+
+def test_value_loss_falls_on_a_fixed_batch(learning: dict) -> None:
+    losses = learning["value_losses"]
+    assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_positive_advantage_raises_log_probs(learning: dict) -> None:
+    log_probs = learning["log_probs"]
+    assert all(b > a for a, b in zip(log_probs, log_probs[1:], strict=False)), log_probs
+
+
+def test_dynamic_batch_matches_fixed_micro_batches(one_rank: dict, learning: dict) -> None:
+    fixed = one_rank["critic"]["step_metrics"][0]
+    for key in ("train/critic-value_loss", "train/critic-grad_norm"):
+        assert learning["dynamic"][key] == pytest.approx(fixed[key], abs=1e-5), key
+
+
+# --------------------------------------------------------------------------------------------
+# two ranks
+# --------------------------------------------------------------------------------------------
+def test_tp2_matches_one_rank(one_rank: dict, tp2: list[dict]) -> None:
+    _assert_first_steps_match(one_rank, _logging_rank(tp2), TP_TOL)
+    assert tp2[1]["critic"]["values"] == {}  # TP rank 1 does not ship values
+    _assert_values_match(one_rank["critic"]["values"], _merged_values(tp2), TP_TOL)
+
+
+def test_tp2_export_matches_one_rank(one_rank: dict, tp2: list[dict]) -> None:
+    assert tp2[1]["hf"] is None
+    _assert_state_dicts_match(one_rank["hf"], tp2[0]["hf"], 1e-5)
+
+
+def test_dp2_matches_one_rank(one_rank: dict, dp2: list[dict]) -> None:
+    _assert_first_steps_match(one_rank, _logging_rank(dp2), DP_TOL)
+    assert all(r["critic"]["values"] for r in dp2)  # each DP rank ships its shard
+    _assert_values_match(one_rank["critic"]["values"], _merged_values(dp2), DP_TOL)
+    rollout, want = _logging_rank(dp2)["actor"]["rollout_metrics"], one_rank["actor"]
+    for key, value in want["rollout_metrics"].items():
+        assert rollout[key] == pytest.approx(value, abs=DP_TOL), key
+    assert _logging_rank(dp2)["critic"]["rollout_metrics"]["critic/explained_variance"] == \
+        pytest.approx(one_rank["critic"]["rollout_metrics"]["critic/explained_variance"], abs=1e-5)
+
+
+def test_pp2_values_and_losses_match_one_rank(one_rank: dict, pp2: list[dict]) -> None:
+    assert pp2[0]["critic"]["values"] == {}  # only the last stage has values
+    _assert_values_match(one_rank["critic"]["values"], pp2[1]["critic"]["values"], 1e-5)
+    _assert_first_steps_match(one_rank, _logging_rank(pp2), 1e-5)
+
+
+def test_pp2_export_matches_one_rank(one_rank: dict, pp2: list[dict]) -> None:
+    assert pp2[1]["hf"] is None
+    _assert_state_dicts_match(one_rank["full_state"], pp2[0]["full_state"], 1e-5)
+    _assert_state_dicts_match(one_rank["hf"], pp2[0]["hf"], 1e-5)
+
+
+def _assert_state_dicts_match(ref: dict[str, torch.Tensor], other: dict[str, torch.Tensor],
+                              tol: float) -> None:
+    assert sorted(other) == sorted(ref)
+    for name, tensor in ref.items():
+        assert other[name].shape == tensor.shape, name
+        assert torch.allclose(other[name], tensor, atol=tol), name
+
