@@ -120,7 +120,7 @@ def parse_set(item: str) -> dict[str, Any]:
     text = item.strip()
     body = text[2:] if text.startswith("--") else text
     name, eq, raw = body.partition("=")
-    name = name.strip()
+    name = name.strip().replace("_", "-")
     if not name:
         raise typer.BadParameter(f"{item!r}: expected FLAG=VALUE, e.g. kl-coef=0.1",
                                  param_hint="--set")

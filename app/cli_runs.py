@@ -66,11 +66,12 @@ def register(app: typer.Typer) -> None:
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, highlight=False)
+    # markup off: paths, flag values and details may contain [brackets]
+    return Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    _stderr().print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    _stderr().print(Text.assemble(("error:", "bold red"), " ", message))
     raise typer.Exit(code)
 
 
@@ -94,7 +95,7 @@ def run(
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", "-s", metavar="FLAG=VALUE",
-                     help="Override a flag: kl-coef=0.1, --kl-coef=0.1, no-offload-train. "
+                     help="Override a flag: eps-clip=0.1, --eps-clip=0.1, no-offload-train. "
                           "Repeatable."),
     ] = None,
     run_dir: Annotated[
@@ -117,7 +118,7 @@ def run(
 
     Example:
 
-        ppodeck run qwen2.5-0.5b-ppo-smoke --set kl-coef=0.05 --set no-offload-train
+        ppodeck run tiny-cpu --set num-rollout=10 --set eps-clip=0.1
 
         ppodeck run ./my-preset.toml --detach
     """
@@ -129,7 +130,7 @@ def run(
     if detach:
         typer.echo(rundir.id)
         _stderr().print(f"follow it with: ppodeck attach {rundir.id}   or   "
-                        f"ppodeck tail {rundir.id} --follow", soft_wrap=True)
+                        f"ppodeck tail {rundir.id} --follow")
         return
     raise typer.Exit(_follow_run(rundir, popen, config.get("num_rollout")))
 
@@ -187,9 +188,9 @@ def _print_issues(issues: Iterable[Issue]) -> None:
     for issue in issues:
         flags = ", ".join(issue.flags)
         err.print(Text.assemble((f"{issue.level:<7}", colors.get(issue.level, "")),
-                                f" {flags}: {issue.message}"), soft_wrap=True)
+                                f" {flags}: {issue.message}"))
         if issue.fix:
-            err.print(f"        fix: {issue.fix}", soft_wrap=True, markup=False)
+            err.print(f"        fix: {issue.fix}")
 
 
 def _confirm_code_flags(config: RunConfig, yes: bool) -> None:
@@ -304,68 +305,50 @@ class _Interrupts:
         self.received += 1
 
 
-class _PlainView:
-    """Non-TTY output: one line per finished rollout, plus warnings and status changes."""
+class _View:
+    """A Rich Live panel on a TTY; otherwise one plain line per finished rollout."""
 
-    def __init__(self, progress: RunProgress) -> None:
+    def __init__(self, progress: RunProgress, live: bool) -> None:
         self.progress = progress
-        self.printed: int | None = None
+        self.live = Live(progress, refresh_per_second=4, console=Console()) if live else None
+        self.printed: int | None = None  # last rollout with a plain line
 
-    def __enter__(self) -> _PlainView:
+    def __enter__(self) -> _View:
+        if self.live is not None:
+            self.live.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self.progress.rollout_id is not None and self.printed != self.progress.rollout_id:
+        if self.live is not None:
+            self.live.stop()
+        elif self.progress.rollout_id not in (None, self.printed):
             typer.echo(self.progress.line())
 
     def update(self, batch: list[dict[str, Any]]) -> None:
         for event in batch:
-            rollout_id = event.get("rollout_id")
-            current = self.progress.rollout_id
-            if isinstance(rollout_id, int) and current is not None and rollout_id > current:
-                typer.echo(self.progress.line())  # the previous rollout is finished
-                self.printed = current
+            if self.live is None:
+                self._line_if_rollout_done(event.get("rollout_id"))
             self.progress.apply(event)
-            _echo_notable(event, self.say)
+            kind = event["kind"]
+            if kind == "status" or (kind == "log" and event.get("level") in ("warning", "error")):
+                self.say(format_event(event))
+
+    def _line_if_rollout_done(self, rollout_id: Any) -> None:
+        current = self.progress.rollout_id
+        if isinstance(rollout_id, int) and current is not None and rollout_id > current:
+            typer.echo(self.progress.line())
+            self.printed = current
 
     def say(self, message: str) -> None:
-        typer.echo(message, err=True)
-
-
-class _LiveView(_PlainView):
-    """TTY output: a Rich Live panel redrawn 4 times a second."""
-
-    def __init__(self, progress: RunProgress) -> None:
-        super().__init__(progress)
-        self.live = Live(progress, refresh_per_second=4, console=Console())
-
-    def __enter__(self) -> _LiveView:
-        self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.live.__exit__(None, None, None)
-
-    def update(self, batch: list[dict[str, Any]]) -> None:
-        for event in batch:
-            self.progress.apply(event)
-            _echo_notable(event, self.say)
-
-    def say(self, message: str) -> None:
-        self.live.console.print(message, markup=False, highlight=False)
-
-
-def _echo_notable(event: dict[str, Any], say: Any) -> None:
-    """Warnings, errors and status changes are worth a line of their own."""
-    if event["kind"] == "log" and event.get("level") in ("warning", "error"):
-        say(format_event(event))
-    elif event["kind"] == "status":
-        say(format_event(event))
+        if self.live is not None:
+            self.live.console.print(message, markup=False, highlight=False)
+        else:
+            typer.echo(message, err=True)
 
 
 def _follow_run(rundir: RunDir, popen: subprocess.Popen[bytes], num_rollout: int | None) -> int:
     progress = RunProgress(rundir.id, num_rollout)
-    view = _LiveView(progress) if sys.stdout.isatty() else _PlainView(progress)
+    view = _View(progress, live=sys.stdout.isatty())
     interrupts = _Interrupts()
     driver_gone = threading.Event()
     previous = signal.signal(signal.SIGINT, interrupts.handle)
@@ -382,7 +365,7 @@ def _follow_run(rundir: RunDir, popen: subprocess.Popen[bytes], num_rollout: int
     return _exit_code(rundir, popen, interrupted=interrupts.received > 0)
 
 
-def _act_on_interrupts(rundir: RunDir, interrupts: _Interrupts, view: _PlainView) -> None:
+def _act_on_interrupts(rundir: RunDir, interrupts: _Interrupts, view: _View) -> None:
     from engine.launch import stop_run
 
     while interrupts.handled < interrupts.received:
@@ -403,14 +386,15 @@ def _exit_code(rundir: RunDir, popen: subprocess.Popen[bytes], interrupted: bool
                   f"state; see {rundir.driver_log}")
         status = write_status(rundir, state="failed", detail=detail, ended=time.time())
         state = "failed"
+    detail = status.get("detail") or ""
     if state == "succeeded":
-        _stderr().print(f"run {rundir.id} succeeded", soft_wrap=True)
+        _stderr().print(f"run {rundir.id} succeeded")
         return 0
     if interrupted or state == "stopped":
-        _stderr().print(f"run {rundir.id} stopped: {status.get('detail', '')}", soft_wrap=True)
+        _stderr().print(f"run {rundir.id} stopped: {detail}")
         return EXIT_INTERRUPTED
-    _stderr().print(f"[bold red]run {rundir.id} {state}:[/] {status.get('detail', '')}\n"
-                    f"driver log: {rundir.driver_log}", soft_wrap=True)
+    _stderr().print(Text.assemble((f"run {rundir.id} {state}:", "bold red"), f" {detail}\n"
+                                  f"driver log: {rundir.driver_log}"))
     return EXIT_FAILED
 
 

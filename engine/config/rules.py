@@ -384,7 +384,13 @@ def _kl(e: dict, r: dict, s: set, out: Out) -> None:
     if not r["with_ref"]:
         return
     ref = r["ref_load"]
-    if ref is None:
+    if ref is None and (r["model_init"] == "random" or r["hf_checkpoint"]):
+        source = "random init" if r["model_init"] == "random" else "--hf-checkpoint"
+        _issue(out, "info", "kl.ref_from_initial_weights", ("ref_load", "use_kl_loss"),
+               f"--ref-load is not set: the reference model is the actor's initial weights "
+               f"({source}). miles itself would require --ref-load.",
+               "set --ref-load to use a separate reference checkpoint")
+    elif ref is None:
         _issue(out, "error", "kl.ref_load_required", ("ref_load", "use_kl_loss", "kl_coef"),
                "a KL term (--use-kl-loss or a non-zero --kl-coef) needs the reference model, "
                "but --ref-load is not set.",

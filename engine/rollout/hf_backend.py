@@ -37,13 +37,16 @@ class HFGenerator:
     # ---- weights ------------------------------------------------------------------------
     def load_weights(self, hf_state_dict: Mapping[str, torch.Tensor]) -> int:
         """Copy an HF-named state dict in (strict); returns the bytes received."""
-        missing, unexpected = self.model.load_state_dict(dict(hf_state_dict), strict=False)
+        expected = set(self.model.state_dict())
         # a tied model's lm_head is the embedding itself: files and mcore_to_hf omit it
-        missing = [k for k in missing if not (self.tied and k == "lm_head.weight")]
-        if missing or unexpected:
+        missing = sorted(k for k in expected - set(hf_state_dict)
+                         if not (self.tied and k == "lm_head.weight"))
+        unexpected = sorted(set(hf_state_dict) - expected)
+        if missing or unexpected:  # checked first so a bad push leaves the weights untouched
             raise KeyError(f"rollout weights do not match the {self.arch} model: missing "
                            f"{missing[:3]} ({len(missing)}), unexpected {unexpected[:3]} "
                            f"({len(unexpected)})")
+        self.model.load_state_dict(dict(hf_state_dict), strict=False)
         if self.tied:
             self.model.tie_weights()
         return sum(t.numel() * t.element_size() for t in hf_state_dict.values())
@@ -59,34 +62,16 @@ class HFGenerator:
             return []
         rows = [list(p) for p in prompt_ids for _ in range(n_samples)]
         input_ids, attention_mask = left_pad(rows, pad_token_id, self.device)
-        config = self._generation_config(temperature, top_p, top_k, max_new_tokens,
-                                         eos_token_id, pad_token_id)
+        recorder = LogProbRecorder(temperature)
         with seeded(seed, self.device):
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                      generation_config=config)
-        new_tokens = out.sequences[:, input_ids.shape[1]:]
-        log_probs = chosen_log_probs(out.logits, new_tokens, temperature)
+            sequences = self.model.generate(
+                input_ids=input_ids, attention_mask=attention_mask,
+                generation_config=generation_config(temperature > 0, max_new_tokens,
+                                                    eos_token_id, pad_token_id),
+                logits_processor=sampling_processors(recorder, temperature, top_p, top_k))
+        new_tokens = sequences[:, input_ids.shape[1]:]
+        log_probs = recorder.finish(new_tokens)
         return cut_at_eos(new_tokens.tolist(), log_probs.tolist(), eos_token_id, max_new_tokens)
-
-    def _generation_config(self, temperature: float, top_p: float, top_k: int,
-                           max_new_tokens: int, eos_token_id: int | None,
-                           pad_token_id: int):  # noqa: ANN202
-        from transformers import GenerationConfig
-
-        greedy = temperature <= 0
-        return GenerationConfig(
-            do_sample=not greedy,
-            temperature=None if greedy else temperature,
-            top_p=None if greedy else top_p,
-            top_k=None if greedy or top_k is None or top_k <= 0 else top_k,  # miles: -1 = off
-            max_new_tokens=max_new_tokens,
-            min_new_tokens=None,
-            eos_token_id=eos_token_id,
-            pad_token_id=pad_token_id,
-            use_cache=True,
-            output_logits=True,  # raw logits: we apply the temperature ourselves
-            return_dict_in_generate=True,
-        )
 
     # ---- memory -------------------------------------------------------------------------
     def offload(self) -> dict[str, Any]:
@@ -131,16 +116,74 @@ def left_pad(rows: Sequence[Sequence[int]], pad_token_id: int,
     return ids.to(device), mask.to(device)
 
 
-def chosen_log_probs(step_logits: Sequence[torch.Tensor], tokens: torch.Tensor,
-                     temperature: float) -> torch.Tensor:
-    """[B, T] log-probs of the sampled tokens under temperature-scaled logits (fp32).
+def generation_config(sample: bool, max_new_tokens: int, eos_token_id: int | None,
+                      pad_token_id: int):  # noqa: ANN201
+    """Sampling on, but no built-in warpers: sampling_processors() orders them itself."""
+    from transformers import GenerationConfig
 
-    Like the actor's logit processor, logits are divided only when T is neither 0 nor 1.
+    return GenerationConfig(do_sample=sample, temperature=None, top_p=None, top_k=None,
+                            max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                            pad_token_id=pad_token_id, use_cache=True)
+
+
+def sampling_processors(recorder: LogProbRecorder, temperature: float, top_p: float,
+                        top_k: int):  # noqa: ANN201
+    """[recorder, temperature, top-k, top-p]: HF's own warper order, the recorder first so it
+    sees the raw logits (this list's order is ours, not an internal of `generate`)."""
+    from transformers import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    processors = LogitsProcessorList([recorder])
+    if temperature > 0:
+        if temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(temperature))
+        if top_k is not None and top_k > 0:  # miles: -1 = off
+            processors.append(TopKLogitsWarper(top_k))
+        if top_p is not None and top_p < 1.0:
+            processors.append(TopPLogitsWarper(top_p))
+    return processors
+
+
+class LogProbRecorder:
+    """A logits processor that keeps log pi(chosen token) per step without storing [T, B, V].
+
+    Called with the raw logits of step t; the token chosen at step t shows up as the last
+    input id at step t+1 (and in the final sequences for the last step). Like the actor's
+    logit processor, logits are divided by the temperature only when it is neither 0 nor 1.
     """
-    logits = torch.stack(list(step_logits), dim=1).float()  # [B, T, V]
-    if temperature not in (0.0, 1.0) and temperature > 0:
-        logits = logits / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.pending: torch.Tensor | None = None  # [B, V] log-probs of the current step
+        self.chosen: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._take(input_ids[:, -1])
+        logits = scores.float()
+        if self.temperature > 0 and self.temperature != 1.0:
+            logits = logits / self.temperature
+        self.pending = torch.log_softmax(logits, dim=-1)
+        return scores
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self.pending is not None:
+            self.chosen.append(self.pending.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+            self.pending = None
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """[B, T] log-probs of `new_tokens` (the generated part of the sequences)."""
+        if new_tokens.shape[1]:
+            self._take(new_tokens[:, -1])
+        if len(self.chosen) != new_tokens.shape[1]:
+            raise RuntimeError(f"recorded {len(self.chosen)} steps for "
+                               f"{new_tokens.shape[1]} generated tokens")
+        if not self.chosen:
+            return torch.zeros(new_tokens.shape, dtype=torch.float32)
+        return torch.stack(self.chosen, dim=1).cpu()
 
 
 def cut_at_eos(tokens: list[list[int]], log_probs: list[list[float]], eos_token_id: int | None,

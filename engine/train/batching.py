@@ -6,6 +6,9 @@ i // gbs and, inside the step, to DP rank (i % gbs) // (gbs // dp).
 
 Micro-batches are right-padded to their longest sample. The model output at absolute position
 prompt_len + t - 1 belongs to response token t (spec 5.2), so `response_index` points there.
+No attention mask is built: with right padding the plain causal mask (which Megatron's attention
+and engine.train.attention apply when given None) is exact, since real tokens never attend to
+the padding after them; and None lets SDPA pick FlashAttention on GPUs.
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ class MicroBatch:
     samples: list[int]  # positions in the rank's flat sample list
     tokens: torch.Tensor  # [b, S]
     position_ids: torch.Tensor  # [b, S]
-    attention_mask: torch.Tensor  # [1, 1, S, S] bool, True = masked (causal)
     response_index: torch.Tensor  # [b, T] flat index into b*S of the output that predicts token t
     targets: torch.Tensor  # [b, T] the response tokens (0 on padding)
     loss_mask: torch.Tensor  # [b, T] float, 0 on padding
@@ -140,7 +142,6 @@ def build_micro_batch(samples: Sequence[TrainSample], positions: list[int],
         samples=list(positions),
         tokens=tokens,
         position_ids=torch.arange(seq).unsqueeze(0).expand(b, seq).contiguous(),
-        attention_mask=torch.triu(torch.ones(1, 1, seq, seq, dtype=torch.bool), diagonal=1),
         response_index=response_index,
         targets=targets,
         loss_mask=loss_mask,

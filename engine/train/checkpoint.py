@@ -168,8 +168,8 @@ def _save_state(state: dict[str, Any], final: Path, *, tracker_tag: str,
     from megatron.core import dist_checkpointing
 
     root = final.parent
-    tmp = _agree_tmp_dir(final)
     _check_free_space(state, root)
+    tmp = _agree_tmp_dir(final)
     try:
         with device_scope():
             dist_checkpointing.save(state, str(tmp), content_metadata=dict(SHARDING_METADATA))
@@ -231,6 +231,8 @@ def _check_free_space(state: dict[str, Any], root: Path) -> None:
 
 
 def _free_bytes(path: Path) -> int:
+    while not path.exists() and path != path.parent:  # the save dir may not exist yet
+        path = path.parent
     return shutil.disk_usage(path).free
 
 
@@ -275,7 +277,7 @@ def _is_disk_full(exc: BaseException) -> bool:
 
 
 def _disk_full(root: Path, where: Path, doing: str) -> CheckpointDiskFullError:
-    free = _gib(_free_bytes(root)) if root.exists() else "?"
+    free = _gib(_free_bytes(root))
     return CheckpointDiskFullError(
         f"disk full while {doing} in {where} ({free} GiB free on {root}); the partial "
         "checkpoint was removed and earlier checkpoints and the tracker are intact. Free some "
@@ -372,6 +374,7 @@ def _load(path: Path, model_chunks: Sequence[Any], optimizer: Any, scheduler: An
             # the (grad-requiring) model params, and it copies into them in place
             with torch.no_grad():
                 optimizer.load_state_dict(loaded["optimizer"])
+            _restore_adam_steps(optimizer, loaded["optimizer"])
             if scheduler is not None and "opt_param_scheduler" in loaded:
                 scheduler.load_state_dict(loaded["opt_param_scheduler"])
         elif optimizer is not None:
@@ -541,6 +544,33 @@ def _prime_optimizer_state(optimizer: Any) -> None:  # noqa: ANN401
                     state["exp_avg"] = torch.zeros_like(param)
                     state["exp_avg_sq"] = torch.zeros_like(param)
                 state.setdefault("step", torch.tensor(0.0))
+
+
+def _restore_adam_steps(optimizer: Any, loaded: Any) -> None:  # noqa: ANN401
+    """Give every param its own Adam "step" again, read from the checkpoint's param groups.
+
+    Shim for megatron-core 0.16's DistributedOptimizer with torch's Adam (no Apex/TE):
+    load_state_dict() hands all params ONE shared step tensor (torch's Adam then adds 1 per
+    param per step) and the dp_reshardable load copies the stale pre-load step over it.
+    """
+    from megatron.core.optimizer import distrib_optimizer
+
+    if distrib_optimizer.HAVE_APEX_OR_TE:
+        return
+    inners = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    if len(inners) == 1:
+        states = [loaded]
+    else:
+        states = [v for _, v in sorted(loaded.items())] if isinstance(loaded, Mapping) else loaded
+    for inner, state in zip(inners, states, strict=True):
+        if not isinstance(inner, distrib_optimizer.DistributedOptimizer):
+            continue
+        steps = {g.get("step") for g in state["optimizer"]["param_groups"]} - {None}
+        if len(steps) != 1:
+            continue
+        step = float(steps.pop())
+        for param_state in inner.optimizer.state.values():
+            param_state["step"] = torch.tensor(step)
 
 
 def _collect_rng_states() -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -96,16 +95,35 @@ class TrainWorker:
                               pre_process=ps.is_pipeline_first_stage(),
                               post_process=ps.is_pipeline_last_stage(), seed=s.seed)
             model.to(device())  # the critic's value head is built on the host
-            self._init_weights(model, config)
+            if not self._checkpoint_sources():
+                self._init_weights(model, config)
             self.ddp = wrap_ddp(model, config, s)
             self.optimizer = build_optimizer(self.ddp, s)
             self.scheduler = build_scheduler(self.optimizer, s)
             hook_schedule(config, self.ddp, self.optimizer)
-        if self.role == "actor" and s.use_kl_loss:
-            self._ref_weights = weights.backup(self.model)
+        loaded = self._load_checkpoints()
+        if self.role == "actor" and s.use_kl_loss and self._ref_weights is None:
+            self._ref_weights = weights.backup(self.model)  # the initial weights are the ref
         if s.offload_train:
             self.sleep()  # miles: trainers start asleep under --offload-train
-        return {"num_params": self._count_params(), "start_rollout_id": 0}
+        return {"num_params": self._count_params(),
+                "start_rollout_id": int(loaded.get("start_rollout_id", 0)),
+                "loaded_from": loaded.get("path"), "notes": list(loaded.get("notes", []))}
+
+    def save(self, rollout_id: int, extra: dict[str, Any] | None = None) -> dict:
+        """Megatron torch_dist checkpoint of model, optimizer, scheduler and RNG to --save
+        (actor) or --critic-save (critic), iteration = rollout_id (miles). Collective."""
+        from engine.train.checkpoint import save_checkpoint
+
+        save_dir = self.args.get("critic_save" if self.role == "critic" else "save")
+        if not save_dir:
+            flag = "--critic-save" if self.role == "critic" else "--save"
+            raise ValueError(f"{flag} is not set: nowhere to save the {self.role}")
+        start = time.perf_counter()
+        with self._awake():
+            path = save_checkpoint(save_dir, rollout_id, [self.ddp], self.optimizer,
+                                   self.scheduler, extra=extra or {})
+        return {"path": str(path), "seconds": time.perf_counter() - start}
 
     def shutdown(self) -> None:
         self.ddp = self.optimizer = self.scheduler = None
@@ -116,9 +134,40 @@ class TrainWorker:
     def model(self) -> torch.nn.Module:
         return self.ddp.module
 
+    def _checkpoint_sources(self) -> list[str]:
+        """The torch_dist checkpoints init will load, in miles' order: --load (--critic-load)
+        to resume, else --ref-load as the starting weights."""
+        from engine.train.checkpoint import has_checkpoint
+
+        candidates = [self.settings.load, self.args.get("ref_load")]
+        return [c for c in candidates if has_checkpoint(c)]
+
+    def _load_checkpoints(self) -> dict:
+        """Resume from --load, or start from --ref-load's weights (finetune: no optimizer, no
+        RNG), as miles does. The critic goes through load_for_critic, which keeps its fresh
+        value head when pointed at a policy checkpoint. The actor's KL reference is --ref-load
+        when it holds a checkpoint, else the initial weights."""
+        from engine.train.checkpoint import load_checkpoint, load_for_critic
+
+        sources = self._checkpoint_sources()
+        if not sources:
+            return {}
+        ref_load, chunks = self.args.get("ref_load"), [self.ddp]
+        opt, sched = self.optimizer, self.scheduler
+        if self.role == "critic":
+            return load_for_critic(sources[0], chunks, opt, sched,
+                                   finetune=sources[0] == ref_load)
+        resume = sources[0] == self.settings.load
+        if self.settings.use_kl_loss and ref_load in sources:
+            loaded = load_checkpoint(ref_load, chunks, opt, sched, finetune=True)
+            self._ref_weights = weights.backup(self.model)
+            if not resume:
+                return loaded
+        return load_checkpoint(sources[0], chunks, opt, sched, finetune=not resume)
+
     def _init_weights(self, model: torch.nn.Module, config) -> None:  # noqa: ANN001
+        """No checkpoint to load: HF weights (--hf-checkpoint) or a seeded random init."""
         s = self.settings
-        _refuse_megatron_checkpoint(s.load)
         if s.model_init != "random" and s.hf_checkpoint:
             self._load_hf(model, s.hf_checkpoint)
         else:
@@ -331,8 +380,8 @@ class TrainWorker:
 
         def forward_step(data_iterator: Iterator[MicroBatch], model: torch.nn.Module):  # noqa: ANN202
             mb = next(data_iterator)
-            output = model(mb.tokens.to(target), mb.position_ids.to(target),
-                           mb.attention_mask.to(target))
+            # attention_mask None = causal, exact under right padding (see batching.py)
+            output = model(mb.tokens.to(target), mb.position_ids.to(target), None)
             return output, loss_factory(mb)
 
         with device_scope():
@@ -399,12 +448,24 @@ class TrainWorker:
         if self._offloader is not None and self._offloader.asleep:
             self.wake_up()
 
+    @contextlib.contextmanager
+    def _awake(self) -> Iterator[None]:
+        """On the device for the block; asleep again afterwards if it was asleep before."""
+        asleep = self._offloader is not None and self._offloader.asleep
+        if asleep:
+            self.wake_up()
+        try:
+            yield
+        finally:
+            if asleep:
+                self.sleep()
+
     def export_hf_weights(self) -> dict[str, torch.Tensor] | None:
         """Full HF-named host tensors on global rank 0 (every rank must call), None elsewhere."""
         if self.role != "actor":
             raise ValueError("only the actor's weights convert to HF (the critic has a value head)")
-        self._ensure_awake()
-        state = self.gather_full_state_dict()
+        with self._awake():  # miles reads a host backup instead; here the state comes back
+            state = self.gather_full_state_dict()
         if state is None:
             return None
         from engine.train.convert import arch_for, mcore_to_hf
@@ -479,10 +540,3 @@ def _values_loss_factory() -> LossFactory:
     return forward_values
 
 
-def _refuse_megatron_checkpoint(load: str | None) -> None:
-    """TODO(checkpoints): resume from a Megatron torch_dist checkpoint (--load/--critic-load).
-    Until then a real checkpoint directory is refused rather than silently ignored."""
-    if load and (Path(load) / "latest_checkpointed_iteration.txt").is_file():
-        raise NotImplementedError(
-            f"{load} holds a Megatron checkpoint; loading torch_dist checkpoints is not "
-            "implemented yet (start from --hf-checkpoint or a random init)")

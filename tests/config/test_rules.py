@@ -120,7 +120,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"use_kl_loss": True, "kl_loss_coef": 0.1, "ref_load": EXISTING}),
     ("kl.loss_coef_zero", {"use_kl_loss": True, "ref_load": EXISTING},
      {"use_kl_loss": True, "kl_loss_coef": 0.01, "ref_load": EXISTING}),
-    ("kl.ref_load_required", {"use_kl_loss": True, "kl_loss_coef": 0.01},
+    ("kl.ref_load_required", {"use_kl_loss": True, "kl_loss_coef": 0.01, "model_init": None},
+     {"use_kl_loss": True, "kl_loss_coef": 0.01, "model_init": None, "ref_load": EXISTING}),
+    ("kl.ref_from_initial_weights", {"use_kl_loss": True, "kl_loss_coef": 0.01},
      {"use_kl_loss": True, "kl_loss_coef": 0.01, "ref_load": EXISTING}),
     ("kl.ref_load_missing", {"use_kl_loss": True, "ref_load": "/nonexistent/ref"},
      {"use_kl_loss": True, "ref_load": EXISTING}),
@@ -290,3 +292,17 @@ def test_bad_type_message_names_flag() -> None:
     [issue] = [i for i in check(config(lr="abc")).issues if i.code == "value.bad_type"]
     assert issue.flags == ("--lr",)
     assert issue.message == "--lr expects a number, got 'abc'"
+
+
+def test_check_is_fast_enough_for_every_keystroke() -> None:
+    """A loose guard (the real figure is in bench/config_bench.py): well under 2 ms."""
+    import statistics
+    import time
+
+    cfg = config(save="/tmp/ckpt", use_kl_loss=True, ref_load=EXISTING)
+    samples = []
+    for _ in range(300):
+        start = time.perf_counter()
+        check(cfg)
+        samples.append(time.perf_counter() - start)
+    assert statistics.median(samples) < 2e-3

@@ -129,4 +129,6 @@ def test_batch_64_by_6_tokens_is_fast(generator: HFGenerator) -> None:
     outs = sample(generator, **kw)
     seconds = time.perf_counter() - start
     print(f"hf generate 64 x 6 tokens: {seconds * 1000:.1f} ms")
-    assert len(outs) == 64 and seconds < 1.0
+    # about 12-30 ms on an idle 2-core machine; the bound only catches pathologies (a lost KV
+    # cache, per-step [B, V] logits kept), since shared CI machines are noisy
+    assert len(outs) == 64 and seconds < 3.0

@@ -27,6 +27,8 @@ def main() -> int:
     rundir = RunDir(parser.parse_args().run_dir)
     (rundir.path / "argv.json").write_text(json.dumps(sys.argv[1:]))
     mode = os.environ.get("FAKE_DRIVER_MODE", "succeed")
+    # Handlers go in before "running" is written: tests send SIGINT as soon as they see it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN if mode == "stubborn" else _note_interrupt)
     write_status(rundir, state="running", pid=os.getpid(), pgid=os.getpgid(0), rollout_id=0)
     with EventWriter(rundir.events_jsonl) as writer:
         writer.emit("status", state="running", detail="")
@@ -47,16 +49,22 @@ def succeed(rundir: RunDir, writer: EventWriter) -> int:
     return 0
 
 
+_interrupted: list[int] = []
+
+
+def _note_interrupt(signum: int, frame: object) -> None:
+    _interrupted.append(signum)
+
+
 def wait(rundir: RunDir, writer: EventWriter) -> int:
-    interrupted: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     # a grandchild in the same process group: a stop must reach it too
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     (rundir.path / "grandchild.pid").write_text(str(child.pid))
     writer.emit("phase", name="generate", state="start", rollout_id=0)
     deadline = time.monotonic() + 30  # never outlive a broken test
-    while not interrupted and time.monotonic() < deadline:
+    while not _interrupted and time.monotonic() < deadline:
         time.sleep(0.02)
+    child.kill()  # already gone after a group SIGINT; this covers the deadline
     child.wait()
     writer.emit("status", state="stopped", detail="stopped by request after the current phase")
     write_status(rundir, state="stopped", detail="stopped by request after the current phase",
@@ -65,7 +73,6 @@ def wait(rundir: RunDir, writer: EventWriter) -> int:
 
 
 def stubborn(rundir: RunDir, writer: EventWriter) -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     writer.emit("phase", name="actor_train", state="start", rollout_id=0)
     time.sleep(30)  # never outlive a broken test
     return 0

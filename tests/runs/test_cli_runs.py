@@ -191,7 +191,7 @@ def _interrupt_when(condition, count: int = 1) -> threading.Thread:
     """Send SIGINT to this process (as Ctrl-C would) once `condition()` holds, `count` times."""
     def run() -> None:
         for _ in range(count):
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             while not (_following() and condition()):
                 if time.monotonic() > deadline:
                     return

@@ -46,16 +46,20 @@ def _learning(rank: int, world: int, ports: list[int]) -> dict:
     every token the log-probs of the response rise."""
     from engine.train.worker import TrainWorker
 
-    args, batch = tiny_args(), tiny_batch()
+    args, batch = tiny_args(normalize_advantages=False), tiny_batch()
     critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
     critic.init()
-    value_losses = [critic.train_critic(i, batch)["step_metrics"][0]["train/critic-value_loss"]
-                    for i in range(REPEATS)]
+    manual_values = _per_sample_outputs(critic, batch, lambda out: out[..., 0])
+    results = [critic.train_critic(i, batch) for i in range(REPEATS)]
+    value_losses = [r["step_metrics"][0]["train/critic-value_loss"] for r in results]
     critic.shutdown()
     winning = tiny_batch(reward=1.0)
     zero_values = {i: [0.0] * n for i, n in enumerate(winning.response_lengths)}
     actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[1], args)
     actor.init()
+    manual_log_probs = _per_sample_outputs(actor, batch, _manual_log_probs(batch, args))
+    samples, _ = actor._shard(batch)
+    batched_log_probs = actor._forward_only(samples, actor._log_probs_factory(), "log_probs")
     log_probs = [actor.train_actor(i, winning, zero_values)["rollout_metrics"]["rollout/log_probs"]
                  for i in range(REPEATS)]
     actor.shutdown()
@@ -64,7 +68,36 @@ def _learning(rank: int, world: int, ports: list[int]) -> dict:
     dynamic.init()
     first_dynamic = dynamic.train_critic(0, batch)["step_metrics"][0]
     dynamic.shutdown()
-    return {"value_losses": value_losses, "log_probs": log_probs, "dynamic": first_dynamic}
+    return {"value_losses": value_losses, "log_probs": log_probs, "dynamic": first_dynamic,
+            "manual_values": manual_values, "values": results[0]["values"],
+            "manual_log_probs": manual_log_probs,
+            "batched_log_probs": [t.tolist() for t in batched_log_probs]}
+
+
+def _per_sample_outputs(worker: Any, batch: Any, pick: Any) -> list[list[float]]:  # noqa: ANN401
+    """One unpadded forward per sample; `pick(output [L, X], sample)` -> [L] per position;
+    keeps the entries at prompt_len + t - 1, the outputs that predict response token t."""
+    from engine.train.platform import device_scope
+
+    rows = []
+    with torch.no_grad(), device_scope():
+        for i, tokens in enumerate(batch.tokens):
+            ids = torch.tensor([tokens])
+            length = ids.shape[1]
+            mask = torch.triu(torch.ones(1, 1, length, length, dtype=torch.bool), 1)
+            out = worker.model(ids, torch.arange(length).unsqueeze(0), mask)[0]
+            prompt, response = batch.prompt_lengths[i], batch.response_lengths[i]
+            picked = pick(out) if pick.__code__.co_argcount == 1 else pick(out, i)
+            rows.append(picked[prompt - 1:prompt + response - 1].tolist())
+    return rows
+
+
+def _manual_log_probs(batch: Any, args: dict[str, Any]) -> Any:  # noqa: ANN401
+    def pick(logits: torch.Tensor, i: int) -> torch.Tensor:
+        logp = torch.log_softmax(logits.float() / args["rollout_temperature"], dim=-1)
+        following = torch.tensor(batch.tokens[i][1:] + [0])  # token after each position
+        return logp.gather(-1, following.unsqueeze(-1))[..., 0]
+    return pick
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +112,9 @@ def learning(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.fixture(scope="module")
 def tp2(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    # DP=1 here, so the plain (non-distributed) Megatron optimizer is the one covered
     return run_ranks(2, _ppo_round, tmp_path_factory.mktemp("tp2"),
-                     {"tensor_model_parallel_size": 2})
+                     {"tensor_model_parallel_size": 2, "use_distributed_optimizer": False})
 
 
 @pytest.fixture(scope="module")
@@ -202,8 +236,19 @@ def test_positive_advantage_raises_log_probs(learning: dict) -> None:
     assert all(b > a for a, b in zip(log_probs, log_probs[1:], strict=False)), log_probs
 
 
+def test_log_probs_and_values_sit_at_the_position_before_each_token(learning: dict) -> None:
+    """Spec 5.2, temperature 0.8 on the logits and none on the value head; padded
+    micro-batches give what unpadded single-sample forwards give."""
+    batch = tiny_batch()
+    for i in batch.sample_indices:
+        assert torch.allclose(torch.tensor(learning["batched_log_probs"][i]),
+                              torch.tensor(learning["manual_log_probs"][i]), atol=1e-5), i
+        assert torch.allclose(torch.tensor(learning["values"][i]),
+                              torch.tensor(learning["manual_values"][i]), atol=1e-5), i
+
+
 def test_dynamic_batch_matches_fixed_micro_batches(one_rank: dict, learning: dict) -> None:
-    fixed = one_rank["critic"]["step_metrics"][0]
+    fixed = one_rank["critic"]["step_metrics"][0]  # the critic ignores normalize_advantages
     for key in ("train/critic-value_loss", "train/critic-grad_norm"):
         assert learning["dynamic"][key] == pytest.approx(fixed[key], abs=1e-5), key
 

@@ -1,7 +1,7 @@
 """Run TrainWorkers on CPU ranks (torch.multiprocessing, gloo) and collect what they return.
 
-Children come from a forkserver that has torch and megatron imported already, so a 2-rank run
-starts in well under a second instead of re-importing megatron (~5 s) per process.
+On the CPU, children come from a forkserver that has torch and megatron imported already, so a
+2-rank run starts in well under a second instead of re-importing megatron (~5 s) per process.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def tiny_args(**overrides: Any) -> dict[str, Any]:  # noqa: ANN401
         "adam_beta1": 0.9, "adam_beta2": 0.999, "clip_grad": 1.0,
         "rollout_batch_size": 8, "n_samples_per_prompt": 1, "global_batch_size": 4,
         "num_rollout": 10, "micro_batch_size": 2, "use_distributed_optimizer": True,
-        "rollout_temperature": 1.0, "eps_clip": 0.2, "eps_clip_high": 0.28, "value_clip": 0.2,
-        "gamma": 1.0, "lambd": 1.0, "normalize_advantages": False, "entropy_coef": 0.01,
+        "rollout_temperature": 0.8, "eps_clip": 0.2, "eps_clip_high": 0.28, "value_clip": 0.2,
+        "gamma": 1.0, "lambd": 1.0, "normalize_advantages": True, "entropy_coef": 0.01,
         "use_kl_loss": True, "kl_loss_coef": 0.01, "kl_loss_type": "low_var_kl",
         "model_init": "random", "offload_train": False,
     }
@@ -77,11 +77,14 @@ def run_ranks(world_size: int, body: Callable[..., dict], out_dir: Path, *args: 
     """Run `body(rank, world_size, ports, *args)` on every rank; return each rank's dict."""
     import torch.multiprocessing as mp
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
+    # megatron's imports touch CUDA where there is one, and a forked child cannot use it then
+    method = "spawn" if torch.cuda.is_available() else "forkserver"
+    if method == "forkserver":
+        multiprocessing.get_context(method).set_forkserver_preload(_PRELOAD)
     out_dir.mkdir(parents=True, exist_ok=True)
     port_list = [free_port() for _ in range(ports)]
     mp.start_processes(_child, args=(world_size, body, port_list, out_dir, args),
-                       nprocs=world_size, join=True, start_method="forkserver")
+                       nprocs=world_size, join=True, start_method=method)
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from engine.presets import Preset
 
 DRAFT_DEBOUNCE_S = 0.4
-OPEN_GROUPS = ("ppo", "critic")  # the PPO-specific groups start expanded
+OPEN_GROUPS = ("critic", "ppo")  # the PPO-specific groups start expanded
 LEVEL_RANK = {"error": 0, "warning": 1, "info": 2}
 VIEWS = (("flags", "Flags"), ("issues", "Issues"), ("derived", "Derived"),
          ("command", "Command"))
@@ -113,6 +113,7 @@ class EditScreen(Screen[None]):
         Binding("escape", "app.back", "Back"),
     ]
     HELP = HELP
+    AUTO_FOCUS = "#flag-search"
 
     def __init__(self, preset: Preset | None, base: RunConfig, draft: RunConfig | None = None,
                  draft_note: str = "") -> None:
@@ -170,8 +171,8 @@ class EditScreen(Screen[None]):
     def _field_for(self, flag: Flag) -> FlagField:
         """Build one field with the screen's current state (used when a group first opens)."""
         field = FlagField(flag, self.config.get(flag.dest) if self.config.is_set(flag.dest)
-                          else None, self.is_changed(flag.dest))
-        field.initial_issue = _field_issue(self._issues_by_dest().get(flag.dest, []))
+                          else None, self.is_changed(flag.dest),
+                          _field_issue(self._issues_by_dest().get(flag.dest, [])))
         field.set_class(not flag_matches(flag, self.query_text), "-hidden")
         return field
 
@@ -180,12 +181,20 @@ class EditScreen(Screen[None]):
         self.query_one("#pane-derived").border_title = "Derived"
         self.query_one("#pane-command").border_title = "Command (miles argv)"
         self._apply_report()
+        self.call_after_refresh(self._mount_open_groups)
         if self.restored_draft:
             self.notify(f"Restored unsaved edits of {self.preset_name} from "
                         f"{drafts.draft_path(self.preset_name)}. Palette → 'Discard edits' "
                         "goes back to the preset.", title="draft restored", timeout=8)
         if self.draft_note:
             self.notify(self.draft_note, severity="warning", timeout=8)
+
+    def _mount_open_groups(self) -> None:
+        """Fields of the groups that start open mount after the first paint: the screen
+        appears at once and the fields fill in a moment later."""
+        for group in self.groups:
+            if not group.collapsed:
+                group.ensure_fields()
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < 110 or self.size.height < 30, "-compact")

@@ -62,7 +62,9 @@ def preview(preset: Preset) -> Group | Text:
         diffs = diff_configs(RunConfig(), resolve_preset(preset))
     except Exception as exc:  # a broken extends chain: show why instead of a preview
         return Text(str(exc), "bold red")
-    head = Text.assemble((preset.name, "bold"), f"  ({preset.source}: {preset.path})\n",
+    # the file name, not the path: paths differ per machine (and per test run)
+    source = f"  ({preset.source} preset, {preset.path.name})\n"
+    head = Text.assemble((preset.name, "bold"), source,
                          (preset.description or "(no description)", "italic"))
     for key in ("author", "created", "tested_hardware", "gpus"):
         if key in preset.provenance:

@@ -32,6 +32,16 @@ def _started(run: Any, now: float | None) -> str:
     return f"{fmt.duration(now - run.started)} ago"
 
 
+def _short(path: Path) -> str:
+    """The run directory relative to the runs root's parent ("runs/<id>") when possible."""
+    from engine.rundir import runs_root
+
+    try:
+        return str(Path(path).resolve().relative_to(runs_root().resolve().parent))
+    except ValueError:
+        return str(path)
+
+
 class RunsScreen(Screen[None]):
     BINDINGS = [
         Binding("enter", "attach", "Attach", show=True),
@@ -107,7 +117,7 @@ class RunsScreen(Screen[None]):
     def _highlighted(self) -> None:
         run = self._selected()
         if run is not None:
-            self.query_one("#runs-detail", Static).update(f"{run.path}\n{run.detail}")
+            self.query_one("#runs-detail", Static).update(f"{_short(run.path)}\n{run.detail}")
 
     @on(DataTable.RowSelected)
     def action_attach(self) -> None:

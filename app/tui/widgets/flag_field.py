@@ -15,6 +15,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static, Switch
@@ -85,14 +86,16 @@ class FlagField(Vertical):
         field: FlagField
         dest: str
 
-    def __init__(self, flag: Flag, value: Any, changed: bool = False) -> None:
+    def __init__(self, flag: Flag, value: Any, changed: bool = False,
+                 issue: FieldIssue | None = None) -> None:
         super().__init__(id=f"field-{flag.dest}", classes="flag-field")
         self.flag = flag
         self.value = value  # the typed value the field shows (None = unset)
-        self.issue: FieldIssue | None = None
-        self.initial_issue: FieldIssue | None = None  # shown once mounted
+        self.issue = issue
         self.parse_error = ""
         self.set_class(changed, "-changed")
+        if issue is not None:  # classes before mount cost nothing; after, a restyle
+            self.add_class(f"-{issue.level}")
         self.set_class(flag.runs_code, "-runs-code")
 
     @property
@@ -110,12 +113,9 @@ class FlagField(Vertical):
             yield Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
         yield Static(self._detail_text(), classes="flag-detail")
 
-    def on_mount(self) -> None:
-        if self.initial_issue is not None:
-            self.show_issue(self.initial_issue)
-
-    def _name_text(self) -> Text:
-        return Text.assemble(("● " if self.changed else "  ", "bold $warning"), self.flag.name)
+    def _name_text(self) -> Content:
+        return Content.assemble(("● " if self.changed else "  ", "bold $warning"),
+                                self.flag.name)
 
     def _detail_text(self) -> Text:
         """Help, then the issue (if any) on its own line, in one widget per field."""

@@ -1,7 +1,8 @@
 """A schema group of flags in a Collapsible; its title counts changes and issues.
 
-Fields mount when the group first opens: 209 flags x ~8 widgets would make the editor slow
-to appear, and a closed group needs none of them.
+Fields mount when the group first opens (after the screen's first paint for the groups that
+start open): 209 flags x ~6 widgets would make the editor slow to appear, and a closed group
+needs none of them.
 """
 
 from __future__ import annotations
@@ -31,9 +32,7 @@ class FlagGroup(Collapsible):
 
     def compose(self) -> ComposeResult:
         yield self._title
-        with self.Contents():
-            if not self.collapsed:
-                yield from self._build_fields()
+        yield self.Contents()
 
     def _build_fields(self) -> list[FlagField]:
         built = [self._field_for(flag) for flag in self.flags]
@@ -42,7 +41,7 @@ class FlagGroup(Collapsible):
 
     def ensure_fields(self) -> None:
         """Mount the fields the first time the group opens."""
-        if not self.fields:
+        if not self.fields and self.is_mounted:
             self.query_one(Collapsible.Contents).mount_all(self._build_fields())
 
     def set_counts(self, changed: int, errors: int, warnings: int) -> None:

@@ -1,0 +1,269 @@
+"""Pilot tests of the preset picker -> flag editor flow: validation, save, export, drafts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import Button, Input, Select
+
+from app.tui import drafts
+from app.tui.app import PPODeckApp
+from app.tui.messages import PresetChosen
+from app.tui.screens.edit import EditScreen, flag_matches
+from app.tui.screens.presets import PresetPickerScreen
+from app.tui.widgets.command_preview import CommandPreview
+from app.tui.widgets.derived_panel import DerivedPanel
+from app.tui.widgets.issues_panel import IssuesPanel
+from engine.config import BY_DEST
+from engine.presets import config_from_toml, load_preset, resolve_preset, user_preset_dir
+from tests.tui.conftest import wait_until
+
+SIZE = (120, 36)
+
+
+async def open_editor(pilot, dest: str = "kl_coef") -> EditScreen:
+    app = pilot.app
+    await wait_until(pilot, lambda: isinstance(app.screen, EditScreen))
+    screen = app.screen
+    await wait_until(pilot, lambda: dest in screen.fields())
+    return screen
+
+
+async def type_into(pilot, screen: EditScreen, dest: str, text: str) -> None:
+    """Focus the flag's input, clear it and type `text` key by key."""
+    screen.focus_flag(dest)
+    field = screen.fields()[dest]
+    await wait_until(pilot, lambda: pilot.app.focused is field.control)
+    field.control.value = ""
+    await pilot.pause()
+    await pilot.press(*text)
+    await pilot.pause()
+
+
+async def test_choosing_a_preset_fills_the_editor() -> None:
+    messages: list = []
+    app = PPODeckApp()
+    async with app.run_test(size=SIZE, message_hook=messages.append) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, PresetPickerScreen))
+        await pilot.press("t", "i", "n", "y")  # typing on the table starts a fuzzy search
+        picker = app.screen
+        assert [p.name for p in picker.shown][0] == "tiny-cpu"
+        await pilot.press("enter")
+        screen = await open_editor(pilot, "advantage_estimator")
+        # a message is seen once per node it bubbles through: count distinct ones
+        [chosen] = {id(m): m for m in messages if isinstance(m, PresetChosen)}.values()
+        assert chosen.preset == "tiny-cpu"
+        expected = resolve_preset(load_preset("tiny-cpu"))
+        assert dict(screen.config.values) == dict(expected.values)
+        fields = screen.fields()
+        assert fields["advantage_estimator"].control.value == "ppo"
+        assert fields["num_critic_only_steps"].control.value == "1"
+        assert not fields["num_critic_only_steps"].changed
+        # derived values and the command preview come from the same config
+        derived = screen.query_one(DerivedPanel).derived
+        assert derived is not None and derived.world_size == 1
+        assert derived.actor_steps_per_rollout == 2
+        argv = screen.query_one(CommandPreview).argv
+        assert argv[argv.index("--advantage-estimator") + 1] == "ppo"
+
+
+async def test_kl_coef_error_shows_on_field_and_panel_and_blocks_launch() -> None:
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        launch = screen.query_one("#launch", Button)
+        assert not launch.disabled
+        await type_into(pilot, screen, "kl_coef", "0.1")
+        field = screen.fields()["kl_coef"]
+        assert field.issue is not None and field.issue.level == "error"
+        assert "--kl-coef" in field.issue.message
+        assert field.has_class("-error") and field.changed
+        panel = screen.query_one(IssuesPanel)
+        [ppo_error] = [i for i in panel.issues if i.code == "ppo.kl_coef_nonzero"]
+        assert ppo_error.level == "error" and ppo_error.flags == ("--kl-coef",)
+        assert ppo_error.fix and field.issue.message == ppo_error.message
+        assert launch.disabled
+        # clearing the field unsets the flag (kl-coef defaults to 0): Launch comes back
+        field.control.value = ""
+        await pilot.pause()
+        assert field.issue is None or field.issue.level != "error"
+        assert not [i for i in panel.issues if i.level == "error"]
+        assert not launch.disabled
+
+
+async def test_each_keystroke_revalidates() -> None:
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        await type_into(pilot, screen, "kl_coef", "0")
+        assert screen.error_count == 0
+        await pilot.press(".")  # "0." still parses as 0.0
+        await pilot.pause()
+        assert screen.error_count == 0
+        await pilot.press("5")  # "0.5": the PPO rule fires on this keystroke
+        await pilot.pause()
+        assert "ppo.kl_coef_nonzero" in screen.report.codes("error")
+        await pilot.press("backspace", "backspace")
+        await pilot.pause()
+        assert screen.error_count == 0
+
+
+async def test_a_value_that_does_not_parse_is_an_error_until_fixed() -> None:
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        screen.query_one("#group-ppodeck").collapsed = False
+        await wait_until(pilot, lambda: "max_prompt_len" in screen.fields())
+        field = screen.fields()["max_prompt_len"]
+        field.control.value = "12x"  # pasted text bypasses the integer key filter
+        await pilot.pause()
+        assert "max_prompt_len" in screen.parse_errors
+        assert field.issue is not None and field.issue.level == "error"
+        assert screen.query_one("#launch", Button).disabled
+        assert any(i.code == "parse" for i in screen.query_one(IssuesPanel).issues)
+        field.control.value = "12"
+        await pilot.pause()
+        assert not screen.parse_errors and screen.config.get("max_prompt_len") == 12
+
+
+async def test_selecting_an_issue_focuses_its_field() -> None:
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        await type_into(pilot, screen, "kl_coef", "0.2")
+        panel = screen.query_one(IssuesPanel)
+        index = next(i for i, issue in enumerate(panel.issues) if issue.level == "error")
+        screen.query_one("#flag-search", Input).focus()
+        panel.focus()
+        panel.highlighted = index
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.focused is screen.fields()["kl_coef"].control)
+
+
+async def test_reset_button_restores_the_preset_value() -> None:
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot, "critic_lr")
+        await type_into(pilot, screen, "critic_lr", "0.5")
+        field = screen.fields()["critic_lr"]
+        assert field.changed and screen.config.get("critic_lr") == 0.5
+        await pilot.click(field.query_one(".flag-reset"))
+        await pilot.pause()
+        assert not field.changed
+        assert screen.config.get("critic_lr") == 0.002 and field.control.value == "0.002"
+
+
+async def test_switch_and_select_fields_change_the_config() -> None:
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot, "normalize_advantages")
+        fields = screen.fields()
+        fields["normalize_advantages"].control.value = False
+        fields["advantage_estimator"].control.value = "grpo"
+        await pilot.pause()
+        assert screen.config.get("normalize_advantages") is False
+        assert screen.config.get("advantage_estimator") == "grpo"
+        assert fields["advantage_estimator"].changed
+        fields["advantage_estimator"].control.value = Select.NULL  # unset: schema default
+        await pilot.pause()
+        assert not screen.config.is_set("advantage_estimator")
+
+
+async def test_search_finds_flags_by_name_and_help() -> None:
+    assert flag_matches(BY_DEST["kl_coef"], "klcoef")
+    assert flag_matches(BY_DEST["num_critic_only_steps"], "value warmup")
+    assert not flag_matches(BY_DEST["lr"], "value warmup")
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        await pilot.press("ctrl+f")
+        await pilot.press(*"critic-only")
+        await pilot.pause()
+        visible = [d for d, f in screen.fields().items() if not f.has_class("-hidden")]
+        assert "num_critic_only_steps" in visible and "kl_coef" not in visible
+        hidden_groups = [g.group for g in screen.groups if not g.display]
+        assert "model" in hidden_groups and "critic" not in hidden_groups
+
+
+async def test_save_as_preset_round_trips(tui_env: Path) -> None:
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot, "critic_lr")
+        await type_into(pilot, screen, "critic_lr", "0.004")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: app.screen.id == "save-dialog")
+        dialog = app.screen
+        dialog.query_one("#name", Input).value = "tiny-fast-critic"
+        dialog.query_one("#description", Input).value = "faster critic"
+        await pilot.click("#confirm")
+        await wait_until(pilot, lambda: app.screen is screen)
+        saved_path = user_preset_dir() / "tiny-fast-critic.toml"
+        assert saved_path.is_file()
+        saved = load_preset("tiny-fast-critic")
+        assert saved.source == "user" and saved.description == "faster critic"
+        assert dict(resolve_preset(saved).values) == dict(screen.config.values)
+        assert screen.preset_name == "tiny-fast-critic" and not screen.fields()["critic_lr"].changed
+        assert not drafts.has_draft("tiny-cpu")
+
+
+async def test_export_round_trips_toml_and_command(tui_env: Path) -> None:
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot, "critic_lr")
+        await type_into(pilot, screen, "critic_lr", "0.003")
+        for name in ("exported.toml", "exported.sh"):
+            await pilot.press("ctrl+t")
+            await wait_until(pilot, lambda: app.screen.id == "export-dialog")
+            app.screen.query_one("#path", Input).value = str(tui_env / name)
+            await pilot.click("#confirm")
+            await wait_until(pilot, lambda: app.screen is screen)
+        text = (tui_env / "exported.toml").read_text()
+        assert dict(config_from_toml(text, tui_env / "exported.toml").values) == dict(
+            screen.config.values)
+        command = (tui_env / "exported.sh").read_text()
+        assert "--critic-lr 0.003" in command and "--advantage-estimator ppo" in command
+
+
+async def test_a_draft_survives_a_restart() -> None:
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot, "critic_lr")
+        await type_into(pilot, screen, "critic_lr", "0.007")
+        await wait_until(pilot, lambda: drafts.has_draft("tiny-cpu"))  # debounced write
+    assert "critic-lr = 0.007" in (drafts.read_draft("tiny-cpu") or "")
+    restarted = PPODeckApp(preset="tiny-cpu")
+    async with restarted.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot, "critic_lr")
+        assert screen.restored_draft
+        assert screen.config.get("critic_lr") == 0.007
+        field = screen.fields()["critic_lr"]
+        assert field.control.value == "0.007" and field.changed
+        # going back to the preset's values removes the draft
+        screen.action_revert_all()
+        await wait_until(pilot, lambda: not drafts.has_draft("tiny-cpu"))
+        assert field.control.value == "0.002"
+
+
+async def test_launch_confirms_argv_and_run_dir_then_starts_the_driver(
+        tui_env: Path, monkeypatch) -> None:
+    import app.tui.screens.edit  # noqa: F401  (the module whose worker calls engine.launch)
+    import engine.launch as launch
+
+    started: list[Path] = []
+
+    def fake_start(rundir, env=None):
+        started.append(rundir.path)
+        return None
+
+    monkeypatch.setattr(launch, "start_driver", fake_start)
+    app = PPODeckApp(preset="tiny-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        await open_editor(pilot)
+        await pilot.press("ctrl+l")
+        await wait_until(pilot, lambda: app.screen.id == "confirm-launch")
+        body = str(app.screen.query_one("#dialog-text").render())
+        assert "--advantage-estimator ppo" in body and str(tui_env / "runs") in body
+        await pilot.click("#confirm")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "MonitorScreen")
+        assert len(started) == 1 and (started[0] / "config.toml").is_file()
+        assert app.screen.run_dir == started[0]
