@@ -32,15 +32,17 @@ from engine.rundir import (
     RunDir,
     RunInfo,
     RunNotFound,
+    driver_alive,
     find_run,
     list_runs,
     read_status,
+    runs_root,
     write_status,
 )
 
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from engine.config import Issue, RunConfig
 
@@ -424,7 +426,7 @@ def runs_ls(
         typer.echo(json.dumps([{**asdict(i), "path": str(i.path)} for i in infos], indent=2))
         return
     if not infos:
-        _stderr().print(f"no runs under {root or 'runs'}; start one with `ppodeck run PRESET`")
+        _stderr().print(f"no runs under {root or runs_root()}; start one with `ppodeck run PRESET`")
         return
     console = Console()
     if not console.is_terminal:
@@ -491,12 +493,12 @@ def tail(
         _stderr().print(f"run {rundir.id} has no events yet ({rundir.events_jsonl})")
         return
     for warning in warnings:
-        _stderr().print(f"warning: {warning}", markup=False, soft_wrap=True)
+        _stderr().print(f"warning: {warning}")
     for event in events:
         show(event)
 
 
-def _printer(as_json: bool, kinds: set[str]) -> Any:
+def _printer(as_json: bool, kinds: set[str]) -> Callable[[dict[str, Any]], None]:
     def show(event: dict[str, Any]) -> None:
         if kinds and event["kind"] not in kinds:
             return
@@ -505,22 +507,34 @@ def _printer(as_json: bool, kinds: set[str]) -> Any:
     return show
 
 
-def _tail_follow(rundir: RunDir, show: Any) -> int:
+def _tail_follow(rundir: RunDir, show: Callable[[dict[str, Any]], None]) -> int:
     run_ended = threading.Event()
     warn = _stderr()
     next_check = 0.0
     try:
         for batch in follow(rundir.events_jsonl, run_ended, idle_batches=True,
-                            on_warning=lambda m: warn.print(f"warning: {m}", markup=False)):
+                            on_warning=lambda m: warn.print(f"warning: {m}")):
             for event in batch:
                 show(event)
             if time.monotonic() >= next_check:  # status.json at most once a second
                 next_check = time.monotonic() + 1.0
-                if read_status(rundir).get("state") in FINAL_STATES:
+                if _finished(rundir):
                     run_ended.set()
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return 0
+
+
+def _finished(rundir: RunDir) -> bool:
+    """Final state recorded and the driver gone (it flushes its last events as it exits).
+
+    A driver on another host cannot be checked: a final state 30 s old is taken as the end.
+    """
+    status = read_status(rundir)
+    if status.get("state") not in FINAL_STATES:
+        return False
+    ended_long_ago = time.time() - (status.get("ended") or 0) > 30
+    return ended_long_ago or not driver_alive(rundir, status)
 
 
 def format_event(event: dict[str, Any]) -> str:
@@ -606,9 +620,7 @@ def stop(
         _fail(f"could not signal run {rundir.id}: {exc}", EXIT_FAILED)
 
 
-def attach(
-    run_name: RunArg,
-) -> None:
+def attach(run_name: RunArg) -> None:
     """Open the monitor on a run that is running or finished.
 
     Closing the monitor never stops the run. Runs are looked up under $PPODECK_RUNS_DIR

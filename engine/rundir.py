@@ -124,7 +124,7 @@ def read_status(rundir: RunDir, record_lost: bool = False) -> dict[str, Any]:
     status.json is only rewritten with the "lost" state when `record_lost` is true.
     """
     status = _read_raw(rundir)
-    if status.get("state") in ACTIVE_STATES and not _driver_alive(rundir, status):
+    if status.get("state") in ACTIVE_STATES and not driver_alive(rundir, status):
         status.update(state="lost", detail=_lost_detail(rundir, status))
         if record_lost:
             write_status(rundir, state="lost", detail=status["detail"], ended=time.time())
@@ -172,10 +172,11 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _driver_alive(rundir: RunDir, status: dict[str, Any]) -> bool:
+def driver_alive(rundir: RunDir, status: dict[str, Any]) -> bool:
+    """Whether the driver recorded in `status` may still be running (True when unknowable)."""
     pid = status.get("pid")
     if not isinstance(pid, int):
-        return True  # "starting" before the pid is recorded: nothing to check yet
+        return status.get("state") == "starting"  # the pid is recorded right after the start
     if status.get("host") not in (None, socket.gethostname()):
         return True  # driver on another machine (shared run dir): cannot check from here
     return pid_alive(pid) and _is_driver_of(pid, rundir)

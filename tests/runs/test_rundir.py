@@ -98,9 +98,9 @@ def test_run_dir_and_status_follow_the_users_umask(runs_dir: Path) -> None:
 
 
 def test_write_status_merges_and_leaves_no_temp_files(created_run: RunDir) -> None:
-    write_status(created_run, state="running", rollout_id=3)
+    write_status(created_run, state="succeeded", rollout_id=3)
     status = read_status(created_run)
-    assert status["state"] == "running" and status["rollout_id"] == 3
+    assert status["state"] == "succeeded" and status["rollout_id"] == 3
     assert status["preset"] == "smoke" and status["num_rollout"] == 2
     assert sorted(p.name for p in created_run.path.iterdir()) == ["status.json"]
 
@@ -135,6 +135,13 @@ def test_a_running_run_whose_driver_is_gone_reads_as_lost(created_run: RunDir) -
     assert '"running"' in created_run.status_json.read_text()  # not rewritten unless asked
     read_status(created_run, record_lost=True)
     assert '"lost"' in created_run.status_json.read_text()
+
+
+def test_a_running_run_without_a_pid_is_lost_but_a_starting_one_is_not(created_run) -> None:
+    write_status(created_run, state="starting")
+    assert read_status(created_run)["state"] == "starting"
+    write_status(created_run, state="running")
+    assert read_status(created_run)["state"] == "lost"
 
 
 def test_a_zombie_driver_counts_as_gone(created_run: RunDir) -> None:

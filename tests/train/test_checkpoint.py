@@ -251,6 +251,33 @@ def test_shape_mismatch_names_the_flags(megatron, tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "nothing", [other], other_opt, other_sched)
 
 
+def _two_rank_worker(rank: int, port: int, root: str) -> None:
+    from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
+
+    init_distributed(rank, 2, "127.0.0.1", port, Parallelism(), seed=5)
+    ddp, optimizer, scheduler = build(dist_opt=True, seed=1)
+    torch.manual_seed(100 + rank)  # DP ranks see different data: different RNG positions
+    train_step(ddp, optimizer, scheduler)
+    save_checkpoint(root, 1, [ddp], optimizer, scheduler, extra={"rollout_id": 1})
+    expected = after_resume(ddp, optimizer, scheduler)
+    ddp2, optimizer2, scheduler2 = build(dist_opt=True, seed=9)
+    assert load_checkpoint(root, [ddp2], optimizer2, scheduler2)["iteration"] == 1
+    assert_same(after_resume(ddp2, optimizer2, scheduler2), expected)
+    shutdown_distributed()
+
+
+@pytest.mark.slow
+def test_two_data_parallel_ranks_save_one_checkpoint(tmp_path: Path) -> None:
+    """DP=2 with the distributed optimizer: one shared temp dir, rank 0 publishes."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_two_rank_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    assert read_tracker(tmp_path) == "1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000001", TRACKER]
+    shards = sorted(p.name for p in (tmp_path / "iter_0000001").glob("*.distcp"))
+    assert shards == ["__0_0.distcp", "__0_1.distcp", "__1_0.distcp", "__1_1.distcp"]
+
+
 # ------------------------------------------------------------------------------------------
 # the critic
 # ------------------------------------------------------------------------------------------

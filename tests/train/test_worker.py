@@ -100,6 +100,39 @@ def _manual_log_probs(batch: Any, args: dict[str, Any]) -> Any:  # noqa: ANN401
     return pick
 
 
+def _resume(rank: int, world: int, ports: list[int], root: str) -> dict:
+    """Save, resume in a new worker, train on: the resumed worker continues exactly. The KL
+    reference comes from --ref-load (the initial weights, saved before training)."""
+    from engine.train.worker import TrainWorker
+
+    ref_dir, run_dir = f"{root}/ref", f"{root}/run"
+    batch = tiny_batch()
+    values = {i: [0.1] * n for i, n in enumerate(batch.response_lengths)}
+    first = TrainWorker("actor", rank, world, "127.0.0.1", ports[0],
+                        tiny_args(save=ref_dir))
+    first.init()
+    first.save(0)
+    first.args["save"] = run_dir
+    first.train_actor(1, batch, values)
+    first.save(2, extra={"note": "after rollout 2"})
+    saved = first.gather_full_state_dict()
+    continued = first.train_actor(3, batch, values)["step_metrics"]
+    first.shutdown()
+    resumed = TrainWorker("actor", rank, world, "127.0.0.1", ports[1],
+                          tiny_args(load=run_dir, ref_load=ref_dir))
+    init = resumed.init()
+    state = resumed.gather_full_state_dict()
+    after = resumed.train_actor(3, batch, values)["step_metrics"]
+    resumed.shutdown()
+    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[2],
+                         tiny_args(ref_load=ref_dir))
+    critic_init = critic.init()
+    critic_steps = critic.train_critic(0, batch)["step_metrics"]
+    critic.shutdown()
+    return {"init": init, "continued": continued, "after": after, "saved": saved,
+            "state": state, "critic_init": critic_init, "critic_steps": critic_steps}
+
+
 @pytest.fixture(scope="module")
 def one_rank(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return run_ranks(1, _ppo_round, tmp_path_factory.mktemp("one"), {})[0]
@@ -108,6 +141,12 @@ def one_rank(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.fixture(scope="module")
 def learning(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return run_ranks(1, _learning, tmp_path_factory.mktemp("learn"), ports=3)[0]
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    root = tmp_path_factory.mktemp("ckpt")
+    return run_ranks(2, _resume, root / "out", str(root), ports=3)
 
 
 @pytest.fixture(scope="module")
@@ -297,3 +336,31 @@ def _assert_state_dicts_match(ref: dict[str, torch.Tensor], other: dict[str, tor
         assert other[name].shape == tensor.shape, name
         assert torch.allclose(other[name], tensor, atol=tol), name
 
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoints (DP=2, distributed optimizer)
+# --------------------------------------------------------------------------------------------
+def test_resume_continues_exactly(resumed: list[dict]) -> None:
+    logging = _logging_rank_of(resumed, "after")
+    assert [r["init"]["start_rollout_id"] for r in resumed] == [3, 3]
+    assert logging["init"]["loaded_from"].endswith("iter_0000002")
+    _assert_state_dicts_match(logging["saved"], logging["state"], 0.0)
+    for want, got in zip(logging["continued"], logging["after"], strict=True):
+        for key in ("train/pg_loss", "train/kl_loss", "train/grad_norm", "train/lr-pg_0"):
+            assert got[key] == pytest.approx(want[key], abs=1e-6), key
+
+
+def test_critic_starts_from_the_policy_checkpoint_with_a_fresh_head(resumed: list[dict]) -> None:
+    from engine.train.checkpoint import CRITIC_HEAD_NOTE
+
+    logging = _logging_rank_of(resumed, "critic_steps")
+    assert CRITIC_HEAD_NOTE in logging["critic_init"]["notes"]
+    assert logging["critic_init"]["start_rollout_id"] == 0
+    assert all(math.isfinite(v) for step in logging["critic_steps"] for v in step.values())
+
+
+def _logging_rank_of(results: list[dict], key: str) -> dict:
+    with_metrics = [r for r in results if r[key]]
+    assert len(with_metrics) == 1
+    return with_metrics[0]

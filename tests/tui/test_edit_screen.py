@@ -178,7 +178,7 @@ async def test_search_finds_flags_by_name_and_help() -> None:
         screen = await open_editor(pilot)
         await pilot.press("ctrl+f")
         await pilot.press(*"critic-only")
-        await pilot.pause()
+        await wait_until(pilot, lambda: not screen.query_one("#group-model").display)
         visible = [d for d, f in screen.fields().items() if not f.has_class("-hidden")]
         assert "num_critic_only_steps" in visible and "kl_coef" not in visible
         hidden_groups = [g.group for g in screen.groups if not g.display]

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from engine.presets import Preset
 
 DRAFT_DEBOUNCE_S = 0.4
+SEARCH_DEBOUNCE_S = 0.15
+SEARCH_OPEN_MAX = 40  # matches across all groups at most this many: open their groups
 OPEN_GROUPS = ("critic", "ppo")  # the PPO-specific groups start expanded
 LEVEL_RANK = {"error": 0, "warning": 1, "info": 2}
 VIEWS = (("flags", "Flags"), ("issues", "Issues"), ("derived", "Derived"),
@@ -130,6 +132,7 @@ class EditScreen(Screen[None]):
         self._draft_timer: Timer | None = None
         self._draft_dirty = False
         self._groups_cache: list[FlagGroup] = []
+        self._search_timer: Timer | None = None
 
     # ---- layout -------------------------------------------------------------------------------
 
@@ -323,17 +326,30 @@ class EditScreen(Screen[None]):
     def _search_changed(self, event: Input.Changed) -> None:
         event.stop()
         self.query_text = event.value
+        if self._search_timer is not None:
+            self._search_timer.stop()
+        # debounced: typing a word filters once, not once per letter
+        self._search_timer = self.set_timer(SEARCH_DEBOUNCE_S, self.apply_search)
+
+    def apply_search(self) -> None:
+        """Hide flags that do not match; open the groups with matches once few enough remain
+        (opening every group for a one-letter query would mount all 209 fields)."""
+        matches = {group.group: [f for f in group.flags if flag_matches(f, self.query_text)]
+                   for group in self.groups}
+        total = sum(len(found) for found in matches.values())
         for group in self.groups:
-            matching = [f for f in group.flags if flag_matches(f, self.query_text)]
-            group.display = bool(matching)
-            if self.query_text and matching:
+            found = matches[group.group]
+            group.display = bool(found)
+            group.set_matches(len(found) if self.query_text.strip() else None)
+            if self.query_text.strip() and found and total <= SEARCH_OPEN_MAX:
                 group.collapsed = False
             for field in group.fields.values():
-                field.set_class(not flag_matches(field.flag, self.query_text), "-hidden")
+                field.set_class(field.flag not in found, "-hidden")
 
     @on(Input.Submitted, "#flag-search")
     def _search_submitted(self, event: Input.Submitted) -> None:
         event.stop()
+        self.apply_search()
         visible = [f for f in FLAGS if flag_matches(f, self.query_text)]
         if visible:
             self.focus_flag(visible[0].dest)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
@@ -65,7 +64,7 @@ def build_control(flag: Flag, value: Any) -> Widget:
                  select_on_focus=False)
 
 
-class FlagField(Vertical):
+class FlagField(Widget):
     """A flag's name, control, reset button, help and inline issue."""
 
     @dataclass
@@ -107,10 +106,11 @@ class FlagField(Vertical):
         return self.has_class("-changed")
 
     def compose(self) -> ComposeResult:
-        with Horizontal(classes="flag-row"):
-            yield Label(self._name_text(), classes="flag-name")
-            yield build_control(self.flag, self.value)
-            yield Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
+        # A grid (name | control | reset, then the detail across all three) instead of nested
+        # containers: every widget less per field is ~200 less in a full editor layout.
+        yield Label(self._name_text(), classes="flag-name")
+        yield build_control(self.flag, self.value)
+        yield Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
         yield Static(self._detail_text(), classes="flag-detail")
 
     def _name_text(self) -> Content:

@@ -29,6 +29,8 @@ class FlagGroup(Collapsible):
         self.flags = tuple(flags)
         self._field_for = field_for
         self.fields: dict[str, FlagField] = {}
+        self.matches: int | None = None  # search hits, shown in the title while searching
+        self._counts = (0, 0, 0)
 
     def compose(self) -> ComposeResult:
         yield self._title
@@ -44,10 +46,17 @@ class FlagGroup(Collapsible):
         if not self.fields and self.is_mounted:
             self.query_one(Collapsible.Contents).mount_all(self._build_fields())
 
+    def set_matches(self, matches: int | None) -> None:
+        self.matches = matches
+        self.set_counts(*self._counts)
+
     def set_counts(self, changed: int, errors: int, warnings: int) -> None:
+        self._counts = (changed, errors, warnings)
         # Markup in the title, not a CSS class: restyling a class on the group would restyle
         # every field inside it on each keystroke.
         parts = [f"{self.base_title} ({len(self.flags)})"]
+        if self.matches is not None:
+            parts.append(f"[$accent]{self.matches} match{'es' if self.matches != 1 else ''}[/]")
         if changed:
             parts.append(f"[$warning]● {changed} changed[/]")
         if errors:
