@@ -49,6 +49,7 @@ Environment:
   PPODECK_CONFIG_DIR   user config dir; presets live in its presets/ subdir
   PPODECK_PRESET_PATH  colon-separated team preset dirs (searched after built-ins and user)
   PPODECK_RUNS_DIR     where runs are created (default ./runs)
+  PPODECK_LOG_DIR      where unexpected CLI errors are logged (default: user log dir)
 """
 
 app = typer.Typer(
@@ -620,3 +621,7 @@ if importlib.util.find_spec("app.cli_runs") is not None:
     from app import cli_runs
 
     cli_runs.register(app)
+if importlib.util.find_spec("app.cli_prepare") is not None:
+    from app import cli_prepare
+
+    cli_prepare.register(app)

@@ -42,9 +42,9 @@ from engine.rundir import (
 
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Sequence
 
-    from engine.config import Issue, RunConfig
+    from engine.config import RunConfig
 
 EXIT_INVALID, EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 1, 2, 3, 130
 EVENT_KINDS = ("metrics", "phase", "offload", "gpu", "status", "log")
@@ -56,7 +56,8 @@ RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id pr
 def register(app: typer.Typer) -> None:
     """Add run, runs ls, tail, stop and attach to the ppodeck app."""
     app.command("run")(run)
-    runs_app = typer.Typer(help=f"Inspect runs. {_RUNS_HELP}", no_args_is_help=True)
+    runs_app = typer.Typer(help=f"Inspect runs. {_RUNS_HELP}", no_args_is_help=True,
+                           rich_markup_mode=None, pretty_exceptions_enable=False)
     runs_app.command("ls")(runs_ls)
     app.add_typer(runs_app, name="runs")
     app.command("tail")(tail)
@@ -67,13 +68,12 @@ def register(app: typer.Typer) -> None:
 # ---------------------------------------------------------------------------------- helpers
 
 
-def _stderr() -> Console:
-    # markup off: paths, flag values and details may contain [brackets]
-    return Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    _stderr().print(Text.assemble(("error:", "bold red"), " ", message))
+    _err(f"ppodeck: {message}")
     raise typer.Exit(code)
 
 
@@ -84,8 +84,8 @@ def _find(run_name: str) -> RunDir:
         _fail(str(exc), EXIT_USAGE)
 
 
-def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1)
+def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=1)
     return f"; did you mean {close[0]}?" if close else ""
 
 
@@ -93,17 +93,19 @@ def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
 
 
 def run(
-    preset: Annotated[str, typer.Argument(help="Preset name, or path to a preset .toml file.")],
+    preset: Annotated[str, typer.Argument(
+        metavar="PRESET", help="Preset name, or path to a preset .toml file.")],
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", "-s", metavar="FLAG=VALUE",
-                     help="Override a flag: eps-clip=0.1, --eps-clip=0.1, no-offload-train. "
-                          "Repeatable."),
+                     help="Override a flag: eps-clip=0.1, --eps-clip=0.1, colocate, "
+                          "no-offload-train, offload-train=false. Repeatable."),
     ] = None,
     run_dir: Annotated[
         Path | None,
-        typer.Option("--run-dir", help=f"Run directory to create (must be new or empty). "
-                                       f"Default: a fresh one under ${RUNS_DIR_ENV} or ./runs."),
+        typer.Option("--run-dir", metavar="DIR",
+                     help=f"Run directory to create (must be new or empty). "
+                          f"Default: a fresh one under ${RUNS_DIR_ENV} or ./runs."),
     ] = None,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Start the run, print its id and return.")
@@ -120,9 +122,10 @@ def run(
 
     Example:
 
+    \b
         ppodeck run tiny-cpu --set num-rollout=10 --set eps-clip=0.1
-
         ppodeck run ./my-preset.toml --detach
+        ppodeck run tiny-cpu --detach && ppodeck runs ls
     """
     config, preset_name, trusted = _load_config(preset, set_ or [])
     _check_or_exit(config)
@@ -131,68 +134,40 @@ def run(
     rundir, popen = _launch(config, preset_name, run_dir)
     if detach:
         typer.echo(rundir.id)
-        _stderr().print(f"follow it with: ppodeck attach {rundir.id}   or   "
+        _err(f"follow it with: ppodeck attach {rundir.id}   or   "
                         f"ppodeck tail {rundir.id} --follow")
         return
     raise typer.Exit(_follow_run(rundir, popen, config.get("num_rollout")))
 
 
 def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
-    """The preset's config with --set applied, its name, and whether it is built in."""
-    from engine.presets import PresetError, load_preset, resolve_preset
+    """The preset's config with --set applied, its name, and whether it is built in.
+
+    --set is parsed by app.cli, so `run` and `validate` read overrides the same way.
+    """
+    from app.cli import apply_sets
+    from engine.presets import PresetError, UnknownPresetError, load_preset, resolve_preset
 
     try:
         loaded = load_preset(preset)
         config = resolve_preset(loaded)
+    except UnknownPresetError as exc:
+        _fail(str(exc), EXIT_USAGE)
     except PresetError as exc:
         _fail(str(exc), EXIT_INVALID)
-    overrides = dict(_parse_set(item) for item in sets)
-    return config.with_values(**overrides), loaded.name, loaded.source == "built-in"
-
-
-def _parse_set(item: str) -> tuple[str, Any]:
-    """`kl-coef=0.1` | `--kl-coef=0.1` | `no-offload-train` -> (dest, typed value)."""
-    from engine.config import BY_NAME, coerce
-
-    key, has_value, raw = item.partition("=")
-    name = "--" + key.strip().lstrip("-")
-    flag = BY_NAME.get(name)
-    if flag is None:
-        _fail(f"--set {item}: unknown flag {name}{_did_you_mean(name, BY_NAME)}", EXIT_USAGE)
-    negated = name == flag.negative
-    if negated and has_value:
-        _fail(f"--set {item}: {name} takes no value; write --set {name[2:]} "
-              f"or --set {flag.name[2:]}=false", EXIT_USAGE)
-    if not has_value:
-        if flag.kind in ("bool", "tristate"):
-            return flag.dest, not negated
-        _fail(f"--set {item}: {flag.name} needs a value, e.g. --set {flag.name[2:]}=VALUE",
-              EXIT_USAGE)
-    try:
-        return flag.dest, coerce(flag, raw)
-    except ValueError as exc:
-        _fail(f"--set {item}: {exc}", EXIT_USAGE)
+    return apply_sets(config, sets), loaded.name, loaded.source == "built-in"
 
 
 def _check_or_exit(config: RunConfig) -> None:
+    from app.cli import format_issue
     from engine.config import check
 
     report = check(config)
-    _print_issues(report.issues)
+    for issue in report.issues:
+        _err(format_issue(issue))
     if report.errors:
         _fail(f"the config has {len(report.errors)} error(s); nothing was launched. "
               "Fix them in the preset or with --set.", EXIT_INVALID)
-
-
-def _print_issues(issues: Iterable[Issue]) -> None:
-    colors = {"error": "red", "warning": "yellow", "info": "cyan"}
-    err = _stderr()
-    for issue in issues:
-        flags = ", ".join(issue.flags)
-        err.print(Text.assemble((f"{issue.level:<7}", colors.get(issue.level, "")),
-                                f" {flags}: {issue.message}"))
-        if issue.fix:
-            err.print(f"        fix: {issue.fix}")
 
 
 def _confirm_code_flags(config: RunConfig, yes: bool) -> None:
@@ -374,10 +349,11 @@ def _act_on_interrupts(rundir: RunDir, interrupts: _Interrupts, view: _View) -> 
         interrupts.handled += 1
         force = interrupts.handled > 1
         view.say(stop_run(rundir, force=force))
-        if not force:
-            view.progress.note = ("stopping after the current phase… "
-                                  "press Ctrl-C again to stop at once")
-            view.say(view.progress.note)
+        view.progress.state = "killed" if force else "stopping"
+        view.progress.note = "" if force else ("stopping after the current phase… "
+                                               "press Ctrl-C again to stop at once")
+        if view.live is None and view.progress.note:
+            view.say(view.progress.note)  # the live panel shows the note itself
 
 
 def _exit_code(rundir: RunDir, popen: subprocess.Popen[bytes], interrupted: bool) -> int:
@@ -390,13 +366,12 @@ def _exit_code(rundir: RunDir, popen: subprocess.Popen[bytes], interrupted: bool
         state = "failed"
     detail = status.get("detail") or ""
     if state == "succeeded":
-        _stderr().print(f"run {rundir.id} succeeded")
+        _err(f"run {rundir.id} succeeded")
         return 0
     if interrupted or state == "stopped":
-        _stderr().print(f"run {rundir.id} stopped: {detail}")
+        _err(f"run {rundir.id} stopped: {detail}")
         return EXIT_INTERRUPTED
-    _stderr().print(Text.assemble((f"run {rundir.id} {state}:", "bold red"), f" {detail}\n"
-                                  f"driver log: {rundir.driver_log}"))
+    _err(f"run {rundir.id} {state}: {detail}\ndriver log: {rundir.driver_log}")
     return EXIT_FAILED
 
 
@@ -417,8 +392,8 @@ def runs_ls(
 
     Example:
 
+    \b
         ppodeck runs ls
-
         PPODECK_RUNS_DIR=/data/runs ppodeck runs ls --json
     """
     infos = list_runs(root)
@@ -426,7 +401,7 @@ def runs_ls(
         typer.echo(json.dumps([{**asdict(i), "path": str(i.path)} for i in infos], indent=2))
         return
     if not infos:
-        _stderr().print(f"no runs under {root or runs_root()}; start one with `ppodeck run PRESET`")
+        _err(f"no runs under {root or runs_root()}; start one with `ppodeck run PRESET`")
         return
     console = Console()
     if not console.is_terminal:
@@ -475,9 +450,9 @@ def tail(
 
     Example:
 
-        ppodeck tail 250101-120000-smoke --follow --kind metrics
-
-        ppodeck tail runs/250101-120000-smoke-1a2b --json | jq .
+    \b
+        ppodeck tail 250101-120000-tiny-cpu --follow --kind metrics
+        ppodeck tail runs/250101-120000-tiny-cpu-1a2b --json | jq .
     """
     for kind in kinds or ():
         if kind not in EVENT_KINDS:
@@ -490,10 +465,10 @@ def tail(
     try:
         events, warnings = read_events(rundir.events_jsonl)
     except FileNotFoundError:
-        _stderr().print(f"run {rundir.id} has no events yet ({rundir.events_jsonl})")
+        _err(f"run {rundir.id} has no events yet ({rundir.events_jsonl})")
         return
     for warning in warnings:
-        _stderr().print(f"warning: {warning}")
+        _err(f"warning: {warning}")
     for event in events:
         show(event)
 
@@ -509,11 +484,10 @@ def _printer(as_json: bool, kinds: set[str]) -> Callable[[dict[str, Any]], None]
 
 def _tail_follow(rundir: RunDir, show: Callable[[dict[str, Any]], None]) -> int:
     run_ended = threading.Event()
-    warn = _stderr()
     next_check = 0.0
     try:
         for batch in follow(rundir.events_jsonl, run_ended, idle_batches=True,
-                            on_warning=lambda m: warn.print(f"warning: {m}")):
+                            on_warning=lambda m: _err(f"warning: {m}")):
             for event in batch:
                 show(event)
             if time.monotonic() >= next_check:  # status.json at most once a second
@@ -607,9 +581,9 @@ def stop(
 
     Example:
 
-        ppodeck stop 250101-120000-smoke
-
-        ppodeck stop 250101 --force
+    \b
+        ppodeck stop 250101-120000-tiny-cpu
+        ppodeck stop 250101-120000-tiny-cpu --force
     """
     from engine.launch import stop_run
 
@@ -628,7 +602,8 @@ def attach(run_name: RunArg) -> None:
 
     Example:
 
-        ppodeck attach 250101-120000-smoke
+    \b
+        ppodeck attach 250101-120000-tiny-cpu
     """
     rundir = _find(run_name)
     try:

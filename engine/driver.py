@@ -143,9 +143,9 @@ def load_args(rundir: RunDir) -> dict[str, Any]:
     from engine.presets import config_from_toml
 
     config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
-    args = dict(resolve(restore_secrets(config)))
-    args["run_dir"] = str(rundir.path)
-    return args
+    # run_dir first: resolve() expands ${RUN_DIR} in --save/--load paths from it
+    config = restore_secrets(config).with_values(run_dir=str(rundir.path))
+    return dict(resolve(config))
 
 
 def run(rundir: RunDir) -> int:

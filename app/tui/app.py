@@ -17,7 +17,6 @@ from textual.binding import Binding
 
 from app.tui.commands import DeckCommands
 from app.tui.messages import PresetChosen, RunChosen, RunLaunched
-from app.tui.screens.help import HelpScreen, help_for
 
 
 class PPODeckApp(App[None]):
@@ -144,6 +143,8 @@ class PPODeckApp(App[None]):
             self.open_picker()
 
     def action_help(self) -> None:
+        from app.tui.screens.help import HelpScreen, help_for  # Markdown is slow to import
+
         if isinstance(self.screen, HelpScreen):
             return
         self.push_screen(HelpScreen(help_for(self.screen, self.focused)))

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from engine.config.schema import BY_DEST, DEFAULTS, Flag
+from engine.config.schema import DEFAULTS, Flag
 
 _TRUE = frozenset({"true", "1", "yes", "on", "y", "t"})
 _FALSE = frozenset({"false", "0", "no", "off", "n", "f"})
@@ -118,7 +118,3 @@ def _short_repr(value: Any) -> str:
     except Exception:  # a hostile __repr__ must not break validation
         text = f"<{type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def flag_for(dest: str) -> Flag | None:
-    return BY_DEST.get(dest)

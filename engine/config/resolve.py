@@ -204,12 +204,3 @@ def _resolve_model(r: dict[str, Any]) -> None:
         r["ffn_hidden_size"] = 4 * hidden
     if r["use_rotary_position_embeddings"]:
         r["position_embedding_type"] = "rope"
-
-
-def bad_values(config: RunConfig) -> list[tuple[str, str]]:
-    """[(dest, why)] for set values of the wrong type (convenience for front ends)."""
-    return split_values(config)[1]
-
-
-__all__ = ["resolve", "resolve_values", "split_values", "expand_path", "ppodeck_home",
-           "bad_values", "TRACKER", "value_error"]

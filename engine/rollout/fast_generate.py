@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 SUPPORTED = ("llama", "qwen3")
 EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
+CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are masked)
 
 
 def can_use(model: Any) -> tuple[bool, str]:  # noqa: ANN401
@@ -301,7 +302,9 @@ def fast_generate(model: Any, rows: Sequence[Sequence[int]], *, temperature: flo
         ids[i, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
     ids = ids.to(device)
     pad = torch.tensor([width - len(r) for r in rows], dtype=torch.long, device=device)
-    state = _state_for(decoder, len(rows), width + max_new_tokens, pad)
+    # cache length rounded up so rollouts with slightly different prompt widths reuse one graph
+    length = -(-(width + max_new_tokens) // CACHE_ROUND) * CACHE_ROUND
+    state = _state_for(decoder, len(rows), length, pad)
     generator = torch.Generator(device=device).manual_seed(int(seed))
 
     # capture before prefill: the capture's warm-up steps write K/V that prefill overwrites

@@ -28,7 +28,9 @@ class HFGenerator:
 
         self.shape, self.arch = shape, arch
         self.device = torch.device(device)
-        config = hf_config(shape, arch)
+        # no token ids baked in (LlamaConfig says eos=2): generate() gets them per call,
+        # and an eos_token_id=None call must not stop at some default id
+        config = hf_config(shape, arch, bos_token_id=None, eos_token_id=None, pad_token_id=None)
         with seeded(init_seed, torch.device("cpu")):  # the placeholder weights are reproducible
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         self.model = model.to(self.device).eval()
@@ -118,12 +120,16 @@ def left_pad(rows: Sequence[Sequence[int]], pad_token_id: int,
 
 def generation_config(sample: bool, max_new_tokens: int, eos_token_id: int | None,
                       pad_token_id: int):  # noqa: ANN201
-    """Sampling on, but no built-in warpers: sampling_processors() orders them itself."""
+    """Sampling on, but no built-in warpers: sampling_processors() orders them itself.
+
+    The neutral values are explicit because an unset top_k means HF's default of 50.
+    """
     from transformers import GenerationConfig
 
-    return GenerationConfig(do_sample=sample, temperature=None, top_p=None, top_k=None,
-                            max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                            pad_token_id=pad_token_id, use_cache=True)
+    neutral = {"temperature": 1.0, "top_p": 1.0, "top_k": 0} if sample else {}
+    return GenerationConfig(do_sample=sample, max_new_tokens=max_new_tokens,
+                            eos_token_id=eos_token_id, pad_token_id=pad_token_id,
+                            use_cache=True, **neutral)
 
 
 def sampling_processors(recorder: LogProbRecorder, temperature: float, top_p: float,

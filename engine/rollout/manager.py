@@ -9,7 +9,6 @@ batch size (reported, never silent).
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -41,6 +40,7 @@ class RolloutManager:
         from engine.train.convert import arch_for
         from engine.train.model import ModelShape
 
+        self._check_required()
         notes: list[str] = []
         prompt_data, tokenizer_path = self._data_paths(notes)
         self.tokenizer = load_tokenizer(tokenizer_path)
@@ -55,12 +55,19 @@ class RolloutManager:
         shape = ModelShape.from_args(self.args)
         self._check_vocab(shape.vocab_size)
         self.backend, backend_note = pick_backend(self.args.get("rollout_backend") or "auto")
-        if backend_note:
-            notes.append(backend_note)
+        notes.append(backend_note)
         self.generator = build_generator(self.backend, shape, arch_for(shape), self.args)
         return {"notes": notes, "backend": self.backend, "num_prompts": len(prompts),
                 "dropped_prompts": dropped, "prompt_data": str(prompt_data),
                 "tokenizer": str(tokenizer_path), "tokenizer_vocab": len(self.tokenizer)}
+
+    def _check_required(self) -> None:
+        for dest, flag in (("rollout_batch_size", "--rollout-batch-size"),
+                           ("rollout_max_response_len", "--rollout-max-response-len")):
+            value = self.args.get(dest)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{flag} must be a positive integer for the built-in rollout, "
+                                 f"got {value!r}")
 
     def _data_paths(self, notes: list[str]) -> tuple[str, str]:
         """(--prompt-data, tokenizer source), preparing --synthetic-task data when set."""
@@ -136,9 +143,6 @@ class RolloutManager:
         return batch
 
     def _sampling_params(self, rollout_id: int) -> dict[str, Any]:
-        max_new = self.args.get("rollout_max_response_len")
-        if not max_new:
-            raise ValueError("--rollout-max-response-len is required by the built-in rollout")
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
         temperature = self.args.get("rollout_temperature")
@@ -146,7 +150,7 @@ class RolloutManager:
             "temperature": 1.0 if temperature is None else float(temperature),
             "top_p": float(self.args.get("rollout_top_p") or 1.0),
             "top_k": int(self.args.get("rollout_top_k") or -1),
-            "max_new_tokens": int(max_new),
+            "max_new_tokens": int(self.args["rollout_max_response_len"]),
             "eos_token_id": eos,
             "pad_token_id": pad if pad is not None else (eos if eos is not None else 0),
             # a different, reproducible stream per rollout (and the same one on resume)
@@ -202,24 +206,13 @@ class RolloutManager:
 # --------------------------------------------------------------------------------------------
 # backends
 # --------------------------------------------------------------------------------------------
-SGLANG_BACKEND_MODULE = "engine.rollout.sglang_backend"
-
-
-def pick_backend(requested: str) -> tuple[str, str | None]:
-    """(backend, note): auto is sglang only where CUDA, sglang and our SGLang backend exist."""
-    if requested != "auto":
-        return requested, None
+def pick_backend(requested: str) -> tuple[str, str]:
+    """(backend, note): auto is sglang only where CUDA and sglang exist (sglang_backend's rule)."""
     import torch
 
-    missing = [what for what, ok in (
-        ("CUDA", torch.cuda.is_available()),
-        ("sglang", importlib.util.find_spec("sglang") is not None),
-        ("PPO Deck's sglang backend", importlib.util.find_spec(SGLANG_BACKEND_MODULE) is not None),
-    ) if not ok]
-    if missing:
-        return "hf", (f"--rollout-backend auto picked hf (transformers generation): "
-                      f"{', '.join(missing)} not available")
-    return "sglang", "--rollout-backend auto picked sglang"
+    from engine.rollout.sglang_backend import select_backend, sglang_importable
+
+    return select_backend(requested, torch.cuda.is_available(), sglang_importable())
 
 
 def build_generator(backend: str, shape: Any, arch: str, args: Mapping[str, Any]) -> Any:  # noqa: ANN401
@@ -232,12 +225,9 @@ def build_generator(backend: str, shape: Any, arch: str, args: Mapping[str, Any]
         dtype = torch.bfloat16 if cuda and args.get("bf16") else torch.float32
         return HFGenerator(shape, arch, device="cuda" if cuda else "cpu", dtype=dtype)
     if backend == "sglang":
-        if importlib.util.find_spec(SGLANG_BACKEND_MODULE) is None:
-            raise NotImplementedError("--rollout-backend sglang is not available in this build "
-                                      "yet; use --rollout-backend hf")
-        from engine.rollout import sglang_backend  # type: ignore[attr-defined]
+        from engine.rollout.sglang_backend import SGLangGenerator
 
-        return sglang_backend.SGLangGenerator(shape, arch, dict(args))
+        return SGLangGenerator(shape, arch, dict(args))
     raise ValueError(f"unknown --rollout-backend {backend!r}; expected auto, hf or sglang")
 
 

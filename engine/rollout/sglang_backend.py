@@ -59,6 +59,10 @@ class SGLangError(RuntimeError):
     """An SGLang call failed; the message names the endpoint and what the engine said."""
 
 
+class SGLangUnavailable(NotImplementedError):
+    """--rollout-backend sglang asked for where it cannot run (no CUDA, or no sglang)."""
+
+
 # --------------------------------------------------------------------------------------------
 # backend choice (--rollout-backend auto)
 # --------------------------------------------------------------------------------------------
@@ -75,9 +79,10 @@ def select_backend(requested: str, has_cuda: bool, sglang_importable: bool) -> t
                                      ("sglang is not installed", sglang_importable)) if not ok]
     if requested == "sglang":
         if missing:
-            raise ValueError(f"--rollout-backend sglang cannot run here: {' and '.join(missing)}"
-                             "; install the GPU extra (pip install 'ppodeck[gpu]') on a CUDA "
-                             "machine, or use --rollout-backend hf")
+            raise SGLangUnavailable(
+                f"--rollout-backend sglang cannot run here: {' and '.join(missing)}; install "
+                "the GPU extra (pip install 'ppodeck[gpu]') on a CUDA machine, or use "
+                "--rollout-backend hf")
         return "sglang", "rollout backend: sglang, as requested"
     if requested != "auto":
         raise ValueError(f"unknown --rollout-backend {requested!r}; expected auto, hf or sglang")
@@ -467,6 +472,9 @@ class SGLangGenerator:
         self.offload_tags = memory_tags(self.args.get("offload_rollout_level"))
         self.bucket_bytes = int(self.args.get("sglang_weight_bucket_bytes")
                                 or DEFAULT_BUCKET_BYTES)
+        if engines is None:
+            # fail here, naming the flag, rather than deep inside an engine start
+            select_backend("sglang", torch.cuda.is_available(), sglang_importable())
         self.engines: list[EngineLike] = (list(engines) if engines is not None
                                           else start_engines(shape, arch, self.args, self.layout))
         self._pool = futures.ThreadPoolExecutor(max_workers=max(1, len(self.engines)),

@@ -108,7 +108,7 @@ class TrainSettings:
             lr_warmup_iters=int(
                 _or(get("critic_lr_warmup_iters") if is_critic else get("lr_warmup_iters"), 0)),
             lr_decay_iters=_opt_int(get("lr_decay_iters")),
-            weight_decay=float(_or(get("weight_decay"), 0.0)),
+            weight_decay=float(_or(get("weight_decay"), 0.01)),  # Megatron's default
             adam_beta1=float(_or(get("adam_beta1"), 0.9)),
             adam_beta2=float(_or(get("adam_beta2"), 0.999)),
             adam_eps=float(_or(get("adam_eps"), 1e-8)),

@@ -64,14 +64,14 @@ def global_names(model: torch.nn.Module) -> Iterator[tuple[str, str, torch.nn.Pa
             yield name, name, param
 
 
-def _is_tied_head_copy(model: torch.nn.Module, name: str) -> bool:
+def is_tied_head_copy(model: torch.nn.Module, name: str) -> bool:
     """The last PP stage's copy of tied embeddings: not part of the full state dict."""
     return (name == _HEAD and getattr(model, "share_embeddings_and_output_weights", False)
             and not getattr(model, "pre_process", True))
 
 
 def _source_name(model: torch.nn.Module, name: str) -> str:
-    return _EMBED if _is_tied_head_copy(model, name) else name
+    return _EMBED if is_tied_head_copy(model, name) else name
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def gather_tp(model: torch.nn.Module, tp_group, tp_size: int) -> dict[str, torch
     """
     out: dict[str, torch.Tensor] = {}
     for local, global_name, param in global_names(model):
-        if _is_tied_head_copy(model, local):
+        if is_tied_head_copy(model, local):
             continue
         layout = tp_layout(param)
         tensor = param.detach()

@@ -9,8 +9,13 @@ Per rollout, in miles' order (spec 4.3):
   step per global batch.
 No PPO epochs: later mini-steps are off-policy by the earlier ones, as in miles.
 
-The reference policy is the actor's weights right after init, kept as a host copy (miles'
-TensorBackuper "ref" tag, loaded from --ref-load there); a ref forward swaps it in and back.
+The reference policy (--use-kl-loss) is a host copy of weights (miles' TensorBackuper "ref"
+tag): --ref-load's when it holds a torch_dist checkpoint, else the actor's weights right after
+init (HF or random); a ref forward swaps it in and back.
+
+Batches: every rank gets the whole RolloutBatch and keeps its DP shard by the api.md rule
+(sample position i -> step i // gbs, DP rank (i % gbs) // (gbs // dp)); values are keyed by
+the batch's sample_indices.
 """
 
 from __future__ import annotations
@@ -188,7 +193,7 @@ class TrainWorker:
         from megatron.core import parallel_state as ps
 
         local = sum(p.numel() for name, p in self.model.named_parameters()
-                    if not weights._is_tied_head_copy(self.model, name)
+                    if not weights.is_tied_head_copy(self.model, name)
                     and (weights.tp_layout(p).dim is not None or self._tp_rank == 0))
         total = torch.tensor([local], dtype=torch.float64, device=device())
         dist.all_reduce(total, group=ps.get_model_parallel_group())
@@ -464,8 +469,7 @@ class TrainWorker:
         """Full HF-named host tensors on global rank 0 (every rank must call), None elsewhere."""
         if self.role != "actor":
             raise ValueError("only the actor's weights convert to HF (the critic has a value head)")
-        with self._awake():  # miles reads a host backup instead; here the state comes back
-            state = self.gather_full_state_dict()
+        state = self.gather_full_state_dict()  # asleep: the state comes back for the gather
         if state is None:
             return None
         from engine.train.convert import arch_for, mcore_to_hf
@@ -476,7 +480,7 @@ class TrainWorker:
         """The TP=1/PP=1 Megatron state dict (global layer numbers) on global rank 0."""
         from megatron.core import parallel_state as ps
 
-        with device_scope():
+        with self._awake(), device_scope():
             stage = weights.gather_tp(self.model, ps.get_tensor_model_parallel_group(),
                                       self.settings.tp)
         if self._dp_rank != 0 or self._tp_rank != 0:

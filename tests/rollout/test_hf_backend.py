@@ -132,3 +132,25 @@ def test_batch_64_by_6_tokens_is_fast(generator: HFGenerator) -> None:
     # about 12-30 ms on an idle 2-core machine; the bound only catches pathologies (a lost KV
     # cache, per-step [B, V] logits kept), since shared CI machines are noisy
     assert len(outs) == 64 and seconds < 3.0
+
+
+def test_top_k_minus_one_means_no_top_k_and_top_k_filters() -> None:
+    # HF's GenerationConfig defaults to top_k=50: miles' -1 must not turn into that
+    wide = ModelShape(**{**SHAPE.__dict__, "vocab_size": 256})
+    gen = HFGenerator(wide, "llama", init_seed=0)  # near-uniform next-token distribution
+
+    def distinct_first_tokens(top_k: int) -> int:
+        outs = gen.generate([[5, 6]], n_samples=200, temperature=1.0, top_p=1.0, top_k=top_k,
+                            max_new_tokens=1, eos_token_id=None, pad_token_id=PAD, seed=0)
+        return len({o.response_ids[0] for o in outs})
+
+    assert distinct_first_tokens(-1) > 50
+    assert distinct_first_tokens(5) <= 5
+
+
+def test_without_eos_every_response_runs_to_max_new_tokens() -> None:
+    # the HF config's default eos id (2 for Llama) must not stop generation
+    uniform = HFGenerator(SHAPE, "llama", init_seed=0)  # near-uniform: token 2 shows up
+    outs = sample(uniform, n_samples=8, eos_token_id=None, temperature=1.0)
+    assert all(len(o.response_ids) == 6 and o.truncated for o in outs)
+    assert any(2 in o.response_ids[:-1] for o in outs)

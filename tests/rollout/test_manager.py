@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from engine.rollout.manager import RolloutManager, pick_backend
+from engine.rollout.synthetic import PROMPT_DIGITS
 from engine.rollout.types import RolloutBatch
 
 TINY_MODEL = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
@@ -53,7 +54,7 @@ def test_generate_builds_a_consistent_batch(manager: RolloutManager) -> None:
     assert batch.sample_indices == list(range(48))
     for i in range(len(batch)):
         prompt_len, response_len = batch.prompt_lengths[i], batch.response_lengths[i]
-        assert prompt_len == 5 and 1 <= response_len <= 6
+        assert prompt_len == PROMPT_DIGITS + 1 and 1 <= response_len <= 6
         assert len(batch.tokens[i]) == prompt_len + response_len
         assert batch.loss_masks[i] == [1] * response_len
         assert len(batch.rollout_log_probs[i]) == response_len
@@ -61,7 +62,7 @@ def test_generate_builds_a_consistent_batch(manager: RolloutManager) -> None:
         assert 0.0 <= batch.rewards[i] <= 1.0
         assert batch.truncated[i] == (response_len == 6 and batch.tokens[i][-1] != 1)
     # the four samples of a prompt share it
-    assert batch.tokens[0][:5] == batch.tokens[3][:5]
+    assert batch.tokens[0][:PROMPT_DIGITS + 1] == batch.tokens[3][:PROMPT_DIGITS + 1]
 
 
 def test_random_model_scores_low(manager: RolloutManager) -> None:
@@ -122,16 +123,18 @@ def test_update_weights_changes_generation_and_reports_bytes(tmp_path: Path) -> 
     mgr.shutdown()
 
 
-def test_sglang_backend_is_named_when_missing(tmp_path: Path) -> None:
+def test_sglang_backend_without_cuda_or_sglang_is_refused_by_name(tmp_path: Path) -> None:
     mgr = RolloutManager(tiny_args(tmp_path, rollout_backend="sglang"))
-    with pytest.raises(NotImplementedError, match="--rollout-backend"):
+    with pytest.raises(ValueError, match="--rollout-backend sglang cannot run here"):
         mgr.init()
-    assert pick_backend("hf") == ("hf", None)
+    assert pick_backend("hf")[0] == "hf"
 
 
 def test_clear_errors_for_bad_setups(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--prompt-data"):
         RolloutManager(tiny_args(tmp_path, synthetic_task=None)).init()
+    with pytest.raises(ValueError, match="--rollout-max-response-len"):
+        RolloutManager(tiny_args(tmp_path, rollout_max_response_len=None)).init()
     with pytest.raises(ValueError, match="--vocab-size"):
         RolloutManager(tiny_args(tmp_path, vocab_size=16)).init()
     with pytest.raises(ValueError, match="--global-batch-size"):

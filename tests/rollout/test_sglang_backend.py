@@ -179,7 +179,7 @@ def test_select_backend(requested, cuda, importable, backend, words) -> None:
 
 
 def test_select_backend_refuses_sglang_it_cannot_run() -> None:
-    with pytest.raises(ValueError, match="no CUDA device.*--rollout-backend hf"):
+    with pytest.raises(sb.SGLangUnavailable, match="no CUDA device.*--rollout-backend hf"):
         sb.select_backend("sglang", False, True)
     with pytest.raises(ValueError, match="unknown --rollout-backend"):
         sb.select_backend("vllm", True, True)
@@ -188,21 +188,37 @@ def test_select_backend_refuses_sglang_it_cannot_run() -> None:
 # --------------------------------------------------------------------------------------------
 # generation
 # --------------------------------------------------------------------------------------------
-def test_sampling_params_match_the_hf_backend() -> None:
-    """The same manager sampling dict means the same thing to SGLang and to transformers."""
-    from engine.rollout.hf_backend import HFGenerator
+def hf_sampling(temperature: float, top_p: float, top_k: int) -> dict[str, Any]:
+    """What the hf backend's logits processors do, as SGLang sampling-param values."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-    for temperature, top_p, top_k in ((0.8, 0.9, -1), (1.0, 1.0, 20), (0.6, 0.5, 0)):
-        ours = sb.sampling_params(temperature=temperature, top_p=top_p, top_k=top_k,
-                                  max_new_tokens=17, eos_token_id=EOS, seed=5)
-        hf = HFGenerator._generation_config(None, temperature, top_p, top_k, 17, EOS, 0)
-        assert ours["temperature"] == hf.temperature
-        assert ours["top_p"] == hf.top_p
-        assert ours["top_k"] == (hf.top_k if hf.top_k is not None else -1)
-        assert ours["max_new_tokens"] == hf.max_new_tokens
-        assert ours["stop_token_ids"] == [hf.eos_token_id]
-        assert hf.do_sample
-        assert ours["skip_special_tokens"] is False and ours["no_stop_trim"] is True
+    from engine.rollout.hf_backend import LogProbRecorder, sampling_processors
+
+    out = {"temperature": 1.0, "top_p": 1.0, "top_k": -1}
+    for proc in sampling_processors(LogProbRecorder(temperature), temperature, top_p, top_k):
+        if isinstance(proc, TemperatureLogitsWarper):
+            out["temperature"] = proc.temperature
+        elif isinstance(proc, TopKLogitsWarper):
+            out["top_k"] = proc.top_k
+        elif isinstance(proc, TopPLogitsWarper):
+            out["top_p"] = proc.top_p
+    return out
+
+
+@pytest.mark.parametrize(("temperature", "top_p", "top_k"),
+                         [(0.8, 0.9, -1), (1.0, 1.0, 20), (0.6, 0.5, 0), (1.0, 1.0, -1)])
+def test_sampling_params_match_the_hf_backend(temperature, top_p, top_k) -> None:
+    """The same manager sampling dict filters the same way in SGLang and in the hf backend."""
+    from engine.rollout.hf_backend import generation_config
+
+    ours = sb.sampling_params(temperature=temperature, top_p=top_p, top_k=top_k,
+                              max_new_tokens=17, eos_token_id=EOS, seed=5)
+    assert {k: ours[k] for k in ("temperature", "top_p", "top_k")} == \
+        hf_sampling(temperature, top_p, top_k)
+    hf = generation_config(True, 17, EOS, 0)
+    assert ours["max_new_tokens"] == hf.max_new_tokens
+    assert ours["stop_token_ids"] == [hf.eos_token_id]
+    assert ours["skip_special_tokens"] is False and ours["no_stop_trim"] is True
 
 
 def test_generate_payloads_and_outputs(servers) -> None:
@@ -389,6 +405,8 @@ class StubEngine:
 
 def test_in_process_engines_get_documented_kwargs(monkeypatch, tmp_path) -> None:
     monkeypatch.setitem(sys.modules, "sglang", SimpleNamespace(Engine=StubEngine))
+    monkeypatch.setattr(sb, "sglang_importable", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     StubEngine.made.clear()
     args = {**ARGS, "actor_num_gpus_per_node": 2, "rollout_num_gpus_per_engine": 2,
             "sglang_mem_fraction_static": 0.7, "bf16": True, "model_init": "random",

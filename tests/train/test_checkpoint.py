@@ -341,8 +341,12 @@ def tiny_hf_dir(path: Path, *, tied: bool) -> Path:
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_convert_hf_writes_release_and_skips_rerun(megatron, tmp_path: Path,
                                                    tied: bool) -> None:
-    from engine.train.convert import arch_for, hf_to_mcore, load_hf_checkpoint, \
-        shape_from_hf_config
+    from engine.train.convert import (
+        arch_for,
+        hf_to_mcore,
+        load_hf_checkpoint,
+        shape_from_hf_config,
+    )
 
     hf_dir = tiny_hf_dir(tmp_path / "hf", tied=tied)
     out = tmp_path / "torch_dist"

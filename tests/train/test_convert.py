@@ -228,6 +228,29 @@ def test_load_hf_checkpoint_errors_name_the_path(tmp_path: Path) -> None:
         shape_from_hf_config(tiny_hf("llama", True).config), "llama").to_json_string())
     with pytest.raises(FileNotFoundError, match=r"no \*\.safetensors"):
         load_hf_checkpoint(tmp_path)
+    weights = tmp_path / "w.bin"
+    weights.write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="not a .gguf"):
+        load_hf_checkpoint(weights)
+    ggufs = tmp_path / "ggufs"
+    ggufs.mkdir()
+    for name in ("a.gguf", "b.gguf"):
+        (ggufs / name).write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="several .gguf files"):
+        load_hf_checkpoint(ggufs)
+
+
+def test_te_layout_names_the_fused_norms_and_round_trips() -> None:
+    hf = tiny_hf("qwen3", True)
+    shape = shape_from_hf_config(hf.config)
+    te = hf_to_mcore(hf.state_dict(), shape, "qwen3", te_layout=True)
+    assert "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight" in te
+    assert "decoder.layers.0.mlp.linear_fc1.layer_norm_weight" in te
+    assert not any("input_layernorm" in k or "pre_mlp_layernorm" in k for k in te)
+    back = mcore_to_hf(te, shape, "qwen3")
+    for key, value in hf.state_dict().items():
+        if key != "lm_head.weight":
+            assert torch.equal(back[key], value), key
 
 
 # --------------------------------------------------------------------------------------------

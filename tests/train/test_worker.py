@@ -7,6 +7,7 @@ ranks returned.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -141,6 +142,43 @@ def one_rank(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.fixture(scope="module")
 def learning(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return run_ranks(1, _learning, tmp_path_factory.mktemp("learn"), ports=3)[0]
+
+
+def _from_hf(rank: int, world: int, ports: list[int], hf_dir: str) -> dict:
+    """Actor and critic start from an HF checkpoint under TP=2 (untied embeddings)."""
+    from engine.train.worker import TrainWorker
+
+    args = tiny_args(tensor_model_parallel_size=2, untie_embeddings_and_output_weights=True,
+                     model_init="hf", hf_checkpoint=hf_dir)
+    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[0], args)
+    actor.init()
+    exported = actor.export_hf_weights()
+    actor.shutdown()
+    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[1], args)
+    critic.init()
+    critic_state = critic.gather_full_state_dict()
+    critic.shutdown()
+    return {"hf": exported, "critic_state": critic_state}
+
+
+def _write_hf_checkpoint(path: Path) -> dict[str, torch.Tensor]:
+    from transformers import LlamaForCausalLM
+
+    from engine.train.convert import hf_config
+    from engine.train.model import ModelShape
+
+    shape = ModelShape.from_args(tiny_args(untie_embeddings_and_output_weights=True))
+    torch.manual_seed(3)
+    model = LlamaForCausalLM(hf_config(shape, "llama"))
+    model.save_pretrained(path)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def from_hf(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[dict]]:
+    root = tmp_path_factory.mktemp("hf")
+    hf_state = _write_hf_checkpoint(root / "ckpt")
+    return hf_state, run_ranks(2, _from_hf, root / "out", str(root / "ckpt"))
 
 
 @pytest.fixture(scope="module")
@@ -364,3 +402,23 @@ def _logging_rank_of(results: list[dict], key: str) -> dict:
     with_metrics = [r for r in results if r[key]]
     assert len(with_metrics) == 1
     return with_metrics[0]
+
+
+# --------------------------------------------------------------------------------------------
+# HF initial weights (TP=2)
+# --------------------------------------------------------------------------------------------
+def test_actor_from_hf_exports_the_same_weights(from_hf: tuple[dict, list[dict]]) -> None:
+    hf_state, results = from_hf
+    assert results[1]["hf"] is None
+    _assert_state_dicts_match(hf_state, results[0]["hf"], 0.0)
+
+
+def test_critic_from_hf_has_the_trunk_and_a_value_head(from_hf: tuple[dict, list[dict]]) -> None:
+    hf_state, results = from_hf
+    critic = results[0]["critic_state"]
+    assert torch.equal(critic["embedding.word_embeddings.weight"],
+                       hf_state["model.embed_tokens.weight"])
+    assert torch.equal(critic["decoder.layers.1.mlp.linear_fc2.weight"],
+                       hf_state["model.layers.1.mlp.down_proj.weight"])
+    assert critic["output_layer.weight"].shape == (1, 64)
+    assert critic["output_layer.bias"].shape == (1,)

@@ -46,7 +46,12 @@ def _offload_round(rank: int, world: int, ports: list[int]) -> dict:
     out["actor"] = actor.train_actor(0, batch, out["values"])["step_metrics"]
     out["actor_sleep"], out["actor_wake"] = actor.sleep(), actor.wake_up()
     out["actor_again"] = actor.train_actor(1, batch, out["values"])["step_metrics"]
-    out["hf"] = {k: v.dtype for k, v in (actor.export_hf_weights() or {}).items()}
+    awake_export = actor.export_hf_weights() or {}
+    actor.sleep()
+    asleep_export = actor.export_hf_weights() or {}  # wakes for the gather, then sleeps again
+    out["asleep_after_export"] = actor._offloader.asleep
+    out["export_equal"] = all(torch.equal(awake_export[k], v) for k, v in asleep_export.items())
+    out["hf"] = {k: v.dtype for k, v in awake_export.items()}
     actor.shutdown()
     return out
 
@@ -82,3 +87,7 @@ def test_actor_trains_across_sleep(gpu_round: dict) -> None:
     for step in gpu_round["actor"] + gpu_round["actor_again"]:
         assert torch.isfinite(torch.tensor(step["train/loss"]))
     assert gpu_round["hf"]["model.embed_tokens.weight"] == torch.bfloat16
+
+
+def test_export_while_asleep_gives_the_same_weights_and_stays_asleep(gpu_round: dict) -> None:
+    assert gpu_round["export_equal"] and gpu_round["asleep_after_export"]

@@ -17,6 +17,63 @@ RUN_ID = "260101-000000-qwen3-4b-ppo-abcd"
 T0 = 1_767_225_600.0  # first event of events_tiny.jsonl
 T_END = 1_767_227_895.497  # its last event
 
+# A team preset the TUI tests own, so edits to the built-in presets never break them.
+TEAM_PRESET = """\
+schema_version = 1
+name = "tui-ppo"
+description = "Tiny PPO for the TUI tests (team preset)"
+
+[provenance]
+author = "tests/tui"
+created = "2026-01-01"
+tested_hardware = "CPU"
+gpus = 1
+
+[flags]
+actor-num-nodes = 1
+actor-num-gpus-per-node = 1
+num-gpus-per-node = 1
+colocate = true
+rollout-temperature = 1.0
+rollout-max-response-len = 6
+rm-type = "copy-digit"
+input-key = "prompt"
+label-key = "label"
+num-rollout = 60
+rollout-batch-size = 16
+n-samples-per-prompt = 4
+global-batch-size = 32
+lr = 0.001
+lr-decay-style = "constant"
+critic-lr = 0.002
+num-critic-only-steps = 1
+advantage-estimator = "ppo"
+kl-coef = 0.0
+entropy-coef = 0.01
+normalize-advantages = true
+use-dynamic-batch-size = true
+max-tokens-per-gpu = 4096
+num-layers = 2
+hidden-size = 64
+ffn-hidden-size = 256
+num-attention-heads = 4
+group-query-attention = true
+num-query-groups = 2
+kv-channels = 16
+swiglu = true
+normalization = "RMSNorm"
+disable-bias-linear = true
+use-rotary-position-embeddings = true
+vocab-size = 32
+seq-length = 64
+max-position-embeddings = 64
+rollout-backend = "hf"
+synthetic-task = "copy-digit"
+synthetic-num-prompts = 256
+model-init = "random"
+max-prompt-len = 16
+"""
+
 
 @pytest.fixture(autouse=True)
 def tui_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -30,6 +87,7 @@ def tui_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PPODECK_PRESET_PATH", str(tmp_path / "team"))
     monkeypatch.setenv("PPODECK_HOME", "/nonexistent/ppodeck-home")
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "team" / "tui-ppo.toml").write_text(TEAM_PRESET)
     return tmp_path
 
 

@@ -45,15 +45,17 @@ async def test_choosing_a_preset_fills_the_editor() -> None:
     app = PPODeckApp()
     async with app.run_test(size=SIZE, message_hook=messages.append) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, PresetPickerScreen))
-        await pilot.press("t", "i", "n", "y")  # typing on the table starts a fuzzy search
         picker = app.screen
-        assert [p.name for p in picker.shown][0] == "tiny-cpu"
+        sources = {p.name: p.source for p in picker.presets}
+        assert sources["tui-ppo"] == "team" and sources["qwen3-4b-ppo"] == "built-in"
+        await pilot.press("t", "u", "i")  # typing on the table starts a fuzzy search
+        assert [p.name for p in picker.shown][0] == "tui-ppo"
         await pilot.press("enter")
         screen = await open_editor(pilot, "advantage_estimator")
         # a message is seen once per node it bubbles through: count distinct ones
         [chosen] = {id(m): m for m in messages if isinstance(m, PresetChosen)}.values()
-        assert chosen.preset == "tiny-cpu"
-        expected = resolve_preset(load_preset("tiny-cpu"))
+        assert chosen.preset == "tui-ppo"
+        expected = resolve_preset(load_preset("tui-ppo"))
         assert dict(screen.config.values) == dict(expected.values)
         fields = screen.fields()
         assert fields["advantage_estimator"].control.value == "ppo"
@@ -68,7 +70,7 @@ async def test_choosing_a_preset_fills_the_editor() -> None:
 
 
 async def test_kl_coef_error_shows_on_field_and_panel_and_blocks_launch() -> None:
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot)
         launch = screen.query_one("#launch", Button)
@@ -92,7 +94,7 @@ async def test_kl_coef_error_shows_on_field_and_panel_and_blocks_launch() -> Non
 
 
 async def test_each_keystroke_revalidates() -> None:
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot)
         await type_into(pilot, screen, "kl_coef", "0")
@@ -109,7 +111,7 @@ async def test_each_keystroke_revalidates() -> None:
 
 
 async def test_a_value_that_does_not_parse_is_an_error_until_fixed() -> None:
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot)
         screen.query_one("#group-ppodeck").collapsed = False
@@ -127,7 +129,7 @@ async def test_a_value_that_does_not_parse_is_an_error_until_fixed() -> None:
 
 
 async def test_selecting_an_issue_focuses_its_field() -> None:
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot)
         await type_into(pilot, screen, "kl_coef", "0.2")
@@ -141,7 +143,7 @@ async def test_selecting_an_issue_focuses_its_field() -> None:
 
 
 async def test_reset_button_restores_the_preset_value() -> None:
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot, "critic_lr")
         await type_into(pilot, screen, "critic_lr", "0.5")
@@ -154,7 +156,7 @@ async def test_reset_button_restores_the_preset_value() -> None:
 
 
 async def test_switch_and_select_fields_change_the_config() -> None:
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot, "normalize_advantages")
         fields = screen.fields()
@@ -173,7 +175,7 @@ async def test_search_finds_flags_by_name_and_help() -> None:
     assert flag_matches(BY_DEST["kl_coef"], "klcoef")
     assert flag_matches(BY_DEST["num_critic_only_steps"], "value warmup")
     assert not flag_matches(BY_DEST["lr"], "value warmup")
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot)
         await pilot.press("ctrl+f")
@@ -186,7 +188,7 @@ async def test_search_finds_flags_by_name_and_help() -> None:
 
 
 async def test_save_as_preset_round_trips(tui_env: Path) -> None:
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot, "critic_lr")
         await type_into(pilot, screen, "critic_lr", "0.004")
@@ -203,11 +205,11 @@ async def test_save_as_preset_round_trips(tui_env: Path) -> None:
         assert saved.source == "user" and saved.description == "faster critic"
         assert dict(resolve_preset(saved).values) == dict(screen.config.values)
         assert screen.preset_name == "tiny-fast-critic" and not screen.fields()["critic_lr"].changed
-        assert not drafts.has_draft("tiny-cpu")
+        assert not drafts.has_draft("tui-ppo")
 
 
 async def test_export_round_trips_toml_and_command(tui_env: Path) -> None:
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot, "critic_lr")
         await type_into(pilot, screen, "critic_lr", "0.003")
@@ -225,13 +227,13 @@ async def test_export_round_trips_toml_and_command(tui_env: Path) -> None:
 
 
 async def test_a_draft_survives_a_restart() -> None:
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot, "critic_lr")
         await type_into(pilot, screen, "critic_lr", "0.007")
-        await wait_until(pilot, lambda: drafts.has_draft("tiny-cpu"))  # debounced write
-    assert "critic-lr = 0.007" in (drafts.read_draft("tiny-cpu") or "")
-    restarted = PPODeckApp(preset="tiny-cpu")
+        await wait_until(pilot, lambda: drafts.has_draft("tui-ppo"))  # debounced write
+    assert "critic-lr = 0.007" in (drafts.read_draft("tui-ppo") or "")
+    restarted = PPODeckApp(preset="tui-ppo")
     async with restarted.run_test(size=SIZE) as pilot:
         screen = await open_editor(pilot, "critic_lr")
         assert screen.restored_draft
@@ -240,7 +242,7 @@ async def test_a_draft_survives_a_restart() -> None:
         assert field.control.value == "0.007" and field.changed
         # going back to the preset's values removes the draft
         screen.action_revert_all()
-        await wait_until(pilot, lambda: not drafts.has_draft("tiny-cpu"))
+        await wait_until(pilot, lambda: not drafts.has_draft("tui-ppo"))
         assert field.control.value == "0.002"
 
 
@@ -256,7 +258,7 @@ async def test_launch_confirms_argv_and_run_dir_then_starts_the_driver(
         return None
 
     monkeypatch.setattr(launch, "start_driver", fake_start)
-    app = PPODeckApp(preset="tiny-cpu")
+    app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
         await open_editor(pilot)
         await pilot.press("ctrl+l")

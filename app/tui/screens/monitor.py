@@ -85,6 +85,7 @@ class MonitorScreen(Screen[None]):
         self.replay_speed = replay_speed
         self.fixed_now = now  # tests freeze the clock of live runs
         self.state = RunState()
+        self.tail_ended: str | None = None  # why the tail worker stopped (None while reading)
         self._stop = threading.Event()
         self._consumed = threading.Event()
         self._consumed.set()
@@ -225,6 +226,7 @@ class MonitorScreen(Screen[None]):
 
     @on(TailEnded)
     def _tail_ended(self, message: TailEnded) -> None:
+        self.tail_ended = message.reason
         if message.failed:
             self.notify(message.reason, severity="error", title="monitor")
 

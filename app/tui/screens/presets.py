@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -51,7 +49,7 @@ def _gpus(preset: Preset) -> str:
     return "?" if gpus is None else str(gpus)
 
 
-def preview(preset: Preset) -> Group | Text:
+def preview(preset: Preset) -> Text:
     """What the preset changes from the schema defaults, plus its provenance."""
     if preset.error:
         return Text(preset.error, "bold red")
@@ -73,16 +71,16 @@ def preview(preset: Preset) -> Group | Text:
     if preset.extends:
         head.append("\nextends: ", "dim")
         head.append(preset.extends, "bold")
-    table = Table(box=None, expand=True, padding=(0, 1), header_style="bold",
-                  title=f"{len(diffs)} flag(s) changed from the defaults", title_justify="left",
-                  title_style="bold")
-    table.add_column("flag", no_wrap=True)
-    table.add_column("default", style="dim")
-    table.add_column("preset", style="bold green")
-    for diff in diffs:
-        table.add_row(diff.flag, fmt.flag_value(diff.a) or "unset",
-                      fmt.flag_value(diff.b) or "unset")
-    return Group(head, Text(""), table)
+    head.append(f"\n\n{len(diffs)} flag(s) changed from the defaults\n", "bold")
+    # plain aligned Text, not a rich Table: the preview redraws on every cursor move
+    width = max((len(d.flag) for d in diffs), default=4) + 2
+    shown = [(fmt.flag_value(d.a) or "unset", fmt.flag_value(d.b) or "unset") for d in diffs]
+    default_width = min(max((len(a) for a, _ in shown), default=7), 24) + 2
+    for diff, (default, value) in zip(diffs, shown, strict=True):
+        head.append(f"{diff.flag:<{width}}")
+        head.append(f"{_cut(default, default_width - 2):<{default_width}}", "dim")
+        head.append(f"{value}\n", "bold green")
+    return head
 
 
 class PresetPickerScreen(Screen[None]):
@@ -98,6 +96,7 @@ class PresetPickerScreen(Screen[None]):
         super().__init__()
         self.presets: list[Preset] = []
         self.shown: list[Preset] = []
+        self._filled_width = 0
 
     def compose(self) -> ComposeResult:
         yield Static("Choose a preset  ·  type to search  ·  enter opens it in the editor",
@@ -116,7 +115,7 @@ class PresetPickerScreen(Screen[None]):
         table.focus()
 
     def on_resize(self) -> None:
-        if self.presets:
+        if self.presets and self.size.width != self._filled_width:
             self._fill()  # the description column is cut to the new width
 
     def load(self) -> None:
@@ -155,6 +154,7 @@ class PresetPickerScreen(Screen[None]):
         cursor = table.cursor_row
         table.clear()
         hardware_width, description_width = self._column_widths()
+        self._filled_width = self.size.width
         for preset in self.shown:
             name = Text(preset.name, "bold red" if preset.error else "bold")
             if drafts.has_draft(preset.name):

@@ -46,11 +46,26 @@ class MetricChart(PlotextPlot):
         plt = self.plt
         plt.clear_data()
         plt.title(self.title if self.plotted else f"{self.title} (no data yet)")
+        # A braille cell holds 2 x-dots: more points than that only cost drawing time.
+        limit = max(16, 2 * self.size.width)
         for line in self.lines:
             data = self.plotted.get(line.key)
             if data is None:
                 continue
-            xs, ys = data
+            xs, ys = thin(*data, limit)
             plt.plot(xs, ys, label=line.label, color=line.color, marker="braille",
                      yside="right" if line.right else "left")
         self.refresh()
+
+    def on_resize(self) -> None:
+        if self.plotted:
+            self._replot()
+
+
+def thin(xs: list[float], ys: list[float], limit: int) -> tuple[list[float], list[float]]:
+    """At most `limit` evenly spaced points, always keeping the last one."""
+    if len(xs) <= limit:
+        return xs, ys
+    step = len(xs) / limit
+    picks = sorted({int(i * step) for i in range(limit)} | {len(xs) - 1})
+    return [xs[i] for i in picks], [ys[i] for i in picks]

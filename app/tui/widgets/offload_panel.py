@@ -38,6 +38,7 @@ class OffloadPanel(Static):
         self.devices: tuple[Device, ...] = ()
         self.gpu_label = ""
         self.rss_bytes: int | None = None
+        self._rows = -1
 
     def show(self, where: Mapping[str, str], last_offload: Mapping[str, Move],
              last_onload: Mapping[str, Move], devices: tuple[Device, ...], gpu_label: str,
@@ -48,7 +49,11 @@ class OffloadPanel(Static):
         self.devices = devices
         self.gpu_label = gpu_label
         self.rss_bytes = rss_bytes
-        self.update(Group(self._models_table(), self._devices_table(), self._host_line()))
+        # a new layout only when the number of rows changes (a layout costs the whole screen)
+        rows = len(devices)
+        self.update(Group(self._models_table(), self._devices_table(), self._host_line()),
+                    layout=rows != self._rows)
+        self._rows = rows
 
     def _models_table(self) -> Table:
         table = Table(box=None, expand=True, padding=(0, 1), header_style="bold")

@@ -41,7 +41,7 @@ class RunHeader(Static):
         self.data = data
         for state in STATE_STYLES:
             self.set_class(state == data.state, f"-{state}")
-        self.update(self.render_text(data))
+        self.update(self.render_text(data), layout=False)  # fixed height: repaint only
 
     @staticmethod
     def render_text(data: HeaderData) -> Text:

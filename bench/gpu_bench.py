@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""GPU benchmark for the training and rollout hot paths, each side by side in one run.
+
+    PYTHONPATH=/tmp/site python3 bench/gpu_bench.py            # on the H200 (bf16)
+    .venv/bin/python bench/gpu_bench.py --smoke                # tiny shapes on CPU, seconds
+
+(0) the bf16 matmul rate (8192^3; the ceiling the train numbers are a fraction of).
+(a) actor and critic train steps through Megatron (engine.train.model -> Megatron DDP ->
+    get_megatron_optimizer, Adam, bf16 params with fp32 master weights and fp32 grad buffers),
+    world size 1, Qwen3-0.6B shape, 8 x 1024 tokens, forward + backward + optimizer step:
+    Megatron's stock unfused local attention (PPODECK_ATTENTION=unfused) against ours (SDPA).
+    The actor's loss is the mean token log-prob from fp32 full-vocab logits (as the PPO actor
+    computes them); the critic's is a squared value.
+    FLOPs per step = 6 * N_mm * T + 12 * L * s * (heads * head_dim) * T
+      T = batch * s tokens; N_mm = weights that take part in matmuls (attention q/k/v/o, MLP
+      gate/up/down, and the output layer: vocab x hidden for the actor, hidden x 1 for the
+      critic; the input embedding is a lookup and norms are elementwise, neither counted);
+      the second term is QK^T and PV (2 matmuls x 2 FLOPs per MAC, x 3 for forward + backward)
+      counted over the full s x s square, as Megatron/PaLM MFU do (causal kernels skip half).
+    Reported: tokens/s, TFLOP/s and that as a fraction of the measured matmul rate.
+(b) offload and onload of the actor's params + grads + optimizer state with the worker's
+    implementation (engine/train/offload.py StorageOffloader; the bench's own pinned copy
+    when that module is missing - the table says which), against a plain pinned host copy of
+    the same byte count.
+(c) rollout tokens/s of plain transformers.generate (configured exactly as the hf backend
+    configures it) against engine/rollout/fast_generate.py (static KV cache + CUDA graph of the
+    decode step; eager fallback if capture fails - the table says which path ran), batch 64,
+    64-token prompts, 256 new tokens, Qwen3-0.6B shape, random init, bf16; plus how far the
+    fast path's log-probs are from transformers' on the same tokens (teacher forcing).
+
+Every measurement is in its own try/except: one failure prints its traceback and the others
+still run; a final table is printed and the exit code is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from engine.train.model import ModelShape  # noqa: E402
+
+QWEN3_06B = ModelShape(num_layers=28, hidden_size=1024, ffn_hidden_size=3072,
+                       num_attention_heads=16, num_query_groups=8, kv_channels=128,
+                       vocab_size=151936, max_sequence_length=2048, rotary_base=1000000.0,
+                       norm_epsilon=1e-6, normalization="RMSNorm", swiglu=True,
+                       qk_layernorm=True, add_bias_linear=False)
+TINY = ModelShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
+                  num_query_groups=2, kv_channels=16, vocab_size=256, max_sequence_length=128,
+                  rotary_base=10000.0, norm_epsilon=1e-6, normalization="RMSNorm", swiglu=True,
+                  qk_layernorm=True, add_bias_linear=False)
+
+
+@dataclass(frozen=True)
+class Plan:
+    shape: ModelShape
+    device: torch.device
+    dtype: torch.dtype
+    matmul_n: int
+    train_batch: int
+    train_seq: int
+    train_steps: int
+    train_warmup: int
+    gen_batch: int
+    gen_prompt: int
+    gen_new: int
+
+    @classmethod
+    def make(cls, smoke: bool) -> Plan:
+        cuda = torch.cuda.is_available() and not smoke
+        if not cuda:
+            return cls(TINY, torch.device("cpu"), torch.float32, 256, 2, 64, 2, 1, 4, 8, 8)
+        return cls(QWEN3_06B, torch.device("cuda"), torch.bfloat16, 8192, 8, 1024, 10, 3,
+                   64, 64, 256)
+
+
+@dataclass
+class Row:
+    section: str
+    what: str
+    value: float | None
+    unit: str
+    note: str = ""
+
+
+class Results:
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+
+    def add(self, section: str, what: str, value: float | None, unit: str,
+            note: str = "") -> None:
+        row = Row(section, what, value, unit, note)
+        self.rows.append(row)
+        print(f"  {section:9s} {what:48s} {fmt(value):>12s} {unit:10s} {note}", flush=True)
+
+    @contextlib.contextmanager
+    def guard(self, section: str, what: str) -> Iterator[None]:
+        """One measurement: a failure is printed and recorded, and the run goes on."""
+        try:
+            yield
+        except Exception as err:  # noqa: BLE001 - the bench must report every other number
+            traceback.print_exc()
+            self.add(section, what, None, "FAILED", f"{type(err).__name__}: {err}"[:160])
+        finally:
+            release_memory()
+
+    def table(self) -> str:
+        lines = [f"{'section':9s} | {'measurement':48s} | {'value':>12s} | {'unit':10s} | note",
+                 "-" * 110]
+        lines += [f"{r.section:9s} | {r.what:48s} | {fmt(r.value):>12s} | {r.unit:10s} | "
+                  f"{r.note}" for r in self.rows]
+        return "\n".join(lines)
+
+
+def fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def release_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], object], device: torch.device, repeat: int = 1) -> float:
+    """Mean seconds of `fn` over `repeat` calls, with the device drained around them."""
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    sync(device)
+    return (time.perf_counter() - start) / repeat
+
+
+# --------------------------------------------------------------------------------------------
+# (0) matmul
+# --------------------------------------------------------------------------------------------
+def matmul_tflops(plan: Plan) -> float:
+    n = plan.matmul_n
+    a = torch.randn(n, n, device=plan.device, dtype=plan.dtype)
+    b = torch.randn(n, n, device=plan.device, dtype=plan.dtype)
+    for _ in range(3):
+        a @ b
+    seconds = timed(lambda: a @ b, plan.device, repeat=10)
+    return 2 * n**3 / seconds / 1e12
+
+
+# --------------------------------------------------------------------------------------------
+# (a) Megatron train steps
+# --------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def init_megatron() -> None:
+    from engine.train.platform import Parallelism, init_distributed
+
+    init_distributed(0, 1, "127.0.0.1", free_port(), Parallelism(), seed=1234)
+
+
+def matmul_params(shape: ModelShape, role: str) -> int:
+    attn = shape.hidden_size * shape.kv_channels * 2 * (shape.num_attention_heads
+                                                        + shape.num_query_groups)
+    mlp = shape.hidden_size * shape.ffn_hidden_size * (3 if shape.swiglu else 2)
+    head = shape.vocab_size * shape.hidden_size if role == "actor" else shape.hidden_size
+    return shape.num_layers * (attn + mlp) + head
+
+
+def step_flops(shape: ModelShape, role: str, batch: int, seq: int) -> float:
+    tokens = batch * seq
+    attention = 12 * shape.num_layers * seq * shape.num_attention_heads * shape.kv_channels
+    return 6 * matmul_params(shape, role) * tokens + attention * tokens
+
+
+def build_trainable(plan: Plan, role: str, attention: str):  # noqa: ANN201
+    """(ddp model, optimizer) as the train worker builds them."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    from engine.train.model import build_gpt, transformer_config
+    from engine.train.platform import Parallelism, device_scope
+
+    os.environ["PPODECK_ATTENTION"] = attention
+    bf16 = plan.dtype == torch.bfloat16
+    with device_scope():
+        config = transformer_config(plan.shape, Parallelism(), bf16=bf16)
+        model = build_gpt(plan.shape, role, config, seed=7)
+        if plan.device.type == "cuda":
+            model = model.cuda()
+        ddp = DistributedDataParallel(
+            config=config, module=model,
+            ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True,
+                                                     overlap_grad_reduce=False,
+                                                     use_distributed_optimizer=False))
+        optimizer = get_megatron_optimizer(OptimizerConfig(
+            optimizer="adam", lr=1e-6, weight_decay=0.0, clip_grad=1.0, bf16=bf16,
+            params_dtype=plan.dtype, use_distributed_optimizer=False), [ddp])
+    kinds = {type(layer.self_attention.core_attention).__name__
+             for layer in model.decoder.layers}
+    return ddp, optimizer, ", ".join(sorted(kinds))
+
+
+def train_step(ddp, optimizer, role: str, ids: torch.Tensor,  # noqa: ANN001
+               positions: torch.Tensor) -> None:
+    from megatron.core import tensor_parallel
+
+    from engine.train.platform import device_scope
+
+    with device_scope():
+        ddp.zero_grad_buffer()
+        optimizer.zero_grad()
+        out = ddp(ids, positions, None)
+        if role == "actor":
+            targets = torch.roll(ids, -1, dims=1)
+            log_probs = -tensor_parallel.vocab_parallel_cross_entropy(out.float(), targets)
+            loss = -log_probs.mean()
+        else:
+            loss = out.float().pow(2).mean()
+        optimizer.scale_loss(loss).backward()
+        ddp.finish_grad_sync()
+        optimizer.step()
+
+
+def train_throughput(plan: Plan, role: str, attention: str, res: Results, peak: float) -> None:
+    ddp, optimizer, kinds = build_trainable(plan, role, attention)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, plan.shape.vocab_size, (plan.train_batch, plan.train_seq),
+                        generator=gen).to(plan.device)
+    positions = torch.arange(plan.train_seq, device=plan.device).expand_as(ids)
+    for _ in range(plan.train_warmup):
+        train_step(ddp, optimizer, role, ids, positions)
+    if plan.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    seconds = timed(lambda: train_step(ddp, optimizer, role, ids, positions), plan.device,
+                    repeat=plan.train_steps)
+    tokens = plan.train_batch * plan.train_seq
+    tflops = step_flops(plan.shape, role, plan.train_batch, plan.train_seq) / seconds / 1e12
+    label = f"{role} {attention} ({plan.train_batch}x{plan.train_seq})"
+    mem = (f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
+           if plan.device.type == "cuda" else "")
+    res.add("train", f"{label} tokens/s", tokens / seconds, "tok/s",
+            f"{seconds * 1e3:.1f} ms/step, core_attention={kinds}{mem}")
+    res.add("train", f"{label} matmul-rate fraction", tflops / peak if peak else None,
+            "of peak", f"{tflops:.1f} TFLOP/s (6*N_mm*T + 12*L*s*h_attn*T)")
+
+
+# --------------------------------------------------------------------------------------------
+# (b) offload / onload
+# --------------------------------------------------------------------------------------------
+def offload_bench(plan: Plan, res: Results) -> None:
+    ddp, optimizer, _ = build_trainable(plan, "actor", "sdpa")
+    ids = torch.randint(0, plan.shape.vocab_size, (1, 32)).to(plan.device)
+    train_step(ddp, optimizer, "actor", ids, torch.arange(32, device=plan.device)[None])
+    try:
+        from engine.train.offload import StorageOffloader, train_state_tensors
+
+        keep, drop = train_state_tensors(ddp, optimizer)
+        offloader = StorageOffloader.for_tensors(keep, drop, plan.device.type)
+        which = "engine/train/offload.py StorageOffloader"
+    except ImportError:
+        offloader = PinnedCopyOffloader(ddp, optimizer)
+        which = "bench PinnedCopyOffloader (no engine/train/offload.py)"
+    off = offloader.offload()
+    on = offloader.onload()
+    copied = int(off["bytes"])
+    freed = off.get("freed_bytes", copied)
+    res.add("offload", "actor offload (params+grads+optim state)",
+            copied / off["seconds"] / 1e9, "GB/s",
+            f"{copied / 1e9:.2f} GB copied, {freed / 1e9:.2f} GB freed in "
+            f"{off['seconds']:.3f} s; {which}")
+    res.add("offload", "actor onload", on["bytes"] / on["seconds"] / 1e9, "GB/s",
+            f"{on['seconds']:.3f} s")
+    train_step(ddp, optimizer, "actor", ids, torch.arange(32, device=plan.device)[None])
+    del offloader
+    release_memory()
+    plain_copy_bench(plan, copied, res)
+
+
+def plain_copy_bench(plan: Plan, nbytes: int, res: Results) -> None:
+    pin = plan.device.type == "cuda"
+    device_buf = torch.empty(nbytes, dtype=torch.uint8, device=plan.device)
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+    host.copy_(device_buf, non_blocking=pin)  # first touch of the pinned pages
+    down = timed(lambda: host.copy_(device_buf, non_blocking=pin), plan.device, repeat=3)
+    up = timed(lambda: device_buf.copy_(host, non_blocking=pin), plan.device, repeat=3)
+    res.add("offload", "plain pinned copy device->host (same bytes)", nbytes / down / 1e9,
+            "GB/s", f"{nbytes / 1e9:.2f} GB")
+    res.add("offload", "plain pinned copy host->device (same bytes)", nbytes / up / 1e9, "GB/s")
+
+
+class PinnedCopyOffloader:
+    """Fallback: copy every train-state tensor to pinned memory and back (no freeing)."""
+
+    def __init__(self, ddp, optimizer) -> None:  # noqa: ANN001
+        tensors = {t.untyped_storage().data_ptr(): t for t in ddp.module.parameters()}
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                tensors[param.untyped_storage().data_ptr()] = param
+                state = optimizer.state[param] if param in optimizer.state else {}
+                for value in state.values():
+                    if isinstance(value, torch.Tensor):
+                        tensors[value.untyped_storage().data_ptr()] = value
+        self.tensors = list(tensors.values())
+        pin = torch.cuda.is_available()
+        self.host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=pin) for t in self.tensors]
+
+    def _move(self, down: bool) -> dict:
+        device = self.tensors[0].device
+        sync(device)
+        start = time.perf_counter()
+        for t, h in zip(self.tensors, self.host, strict=True):
+            (h.copy_(t, non_blocking=True) if down else t.copy_(h, non_blocking=True))
+        sync(device)
+        nbytes = sum(t.numel() * t.element_size() for t in self.tensors)
+        return {"bytes": nbytes, "seconds": time.perf_counter() - start}
+
+    def offload(self) -> dict:
+        return self._move(True)
+
+    def onload(self) -> dict:
+        return self._move(False)
+
+
+# --------------------------------------------------------------------------------------------
+# (c) rollout generation
+# --------------------------------------------------------------------------------------------
+def rollout_bench(plan: Plan, res: Results) -> None:
+    from engine.rollout.hf_backend import HFGenerator
+
+    backend = HFGenerator(plan.shape, "qwen3", device=plan.device, dtype=plan.dtype)
+    model = backend.model
+    gen = torch.Generator().manual_seed(1)
+    rows = torch.randint(10, plan.shape.vocab_size, (plan.gen_batch, plan.gen_prompt),
+                         generator=gen).tolist()
+    new_tokens = plan.gen_batch * plan.gen_new
+    baseline_tps = None
+    with res.guard("rollout", "plain transformers.generate"):
+        baseline_tps = transformers_generate(model, rows, plan, res, new_tokens)
+    with res.guard("rollout", "hf backend HFGenerator.generate"):
+        backend_generate(backend, rows, plan, res, new_tokens, baseline_tps)
+    with res.guard("rollout", "fast_generate"):
+        fast_tps = fast_path(model, rows, plan, res, new_tokens)
+        if baseline_tps:
+            res.add("rollout", "fast_generate speed-up over transformers",
+                    fast_tps / baseline_tps, "x", "goal >= 10x")
+    with res.guard("rollout", "fast vs transformers log-probs"):
+        logprob_agreement(model, rows, plan, res)
+
+
+def transformers_generate(model, rows, plan: Plan, res: Results,  # noqa: ANN001
+                          new_tokens: int) -> float:
+    """Plain sampling with transformers' defaults (dynamic cache, no extra processors)."""
+    from transformers import GenerationConfig
+
+    from engine.rollout.hf_backend import left_pad
+
+    ids, mask = left_pad(rows, 0, plan.device)
+
+    def run(max_new: int) -> None:
+        config = GenerationConfig(do_sample=True, temperature=None, top_p=None, top_k=None,
+                                  max_new_tokens=max_new, eos_token_id=None, pad_token_id=0)
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+
+    run(4)  # warm-up
+    seconds = timed(lambda: run(plan.gen_new), plan.device)
+    res.add("rollout", f"transformers.generate b={plan.gen_batch} new={plan.gen_new}",
+            new_tokens / seconds, "tok/s", f"{seconds:.2f} s, plain sampling")
+    return new_tokens / seconds
+
+
+def backend_generate(backend, rows, plan: Plan, res: Results, new_tokens: int,  # noqa: ANN001
+                     baseline_tps: float | None) -> None:
+    """HFGenerator.generate end to end, as the rollout manager calls it."""
+    def run(max_new: int) -> None:
+        backend.generate(rows, n_samples=1, temperature=1.0, top_p=1.0, top_k=-1,
+                         max_new_tokens=max_new, eos_token_id=None, pad_token_id=0, seed=0)
+
+    run(4)
+    seconds = timed(lambda: run(plan.gen_new), plan.device)
+    note = f"{seconds:.2f} s"
+    if baseline_tps:
+        note += f", {new_tokens / seconds / baseline_tps:.1f}x plain transformers"
+    res.add("rollout", f"hf backend generate b={plan.gen_batch} new={plan.gen_new}",
+            new_tokens / seconds, "tok/s", note)
+
+
+def fast_path(model, rows, plan: Plan, res: Results,  # noqa: ANN001
+              new_tokens: int) -> float:
+    from engine.rollout import fast_generate as fg
+
+    def run(graph: bool) -> list[list[int]]:
+        tokens, _ = fg.fast_generate(model, rows, temperature=1.0, top_p=1.0, top_k=-1,
+                                     max_new_tokens=plan.gen_new, eos_token_id=None,
+                                     pad_token_id=0, seed=0, use_cuda_graph=graph)
+        return tokens
+
+    path = "cuda-graph" if plan.device.type == "cuda" else "eager (no CUDA)"
+    try:
+        first = timed(lambda: run(True), plan.device)
+    except Exception:  # noqa: BLE001 - fall back to the eager static-cache loop, and say so
+        traceback.print_exc()
+        path = "eager static cache (CUDA graph capture FAILED, see traceback)"
+        fg._DECODERS.clear()
+        first = timed(lambda: run(False), plan.device)
+    graph = path == "cuda-graph"
+    seconds = timed(lambda: run(graph), plan.device, repeat=2)
+    res.add("rollout", f"fast_generate b={plan.gen_batch} new={plan.gen_new}",
+            new_tokens / seconds, "tok/s",
+            f"{seconds:.3f} s/call; first call {first:.2f} s (capture); path={path}")
+    return new_tokens / seconds
+
+
+def logprob_agreement(model, rows, plan: Plan, res: Results) -> None:  # noqa: ANN001
+    """fast_generate's log-probs vs transformers' forward on the same tokens (8 rows)."""
+    from engine.rollout import fast_generate as fg
+    from engine.rollout.hf_backend import left_pad
+
+    rows = rows[:8]
+    greedy, ours = fg.fast_generate(model, rows, temperature=0.0, top_p=1.0, top_k=-1,
+                                    max_new_tokens=plan.gen_new, eos_token_id=None,
+                                    pad_token_id=0, seed=0)
+    full = [r + t for r, t in zip(rows, greedy, strict=True)]
+    ids, mask = left_pad(full, 0, plan.device)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, plan.gen_prompt - 1:-1]
+    chosen = torch.tensor(greedy, device=plan.device)
+    theirs = torch.log_softmax(logits.float(), -1).gather(-1, chosen[..., None]).squeeze(-1)
+    diff = (torch.tensor(ours, device=plan.device) - theirs).abs()
+    res.add("rollout", "fast vs transformers log-prob |diff| (greedy)", diff.max().item(), "nats",
+            f"mean {diff.mean().item():.2e} over {diff.numel()} tokens "
+            f"({str(plan.dtype).removeprefix('torch.')})")
+
+
+# --------------------------------------------------------------------------------------------
+def environment(res: Results, plan: Plan) -> None:
+    import importlib.metadata as md
+
+    versions = []
+    for pkg in ("torch", "megatron-core", "transformers"):
+        with contextlib.suppress(md.PackageNotFoundError):
+            versions.append(f"{pkg} {md.version(pkg)}")
+    name = torch.cuda.get_device_name() if plan.device.type == "cuda" else "CPU (smoke)"
+    print(f"device: {name}; {', '.join(versions)}; python {sys.version.split()[0]}")
+    print(f"shape: {plan.shape}")
+    print(f"actor params {plan.shape.num_params() / 1e6:.1f}M; matmul params actor "
+          f"{matmul_params(plan.shape, 'actor') / 1e6:.1f}M, critic "
+          f"{matmul_params(plan.shape, 'critic') / 1e6:.1f}M\n", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny shapes on CPU (checks the code paths in seconds)")
+    parser.add_argument("--only", choices=("train", "offload", "rollout"), action="append",
+                        help="run only these sections (repeatable)")
+    ns = parser.parse_args(argv)
+    plan = Plan.make(ns.smoke)
+    sections = set(ns.only or ("train", "offload", "rollout"))
+    res = Results()
+    environment(res, plan)
+    peak = 0.0
+    with res.guard("matmul", f"{plan.matmul_n}^3 {plan.dtype}"):
+        peak = matmul_tflops(plan)
+        res.add("matmul", f"{plan.matmul_n}^3 {str(plan.dtype).removeprefix('torch.')}",
+                peak, "TFLOP/s", "the ceiling for the fractions below")
+    megatron_ok = False
+    if sections & {"train", "offload"}:
+        with res.guard("train", "megatron init"):
+            init_megatron()
+            megatron_ok = True
+    if megatron_ok and "train" in sections:
+        for role in ("actor", "critic"):
+            for attention in ("unfused", "sdpa"):
+                with res.guard("train", f"{role} {attention}"):
+                    train_throughput(plan, role, attention, res, peak)
+    if megatron_ok and "offload" in sections:
+        with res.guard("offload", "offload/onload"):
+            offload_bench(plan, res)
+    if "rollout" in sections:
+        with res.guard("rollout", "rollout"):
+            rollout_bench(plan, res)
+    print("\n" + res.table(), flush=True)
+    with contextlib.suppress(Exception):
+        from engine.train.platform import shutdown_distributed
+
+        shutdown_distributed()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""TUI benchmarks: time to first paint, event -> panel lag, memory after a 1M-event run.
+
+    .venv/bin/python bench/tui_bench.py                    # all three
+    .venv/bin/python bench/tui_bench.py --only lag --seconds 10
+
+Each figure is printed next to its goal as a ratio (< 1.0 meets the goal).
+- paint: a fresh `python` process, from process creation (psutil create_time) until the
+  preset picker's first frame has been composited (headless driver: no terminal I/O).
+- lag: a writer thread appends events to a running run's events.jsonl at --rate events/s;
+  each event's `ts` is its write time, and lag = when the monitor finished applying it to
+  RunState *and* redrawing the widgets, minus that ts.
+- memory: a fresh process attaches the monitor to a finished run of --events events and
+  reports its RSS once the whole file has been folded in (plus ingest time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench" / "out"
+GOALS = {"paint_s": 0.8, "lag_s": 0.25, "rss_mb": 300.0}
+
+
+def _load_make_events():
+    spec = importlib.util.spec_from_file_location(
+        "make_events", REPO / "tests" / "fixtures" / "make_events.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _report(name: str, value: float, goal: float, unit: str, extra: str = "") -> None:
+    print(f"{name:<34} {value:9.3f} {unit:<3} goal <= {goal:g} {unit:<3} "
+          f"ratio {value / goal:5.2f}  {'OK' if value <= goal else 'MISS'}  {extra}")
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("config", "state", "runs"):
+        (tmp / name).mkdir(exist_ok=True)
+    env.update(PPODECK_CONFIG_DIR=str(tmp / "config"), PPODECK_STATE_DIR=str(tmp / "state"),
+               PPODECK_RUNS_DIR=str(tmp / "runs"), PYTHONPATH=str(REPO))
+    return env
+
+
+# ---- time to first paint ---------------------------------------------------------------------
+
+PAINT_CHILD = """
+import time, psutil
+start = psutil.Process().create_time()
+from app.tui.app import PPODeckApp
+from app.tui.screens.presets import PresetPickerScreen
+
+async def auto_pilot(pilot):
+    app = pilot.app
+    while not isinstance(app.screen, PresetPickerScreen) or not app.screen.is_mounted:
+        await pilot.pause(0.001)
+    await pilot.pause()  # one refresh: the first frame is composited
+    cpu = psutil.Process().cpu_times()
+    app.exit((time.time() - start, cpu.user + cpu.system))
+
+print(*PPODeckApp().run(headless=True, auto_pilot=auto_pilot, size=(120, 36)))
+"""
+
+
+def bench_paint(runs: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = _env(Path(tmp))
+        times, cpu = [], []
+        for _ in range(runs):
+            out = subprocess.run([sys.executable, "-c", PAINT_CHILD], env=env, cwd=REPO,
+                                 capture_output=True, text=True, timeout=120)
+            if out.returncode != 0:
+                raise SystemExit(f"paint child failed:\n{out.stderr[-2000:]}")
+            wall, cpu_s = out.stdout.strip().splitlines()[-1].split()
+            times.append(float(wall))
+            cpu.append(float(cpu_s))
+    _report("time to first paint (median)", statistics.median(times), GOALS["paint_s"], "s",
+            f"runs={runs} min={min(times):.3f} max={max(times):.3f}")
+    # CPU seconds of the process up to that frame: what the wall time is on an idle machine
+    _report("  CPU time to first paint (median)", statistics.median(cpu), GOALS["paint_s"], "s")
+
+
+# ---- event -> panel lag ----------------------------------------------------------------------
+
+def _writer(path: Path, rate: int, seconds: float, stop: threading.Event,
+            written: list[int]) -> None:
+    """Append realistic events at `rate`/s in 10 ms slices, each stamped with its write time."""
+    make_events = _load_make_events()
+    source = make_events.generate(num_rollout=100_000, seed=1)
+    per_tick, tick = max(1, rate // 100), 0.01
+    deadline = time.monotonic() + seconds
+    next_tick = time.monotonic()
+    with open(path, "a", encoding="utf-8") as out:
+        while time.monotonic() < deadline and not stop.is_set():
+            now = time.time()
+            lines = []
+            for _ in range(per_tick):
+                event = next(source)
+                event["ts"] = now
+                lines.append(json.dumps(event, separators=(",", ":")))
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+            written.append(per_tick)
+            next_tick += tick
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+
+
+def bench_lag(rate: int, seconds: float) -> None:
+    from app.tui.app import PPODeckApp
+    from app.tui.screens.monitor import MonitorScreen
+    from app.tui.state import RunState
+
+    lags: list[float] = []
+    last_batch: list[list[dict]] = [[]]
+    original_apply, original_refresh = RunState.apply, MonitorScreen._refresh_all
+
+    def apply(self, events):  # remember the batch so the redraw hook can time it
+        last_batch[0] = list(events)
+        return original_apply(self, events)
+
+    def refresh_all(self, changed):
+        original_refresh(self, changed)
+        now = time.time()
+        lags.extend(now - e["ts"] for e in last_batch[0] if isinstance(e.get("ts"), float))
+        last_batch[0] = []
+
+    RunState.apply, MonitorScreen._refresh_all = apply, refresh_all
+    with tempfile.TemporaryDirectory() as tmp:
+        for key, value in _env(Path(tmp)).items():
+            os.environ[key] = value
+        run = Path(tmp) / "runs" / "bench-live"
+        run.mkdir()
+        (run / "events.jsonl").touch()
+        (run / "status.json").write_text(json.dumps(
+            {"state": "running", "pid": 1, "host": "bench-elsewhere", "started": time.time()}))
+        stop, written = threading.Event(), []
+        writer = threading.Thread(target=_writer, args=(run / "events.jsonl", rate, seconds,
+                                                        stop, written), daemon=True)
+
+        async def auto_pilot(pilot):
+            app = pilot.app
+            while not isinstance(app.screen, MonitorScreen):
+                await pilot.pause(0.01)
+            writer.start()
+            while writer.is_alive():
+                await pilot.pause(0.05)
+            await pilot.pause(1.0)  # let the last batch land
+            app.exit()
+
+        PPODeckApp(attach=str(run)).run(headless=True, auto_pilot=auto_pilot, size=(160, 48))
+        stop.set()
+    RunState.apply, MonitorScreen._refresh_all = original_apply, original_refresh
+    if not lags:
+        raise SystemExit("no events reached the monitor")
+    lags.sort()
+    p95 = lags[int(0.95 * (len(lags) - 1))]
+    extra = (f"events={len(lags)}/{sum(written)} rate={rate}/s p50={lags[len(lags) // 2]:.3f} "
+             f"max={lags[-1]:.3f}")
+    _report("event -> panel lag (mean)", statistics.fmean(lags), GOALS["lag_s"], "s", extra)
+    _report("event -> panel lag (p95)", p95, GOALS["lag_s"], "s")
+
+
+# ---- memory after a 1,000,000-event run --------------------------------------------------------
+
+MEMORY_CHILD = """
+import sys, time, psutil
+from app.tui.app import PPODeckApp
+from app.tui.screens.monitor import MonitorScreen
+
+async def auto_pilot(pilot):
+    app = pilot.app
+    start = time.perf_counter()
+    while not isinstance(app.screen, MonitorScreen) or app.screen.tail_ended is None:
+        await pilot.pause(0.1)
+    await pilot.pause()
+    screen = app.screen
+    seen = screen.state.events_seen if isinstance(screen, MonitorScreen) else -1
+    app.exit((psutil.Process().memory_info().rss, time.perf_counter() - start, seen))
+
+app = PPODeckApp(attach=sys.argv[1])
+rss, seconds, seen = app.run(headless=True, auto_pilot=auto_pilot, size=(160, 48))
+print(rss, seconds, seen)
+"""
+
+
+def _big_run(events: int) -> Path:
+    """A finished run dir with `events` recorded events (cached under bench/out/)."""
+    make_events = _load_make_events()
+    per_rollout = 672 / 20  # events_tiny.jsonl: 672 events over 20 rollouts
+    rollouts = int(events / per_rollout) + 1
+    run = OUT / f"run-{events}"
+    path = run / "events.jsonl"
+    if not (run / "status.json").is_file():
+        run.mkdir(parents=True, exist_ok=True)
+        count = 0
+        with open(path, "w", encoding="utf-8") as out:
+            for event in make_events.generate(num_rollout=rollouts, seed=2):
+                out.write(json.dumps(event, separators=(",", ":")) + "\n")
+                count += 1
+                if count >= events:
+                    break
+        (run / "status.json").write_text(json.dumps(
+            {"state": "succeeded", "started": make_events.T0, "num_rollout": rollouts}))
+    return run
+
+
+def bench_memory(events: int) -> None:
+    started = time.perf_counter()
+    run = _big_run(events)
+    prepared = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(run)], env=_env(Path(tmp)),
+                             cwd=REPO, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"memory child failed:\n{out.stderr[-2000:]}")
+    rss, seconds, seen = out.stdout.strip().splitlines()[-1].split()
+    size_mb = (run / "events.jsonl").stat().st_size / 1e6
+    extra = (f"events={int(seen)} file={size_mb:.0f} MB ingest={float(seconds):.1f}s "
+             f"({int(seen) / float(seconds):,.0f} ev/s; file prepared in {prepared:.1f}s)")
+    _report("RSS after a 1M-event run", int(rss) / 1e6, GOALS["rss_mb"], "MB", extra)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("paint", "lag", "memory"))
+    parser.add_argument("--paint-runs", type=int, default=5)
+    parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    args = parser.parse_args()
+    print(f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.1f} python={sys.version.split()[0]}")
+    if args.only in (None, "paint"):
+        bench_paint(args.paint_runs)
+    if args.only in (None, "lag"):
+        bench_lag(args.rate, args.seconds)
+    if args.only in (None, "memory"):
+        bench_memory(args.events)
+    asyncio.set_event_loop(None)
+
+
+if __name__ == "__main__":
+    main()

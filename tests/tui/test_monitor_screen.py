@@ -1,0 +1,182 @@
+"""Run monitor, runs list and palette: recorded runs fill the widgets with recorded values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.tui.app import PPODeckApp
+from app.tui.messages import EventsArrived, TailEnded
+from app.tui.screens.monitor import MonitorScreen
+from app.tui.screens.runs import RunsScreen
+from app.tui.widgets.log_tail import LogTail
+from app.tui.widgets.metric_chart import MetricChart
+from app.tui.widgets.offload_panel import OffloadPanel
+from app.tui.widgets.phase_timeline import PhaseTimeline
+from app.tui.widgets.run_header import RunHeader
+from tests.tui.conftest import EVENTS_TINY, T0, T_END, wait_until
+
+SIZE = (160, 48)
+
+
+def recorded(kind: str) -> list[dict]:
+    events = [json.loads(line) for line in EVENTS_TINY.read_text().splitlines()]
+    return [e for e in events if e["kind"] == kind]
+
+
+def metric(name: str) -> tuple[list[float], list[float]]:
+    rows = [e for e in recorded("metrics") if name in e["metrics"]]
+    return [float(e["step"]) for e in rows], [e["metrics"][name] for e in rows]
+
+
+async def test_attaching_to_a_recorded_run_fills_charts_and_offload_panel(
+        recorded_run: Path) -> None:
+    messages: list = []
+    app = PPODeckApp(attach=str(recorded_run))
+    async with app.run_test(size=SIZE, message_hook=messages.append) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
+        screen = app.screen
+        await wait_until(pilot, lambda: any(isinstance(m, TailEnded) for m in messages))
+        await pilot.pause()
+        assert screen.state.events_seen == len(EVENTS_TINY.read_text().splitlines())
+        # at most four batches a second: a 672-event history arrives in one or two
+        batches = {id(m) for m in messages if isinstance(m, EventsArrived)}
+        assert 1 <= len(batches) <= 2
+
+        charts = {chart.id: chart for chart in screen.query(MetricChart)}
+        for chart_id, key in (("chart-reward", "rollout/raw_reward"),
+                              ("chart-reward", "rollout/raw_reward/max"),
+                              ("chart-value-loss", "train/critic-value_loss"),
+                              ("chart-policy", "train/ppo_kl"),
+                              ("chart-policy", "critic/explained_variance"),
+                              ("chart-response-len", "rollout/response_len/mean")):
+            assert charts[chart_id].plotted[key] == metric(key), key
+
+        panel = screen.query_one(OffloadPanel)
+        assert panel.where == {"actor": "cpu", "critic": "cpu", "rollout": "gpu"}
+        moves = [e for e in recorded("offload") if not e["noop"]]
+        last_actor_off = [e for e in moves if e["model"] == "actor"
+                          and e["direction"] == "offload"][-1]
+        got = panel.last_offload["actor"]
+        assert (got.bytes, got.seconds, got.gbps) == (
+            last_actor_off["bytes"], last_actor_off["seconds"], last_actor_off["gbps"])
+        last_rollout_on = [e for e in moves if e["model"] == "rollout"
+                           and e["direction"] == "onload"][-1]
+        assert panel.last_onload["rollout"].bytes == last_rollout_on["bytes"]
+        last_gpu = recorded("gpu")[-1]
+        assert panel.gpu_label == last_gpu["label"] and panel.rss_bytes == last_gpu["rss_bytes"]
+        assert [(d.index, d.used_bytes, d.torch_reserved_bytes, d.non_torch_bytes)
+                for d in panel.devices] == [
+            (d["index"], d["used_bytes"], d["torch_reserved_bytes"], d["non_torch_bytes"])
+            for d in last_gpu["devices"]]
+
+        header = screen.query_one(RunHeader).data
+        assert (header.state, header.rollout, header.num_rollout) == ("succeeded", 20, 20)
+        assert header.elapsed == T_END - T0 and header.eta == 0.0 and header.phase is None
+
+        timeline = screen.query_one(PhaseTimeline)
+        assert sorted(timeline.rollouts) == list(range(20))
+        assert "actor_train" not in [s.name for s in timeline.rollouts[0]]
+        logs = screen.query_one(LogTail).lines_text
+        assert len(logs) == len(recorded("log")) and "finished 20 rollouts" in logs[-1]
+
+
+async def test_a_running_run_shows_history_then_live_updates(tui_env: Path) -> None:
+    lines = EVENTS_TINY.read_text().splitlines(keepends=True)
+    run = tui_env / "runs" / "260101-000000-live-0001"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps(
+        # a driver on another host: read_status cannot check it, so "running" stays running
+        {"state": "running", "pid": 4242, "host": "elsewhere", "started": T0, "num_rollout": 20,
+         "preset": "x"}))
+    half = 1 + next(i for i, line in enumerate(lines)  # stop inside rollout 10's critic phase
+                    if '"critic_train","state":"start","rollout_id":10' in line)
+    (run / "events.jsonl").write_text("".join(lines[:half]))
+    app = PPODeckApp(attach=str(run), now=T0 + 1000.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.state.events_seen == half)
+        first = screen.query_one(RunHeader).data
+        assert (first.state, first.elapsed, first.phase) == ("running", 1000.0, "critic_train")
+        assert first.rollout == 11 and first.eta is not None and first.eta > 0
+        with open(run / "events.jsonl", "a") as out:
+            out.write("".join(lines[half:]))
+        await wait_until(pilot, lambda: screen.state.events_seen == len(lines))
+        assert screen.query_one("#chart-reward", MetricChart).plotted[
+            "rollout/raw_reward"] == metric("rollout/raw_reward")
+
+
+async def test_replay_plays_a_recording() -> None:
+    messages: list = []
+    app = PPODeckApp(replay=str(EVENTS_TINY), replay_speed=0)
+    async with app.run_test(size=(80, 24), message_hook=messages.append) as pilot:
+        await wait_until(pilot, lambda: any(isinstance(m, TailEnded) for m in messages))
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, MonitorScreen) and screen.run_dir is None
+        assert screen.state.events_seen == len(EVENTS_TINY.read_text().splitlines())
+        assert screen.query_one(RunHeader).data.state == "succeeded"
+
+
+async def test_torn_and_bad_lines_become_warnings_not_crashes(tui_env: Path) -> None:
+    run = tui_env / "runs" / "260101-000000-bad-0001"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "failed", "detail": "boom"}))
+    good = EVENTS_TINY.read_text().splitlines()[:40]
+    (run / "events.jsonl").write_text("\n".join(good[:20] + ["{not json", "[1,2]"] + good[20:])
+                                      + '\n{"v": 1, "ts": 1.0, "kind": "lo')
+    app = PPODeckApp(attach=str(run))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
+        await wait_until(pilot, lambda: app.screen.state.events_seen == 40)
+        await pilot.pause()
+        assert any("not valid JSON" in n.message for n in app._notifications)
+        assert app.screen.query_one(RunHeader).data.state == "failed"
+
+
+async def test_runs_list_attaches_to_the_selected_run(recorded_run: Path) -> None:
+    app = PPODeckApp(now=T_END + 60)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen))
+        screen = app.screen
+        await wait_until(pilot, lambda: len(screen.runs) == 1)
+        assert screen.runs[0].state == "succeeded" and screen.runs[0].id == recorded_run.name
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
+        assert app.screen.run_dir == recorded_run
+
+
+async def test_stop_run_asks_then_signals_the_driver(recorded_run: Path, monkeypatch) -> None:
+    import engine.launch as launch
+
+    stopped: list[Path] = []
+    monkeypatch.setattr(launch, "stop_run",
+                        lambda rundir, force=False: stopped.append(rundir.path) or "asked")
+    app = PPODeckApp(attach=str(recorded_run))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
+        await pilot.press("x")
+        await wait_until(pilot, lambda: app.screen.id == "confirm-stop")
+        await pilot.click("#confirm")
+        await wait_until(pilot, lambda: stopped == [recorded_run])
+
+
+async def test_palette_opens_a_preset_by_name() -> None:
+    app = PPODeckApp()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Open preset: tui-ppo")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "EditScreen")
+        assert app.screen.preset_name == "tui-ppo"
+
+
+async def test_unknown_run_is_a_notification_and_the_runs_list() -> None:
+    app = PPODeckApp(attach="no-such-run")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen))
+        assert any("no-such-run" in n.message for n in app._notifications)
