@@ -59,7 +59,7 @@ class SGLangError(RuntimeError):
     """An SGLang call failed; the message names the endpoint and what the engine said."""
 
 
-class SGLangUnavailable(NotImplementedError):
+class SGLangUnavailable(ValueError):
     """--rollout-backend sglang asked for where it cannot run (no CUDA, or no sglang)."""
 
 

@@ -173,18 +173,48 @@ def _save_state(state: dict[str, Any], final: Path, *, tracker_tag: str,
     try:
         with device_scope():
             dist_checkpointing.save(state, str(tmp), content_metadata=dict(SHARDING_METADATA))
-        if _rank() == 0:
-            (tmp / EXTRA_FILE).write_text(json.dumps(dict(summary), indent=1, sort_keys=True))
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if _is_disk_full(exc):
             raise _disk_full(root, tmp, "writing the checkpoint") from exc
         raise
     _barrier()  # every rank's shards are on disk before the directory becomes visible
+    _on_rank0(lambda: _publish(tmp, final, tracker_tag, summary))
+
+
+def _on_rank0(action: Callable[[], None]) -> None:
+    """Run `action` on rank 0; every rank raises if it failed (so no rank waits forever)."""
+    error: BaseException | None = None
     if _rank() == 0:
-        _publish(tmp, final)
-        write_tracker(root, tracker_tag)
-    _barrier()
+        try:
+            action()
+        except Exception as exc:  # noqa: BLE001 - re-raised below, on every rank
+            error = exc
+    message = [str(error) if error is not None else None]
+    if _world() > 1:
+        dist.broadcast_object_list(message, src=0)
+    if error is not None:
+        raise error
+    if message[0] is not None:
+        raise CheckpointError(f"rank 0 failed to publish the checkpoint: {message[0]}")
+
+
+def _publish(tmp: Path, final: Path, tracker_tag: str, summary: Mapping[str, Any]) -> None:
+    """ppodeck.json, rename tmp -> final (replacing a same-iteration dir), then the tracker."""
+    root = final.parent
+    try:
+        (tmp / EXTRA_FILE).write_text(json.dumps(dict(summary), indent=1, sort_keys=True))
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno == errno.ENOSPC:
+            raise _disk_full(root, tmp, "writing the checkpoint") from exc
+        raise
+    old = final.with_name(f"{final.name}.old{_TMP_MARK}{os.getpid()}")
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    write_tracker(root, tracker_tag)
 
 
 def _agree_tmp_dir(final: Path) -> Path:
@@ -206,15 +236,6 @@ def _remove_stale_tmp_dirs(root: Path) -> None:
     for stale in root.glob(f"*{_TMP_MARK}*"):
         if stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)
-
-
-def _publish(tmp: Path, final: Path) -> None:
-    """Rename tmp -> final; an existing final (same iteration saved again) is replaced."""
-    old = final.with_name(f"{final.name}.old{_TMP_MARK}{os.getpid()}")
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _check_free_space(state: dict[str, Any], root: Path) -> None:

@@ -59,7 +59,7 @@ def megatron():
 # helpers (also used by the fresh-process child below)
 # ------------------------------------------------------------------------------------------
 def build(role: str = "actor", shape: ModelShape = SHAPE, *, dist_opt: bool = True,
-          seed: int = 0):  # noqa: ANN201
+          seed: int = 0, bf16: bool = False):  # noqa: ANN201
     """DDP model + megatron optimizer + scheduler, as the train worker builds them."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
@@ -70,7 +70,7 @@ def build(role: str = "actor", shape: ModelShape = SHAPE, *, dist_opt: bool = Tr
 
     torch.manual_seed(seed)
     with device_scope():
-        config = transformer_config(shape, Parallelism(), bf16=False)
+        config = transformer_config(shape, Parallelism(), bf16=bf16)
         model = build_gpt(shape, role, config, seed=seed)
         ddp = DistributedDataParallel(
             config=config, module=model,
@@ -78,7 +78,7 @@ def build(role: str = "actor", shape: ModelShape = SHAPE, *, dist_opt: bool = Tr
                                                      use_distributed_optimizer=dist_opt))
         optimizer = get_megatron_optimizer(
             OptimizerConfig(optimizer="adam", lr=1e-2, min_lr=0.0, weight_decay=0.01,
-                            bf16=False, params_dtype=torch.float32,
+                            bf16=bf16, params_dtype=torch.bfloat16 if bf16 else torch.float32,
                             use_distributed_optimizer=dist_opt), [ddp])
         scheduler = OptimizerParamScheduler(
             optimizer, init_lr=0.0, max_lr=1e-2, min_lr=0.0, lr_warmup_steps=2,
@@ -89,13 +89,13 @@ def build(role: str = "actor", shape: ModelShape = SHAPE, *, dist_opt: bool = Tr
 
 def train_step(ddp, optimizer, scheduler) -> None:  # noqa: ANN001
     """One optimizer step on random tokens (draws from the torch RNG, like dropout would)."""
-    from engine.train.platform import device_scope
+    from engine.train.platform import device, device_scope
 
-    ids = torch.randint(0, SHAPE.vocab_size, (2, 8))
+    ids = torch.randint(0, SHAPE.vocab_size, (2, 8)).to(device())
     with device_scope():
         ddp.zero_grad_buffer()
         optimizer.zero_grad()
-        out = ddp(ids, torch.arange(8).expand(2, 8), None)
+        out = ddp(ids, torch.arange(8, device=device()).expand(2, 8), None)
         out.float().pow(2).mean().backward()
         optimizer.step()
         scheduler.step(1)
@@ -104,7 +104,7 @@ def train_step(ddp, optimizer, scheduler) -> None:  # noqa: ANN001
 def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     from megatron.core.utils import unwrap_model
 
-    return {k: v.detach().clone() for k, v in unwrap_model(model).state_dict().items()
+    return {k: v.detach().cpu().clone() for k, v in unwrap_model(model).state_dict().items()
             if not k.endswith("_extra_state")}
 
 
@@ -114,9 +114,9 @@ def optimizer_state(optimizer) -> dict[str, torch.Tensor]:  # noqa: ANN001
         torch_opt = inner.optimizer
         for j, group in enumerate(torch_opt.param_groups):
             for k, param in enumerate(group["params"]):
-                out[f"{i}.{j}.{k}.param"] = param.detach().clone()
+                out[f"{i}.{j}.{k}.param"] = param.detach().cpu().clone()
                 for name, value in torch_opt.state[param].items():
-                    out[f"{i}.{j}.{k}.{name}"] = torch.as_tensor(value).detach().clone()
+                    out[f"{i}.{j}.{k}.{name}"] = torch.as_tensor(value).detach().cpu().clone()
     return out
 
 
@@ -124,7 +124,10 @@ def after_resume(ddp, optimizer, scheduler) -> dict[str, object]:  # noqa: ANN00
     """What must be identical between the saving process and a resumed one."""
     state = {"weights": weights(ddp), "optim": optimizer_state(optimizer),
              "lr": optimizer.param_groups[0]["lr"], "sched": scheduler.state_dict()}
-    state["draws"] = torch.rand(4)
+    from engine.train.platform import device
+
+    # CPU draws, and CUDA draws on a GPU machine (on CPU both come from the CPU generator)
+    state["draws"] = torch.cat([torch.rand(4), torch.rand(4, device=device()).cpu()])
     train_step(ddp, optimizer, scheduler)
     state["weights_after_step"] = weights(ddp)
     return state
@@ -139,7 +142,7 @@ def assert_same(got: dict, want: dict) -> None:
             assert torch.equal(got[part][key], value), f"{part}: {key}"
 
 
-def resume_child(ckpt_root: str, expect_path: str, port: int) -> None:
+def resume_child(ckpt_root: str, expect_path: str, port: int, bf16: bool = False) -> None:
     """Runs in a fresh interpreter: build differently seeded models, load, compare."""
     from engine.train.platform import Parallelism, init_distributed
 
@@ -147,7 +150,7 @@ def resume_child(ckpt_root: str, expect_path: str, port: int) -> None:
     torch.manual_seed(4321)  # a different RNG position than the saver's
     expected = torch.load(expect_path, weights_only=False)
     for dist_opt in (True, False):
-        ddp, optimizer, scheduler = build(dist_opt=dist_opt, seed=77)
+        ddp, optimizer, scheduler = build(dist_opt=dist_opt, seed=77, bf16=bf16)
         info = load_checkpoint(Path(ckpt_root) / f"dist{int(dist_opt)}", [ddp], optimizer,
                                scheduler)
         assert info["iteration"] == 3 and info["start_rollout_id"] == 4, info
@@ -160,10 +163,10 @@ def resume_child(ckpt_root: str, expect_path: str, port: int) -> None:
 # ------------------------------------------------------------------------------------------
 # save + load
 # ------------------------------------------------------------------------------------------
-def test_resume_in_fresh_process_is_exact(megatron, tmp_path: Path) -> None:
+def check_resume_in_fresh_process(tmp_path: Path, *, bf16: bool = False) -> None:
     expected = {}
     for dist_opt in (True, False):
-        ddp, optimizer, scheduler = build(dist_opt=dist_opt, seed=1)
+        ddp, optimizer, scheduler = build(dist_opt=dist_opt, seed=1, bf16=bf16)
         train_step(ddp, optimizer, scheduler)
         train_step(ddp, optimizer, scheduler)
         save_checkpoint(tmp_path / f"dist{int(dist_opt)}", 3, [ddp], optimizer, scheduler,
@@ -171,13 +174,26 @@ def test_resume_in_fresh_process_is_exact(megatron, tmp_path: Path) -> None:
         expected[dist_opt] = after_resume(ddp, optimizer, scheduler)
     torch.save(expected, tmp_path / "expected.pt")
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_checkpoint as t; "
-            "t.resume_child(*sys.argv[2:4], int(sys.argv[4]))")
+            "t.resume_child(*sys.argv[2:4], int(sys.argv[4]), sys.argv[5] == '1')")
     proc = subprocess.run(
         [sys.executable, "-c", code, str(Path(__file__).parent), str(tmp_path),
-         str(tmp_path / "expected.pt"), str(_free_port())],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-        timeout=120)
+         str(tmp_path / "expected.pt"), str(_free_port()), str(int(bf16))],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
+        capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0 and "RESUME-OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_resume_in_fresh_process_is_exact(megatron, tmp_path: Path) -> None:
+    check_resume_in_fresh_process(tmp_path)
+
+
+@pytest.mark.gpu
+def test_resume_in_fresh_process_is_exact_bf16(megatron, tmp_path: Path) -> None:
+    """The GPU path: bf16 params, fp32 main params, CUDA RNG (no CPU shim)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    check_resume_in_fresh_process(tmp_path, bf16=True)
 
 
 def test_megatron_layout_and_tracker(megatron, tmp_path: Path) -> None:

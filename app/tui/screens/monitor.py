@@ -30,6 +30,7 @@ from app.tui.widgets.view_tabs import ViewTabs
 
 FLUSH_S = 0.25  # at most four UI updates a second
 POLL_S = 0.05
+MAX_PENDING = 20_000  # events held by the reader while the UI applies the previous batch
 STATUS_EVERY_S = 1.0
 REPLAY_SECONDS = 30.0  # a recording replays in about this long, whatever its real length
 
@@ -280,6 +281,8 @@ class _Batcher:
 
     def add(self, events: list[dict]) -> None:
         self.pending.extend(events)
+        if len(self.pending) >= MAX_PENDING:
+            self.flush(force=True)  # the reader waits for the UI instead of piling up events
 
     def flush_if_due(self) -> None:
         if time.monotonic() - self.last_flush >= FLUSH_S:
