@@ -20,9 +20,12 @@ class RolloutHandle:
     def __init__(self, args: dict[str, Any], placement: Any, use_gpu: bool) -> None:
         from engine.rollout.manager import RolloutManager
 
+        # SGLang engines take the rollout share of each bundle themselves (miles: 0.2 each);
+        # the hf generator runs inside the manager, so then the manager holds that share.
+        manager_gpus = cluster.ROLLOUT_SHARE if use_gpu and not uses_sglang(args, use_gpu) else 0
         remote_cls = ray.remote(RolloutManager)
         self.actor = remote_cls.options(
-            num_cpus=cluster.ROLLOUT_SHARE, num_gpus=cluster.ROLLOUT_SHARE if use_gpu else 0,
+            num_cpus=cluster.ROLLOUT_SHARE, num_gpus=manager_gpus,
             scheduling_strategy=cluster.on_bundle(placement, 0), max_restarts=0,
         ).remote(args)
 
@@ -93,6 +96,16 @@ class TrainHandle:
         return self.group.call("memory")
 
 
+def uses_sglang(args: dict[str, Any], use_gpu: bool) -> bool:
+    import importlib.util
+
+    from engine.rollout.sglang_backend import select_backend
+
+    backend, _note = select_backend(args.get("rollout_backend") or "auto", use_gpu,
+                                    importlib.util.find_spec("sglang") is not None)
+    return backend == "sglang"
+
+
 def logging_rank(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """The one rank that reports metrics (DP0/TP0/last PP stage), as in miles."""
     for out in outs:
@@ -112,12 +125,13 @@ def merge_offload_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def torch_reserved_by_device(handles: list[TrainHandle]) -> dict[int, int]:
-    totals: dict[int, int] = {}
+def torch_reserved_by_device(handles: list[TrainHandle]) -> dict[str | int, int]:
+    """Keyed by GPU UUID where workers report it: Ray renumbers devices inside each actor."""
+    totals: dict[str | int, int] = {}
     for handle in handles:
         for mem in handle.memory():
             cuda = mem.get("cuda") or {}
-            index = int(cuda.get("device", 0))
+            index = cuda.get("uuid") or int(cuda.get("device", 0))
             totals[index] = totals.get(index, 0) + int(cuda.get("reserved_bytes", 0))
     return totals
 
@@ -141,12 +155,17 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
         roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
         for note in rollout.init().get("notes", []):
             tm.log("info", note, source="rollout")
+        if args.get("offload_rollout"):
+            # miles: the generator's memory goes before the trainers allocate theirs
+            tm.offload("rollout", "offload", rollout.offload())
         critic_info, actor_info = critic.init(), actor.init()
         for note in critic_info[0].get("notes", []) + actor_info[0].get("notes", []):
             tm.log("info", note, source="train")
         if args["offload_train"]:
             tm.offload("critic", "offload", critic.sleep())
             tm.offload("actor", "offload", actor.sleep())
+        if args.get("offload_rollout"):
+            tm.offload("rollout", "onload", rollout.onload())
         rollout.update_weights(actor.export_hf_weights())
     if use_gpu:
         tm.torch_reserved = lambda: torch_reserved_by_device([critic, actor])

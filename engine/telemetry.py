@@ -29,18 +29,41 @@ def process_tree_rss(root_pid: int) -> int:
     return total
 
 
-def nvml_devices() -> list[dict[str, int]] | None:
-    """Per-GPU memory as the driver sees it (NVML): includes what torch cannot see."""
+_NVML_READY: bool | None = None
+
+
+def _nvml():  # noqa: ANN202
+    """pynvml, initialized once per process; None where there is no NVML (CPU machines)."""
+    global _NVML_READY
     try:
         import pynvml
     except ImportError:
         return None
+    if _NVML_READY is None:
+        try:
+            pynvml.nvmlInit()
+            _NVML_READY = True
+        except pynvml.NVMLError:
+            _NVML_READY = False
+    return pynvml if _NVML_READY else None
+
+
+def nvml_devices() -> list[dict[str, Any]] | None:
+    """Per-GPU memory as NVML sees it: includes what torch cannot see (CUDA contexts, engines).
+
+    `used_bytes` is NVML's v1 "used", which also counts the driver's reserve on the device.
+    """
+    pynvml = _nvml()
+    if pynvml is None:
+        return None
     try:
-        pynvml.nvmlInit()
         devices = []
         for index in range(pynvml.nvmlDeviceGetCount()):
-            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
-            devices.append({"index": index, "used_bytes": int(info.used),
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            devices.append({"index": index, "uuid": uuid if isinstance(uuid, str)
+                            else uuid.decode(), "used_bytes": int(info.used),
                             "total_bytes": int(info.total)})
         return devices
     except pynvml.NVMLError:
@@ -49,7 +72,7 @@ def nvml_devices() -> list[dict[str, int]] | None:
 
 class Telemetry:
     def __init__(self, writer: EventWriter, root_pid: int,
-                 torch_reserved: Callable[[], dict[int, int]] | None = None) -> None:
+                 torch_reserved: Callable[[], dict[str | int, int]] | None = None) -> None:
         self.writer = writer
         self.root_pid = root_pid
         # device index -> bytes reserved by torch in our workers; set once workers exist
@@ -70,7 +93,7 @@ class Telemetry:
         if devices is not None and self.torch_reserved is not None:
             reserved = self.torch_reserved()
             for device in devices:
-                torch_bytes = reserved.get(device["index"], 0)
+                torch_bytes = reserved.get(device["uuid"], reserved.get(device["index"], 0))
                 device["torch_reserved_bytes"] = torch_bytes
                 device["non_torch_bytes"] = max(0, device["used_bytes"] - torch_bytes)
         self.writer.emit("gpu", label=label, devices=devices or [],

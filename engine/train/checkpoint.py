@@ -19,6 +19,7 @@ checkpoint or the tracker.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno
 import json
@@ -26,7 +27,7 @@ import os
 import random
 import shutil
 import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -369,9 +370,9 @@ def _load(path: Path, model_chunks: Sequence[Any], optimizer: Any, scheduler: An
     load_optim = load_optim and not weights_only and optimizer is not None
     load_rng = load_rng and not weights_only
     tensors, objects = _checkpoint_keys(path)
-    metadata = dist_checkpointing.load_content_metadata(str(path)) or dict(SHARDING_METADATA)
     notes: list[str] = []
-    with device_scope():
+    with _megatron_lm_common(path), device_scope():
+        metadata = dist_checkpointing.load_content_metadata(str(path)) or dict(SHARDING_METADATA)
         model_state = _model_sharded(model_chunks, metadata)
         _refuse_critic_into_actor(path, model_chunks, tensors)
         dropped, missing = _drop_unloadable(model_state, tensors, objects, set(drop),
@@ -415,6 +416,27 @@ def _load(path: Path, model_chunks: Sequence[Any], optimizer: Any, scheduler: An
         "notes": notes,
         "path": str(path),
     }
+
+
+@contextlib.contextmanager
+def _megatron_lm_common(path: Path) -> Iterator[None]:
+    """Let torch.load(weights_only=True) read common.pt files written by Megatron-LM.
+
+    Megatron-LM (and miles' converter, which calls it) stores its argparse `args` in
+    common.pt; its sharded objects are unpickled without restriction anyway.
+    """
+    import argparse
+    import pickle
+
+    from megatron.core.transformer.enums import AttnBackend, ModelType
+
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace, AttnBackend, ModelType]):
+            yield
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[-1][:300]
+        raise CheckpointError(f"{path}/common.pt holds objects PPO Deck does not unpickle "
+                              f"(written by another Megatron version?): {first}") from exc
 
 
 def _check_optimizer_loadable(path: Path, tensors: Mapping[str, tuple[int, ...]],

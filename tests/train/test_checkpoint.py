@@ -218,6 +218,30 @@ def test_megatron_layout_and_tracker(megatron, tmp_path: Path) -> None:
     assert info["iteration"] == 7 and info["path"].endswith("iter_0000007")
 
 
+def test_loads_a_megatron_lm_release(megatron, tmp_path: Path) -> None:
+    """miles' converter saves through Megatron-LM: its argparse `args` sit in common.pt."""
+    import argparse
+
+    from megatron.core import dist_checkpointing
+    from megatron.core.transformer.enums import AttnBackend
+    from megatron.core.utils import unwrap_model
+
+    from engine.train.platform import device_scope
+
+    ddp, _, _ = build(dist_opt=False, seed=2)
+    (tmp_path / RELEASE).mkdir()
+    with device_scope():
+        dist_checkpointing.save({
+            "args": argparse.Namespace(num_layers=2, attention_backend=AttnBackend.auto),
+            "checkpoint_version": 3.0, "iteration": 1,
+            "model": unwrap_model(ddp).sharded_state_dict()}, str(tmp_path / RELEASE))
+    (tmp_path / TRACKER).write_text(RELEASE)
+    fresh, fresh_opt, fresh_sched = build(dist_opt=True, seed=3)
+    info = load_checkpoint(tmp_path, [fresh], fresh_opt, fresh_sched)
+    assert info["release"] and info["start_rollout_id"] == 0 and info["extra"] == {}
+    assert all(torch.equal(weights(fresh)[k], v) for k, v in weights(ddp).items())
+
+
 def test_disk_full_mid_write_keeps_previous_checkpoint(megatron, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from megatron.core.dist_checkpointing.strategies import filesystem_async

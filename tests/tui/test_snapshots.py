@@ -16,7 +16,7 @@ from app.tui.screens.edit import EditScreen
 from app.tui.screens.monitor import MonitorScreen
 from app.tui.screens.presets import PresetPickerScreen
 from app.tui.screens.runs import RunsScreen
-from tests.tui.conftest import TEAM_PRESET, T_END, freeze_cursors, wait_until
+from tests.tui.conftest import T_END, TEAM_PRESET, freeze_cursors, wait_until
 
 SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
 

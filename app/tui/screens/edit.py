@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 DRAFT_DEBOUNCE_S = 0.4
 SEARCH_DEBOUNCE_S = 0.15
+SIDE_WIDTH = 64  # the issues/derived/command column in the wide layout (app.tcss)
 SEARCH_OPEN_MAX = 40  # matches across all groups at most this many: open their groups
 OPEN_GROUPS = ("critic", "ppo")  # the PPO-specific groups start expanded
 LEVEL_RANK = {"error": 0, "warning": 1, "info": 2}
@@ -200,8 +201,10 @@ class EditScreen(Screen[None]):
                 group.ensure_fields()
 
     def on_resize(self) -> None:
-        self.set_class(self.size.width < 110 or self.size.height < 30, "-compact")
-        self.set_class(self.size.width < 100, "-narrow")
+        compact = self.size.width < 110 or self.size.height < 30
+        flags_width = self.size.width if compact else self.size.width - SIDE_WIDTH
+        self.set_class(compact, "-compact")
+        self.set_class(flags_width < 76, "-narrow")  # a shorter name column, a wider control
 
     def on_unmount(self) -> None:
         self._flush_draft()

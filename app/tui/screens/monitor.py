@@ -87,9 +87,9 @@ class MonitorScreen(Screen[None]):
         self.fixed_now = now  # tests freeze the clock of live runs
         self.state = RunState()
         self.tail_ended: str | None = None  # why the tail worker stopped (None while reading)
-        self._stop = threading.Event()
-        self._consumed = threading.Event()
-        self._consumed.set()
+        self.stop_reading = threading.Event()
+        self.batch_applied = threading.Event()
+        self.batch_applied.set()
 
     @property
     def title_text(self) -> str:
@@ -126,8 +126,8 @@ class MonitorScreen(Screen[None]):
         self.set_class(compact, "-compact")
 
     def on_unmount(self) -> None:
-        self._stop.set()
-        self._consumed.set()
+        self.stop_reading.set()
+        self.batch_applied.set()
 
     def action_stop_run(self) -> None:
         if self.run_dir is None:
@@ -138,7 +138,7 @@ class MonitorScreen(Screen[None]):
         body = (f"Send SIGINT to the driver of {self.run_dir.name}? It stops after the "
                 "current phase; checkpoints already written are kept.")
         self.app.push_screen(ConfirmDialog("Stop run", body, "Stop run", "error",
-                                           dialog_id="confirm-stop"), self._stop_confirmed)
+                                           dialog_id="confirm-stop"), self.stop_confirmed)
 
     def _stop_confirmed(self, confirmed: bool | None) -> None:
         if not confirmed or self.run_dir is None:
@@ -159,6 +159,12 @@ class MonitorScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="tail", exit_on_error=False)
     def tail_worker(self, run_dir: Path) -> None:
+        try:
+            self._tail(run_dir)
+        except Exception as exc:  # unreadable file, permissions...: a sentence, not a traceback
+            self.post_message(TailEnded(f"stopped reading {run_dir}: {exc}", failed=True))
+
+    def _tail(self, run_dir: Path) -> None:
         from engine.events import follow
         from engine.rundir import RunDir, read_status
 
@@ -167,8 +173,8 @@ class MonitorScreen(Screen[None]):
         batcher = _Batcher(self)
         last_status = 0.0
         final = False
-        for batch in follow(rundir.events_jsonl, self._stop, poll_s=POLL_S, idle_batches=True,
-                            on_warning=batcher.warnings.append):
+        for batch in follow(rundir.events_jsonl, self.stop_reading, poll_s=POLL_S,
+                            idle_batches=True, on_warning=batcher.warnings.append):
             if worker.is_cancelled:
                 return
             batcher.add(batch)
@@ -186,6 +192,12 @@ class MonitorScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="tail", exit_on_error=False)
     def replay_worker(self, path: Path) -> None:
+        try:
+            self._replay(path)
+        except Exception as exc:
+            self.post_message(TailEnded(f"cannot replay {path}: {exc}", failed=True))
+
+    def _replay(self, path: Path) -> None:
         from engine.events import read_events
 
         events, warnings = read_events(path)
@@ -197,13 +209,13 @@ class MonitorScreen(Screen[None]):
             speed = max(10.0, span / REPLAY_SECONDS)
         start_wall, t0 = time.monotonic(), (events[0].get("ts", 0) if events else 0)
         for event in events:
-            if self._stop.is_set():
+            if self.stop_reading.is_set():
                 return
             due = (event.get("ts", t0) - t0) / speed if speed > 0 else 0.0
-            wait = due - (time.monotonic() - start_wall)
-            if wait > 0:
-                batcher.flush_if_due()
-                self._stop.wait(min(wait, FLUSH_S))
+            while (wait := due - (time.monotonic() - start_wall)) > 0:
+                batcher.flush_if_due()  # what is due so far shows while we wait
+                if self.stop_reading.wait(min(wait, FLUSH_S)):
+                    return
             batcher.add([event])
         batcher.flush(force=True)
         self.post_message(TailEnded("replay finished"))
@@ -218,7 +230,7 @@ class MonitorScreen(Screen[None]):
                 self.notify(warning, severity="warning", timeout=6)
             self._refresh_all(changed)
         finally:
-            self._consumed.set()  # let the worker read on (bounded memory: one batch in flight)
+            self.batch_applied.set()  # the worker may post the next batch (bounded memory)
 
     @on(RunStatusRead)
     def _status_read(self, message: RunStatusRead) -> None:
@@ -269,12 +281,14 @@ class MonitorScreen(Screen[None]):
 class _Batcher:
     """Worker-side: collects events and posts them at most every FLUSH_S seconds.
 
-    The worker waits until the previous batch was applied before posting the next one, so a
-    million-event history streams through in bounded memory instead of piling up in the queue.
+    The worker waits until the previous batch was applied before posting the next one (and
+    stops reading while MAX_PENDING events wait), so a million-event history streams through
+    in bounded memory instead of piling up in the message queue.
     """
 
     def __init__(self, screen: MonitorScreen) -> None:
         self.screen = screen
+        self.batch_applied, self.stop_reading = screen.batch_applied, screen.stop_reading
         self.pending: list[dict] = []
         self.warnings: list[str] = []
         self.last_flush = 0.0
@@ -282,7 +296,7 @@ class _Batcher:
     def add(self, events: list[dict]) -> None:
         self.pending.extend(events)
         if len(self.pending) >= MAX_PENDING:
-            self.flush(force=True)  # the reader waits for the UI instead of piling up events
+            self.flush(force=True)
 
     def flush_if_due(self) -> None:
         if time.monotonic() - self.last_flush >= FLUSH_S:
@@ -291,12 +305,12 @@ class _Batcher:
     def flush(self, force: bool = False) -> None:
         if not self.pending and not self.warnings:
             return
-        if not force and not self.screen._consumed.is_set():
+        if not force and not self.batch_applied.is_set():
             return  # the UI is still applying the last batch: keep collecting
-        while not self.screen._consumed.wait(0.1):
-            if self.screen._stop.is_set():
+        while not self.batch_applied.wait(0.1):
+            if self.stop_reading.is_set():
                 return
-        self.screen._consumed.clear()
+        self.batch_applied.clear()
         self.screen.post_message(EventsArrived(self.pending, self.warnings))
         self.pending, self.warnings = [], []
         self.last_flush = time.monotonic()

@@ -126,12 +126,21 @@ class RunsScreen(Screen[None]):
             self.post_message(RunChosen(Path(run.path)))
 
     def action_stop_run(self) -> None:
-        from engine.launch import stop_run
-        from engine.rundir import RunDir
+        from app.tui.screens.confirm import ConfirmDialog
 
         run = self._selected()
         if run is None:
             return
+        body = (f"Send SIGINT to the driver of {run.id} ({run.state})? It stops after the "
+                "current phase; checkpoints already written are kept.")
+        self.app.push_screen(ConfirmDialog("Stop run", body, "Stop run", "error",
+                                           dialog_id="confirm-stop"),
+                             lambda ok: self._stop_confirmed(run) if ok else None)
+
+    def _stop_confirmed(self, run: Any) -> None:
+        from engine.launch import stop_run
+        from engine.rundir import RunDir
+
         try:
             self.notify(stop_run(RunDir(Path(run.path))), title="stop run")
         except OSError as exc:

@@ -55,6 +55,11 @@ class OffloadPanel(Static):
                     layout=rows != self._rows)
         self._rows = rows
 
+    def on_resize(self) -> None:
+        if self.devices:
+            self.show(self.where, self.last_offload, self.last_onload, self.devices,
+                      self.gpu_label, self.rss_bytes)
+
     def _models_table(self) -> Table:
         table = Table(box=None, expand=True, padding=(0, 1), header_style="bold")
         table.add_column("model")
@@ -79,8 +84,10 @@ class OffloadPanel(Static):
         table.add_column("other", justify="right", no_wrap=True)
         if not self.devices:
             table.add_row("-", Text("no gpu events yet", "dim"), "", "", "")
+        bar_width = max(8, min(40, self.size.width - 34))  # the bar takes what the numbers leave
         for device in self.devices:
-            table.add_row(str(device.index), _bar(device.used_bytes, device.total_bytes, 12),
+            table.add_row(str(device.index),
+                          _bar(device.used_bytes, device.total_bytes, bar_width),
                           f"{device.used_bytes / fmt.GB:.0f}/{device.total_bytes / fmt.GB:.0f}",
                           f"{device.torch_reserved_bytes / fmt.GB:.1f}",
                           f"{device.non_torch_bytes / fmt.GB:.1f}")
