@@ -35,9 +35,26 @@ def start_ray(address: str | None, num_gpus: int) -> None:
     if address:
         ray.init(address=address, log_to_driver=True)
         return
+    loopback_only()
     # CPU counts are logical slots for scheduling, not cores
     ray.init(num_cpus=max(4, os.cpu_count() or 1), num_gpus=num_gpus,
              include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=True)
+
+
+def loopback_only() -> None:
+    """Make a private local Ray listen on 127.0.0.1 only.
+
+    Why: ray.init turns _node_ip_address="127.0.0.1" into the machine's routable IP, and its
+    gRPC servers (GCS, raylet, every worker) then listen on all interfaces (0.0.0.0 / ::),
+    which exposes an unauthenticated cluster to the network. Ray's own switch for
+    "single-machine" mode (used on macOS/Windows) keeps the node IP on the loopback, and the
+    servers then bind to it. The variable reaches the raylet, agents and workers through the
+    environment; this process read it when ray was imported, so the constant is set too.
+    """
+    from ray._private import ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def bundle_layout(args: dict[str, Any]) -> tuple[int, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -25,6 +26,10 @@ from engine.telemetry import Telemetry
 
 class StopRequested(Exception):
     """Raised between phases after a graceful stop (first SIGINT/SIGTERM)."""
+
+
+class EventsNotWritten(RuntimeError):
+    """The event stream failed (disk full, ...): the run stops instead of training blind."""
 
 
 @dataclass
@@ -84,6 +89,8 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             roles.rollout.update_weights(roles.actor.export_hf_weights())
 
         report_rollout(args, tm, rollout_id, batch, critic_out, actor_out)
+        if tm.writer.error:  # fail at this rollout, not silently at the end of the run
+            raise EventsNotWritten(tm.writer.error)
         write_status(rundir, state="running", rollout_id=rollout_id,
                      num_rollout=args["num_rollout"])
         stop.check()
@@ -155,6 +162,7 @@ def run(rundir: RunDir) -> int:
     writer = EventWriter(rundir.events_jsonl)
     tm = Telemetry(writer, os.getpid())
     write_status(rundir, state="running", pid=os.getpid(), pgid=os.getpgid(0))
+    start_reaper(rundir)
     tm.status("running")
     roles = None
     try:
@@ -162,6 +170,9 @@ def run(rundir: RunDir) -> int:
         from engine.roles import start_roles
 
         roles, start_rollout_id = start_roles(args, tm)
+        if start_rollout_id:
+            tm.log("info", f"resumed from the checkpoint of rollout {start_rollout_id - 1}: "
+                   f"continuing at rollout {start_rollout_id}", source="driver")
         train(args, roles, tm, stop, start_rollout_id, rundir)
         return finish(rundir, tm, "succeeded", "all rollouts done", 0)
     except (StopRequested, KeyboardInterrupt):
@@ -186,9 +197,39 @@ def finish(rundir: RunDir, tm: Telemetry, state: str, detail: str, code: int) ->
     import time
 
     tm.status(state, detail)
-    write_status(rundir, state=state, detail=detail, ended=time.time())
+    try:
+        write_status(rundir, state=state, detail=detail, ended=time.time())
+    except OSError as exc:  # disk full: readers then see the dead pid and say "lost"
+        print(f"could not record the final state {state!r}: {exc}", flush=True)
     print(f"run {state}: {detail}", flush=True)
     return code
+
+
+# Write end of the reaper's pipe: held (never closed) for the life of this process. os.pipe()
+# fds are not inherited, so Ray's children never hold it and the reaper sees EOF exactly
+# when this process ends.
+_reaper_pipe: list[int] = []
+
+
+def start_reaper(rundir: RunDir) -> subprocess.Popen[bytes] | None:
+    """engine/reaper.py: stops leftover Ray/worker processes once this process is gone, even
+    after a SIGKILL, and records why the run ended when this process could not."""
+    read_end, write_end = os.pipe()
+    try:
+        reaper = subprocess.Popen(  # its own group: a stop sent to ours must not reach it
+            [sys.executable, "-m", "engine.reaper", "--run-dir", str(rundir.path),
+             "--driver-pid", str(os.getpid())],
+            stdin=read_end, process_group=0,
+        )
+    except OSError as exc:
+        os.close(write_end)
+        print(f"warning: no reaper started ({exc}); a killed driver may leave Ray processes",
+              flush=True)
+        return None
+    finally:
+        os.close(read_end)
+    _reaper_pipe.append(write_end)
+    return reaper
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,8 @@ class RolloutManager:
         prompt_data, tokenizer_path = self._data_paths(notes)
         self.tokenizer = load_tokenizer(tokenizer_path)
         options = PromptOptions.from_args(self.args)
+        if self.args.get("synthetic_task"):
+            options = self._synthetic_options(options, notes)
         prompts, dropped = build_prompts(load_records(prompt_data), self.tokenizer, options)
         if dropped:
             notes.append(f"{dropped} prompts longer than --max-prompt-len "
@@ -91,6 +93,19 @@ class RolloutManager:
         if not has_tokenizer and not hf_checkpoint:
             raise ValueError(f"--synthetic-task {task} needs --hf-checkpoint for its tokenizer")
         return str(task_dir / DATA_FILE), str(hf_checkpoint or task_dir)
+
+    def _synthetic_options(self, options: Any, notes: list[str]) -> Any:  # noqa: ANN401
+        """A built-in task writes its own fields; the data flags cannot point elsewhere."""
+        from dataclasses import replace
+
+        task_keys = {"input_key": "prompt", "label_key": "label", "metadata_key": "metadata"}
+        miles_defaults = {"input_key": "input", "label_key": None, "metadata_key": "metadata"}
+        for dest, key in task_keys.items():
+            value = getattr(options, dest)
+            if value not in (key, miles_defaults[dest]):
+                notes.append(f"--{dest.replace('_', '-')} {value} ignored: --synthetic-task "
+                             f"records keep it under {key!r}")
+        return replace(options, **task_keys)
 
     def _synthetic_dir(self, task: str, num: int) -> Path:
         if self.args.get("run_dir"):

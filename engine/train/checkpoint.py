@@ -761,13 +761,13 @@ def _ensure_single_rank_world() -> bool:
 def _build_converted_model(shape: Any, hf_state: dict[str, torch.Tensor]) -> Any:  # noqa: ANN401
     from engine.train.convert import arch_for, hf_to_mcore
     from engine.train.model import build_gpt, transformer_config
-    from engine.train.platform import Parallelism
+    from engine.train.platform import Parallelism, device
 
     bf16 = hf_state["model.embed_tokens.weight"].dtype == torch.bfloat16
     with device_scope():
         config = transformer_config(shape, Parallelism(), bf16=bf16)
         config.perform_initialization = False  # every weight is overwritten right away
-        model = build_gpt(shape, "actor", config)
+        model = build_gpt(shape, "actor", config).to(device())  # local-spec norms start on host
         mcore_state = hf_to_mcore(hf_state, shape, arch_for(shape), role="actor")
         missing, unexpected = model.load_state_dict(mcore_state, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]

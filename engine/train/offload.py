@@ -39,10 +39,18 @@ class StorageOffloader:
     @classmethod
     def for_tensors(cls, keep: Iterable[torch.Tensor], drop: Iterable[torch.Tensor],
                     device_type: str) -> StorageOffloader:
-        seen: set[int] = set()
-        kept = _unique_storages(keep, device_type, seen)
-        dropped = _unique_storages(drop, device_type, seen)
-        return cls(keep=kept, drop=dropped)
+        return cls().track(keep, drop, device_type)
+
+    def track(self, keep: Iterable[torch.Tensor], drop: Iterable[torch.Tensor],
+              device_type: str) -> StorageOffloader:
+        """Add storages not tracked yet (Adam moments appear at the first step). Tracked ones
+        keep their pinned host buffers: pinning gigabytes costs seconds, so it happens once."""
+        if self.asleep:
+            raise RuntimeError("cannot track new tensors while offloaded")
+        seen = {_storage_key(h.storage) for h in self.keep + self.drop}
+        self.keep += _unique_storages(keep, device_type, seen)
+        self.drop += _unique_storages(drop, device_type, seen)
+        return self
 
     @property
     def bytes_to_copy(self) -> int:
@@ -106,12 +114,17 @@ def _unique_storages(tensors: Iterable[torch.Tensor], device_type: str,
         if not isinstance(tensor, torch.Tensor) or tensor.device.type != device_type:
             continue
         storage = tensor.untyped_storage()
-        key = storage.data_ptr()
+        key = _storage_key(storage)
         if key in seen or storage.nbytes() == 0:
             continue
         seen.add(key)
         out.append(_Held(storage=storage, nbytes=storage.nbytes()))
     return out
+
+
+def _storage_key(storage: torch.UntypedStorage) -> int:
+    # the StorageImpl's address: stable across resize_, unlike data_ptr()
+    return storage._cdata
 
 
 def _byte_view(storage: torch.UntypedStorage, nbytes: int) -> torch.Tensor:

@@ -131,9 +131,18 @@ class TrainWorker:
         return {"path": str(path), "seconds": time.perf_counter() - start}
 
     def shutdown(self) -> None:
+        import gc
+
+        if self.ddp is not None:
+            # DDP's grad hooks live on autograd nodes it keeps in grad_accs and point back at
+            # the DDP object: a cycle through C++ that gc cannot see, so break it by hand
+            self.ddp.grad_accs.clear()
         self.ddp = self.optimizer = self.scheduler = None
         self._ref_weights = self._offloader = None
         shutdown_distributed()
+        gc.collect()
+        if has_cuda():
+            torch.cuda.empty_cache()
 
     @property
     def model(self) -> torch.nn.Module:
@@ -433,8 +442,10 @@ class TrainWorker:
         if not has_cuda():
             held = StorageOffloader.for_tensors(keep, drop, "cpu")
             return noop_report(held.bytes_to_copy, held.bytes_to_free, where="cpu")
-        if self._offloader is None or not self._offloader.asleep:
-            self._offloader = StorageOffloader.for_tensors(keep, drop, "cuda")
+        if self._offloader is None:
+            self._offloader = StorageOffloader()
+        if not self._offloader.asleep:
+            self._offloader.track(keep, drop, "cuda")
         return self._offloader.offload()
 
     def wake_up(self) -> dict:

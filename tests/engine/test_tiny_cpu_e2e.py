@@ -33,8 +33,10 @@ def test_reward_rises_from_chance_to_mostly_correct(tiny_run):
 
 def test_critic_explains_variance_by_the_end(tiny_run):
     _rundir, _status, events = tiny_run
+    # once nearly every sample scores 1 the returns stop varying and EV becomes undefined
+    # (null), so judge the last ten rollouts where it is defined
     ev = [v for _, v in metric_series(events, "critic/explained_variance") if v is not None]
-    assert ev and statistics.mean(ev[-3:]) > 0.0, ev
+    assert len(ev) >= 10 and statistics.mean(ev[-10:]) > 0.0, ev
 
 
 def test_phases_follow_miles_order_with_critic_only_warmup(tiny_run):

@@ -66,12 +66,12 @@ def build(role: str = "actor", shape: ModelShape = SHAPE, *, dist_opt: bool = Tr
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     from engine.train.model import build_gpt, transformer_config
-    from engine.train.platform import Parallelism, device_scope
+    from engine.train.platform import Parallelism, device, device_scope
 
     torch.manual_seed(seed)
     with device_scope():
         config = transformer_config(shape, Parallelism(), bf16=bf16)
-        model = build_gpt(shape, role, config, seed=seed)
+        model = build_gpt(shape, role, config, seed=seed).to(device())  # as the worker does
         ddp = DistributedDataParallel(
             config=config, module=model,
             ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True,

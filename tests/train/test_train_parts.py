@@ -129,3 +129,11 @@ def test_storage_offload_frees_and_restores_through_views() -> None:
     held.onload()
     assert torch.equal(param_view, torch.arange(6, dtype=torch.float32).view(2, 3))
     assert torch.equal(state, torch.full((4,), 2.5)) and torch.equal(grad, torch.zeros(5))
+    host = held.keep[0].host
+    moment = torch.full((3,), 7.0)  # a tensor that appears later (Adam state after step 1)
+    held.track([buffer, moment], [grad], "cpu")
+    assert len(held.keep) == 3 and len(held.drop) == 1
+    held.offload()
+    held.onload()
+    assert held.keep[0].host is host  # host buffers are reused, not re-pinned
+    assert torch.equal(moment, torch.full((3,), 7.0))

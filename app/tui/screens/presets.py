@@ -131,7 +131,9 @@ class PresetPickerScreen(Screen[None]):
     def filter(self, query: str) -> None:
         if query.strip():
             matcher = Matcher(query)
-            scored = [(matcher.match(_haystack(p)), p) for p in self.presets]
+            # a hit in the name outranks one spread over description and hardware
+            scored = [(2 * matcher.match(p.name) + matcher.match(_haystack(p)), p)
+                      for p in self.presets]
             self.shown = [p for score, p in sorted(scored, key=lambda s: -s[0]) if score > 0]
         else:
             self.shown = list(self.presets)
