@@ -219,7 +219,7 @@ def start_reaper(rundir: RunDir) -> subprocess.Popen[bytes] | None:
         reaper = subprocess.Popen(  # its own group: a stop sent to ours must not reach it
             [sys.executable, "-m", "engine.reaper", "--run-dir", str(rundir.path),
              "--driver-pid", str(os.getpid())],
-            stdin=read_end, process_group=0,
+            stdin=read_end, process_group=0, cwd=Path(__file__).resolve().parents[1],
         )
     except OSError as exc:
         os.close(write_end)

@@ -48,21 +48,116 @@ def prepare_run(
     config: RunConfig, preset_name: str, run_dir: str | os.PathLike[str] | None = None
 ) -> RunDir:
     """Create the run directory with config.toml, command.txt and status "created"."""
-    from engine.presets import config_to_toml  # lazy: written alongside, keeps import cheap
-
     rundir = _new_run_dir(run_dir) if run_dir is not None else create_run_dir(preset_name)
-    public = without_secrets(config)
-    rundir.config_toml.write_text(config_to_toml(
-        public, name=preset_name, description=f"resolved config of run {rundir.id}",
-        header_comment=f"Written by ppodeck for run {rundir.id}. Secret flags are not stored.",
-    ))
-    rundir.command_txt.write_text(command_line(config) + "\n")
+    _write_config(rundir, config, preset_name)
     write_status(
         rundir, state="created", detail="", pid=None, pgid=None, created=time.time(),
         started=None, ended=None, rollout_id=None, num_rollout=config.get("num_rollout"),
         preset=preset_name,
     )
     return rundir
+
+
+# --- resume --------------------------------------------------------------------------------
+
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's; engine/train/checkpoint.py writes it
+SUPERSEDED_EVENTS = "events.superseded.jsonl"
+
+
+def prepare_resume(rundir: RunDir, config: RunConfig) -> int:
+    """Make a stopped, failed or lost run continue from its last checkpoint.
+
+    `config` is the run's config (its config.toml, plus any --set). Sets --load to the run's
+    --save so the actor resumes (the critic finds its `_critic` sibling by itself, see
+    engine/config/resolve.py), moves the events recorded after the checkpoint to
+    events.superseded.jsonl (those rollouts run again: keeping them would duplicate rollout
+    ids), rewrites config.toml/command.txt and sets the status back to "created".
+    Returns the rollout id the run continues at. Raises LaunchError with a fix.
+    """
+    status = read_status(rundir)
+    if status.get("state") in ACTIVE_STATES:
+        raise LaunchError(f"run {rundir.id} is still {status['state']}; stop it first "
+                          f"(`ppodeck stop {rundir.id}`) or attach to it.")
+    saved = last_checkpoint(rundir, config)
+    if not config.is_set("load"):
+        config = config.with_values(load=config.get("save"))
+    superseded = split_events(rundir.events_jsonl, saved,
+                              rundir.path / SUPERSEDED_EVENTS)
+    _write_config(rundir, config, status.get("preset") or rundir.id)
+    write_status(
+        rundir, state="created", detail=f"resuming after the checkpoint of rollout {saved}",
+        pid=None, pgid=None, ended=None, rollout_id=saved, num_rollout=config.get("num_rollout"),
+        resumed_from=saved, superseded_events=superseded,
+    )
+    return saved + 1
+
+
+def last_checkpoint(rundir: RunDir, config: RunConfig) -> int:
+    """The rollout id of the critic's last complete checkpoint (its tracker file).
+
+    The critic is the reference because miles takes the start rollout id from it (it is saved
+    even during the critic-only warmup, the actor is not).
+    """
+    from engine.config import resolve
+
+    resolved = resolve(config.with_values(run_dir=str(rundir.path)))
+    if not resolved.get("save"):
+        raise LaunchError(f"run {rundir.id} was started without --save, so it has no "
+                          "checkpoint to resume from. Start a new run (add --set save=... "
+                          "--set save-interval=N to make the next one resumable).")
+    critic_dir = Path(resolved.get("critic_save") or f"{resolved['save']}_critic")
+    try:
+        tag = (critic_dir / TRACKER).read_text().strip()
+    except OSError:
+        tag = ""
+    if not tag.isdigit():
+        raise LaunchError(f"run {rundir.id} has no checkpoint yet ({critic_dir / TRACKER} is "
+                          f"{'missing' if not tag else repr(tag)}): it stopped before its "
+                          "first save. Start a new run instead.")
+    return int(tag)
+
+
+def split_events(path: Path, saved: int, superseded: Path) -> int:
+    """Keep the events up to rollout `saved`; move the rest (from the first event of a later
+    rollout on) to `superseded`, appended. Returns how many lines moved. Atomic (tmp+rename).
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    lines = data.splitlines(keepends=True)
+    cut = next((i for i, line in enumerate(lines) if _rollout_of(line) > saved), len(lines))
+    keep, moved = lines[:cut], lines[cut:]
+    if not moved:
+        return 0
+    with open(superseded, "ab") as out:
+        out.writelines(line if line.endswith(b"\n") else line + b"\n" for line in moved)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(b"".join(keep))
+    os.replace(tmp, path)
+    return len(moved)
+
+
+def _rollout_of(line: bytes) -> int:
+    """The event's rollout_id, or -1 (no id, or a torn/corrupt line: kept where it is)."""
+    import json
+
+    try:
+        rollout_id = json.loads(line).get("rollout_id")
+    except (ValueError, AttributeError):
+        return -1
+    return rollout_id if isinstance(rollout_id, int) else -1
+
+
+def _write_config(rundir: RunDir, config: RunConfig, preset_name: str) -> None:
+    from engine.presets import config_to_toml
+
+    rundir.config_toml.write_text(config_to_toml(
+        without_secrets(config), name=preset_name,
+        description=f"resolved config of run {rundir.id}",
+        header_comment=f"Written by ppodeck for run {rundir.id}. Secret flags are not stored.",
+    ))
+    rundir.command_txt.write_text(command_line(config) + "\n")
 
 
 def _new_run_dir(run_dir: str | os.PathLike[str]) -> RunDir:

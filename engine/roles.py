@@ -6,6 +6,7 @@ turns a dead worker into an error that names the role and rank.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import ray
@@ -159,6 +160,7 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
             # miles: the generator's memory goes before the trainers allocate theirs
             tm.offload("rollout", "offload", rollout.offload())
         critic_info, actor_info = critic.init(), actor.init()
+        log_worker_pids(tm, rollout, [critic, actor])
         for note in critic_info[0].get("notes", []) + actor_info[0].get("notes", []):
             tm.log("info", note, source="train")
         if args["offload_train"]:
@@ -172,6 +174,28 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
     # miles takes the start rollout id from the critic (it is saved even during warmup)
     start = int(critic_info[0].get("start_rollout_id", 0))
     return roles, start
+
+
+def _pid(actor_self: Any) -> int:
+    return os.getpid()
+
+
+def log_worker_pids(tm: Telemetry, rollout: RolloutHandle, handles: list[TrainHandle]) -> None:
+    """One `log` event naming each worker's PID ("critic/0": 1234): operators and the
+    reliability tests find a rank's process from it (Ray gives each its own process group)."""
+    named = {"rollout/0": rollout.actor}
+    for handle in handles:
+        named.update({f"{handle.role}/{rank}": worker
+                      for rank, worker in enumerate(handle.group.workers)})
+    try:
+        found = ray.get([w.__ray_call__.remote(_pid) for w in named.values()], timeout=60)
+    except (ray.exceptions.RayError, TimeoutError) as err:  # the next call names the rank
+        tm.log("warning", f"could not read the worker pids: {type(err).__name__}", "cluster")
+        return
+    pids = dict(zip(named, found, strict=True))
+    shown = ", ".join(f"{name} {pid}" for name, pid in pids.items())
+    tm.writer.emit("log", level="info", source="cluster", msg=f"worker pids: {shown}",
+                   pids=pids)
 
 
 def stop_roles(roles: Any) -> None:

@@ -9,6 +9,7 @@ log-softmax(logits / temperature) of the chosen tokens: the same quantity the ac
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -63,6 +64,14 @@ class HFGenerator:
         if not prompt_ids:
             return []
         rows = [list(p) for p in prompt_ids for _ in range(n_samples)]
+        if self._fast_path():
+            from engine.rollout.fast_generate import fast_generate
+
+            tokens, log_probs = fast_generate(
+                self.model, rows, temperature=temperature, top_p=top_p, top_k=top_k,
+                max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                pad_token_id=pad_token_id, seed=seed)
+            return cut_at_eos(tokens, log_probs, eos_token_id, max_new_tokens)
         input_ids, attention_mask = left_pad(rows, pad_token_id, self.device)
         recorder = LogProbRecorder(temperature)
         with seeded(seed, self.device):
@@ -74,6 +83,15 @@ class HFGenerator:
         new_tokens = sequences[:, input_ids.shape[1]:]
         log_probs = recorder.finish(new_tokens)
         return cut_at_eos(new_tokens.tolist(), log_probs.tolist(), eos_token_id, max_new_tokens)
+
+    def _fast_path(self) -> bool:
+        """On CUDA: static KV cache + CUDA-graph decode (fast_generate); PPODECK_FAST_GENERATE=0
+        falls back to transformers.generate."""
+        if self.device.type != "cuda" or os.environ.get("PPODECK_FAST_GENERATE") == "0":
+            return False
+        from engine.rollout.fast_generate import can_use
+
+        return can_use(self.model)[0]
 
     # ---- memory -------------------------------------------------------------------------
     def offload(self) -> dict[str, Any]:

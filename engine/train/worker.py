@@ -133,13 +133,11 @@ class TrainWorker:
     def shutdown(self) -> None:
         import gc
 
-        if self.ddp is not None:
-            # DDP's grad hooks live on autograd nodes it keeps in grad_accs and point back at
-            # the DDP object: a cycle through C++ that gc cannot see, so break it by hand
-            self.ddp.grad_accs.clear()
         self.ddp = self.optimizer = self.scheduler = None
         self._ref_weights = self._offloader = None
         shutdown_distributed()
+        # NB: Megatron DDP's grad hooks keep the model alive in this process after shutdown
+        # (seen on CUDA); a Ray worker's process ends, so only same-process reuse pays for it
         gc.collect()
         if has_cuda():
             torch.cuda.empty_cache()
