@@ -169,6 +169,31 @@ def _new_run_dir(run_dir: str | os.PathLike[str]) -> RunDir:
     return RunDir(path)
 
 
+# Flags miles accepts that PPO Deck keeps as passthrough and that name code or the workers'
+# environment (LD_PRELOAD, PYTHONPATH ...): custom function/model/hook paths, *-env-vars.
+_CODE_PASSTHROUGH = re.compile(r"--[\w-]*(?:(?:custom|function|hook|plugin)[\w-]*-path|env-vars)")
+
+
+def code_to_run(config: RunConfig) -> list[tuple[str, str]]:
+    """What the run would execute beyond PPO Deck's own code: (flag, value) pairs, exactly as
+    they reach the engine. Schema flags marked runs_code, and passthrough flags that name
+    custom code or set the workers' environment."""
+    from engine.config import FLAGS
+
+    named = [(f.name, str(config.get(f.dest))) for f in FLAGS
+             if f.runs_code and config.is_set(f.dest)]
+    tokens = list(config.passthrough)
+    for i, token in enumerate(tokens):
+        flag, eq, value = token.partition("=")
+        if not _CODE_PASSTHROUGH.fullmatch(flag):
+            continue
+        if not eq:
+            following = tokens[i + 1] if i + 1 < len(tokens) else ""
+            value = "" if following.startswith("--") else following
+        named.append((flag, value))
+    return named
+
+
 def command_line(config: RunConfig) -> str:
     """The miles-style argv as one shell-quoted line, secret values masked."""
     from engine.config import to_argv

@@ -108,8 +108,10 @@ class FlagField(Widget):
     def compose(self) -> ComposeResult:
         # A grid (name | control | reset, then the detail across all three) instead of nested
         # containers: every widget less per field is ~200 less in a full editor layout.
-        yield Label(self._name_text(), classes="flag-name",
-                    tooltip=self.flag.name if len(self.flag.name) > 28 else None)
+        name = Label(self._name_text(), classes="flag-name")
+        if len(self.flag.name) > 28:  # the column may cut it: hovering shows all of it
+            name.tooltip = self.flag.name
+        yield name
         yield build_control(self.flag, self.value)
         yield Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
         yield Static(self._detail_text(), classes="flag-detail")

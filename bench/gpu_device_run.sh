@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# What the lead runs on the lent H200 (device tool, repo root, `.whl` carried):
+#   1. the carried wheels (Ray rebuilt without its Java jars, megatron-core 0.16.1, datasets ...);
+#   2. a real qwen3-0.6b-ppo-1gpu run through `ppodeck run` (3 PPO steps, events brought back);
+#   3. bench/gpu_bench.py (attention, offload, rollout figures, side by side);
+#   4. the gpu-marked tests.
+# Usage there: bash bench/gpu_device_run.sh [e2e|bench|tests]...   (default: all three)
+set -uo pipefail
+OUT=${OUT:-/tmp/ppodeck-gpu-out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled \
+  RAY_USAGE_STATS_ENABLED=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+  NVSHMEM_DISABLE_NVLS=1 PPODECK_RUNS_DIR=/tmp/ppodeck-runs
+steps=${*:-e2e bench tests}
+for step in $steps; do
+  case $step in
+    e2e)
+      timeout 420 python3 -m app run qwen3-0.6b-ppo-1gpu --yes 2>&1 | tail -40
+      run=$(ls -td /tmp/ppodeck-runs/*/ | head -1)
+      cp "$run/events.jsonl" "$run/status.json" "$OUT/" 2>/dev/null
+      tail -200 "$run/driver.log" > "$OUT/driver_log_tail.txt" 2>/dev/null
+      python3 - "$run" <<'PY'
+import json, sys, pathlib
+run = pathlib.Path(sys.argv[1])
+ev = [json.loads(l) for l in open(run / "events.jsonl") if l.strip()]
+for e in ev:
+    if e["kind"] == "phase" and e["state"] == "end":
+        print(f"phase {e['name']:<16} rollout {e['rollout_id']} {e['seconds']:.3f}s")
+    elif e["kind"] == "offload" and not e["noop"]:
+        print(f"offload {e['model']:<7} {e['direction']:<8} {e['bytes']/1e9:.2f} GB "
+              f"{e['seconds']:.3f}s {e['gbps']} GB/s")
+    elif e["kind"] == "metrics" and e["step_key"] == "rollout/step":
+        m = e["metrics"]
+        print("rollout", e["step"], {k: round(v, 4) for k, v in m.items() if v is not None
+                                     and k.split("/")[0] in ("rollout", "critic", "perf")})
+gpu = [e for e in ev if e["kind"] == "gpu"]
+for e in gpu[-3:]:
+    print("gpu", e["label"], [(d["index"], round(d["used_bytes"] / 2**30, 1),
+                                round(d.get("non_torch_bytes", 0) / 2**30, 1)) for d in e["devices"]])
+print(json.load(open(run / "status.json")))
+PY
+      ;;
+    bench) timeout 420 python3 bench/gpu_bench.py 2>&1 | tee "$OUT/bench.log" ;;
+    tests) timeout 300 python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider 2>&1 | tail -15 ;;
+  esac
+done
