@@ -93,8 +93,8 @@ def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
 
 
 def run(
-    preset: Annotated[str, typer.Argument(
-        metavar="PRESET", help="Preset name, or path to a preset .toml file.")],
+    preset: Annotated[str | None, typer.Argument(
+        metavar="PRESET", help="Preset name, or path to a preset .toml file.")] = None,
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", "-s", metavar="FLAG=VALUE",
@@ -111,8 +111,19 @@ def run(
         bool, typer.Option("--detach", "-d", help="Start the run, print its id and return.")
     ] = False,
     yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Do not ask before running code a preset names.")
+        bool, typer.Option("--yes", "-y", help="Do not ask questions. Code that a preset "
+                           "from a file or a teammate names still needs --trust.")
     ] = False,
+    trust: Annotated[
+        bool, typer.Option("--trust", help="Allow the code a non-built-in preset names "
+                           "(custom reward/function/hook paths, worker env vars); it is "
+                           "listed before the launch.")
+    ] = False,
+    resume: Annotated[
+        str | None, typer.Option("--resume", metavar="RUN",
+                                 help="Continue a stopped, failed or lost run from its last "
+                                      "checkpoint (it needs --save), in the same directory.")
+    ] = None,
 ) -> None:
     """Launch a PPO run from a preset and follow its progress.
 
@@ -126,12 +137,27 @@ def run(
         ppodeck run tiny-cpu --set num-rollout=10 --set eps-clip=0.1
         ppodeck run ./my-preset.toml --detach
         ppodeck run tiny-cpu --detach && ppodeck runs ls
+        ppodeck run --resume 250101-120000-tiny-cpu-1a2b
     """
-    config, preset_name, trusted = _load_config(preset, set_ or [])
+    if resume is not None:
+        if preset is not None or run_dir is not None:
+            _fail("--resume continues a run from its own config and directory: drop PRESET "
+                  "and --run-dir (change flags with --set).", EXIT_USAGE)
+        config, preset_name, rundir = _resume_config(resume, set_ or [])
+        trusted = False  # its code flags were allowed once; the config file may have changed
+    elif preset is None:
+        _fail("missing PRESET. Fix: `ppodeck run PRESET` (see `ppodeck presets ls`), or "
+              "`ppodeck run --resume RUN`.", EXIT_USAGE)
+    else:
+        config, preset_name, trusted = _load_config(preset, set_ or [])
     _check_or_exit(config)
+    _check_inputs_or_exit(config)
     if not trusted:
-        _confirm_code_flags(config, yes)
-    rundir, popen = _launch(config, preset_name, run_dir)
+        _confirm_code_flags(config, yes, trust)
+    if resume is not None:
+        popen = _relaunch(rundir, config)
+    else:
+        rundir, popen = _launch(config, preset_name, run_dir)
     if detach:
         typer.echo(rundir.id)
         _err(f"follow it with: ppodeck attach {rundir.id}   or   "
@@ -170,19 +196,86 @@ def _check_or_exit(config: RunConfig) -> None:
               "Fix them in the preset or with --set.", EXIT_INVALID)
 
 
-def _confirm_code_flags(config: RunConfig, yes: bool) -> None:
-    """Presets from files or teammates may name code to execute: ask before running it."""
-    from engine.config import FLAGS
+def _confirm_code_flags(config: RunConfig, yes: bool, trust: bool) -> None:
+    """Presets from files or teammates may name code to execute: show exactly what, and run it
+    only with consent: an interactive yes, or --trust (--yes alone never suffices)."""
+    from engine.launch import code_to_run
 
-    named = [f"{f.name}={config.get(f.dest)}"
-             for f in FLAGS if f.runs_code and config.is_set(f.dest)]
-    if not named or yes:
+    named = code_to_run(config)
+    if not named:
         return
-    what = f"this run executes code named by {', '.join(named)}"
-    if not sys.stdin.isatty():
-        _fail(f"{what}; pass --yes to allow it.", EXIT_INVALID)
-    if not typer.confirm(f"{what.capitalize()}. Continue?", default=False, err=True):
-        raise typer.Exit(EXIT_INVALID)
+    width = max(len(flag) for flag, _ in named)
+    lines = "\n".join(f"  {flag:<{width}}  {value}" for flag, value in named)
+    _err(f"this run would execute code that the preset names (Python modules it imports "
+         f"and calls, or environment given to every worker):\n{lines}")
+    if trust:
+        return
+    if yes or not sys.stdin.isatty():
+        _fail("refusing to run code from a non-built-in preset without explicit consent; "
+              "review the list above, then add --trust (with --yes for no questions).",
+              EXIT_INVALID)
+    if not typer.confirm("Run this code?", default=False, err=True):
+        _fail("not launched: the code above was not allowed.", EXIT_INVALID)
+
+
+# Path flags the run reads before its first step. Missing ones are warnings for `validate`
+# (the files may not be prepared yet) but stop `run`: failing after Ray and the models came up
+# costs minutes and leaves a failed run behind.
+_INPUT_PATHS = ("hf_checkpoint", "ref_load", "prompt_data", "eval_prompt_data",
+                "sglang_config", "ci_load_grad_norm")
+_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".arrow")
+
+
+def _check_inputs_or_exit(config: RunConfig) -> None:
+    from engine.config import BY_DEST, resolve
+
+    resolved = resolve(config)
+    missing = [f"{BY_DEST[dest].name} {resolved[dest]}: no such file or directory"
+               for dest in _INPUT_PATHS if _missing_local_path(resolved, dest)]
+    if missing:
+        _fail("missing inputs; nothing was launched:\n  " + "\n  ".join(missing)
+              + "\nFix: correct the path, or run `ppodeck prepare` for this preset.",
+              EXIT_INVALID)
+
+
+def _missing_local_path(resolved: dict[str, Any], dest: str) -> bool:
+    value = resolved.get(dest)
+    if not isinstance(value, str) or not value or "${" in value:
+        return False  # unset, or a variable resolved only in the driver (${RUN_DIR})
+    if dest == "prompt_data" and resolved.get("synthetic_task"):
+        return False  # ignored: the built-in task replaces the data (a warning says so)
+    # Hub ids ("Qwen/Qwen3-4B", "org/dataset") are allowed: only paths that look local count
+    local = value.startswith(("/", "./", "../", "~")) or value.endswith(_DATA_SUFFIXES)
+    return local and not Path(value).expanduser().exists()
+
+
+def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunDir]:
+    """The run's own config.toml with --set applied."""
+    from app.cli import apply_sets
+    from engine.presets import PresetError, config_from_toml
+
+    rundir = _find(run_name)
+    try:
+        config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
+    except (OSError, PresetError) as exc:
+        _fail(f"cannot resume run {rundir.id}: its config is unreadable: {exc}", EXIT_INVALID)
+    preset_name = read_status(rundir).get("preset") or rundir.id
+    return apply_sets(config, sets), preset_name, rundir
+
+
+def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
+    from engine.launch import LaunchError, prepare_resume, secret_env, start_driver
+
+    try:
+        start = prepare_resume(rundir, config)
+    except (LaunchError, OSError) as exc:
+        _fail(f"cannot resume run {rundir.id}: {exc}", EXIT_INVALID)
+    _err(f"resuming run {rundir.id} at rollout {start} (after its last checkpoint)")
+    try:
+        return start_driver(rundir, env=secret_env(config))
+    except (LaunchError, OSError) as exc:
+        write_status(rundir, state="failed", detail=f"driver did not start: {exc}")
+        _fail(f"could not start the driver for run {rundir.id}: {exc}", EXIT_FAILED)
 
 
 def _launch(

@@ -93,6 +93,9 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             raise EventsNotWritten(tm.writer.error)
         write_status(rundir, state="running", rollout_id=rollout_id,
                      num_rollout=args["num_rollout"])
+        if stop.requested and args.get("save") and not save_due(args, rollout_id):
+            with tm.phase("save", rollout_id):  # a graceful stop keeps this rollout's training
+                save(args, roles, tm, rollout_id, offload)
         stop.check()
 
 

@@ -240,9 +240,10 @@ def _download_step(dest: str, path: Path, source: HubSource | None,
         return [Step("download", dest, path, path, source.repo_id if source else str(path),
                      source.repo_type if source else None, done=True, detail="present")]
     if source is None:
-        problems.append(f"{_flag_name(dest)} {path} is missing and the preset names no hub "
-                        f"repo for it. Fix: put the files there, or --set "
-                        f"{_flag_name(dest)[2:]}=PATH to a local copy.")
+        name = _flag_name(dest)[2:]
+        problems.append(f"--{name} {path} is missing and the preset names no hub repo for it. "
+                        f"Fix: put the files there, --set {name}=PATH to a local copy, or add "
+                        f'{name} = "owner/repo" to the preset\'s [provenance.{SOURCES_KEY}].')
         return []
     return [Step("download", dest, path, download_dir(dest, path), source.repo_id,
                  source.repo_type, source.revision, detail="download")]

@@ -45,9 +45,12 @@ def build_scheduler(optimizer, settings: TrainSettings):  # noqa: ANN001, ANN201
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     gbs = settings.global_batch_size
-    decay_iters = settings.lr_decay_iters or settings.train_iters
-    warmup_steps = settings.lr_warmup_iters * gbs
-    decay_steps = max(decay_iters * gbs, warmup_steps + 1)  # megatron asserts warmup < decay
+    decay_steps = (settings.lr_decay_iters or settings.train_iters) * gbs
+    if settings.lr_warmup_fraction is not None:
+        warmup_steps = int(settings.lr_warmup_fraction * decay_steps)
+    else:
+        warmup_steps = settings.lr_warmup_iters * gbs
+    decay_steps = max(decay_steps, warmup_steps + 1)  # megatron asserts warmup < decay
     return OptimizerParamScheduler(
         optimizer,
         init_lr=0.0,

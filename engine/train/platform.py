@@ -51,13 +51,38 @@ def init_distributed(rank: int, world_size: int, master_addr: str, master_port: 
         apply_cpu_shim()
         # two ranks on two cores: oversubscribed threads make gloo crawl
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size,
+                            store=loopback_store(rank, world_size, master_addr, master_port))
     ps.initialize_model_parallel(
         tensor_model_parallel_size=parallel.tp,
         pipeline_model_parallel_size=parallel.pp,
         context_parallel_size=parallel.cp,
     )
     seed_model_parallel_rng(seed)
+
+
+def loopback_store(rank: int, world_size: int, master_addr: str,
+                   master_port: int) -> dist.TCPStore | None:
+    """The rendezvous store, listening on 127.0.0.1 only when the world is local.
+
+    Why: torch's TCPStore server (what env:// creates) listens on all interfaces (::) even
+    with MASTER_ADDR=127.0.0.1; handing it a socket already bound to the loopback keeps the
+    port off the network. A remote master_addr keeps torch's default (None: env://).
+    """
+    if master_addr not in ("127.0.0.1", "localhost"):
+        return None
+    import datetime
+    import socket
+
+    timeout = datetime.timedelta(minutes=5)
+    if rank != 0:
+        return dist.TCPStore("127.0.0.1", master_port, world_size, False, timeout=timeout)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", master_port))
+    sock.listen()
+    return dist.TCPStore("127.0.0.1", master_port, world_size, True, timeout=timeout,
+                         master_listen_fd=sock.detach())  # the store owns the fd from here
 
 
 def seed_model_parallel_rng(seed: int) -> None:

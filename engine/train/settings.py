@@ -36,6 +36,7 @@ class TrainSettings:
     min_lr: float
     lr_decay_style: str
     lr_warmup_iters: int
+    lr_warmup_fraction: float | None
     lr_decay_iters: int | None
     weight_decay: float
     adam_beta1: float
@@ -100,13 +101,13 @@ class TrainSettings:
             log_probs_max_tokens_per_gpu=_opt_int(
                 get("log_probs_max_tokens_per_gpu") or get("max_tokens_per_gpu")),
             log_probs_chunk_size=int(_or(get("log_probs_chunk_size"), -1)),
-            # miles: train_iters = num_rollout * rbs * n // gbs
-            train_iters=max(1, int(get("num_rollout") or 1) * samples // gbs),
+            train_iters=_train_iters(get, samples, gbs),
             lr=float(_or(get("critic_lr"), lr)) if is_critic else lr,
             min_lr=float(_or(get("min_lr"), 0.0)),
             lr_decay_style=str(get("lr_decay_style") or "constant"),
             lr_warmup_iters=int(
                 _or(get("critic_lr_warmup_iters") if is_critic else get("lr_warmup_iters"), 0)),
+            lr_warmup_fraction=_opt_float(get("lr_warmup_fraction")),
             lr_decay_iters=_opt_int(get("lr_decay_iters")),
             weight_decay=float(_or(get("weight_decay"), 0.01)),  # Megatron's default
             adam_beta1=float(_or(get("adam_beta1"), 0.9)),
@@ -132,6 +133,23 @@ class TrainSettings:
             hf_checkpoint=get("hf_checkpoint"),
             load=(get("critic_load") if is_critic else get("load")),
         )
+
+
+def _train_iters(get: Any, samples: int, gbs: int) -> int:  # noqa: ANN401
+    """miles: train_iters = num_rollout * rbs * n // gbs; the LR schedule decays over it."""
+    style = get("lr_decay_style") or "constant"
+    if style == "WSD":
+        raise ValueError("--lr-decay-style WSD is not supported by PPO Deck's engine")
+    num_rollout = get("num_rollout")
+    if num_rollout is None:
+        if style != "constant" and not get("lr_decay_iters"):
+            raise ValueError(
+                f"--lr-decay-style {style} decays over num_rollout * rollout_batch_size * "
+                "n_samples_per_prompt // global_batch_size steps, but num_rollout is unknown: "
+                "set args['num_rollout'] (the rollout manager knows it from the dataset size "
+                "under --num-epoch) before creating the train workers")
+        return 1
+    return max(1, int(num_rollout) * samples // gbs)
 
 
 def _gbs_from_steps(get: Any, samples: int) -> int:  # noqa: ANN401

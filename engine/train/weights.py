@@ -183,14 +183,20 @@ def gather_pp_to_first(stage_state: dict[str, torch.Tensor], pp_group, pp_size: 
 # --------------------------------------------------------------------------------------------
 # backup (miles' TensorBackuper: the ref weights, and the actor's own around a ref forward)
 # --------------------------------------------------------------------------------------------
-def backup(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A host copy of every parameter (pinned when CUDA is there, so restores can overlap)."""
-    out = {}
+def backup(model: torch.nn.Module,
+           into: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """A host copy of every parameter (pinned when CUDA is there, so copies can overlap).
+
+    `into`: an earlier backup of the same model whose buffers are refilled (pinning host
+    memory is slow, so a backup taken every rollout reuses its buffers)."""
+    out = {} if into is None else into
     pin = torch.cuda.is_available()
     for name, param in model.named_parameters():
-        host = torch.empty(param.shape, dtype=param.dtype, device="cpu", pin_memory=pin)
+        host = out.get(name)
+        if host is None:
+            host = torch.empty(param.shape, dtype=param.dtype, device="cpu", pin_memory=pin)
+            out[name] = host
         host.copy_(param.detach(), non_blocking=pin)
-        out[name] = host
     if pin:
         torch.cuda.synchronize()
     return out

@@ -72,6 +72,7 @@ class TrainWorker:
         self.optimizer: Any = None
         self.scheduler: Any = None
         self._ref_weights: dict[str, torch.Tensor] | None = None
+        self._own_weights: dict[str, torch.Tensor] | None = None  # parked during a ref forward
         self._offloader: Any = None
 
     # ----------------------------------------------------------------------------------------
@@ -134,7 +135,7 @@ class TrainWorker:
         import gc
 
         self.ddp = self.optimizer = self.scheduler = None
-        self._ref_weights = self._offloader = None
+        self._ref_weights = self._own_weights = self._offloader = None
         shutdown_distributed()
         # NB: Megatron DDP's grad hooks keep the model alive in this process after shutdown
         # (seen on CUDA); a Ray worker's process ends, so only same-process reuse pays for it
@@ -298,12 +299,12 @@ class TrainWorker:
     def _weights_swapped(self, other: dict[str, torch.Tensor] | None) -> Iterator[None]:
         if other is None:
             raise RuntimeError("the reference weights were not kept (use_kl_loss was off at init)")
-        current = weights.backup(self.model)
+        self._own_weights = weights.backup(self.model, into=self._own_weights)
         weights.restore(self.model, other)
         try:
             yield
         finally:
-            weights.restore(self.model, current)
+            weights.restore(self.model, self._own_weights)
 
     # ----------------------------------------------------------------------------------------
     # shared machinery
@@ -502,7 +503,10 @@ class TrainWorker:
 
         cuda = None
         if has_cuda():
-            cuda = {"device": torch.cuda.current_device(),
+            device = torch.cuda.current_device()
+            # NVML names GPUs by UUID; Ray renumbers them inside every actor
+            cuda = {"device": device,
+                    "uuid": f"GPU-{torch.cuda.get_device_properties(device).uuid}",
                     "allocated_bytes": torch.cuda.memory_allocated(),
                     "reserved_bytes": torch.cuda.memory_reserved(),
                     "max_allocated_bytes": torch.cuda.max_memory_allocated()}

@@ -296,16 +296,17 @@ def test_run_unknown_preset_is_a_clear_error(app, runner, runs_dir, built_in_pre
     assert "Traceback" not in result.output
 
 
-def test_a_preset_file_that_runs_code_needs_yes(app, runner, runs_dir, tmp_path, fake_driver,
-                                                built_in_preset) -> None:
+def test_a_preset_file_that_runs_code_needs_trust(app, runner, runs_dir, tmp_path, fake_driver,
+                                                  built_in_preset) -> None:
+    # --yes alone no longer allows it (issue #8): tests/reliability/test_safety.py has the rest
     preset = tmp_path / "shared.toml"
     preset.write_text('schema_version = 1\nname = "shared"\ndescription = ""\n'
                       'extends = "tiny-cpu"\n[flags]\ncustom-rm-path = "evil.reward"\n')
     result = runner.invoke(app, ["run", str(preset), "--detach"])
     assert result.exit_code == 1
-    assert "executes code named by --custom-rm-path=evil.reward" in result.stderr
-    assert "--yes" in result.stderr
-    result = runner.invoke(app, ["run", str(preset), "--detach", "--yes"])
+    assert "--custom-rm-path  evil.reward" in result.stderr
+    assert "--trust" in result.stderr
+    result = runner.invoke(app, ["run", str(preset), "--detach", "--yes", "--trust"])
     assert result.exit_code == 0, result.output
     rundir = RunDir(runs_dir / result.stdout.strip())
     fake_driver.append(read_status(rundir)["pid"])

@@ -72,6 +72,8 @@ def build(role: str = "actor", shape: ModelShape = SHAPE, *, dist_opt: bool = Tr
     with device_scope():
         config = transformer_config(shape, Parallelism(), bf16=bf16)
         model = build_gpt(shape, role, config, seed=seed).to(device())  # as the worker does
+        if bf16:  # what Megatron-LM's Float16Module does: torch-norm weights start in fp32
+            model.to(torch.bfloat16)
         ddp = DistributedDataParallel(
             config=config, module=model,
             ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True,

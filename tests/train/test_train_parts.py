@@ -107,6 +107,20 @@ def test_lr_warmup_then_linear_decay_counts_samples() -> None:
     assert lrs[3] < lrs[2] and optimizer.param_groups[0]["lr"] == pytest.approx(0.0)
 
 
+def test_warmup_fraction_counts_against_the_decay_steps() -> None:
+    scheduler, _, settings = _scheduler(lr_decay_style="cosine", lr_warmup_fraction=0.5,
+                                        num_rollout=5)
+    assert scheduler.lr_warmup_steps == settings.train_iters * settings.global_batch_size // 2
+
+
+def test_a_decaying_lr_needs_num_rollout() -> None:
+    with pytest.raises(ValueError, match="num_rollout is unknown"):
+        TrainSettings.from_args("actor", tiny_args(lr_decay_style="linear", num_rollout=None),
+                                1, cuda=False)
+    constant = TrainSettings.from_args("actor", tiny_args(num_rollout=None), 1, cuda=False)
+    assert constant.train_iters == 1
+
+
 def test_critic_reads_its_own_lr_and_warmup() -> None:
     args = tiny_args(lr=1e-6, critic_lr=1e-5, lr_warmup_iters=3, critic_lr_warmup_iters=7)
     critic = TrainSettings.from_args("critic", args, 1, cuda=False)

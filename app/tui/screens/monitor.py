@@ -138,7 +138,7 @@ class MonitorScreen(Screen[None]):
         body = (f"Send SIGINT to the driver of {self.run_dir.name}? It stops after the "
                 "current phase; checkpoints already written are kept.")
         self.app.push_screen(ConfirmDialog("Stop run", body, "Stop run", "error",
-                                           dialog_id="confirm-stop"), self.stop_confirmed)
+                                           dialog_id="confirm-stop"), self._stop_confirmed)
 
     def _stop_confirmed(self, confirmed: bool | None) -> None:
         if not confirmed or self.run_dir is None:
