@@ -42,7 +42,7 @@ for e in gpu[-3:]:
 print(json.load(open(run / "status.json")))
 PY
       ;;
-    bench) timeout 420 python3 bench/gpu_bench.py 2>&1 | tee "$OUT/bench.log" ;;
+    bench) timeout 330 python3 bench/gpu_bench.py 2>&1 | tee "$OUT/bench.log" ;;
     tests) timeout 300 python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider 2>&1 | tail -15 ;;
   esac
 done

@@ -27,7 +27,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -341,9 +340,12 @@ def convert(step: Step, args: Mapping[str, Any], *,
 
     The worker imports torch and megatron (seconds, GBs) so the CLI never does. Its log
     messages reach `on_message`; its stderr (megatron's warnings, a traceback) goes to
-    `log_path`, whose tail the error message quotes.
+    `log_path` (default ${PPODECK_HOME}/logs/prepare-convert.log), quoted when it crashes.
     """
-    log_path = log_path or Path(tempfile.gettempdir()) / f"ppodeck-convert-{os.getpid()}.log"
+    if log_path is None:
+        from engine.config.resolve import ppodeck_home
+
+        log_path = Path(ppodeck_home()) / "logs" / "prepare-convert.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     model_flags = {k: args[k] for k in _MODEL_FLAGS if args.get(k) is not None}
     cmd = [sys.executable, "-m", "engine.prepare_worker", "convert", "--hf-checkpoint",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.widgets import DataTable
 
 import engine.presets
 from app.tui.app import PPODeckApp
@@ -33,11 +34,16 @@ def pinned_builtins(tui_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine.presets, "BUILTIN_DIR", builtin)
 
 
+def tables_sized(screen) -> bool:
+    """DataTable sizes its columns on a later refresh (textual 8.2.8, pinned): wait for it."""
+    return not any(table._require_update_dimensions for table in screen.query(DataTable))
+
+
 def settled(screen_type: type, ready=lambda screen: True):
     async def run_before(pilot) -> None:
         app = pilot.app
         await wait_until(pilot, lambda: isinstance(app.screen, screen_type)
-                         and ready(app.screen))
+                         and ready(app.screen) and tables_sized(app.screen))
         await pilot.pause()
         freeze_cursors(pilot)
         await pilot.pause()

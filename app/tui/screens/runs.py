@@ -24,6 +24,10 @@ Every run directory under the runs root ($PPODECK_RUNS_DIR or ./runs), newest fi
 """
 
 
+COLUMNS = (("run", 34), ("state", 10), ("preset", 18), ("rollout", 8), ("started", 16),
+           ("detail", 48))
+
+
 def _started(run: Any, now: float | None) -> str:
     if not isinstance(run.started, (int, float)):
         return "-"
@@ -63,7 +67,9 @@ class RunsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("run", "state", "preset", "rollout", "started", "detail")
+        # fixed widths: the table neither jumps as runs come and go nor depends on timing
+        for label, width in COLUMNS:
+            table.add_column(label, width=width)
         self.action_refresh()
         self.set_interval(3.0, self.action_refresh)
 

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.reliability import helpers
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "runs"
+    monkeypatch.setenv("PPODECK_RUNS_DIR", str(root))
+    return root
+
+
+@pytest.fixture
+def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No user or team presets leak in from the machine running the tests."""
+    monkeypatch.setenv("PPODECK_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("PPODECK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PPODECK_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.delenv("PPODECK_PRESET_PATH", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def started() -> Iterator[list[int]]:
+    """Tests append every PID they start (ppodeck, drivers, TUIs); teardown kills those PIDs,
+    their process groups and their sessions, whatever the test left behind."""
+    pids: list[int] = []
+    yield pids
+    helpers.kill_everything(pids)
+
+
+@pytest.fixture(scope="module")
+def module_started() -> Iterator[list[int]]:
+    pids: list[int] = []
+    yield pids
+    helpers.kill_everything(pids)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from tests.reliability import fuzz_counts
+
+    if os.environ.get("PPODECK_RELIABILITY_FIGURES"):
+        helpers.record_figure("fuzz_examples", dict(fuzz_counts.COUNTS))

@@ -1,0 +1,151 @@
+"""The driver is SIGKILLed mid-phase during a real tiny-cpu run, then the run is resumed.
+
+One real run serves the whole module (it is the expensive part): while it trains, its process
+tree and listening sockets are recorded; the driver is SIGKILLed in the middle of rollout 5's
+critic phase (checkpoints every 2 rollouts: the last one is rollout 3's); then
+`ppodeck run --resume` finishes it. The same run also carries a W&B key, to prove that secrets
+reach no file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.events import read_events
+from engine.rundir import RunDir
+from tests.reliability import helpers
+
+SAVE_INTERVAL = 2
+KILL_ROLLOUT = 5  # rollouts 1 and 3 are saved; 5 would be saved at its end
+RESUMED_TOTAL = 7
+SECRET = "wandb-canary-5f3a9c"
+STEPS_PER_ROLLOUT = 4  # tiny-cpu: 128 samples / global batch 32
+
+
+def _critic_phase_started(rundir: RunDir, rollout_id: int) -> bool:
+    return any(e["kind"] == "phase" and e["name"] == "critic_train" and e["state"] == "start"
+               and e.get("rollout_id") == rollout_id for e in helpers.events(rundir))
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory, module_started: list[int]
+           ) -> Iterator[dict[str, Any]]:
+    runs_dir = tmp_path_factory.mktemp("kill") / "runs"
+    env = helpers.cli_env(runs_dir)
+    rundir = helpers.start_detached(runs_dir, [
+        "tiny-cpu", "--set", "num-rollout=40", "--set", "save=${RUN_DIR}/checkpoints",
+        "--set", f"save-interval={SAVE_INTERVAL}", "--set", f"wandb-key={SECRET}"], env)
+    pid = helpers.status_of(rundir)["pid"]
+    module_started.append(pid)
+    watch = helpers.TreeWatch(pid)
+    try:
+        helpers.wait_until(lambda: _critic_phase_started(rundir, KILL_ROLLOUT), 240,
+                           f"rollout {KILL_ROLLOUT}'s critic phase")
+        watch.sample()
+        done_before_kill = helpers.status_of(rundir)["rollout_id"]
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        status = helpers.wait_final(rundir, 30)
+        recorded_after = time.monotonic() - killed_at
+        leftovers = helpers.nothing_left(pid, watch, timeout=30)
+    finally:
+        watch.stop()
+    yield {"rundir": rundir, "env": env, "runs_dir": runs_dir, "pid": pid, "watch": watch,
+           "status": status, "leftovers": leftovers, "done_before_kill": done_before_kill,
+           "recorded_after": recorded_after}
+
+
+def test_status_and_runs_ls_say_failed_with_the_reason(killed: dict[str, Any]) -> None:
+    status = killed["status"]
+    assert status["state"] == "failed", status
+    assert f"driver process {killed['pid']}" in status["detail"]
+    assert f"critic_train (rollout {KILL_ROLLOUT})" in status["detail"], status["detail"]
+    listed = helpers.ppodeck(["runs", "ls"], killed["env"])
+    row = next(line for line in listed.stdout.splitlines() if killed["rundir"].id in line)
+    assert "failed" in row and "ended without recording a final state" in row
+    assert killed["recorded_after"] < 15, "the reaper records the end within seconds"
+
+
+def test_no_ray_or_worker_process_survives(killed: dict[str, Any]) -> None:
+    names = set(killed["watch"].seen.values())
+    # the watch really saw Ray's daemons and the workers, so "none left" means something
+    assert {"raylet", "gcs_server"} <= names, names
+    assert any("TrainWorker" in name for name in names), names
+    assert killed["leftovers"] == [], {p: killed["watch"].seen.get(p)
+                                       for p in killed["leftovers"]}
+
+
+def test_every_listening_port_is_on_the_loopback(killed: dict[str, Any]) -> None:
+    listening = killed["watch"].listening
+    assert listening, "no listening socket was seen: the watch is broken"
+    assert helpers.non_loopback(listening) == []
+
+
+def test_the_secret_reached_no_file_of_the_run(killed: dict[str, Any]) -> None:
+    rundir: RunDir = killed["rundir"]
+    for path in rundir.path.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+    assert "--wandb-key '********'" in rundir.command_txt.read_text()
+
+
+def test_events_stay_readable_and_a_torn_line_is_reported(killed: dict[str, Any],
+                                                          tmp_path: Path) -> None:
+    # a copy: the resume test below appends to the original
+    copy = RunDir(tmp_path / "runs" / killed["rundir"].id)
+    shutil.copytree(killed["rundir"].path, copy.path,
+                    ignore=shutil.ignore_patterns("checkpoints*"))
+    events, warnings = read_events(copy.events_jsonl)
+    assert warnings == []
+    phases = [e for e in events if e["kind"] == "phase"]
+    assert (phases[-1]["name"], phases[-1]["rollout_id"]) == ("critic_train", KILL_ROLLOUT)
+    with open(copy.events_jsonl, "ab") as file:  # what a writer killed mid-line leaves
+        file.write(b'{"v":1,"ts":1.0,"kind":"metrics","step_key":"rollout/st')
+    again, warnings = read_events(copy.events_jsonl)
+    assert len(again) == len(events)
+    assert len(warnings) == 1 and "incomplete (torn write)" in warnings[0]
+    assert f"line {len(events) + 1}" in warnings[0]
+    tail = helpers.ppodeck(["tail", str(copy.path)], killed["env"])
+    assert tail.returncode == 0 and "torn write" in tail.stderr
+    assert "Traceback" not in tail.stderr
+
+
+def test_resume_continues_after_the_last_checkpoint(killed: dict[str, Any],
+                                                    module_started: list[int]) -> None:
+    rundir: RunDir = killed["rundir"]
+    resumed = helpers.ppodeck(["run", "--resume", rundir.id, "--set",
+                               f"num-rollout={RESUMED_TOTAL}"], killed["env"], timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    saved = 3  # the last rollout with (rollout_id + 1) % SAVE_INTERVAL == 0 before the kill
+    assert f"resuming run {rundir.id} at rollout {saved + 1}" in resumed.stderr
+    status = helpers.status_of(rundir)
+    assert status["state"] == "succeeded" and status["resumed_from"] == saved
+    assert helpers.nothing_left(status["pid"], timeout=30) == []
+
+    events, warnings = read_events(rundir.events_jsonl)
+    assert warnings == []
+    rollout_steps = [e["step"] for e in events
+                     if e["kind"] == "metrics" and e["step_key"] == "rollout/step"]
+    assert rollout_steps == list(range(RESUMED_TOTAL)), rollout_steps  # no gap, no duplicate
+    actor_steps = [e["step"] for e in events if e["kind"] == "metrics"
+                   and e["step_key"] == "train/step" and e.get("role") == "actor"]
+    assert len(actor_steps) == len(set(actor_steps))
+    assert any("resumed from the checkpoint of rollout 3" in e.get("msg", "") for e in events)
+    superseded = read_events(rundir.path / "events.superseded.jsonl")[0]
+    assert {e.get("rollout_id") for e in superseded} - {None} == {saved + 1, KILL_ROLLOUT}
+
+    lost_rollouts = killed["done_before_kill"] - saved
+    assert 0 <= lost_rollouts < SAVE_INTERVAL
+    helpers.record_figure("resume", {
+        "save_interval_rollouts": SAVE_INTERVAL, "rollouts_done_before_kill":
+        killed["done_before_kill"] + 1, "resumed_at_rollout": saved + 1,
+        "rollouts_lost": lost_rollouts, "optimizer_steps_lost": lost_rollouts * STEPS_PER_ROLLOUT,
+        "kill_to_status_recorded_s": round(killed["recorded_after"], 2)})
