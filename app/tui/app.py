@@ -7,7 +7,6 @@ Bare `ppodeck` calls run_tui(): preset picker -> flag editor -> launch -> run mo
 from __future__ import annotations
 
 import subprocess
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -168,23 +167,11 @@ class PPODeckApp(App[None]):
         if self.is_headless:
             super()._handle_exception(error)  # tests want the real exception
             return
-        path = _write_crash_log(error)
-        self._return_code = 1
+        from app.tui.errors import write_crash_log
+
+        path = write_crash_log(error)
         self.exit(return_code=1, message=f"PPO Deck stopped after an internal error: {error!r}. "
-                  f"Details: {path}. Your edits are kept as a draft.")
-
-
-def _write_crash_log(error: BaseException) -> str:
-    from app.tui.drafts import state_dir
-
-    try:
-        path = state_dir() / "crash.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as log:
-            log.write("".join(traceback.format_exception(error)) + "\n")
-        return str(path)
-    except OSError:
-        return "(crash log not writable)"
+                  f"Details: {path}. Unsaved editor changes are kept as a draft.")
 
 
 def run_tui(preset: str | None = None, attach: str | None = None,

@@ -168,6 +168,8 @@ def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True
     )
     if is_critic and post_process:
         model.output_layer = ValueHead(shape.hidden_size, seed=seed)
-        if config.params_dtype != torch.float32:
-            model.output_layer.to(config.params_dtype)
+    if config.params_dtype != torch.float32:
+        # like Megatron-LM's Float16Module: the local spec leaves norm weights (and our value
+        # head) in fp32, which forces unfused norms and breaks optimizer checkpoint sharding
+        model.to(config.params_dtype)
     return model

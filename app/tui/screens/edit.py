@@ -21,6 +21,7 @@ from textual.timer import Timer
 from textual.widgets import Button, Collapsible, Footer, Input, Static
 
 from app.tui import drafts
+from app.tui.errors import guard
 from app.tui.messages import LaunchFailed, RunLaunched
 from app.tui.screens.confirm import ConfirmDialog, FieldSpec, FormDialog
 from app.tui.widgets.command_preview import CommandPreview, format_argv
@@ -283,8 +284,9 @@ class EditScreen(Screen[None]):
         self._revalidate()
 
     def _revalidate(self) -> None:
-        self.report = check(self.config)
-        self._apply_report()
+        with guard(self, "validating the config"):
+            self.report = check(self.config)
+            self._apply_report()
         self._schedule_draft()
 
     def _apply_report(self) -> None:

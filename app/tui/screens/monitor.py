@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
+from app.tui.errors import guard
 from app.tui.messages import EventsArrived, RunStatusRead, TailEnded
 from app.tui.state import TERMINAL_STATES, RunState
 from app.tui.widgets.log_tail import LogTail
@@ -225,17 +226,19 @@ class MonitorScreen(Screen[None]):
     @on(EventsArrived)
     def _events_arrived(self, message: EventsArrived) -> None:
         try:
-            changed = self.state.apply(message.events)
-            for warning in message.warnings:
-                self.notify(warning, severity="warning", timeout=6)
-            self._refresh_all(changed)
+            with guard(self, "showing new run events"):
+                changed = self.state.apply(message.events)
+                for warning in message.warnings:
+                    self.notify(warning, severity="warning", timeout=6)
+                self._refresh_all(changed)
         finally:
             self.batch_applied.set()  # the worker may post the next batch (bounded memory)
 
     @on(RunStatusRead)
     def _status_read(self, message: RunStatusRead) -> None:
-        self.state.apply_status(message.status)
-        self._refresh_all({"status"})
+        with guard(self, "reading status.json"):
+            self.state.apply_status(message.status)
+            self._refresh_all({"status"})
 
     @on(TailEnded)
     def _tail_ended(self, message: TailEnded) -> None:
