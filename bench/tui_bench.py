@@ -4,8 +4,8 @@
     .venv/bin/python bench/tui_bench.py --only lag --seconds 10
 
 Each figure is printed next to its goal as a ratio (< 1.0 meets the goal).
-- paint: a fresh `python` process, from process creation (psutil create_time) until the
-  preset picker's first frame has been composited (headless driver: no terminal I/O).
+- paint: a fresh `python` process, from just before it is spawned until the preset
+  picker's first frame has been composited (headless driver: no terminal I/O).
 - lag: a writer thread appends events to a running run's events.jsonl at --rate events/s;
   each event's `ts` is its write time, and lag = when the monitor finished applying it to
   RunState *and* redrawing the widgets, minus that ts.
@@ -59,8 +59,8 @@ def _env(tmp: Path) -> dict[str, str]:
 # ---- time to first paint ---------------------------------------------------------------------
 
 PAINT_CHILD = """
-import time, psutil
-start = psutil.Process().create_time()
+import sys, time, psutil
+start = float(sys.argv[1])  # the parent's clock just before it started this process
 from app.tui.app import PPODeckApp
 from app.tui.screens.presets import PresetPickerScreen
 
@@ -81,8 +81,10 @@ def bench_paint(runs: int) -> None:
         env = _env(Path(tmp))
         times, cpu = [], []
         for _ in range(runs):
-            out = subprocess.run([sys.executable, "-c", PAINT_CHILD], env=env, cwd=REPO,
-                                 capture_output=True, text=True, timeout=120)
+            # psutil's create_time is only as exact as the kernel's boot time (whole seconds):
+            # the parent's clock right before the spawn is the honest process start.
+            out = subprocess.run([sys.executable, "-c", PAINT_CHILD, repr(time.time())],
+                                 env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
             if out.returncode != 0:
                 raise SystemExit(f"paint child failed:\n{out.stderr[-2000:]}")
             wall, cpu_s = out.stdout.strip().splitlines()[-1].split()

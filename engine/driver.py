@@ -170,6 +170,7 @@ def run(rundir: RunDir) -> int:
     roles = None
     try:
         args = load_args(rundir)
+        tm.status("running", num_rollout=args["num_rollout"])  # replays need N without status.json
         from engine.roles import start_roles
 
         roles, start_rollout_id = start_roles(args, tm)

@@ -118,5 +118,5 @@ class Telemetry:
     def log(self, level: str, msg: str, source: str = "driver") -> None:
         self.writer.emit("log", level=level, source=source, msg=msg)
 
-    def status(self, state: str, detail: str = "") -> None:
-        self.writer.emit("status", state=state, detail=detail)
+    def status(self, state: str, detail: str = "", **fields: Any) -> None:
+        self.writer.emit("status", state=state, detail=detail, **fields)

@@ -19,7 +19,7 @@ from app.tui.messages import PresetChosen, RunChosen, RunLaunched
 
 
 class PPODeckApp(App[None]):
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses elsewhere work too
     TITLE = "PPO Deck"
     COMMANDS = App.COMMANDS | {DeckCommands}
     BINDINGS = [

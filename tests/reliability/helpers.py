@@ -134,7 +134,7 @@ class TreeWatch:
             return
         for proc in tree:
             try:
-                self.seen.setdefault(proc.pid, proc.name())
+                self.seen[proc.pid] = proc.name()  # Ray renames workers once they start
             except psutil.Error:
                 continue
         pids = set(self.seen)

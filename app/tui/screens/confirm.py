@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import RenderableType
@@ -62,8 +63,8 @@ class FormDialog(ModalScreen[dict[str, str] | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, title: str, fields: tuple[FieldSpec, ...], confirm_label: str,
-                 note: str = "", validate: object = None, dialog_id: str = "form-dialog"
-                 ) -> None:
+                 note: str = "", validate: Callable[[dict[str, str]], str] | None = None,
+                 dialog_id: str = "form-dialog") -> None:
         super().__init__(id=dialog_id)
         self.title_text = title
         self.fields = fields
@@ -92,7 +93,7 @@ class FormDialog(ModalScreen[dict[str, str] | None]):
     @on(Button.Pressed, "#confirm")
     def action_confirm(self) -> None:
         values = self.values()
-        reason = self.validate(values) if callable(self.validate) else ""
+        reason = self.validate(values) if self.validate is not None else ""
         if reason:
             self.query_one("#dialog-error", Static).update(reason)
             return

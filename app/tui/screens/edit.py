@@ -100,6 +100,12 @@ def masked_argv(config: RunConfig) -> list[str]:
                 for i, token in enumerate(argv)]
 
 
+def _parse_issue(dest: str, message: str) -> PanelIssue:
+    """A field whose text does not parse: an error like any other, until it is fixed."""
+    return PanelIssue("error", "parse", (BY_DEST[dest].name,), message,
+                      "type a valid value, or clear the field to unset it")
+
+
 def _field_issue(issues: list[Any]) -> FieldIssue | None:
     if not issues:
         return None
@@ -135,6 +141,7 @@ class EditScreen(Screen[None]):
         self._draft_dirty = False
         self._groups_cache: list[FlagGroup] = []
         self._search_timer: Timer | None = None
+        self._issues_cache: tuple[Any, dict[str, list[Any]]] = (None, {})
 
     # ---- layout -------------------------------------------------------------------------------
 
@@ -235,6 +242,10 @@ class EditScreen(Screen[None]):
         return out
 
     def _issues_by_dest(self) -> dict[str, list[Any]]:
+        """Issues per flag dest (cached per report: a group opening asks once per field)."""
+        key = (self.report, tuple(self.parse_errors.items()))
+        if self._issues_cache[0] == key:
+            return self._issues_cache[1]
         by_dest: dict[str, list[Any]] = {}
         for issue in self.report.issues:
             for name in issue.flags:
@@ -242,14 +253,12 @@ class EditScreen(Screen[None]):
                 if flag is not None:
                     by_dest.setdefault(flag.dest, []).append(issue)
         for dest, message in self.parse_errors.items():
-            by_dest[dest] = [PanelIssue("error", "parse", (BY_DEST[dest].name,), message,
-                                        "type a valid value, or clear the field to unset it")]
+            by_dest[dest] = [_parse_issue(dest, message)]
+        self._issues_cache = (key, by_dest)
         return by_dest
 
     def panel_issues(self) -> list[PanelIssue]:
-        parse = [PanelIssue("error", "parse", (BY_DEST[d].name,), msg,
-                            "type a valid value, or clear the field to unset it")
-                 for d, msg in self.parse_errors.items()]
+        parse = [_parse_issue(dest, message) for dest, message in self.parse_errors.items()]
         return parse + [PanelIssue(i.level, i.code, tuple(i.flags), i.message, i.fix)
                         for i in self.report.issues]
 
@@ -314,13 +323,16 @@ class EditScreen(Screen[None]):
         summary = (f"[b]{self.preset_name}[/b]  ● {changed} changed  "
                    f"[red]✖ {counts['error']}[/]  [yellow]⚠ {counts['warning']}[/]  "
                    f"ℹ {counts['info']}")
-        self.query_one("#edit-summary", Static).update(summary)
+        # one line of fixed size: repaint it without laying out the whole screen again
+        self.query_one("#edit-summary", Static).update(summary, layout=False)
         launch = self.query_one("#launch", Button)
         launch.disabled = self.error_count > 0
         launch.tooltip = (f"fix {self.error_count} error(s) first" if launch.disabled
                           else "launch this config")
-        tabs = self.query_one(ViewTabs)
-        tabs.get_tab("issues").label = f"Issues ✖{counts['error']} ⚠{counts['warning']}"
+        label = f"Issues ✖{counts['error']} ⚠{counts['warning']}"
+        tab = self.query_one(ViewTabs).get_tab("issues")
+        if str(tab.label) != label:
+            tab.label = label
 
     def masked_argv(self) -> list[str]:
         return masked_argv(self.config)

@@ -45,8 +45,18 @@ def _hardware(preset: Preset) -> str:
 
 
 def _gpus(preset: Preset) -> str:
+    """GPUs the preset declares it needs, else what its config derives (placement bundles)."""
     gpus = preset.provenance.get("gpus")
-    return "?" if gpus is None else str(gpus)
+    if gpus is not None or preset.error:
+        return "?" if gpus is None else str(gpus)
+    from engine.config import derive
+    from engine.presets import resolve_preset
+
+    try:
+        needed = derive(resolve_preset(preset)).gpus_needed
+    except Exception:  # a broken extends chain shows in the preview, not here
+        return "?"
+    return "?" if needed is None else str(needed)
 
 
 def preview(preset: Preset) -> Text:

@@ -34,8 +34,11 @@ class CommandPreview(Static):
     def show(self, argv: list[str]) -> None:
         if argv == self.argv:
             return
+        flags_before = sum(t.startswith("--") for t in self.argv)
         self.argv = list(argv)
-        self.update(format_argv(self.argv))
+        # one line per flag: only a flag added or removed changes the height (a new layout)
+        self.update(format_argv(self.argv),
+                    layout=sum(t.startswith("--") for t in self.argv) != flags_before)
 
     @property
     def command_line(self) -> str:

@@ -43,8 +43,12 @@ class DerivedPanel(Static):
     def show(self, derived: Derived) -> None:
         if derived == self.derived:
             return
+        # the rows are fixed; the height changes only the first time and when the memory
+        # table appears or goes (model shape completed or broken)
+        relayout = self.derived is None or (
+            bool(self.derived.memory_gib) != bool(derived.memory_gib))
         self.derived = derived
-        self.update(Group(self._numbers(derived), self._memory(derived)))
+        self.update(Group(self._numbers(derived), self._memory(derived)), layout=relayout)
 
     @staticmethod
     def _numbers(derived: Derived) -> Table:

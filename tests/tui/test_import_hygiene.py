@@ -1,0 +1,19 @@
+"""The TUI stays light: importing every TUI module pulls in no training stack."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("torch", "ray", "megatron", "transformers", "datasets", "sglang")
+MODULES = ("app.tui.app", "app.tui.screens.edit", "app.tui.screens.monitor",
+           "app.tui.screens.presets", "app.tui.screens.runs", "app.tui.screens.help",
+           "app.tui.commands", "app.tui.state")
+
+
+def test_tui_imports_no_heavy_module() -> None:
+    code = (f"import importlib, sys\nfor m in {MODULES!r}: importlib.import_module(m)\n"
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
