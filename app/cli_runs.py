@@ -316,14 +316,16 @@ class RunProgress:
             self.rollout_id = event["rollout_id"]
         kind = event["kind"]
         if kind == "metrics":
-            metrics = event.get("metrics") or {}
-            self.reward = metrics.get(REWARD, self.reward)
-            self.value_loss = metrics.get(VALUE_LOSS, self.value_loss)
+            metrics = event.get("metrics")
+            if isinstance(metrics, dict):  # a malformed event must not stop the view
+                self.reward = metrics.get(REWARD, self.reward)
+                self.value_loss = metrics.get(VALUE_LOSS, self.value_loss)
         elif kind == "phase":
-            started = event.get("state") == "start"
-            self.phase = event.get("name", "?") if started else f"{event.get('name', '?')} done"
+            name = str(event.get("name", "?"))
+            self.phase = name if event.get("state") == "start" else f"{name} done"
         elif kind == "status":
-            self.state, self.detail = event.get("state", self.state), event.get("detail", "")
+            self.state = str(event.get("state", self.state))
+            self.detail = str(event.get("detail", ""))
 
     def rollout_text(self) -> str:
         return _rollout(self.rollout_id, self.num_rollout)
@@ -604,12 +606,24 @@ def _finished(rundir: RunDir) -> bool:
     return ended_long_ago or not driver_alive(rundir, status)
 
 
+_MALFORMED = (AttributeError, TypeError, ValueError, KeyError, OverflowError, OSError)
+
+
 def format_event(event: dict[str, Any]) -> str:
-    """One human-readable line per event."""
-    clock = time.strftime("%H:%M:%S", time.localtime(event.get("ts") or 0))
+    """One human-readable line per event; fields of the wrong type are shown raw."""
     kind = event["kind"]
-    body = _FORMATTERS.get(kind, _format_other)(event)
-    return f"{clock} {kind:<8} {body}"
+    try:
+        body = _FORMATTERS.get(kind, _format_other)(event)
+    except _MALFORMED:  # e.g. "metrics": 3 from a foreign writer: show it, do not crash tail
+        body = _format_other(event)
+    return f"{_clock_of(event.get('ts'))} {kind:<8} {body}"
+
+
+def _clock_of(ts: Any) -> str:
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(ts or 0))
+    except _MALFORMED:  # not a number, or out of the platform's time range
+        return "--:--:--"
 
 
 def _format_metrics(e: dict[str, Any]) -> str:

@@ -15,8 +15,8 @@ Never exercised against the real thing, so first suspects when it meets one:
      for CUDA tensors, base64 for JSON) - this only works on the same host.
   4. `release_memory_occupation` / `resume_memory_occupation` need `enable_memory_saver=True`
      (and the torch_memory_saver package) at engine start.
-  5. Engines as Ray actors with 0.2 GPU when colocated (miles' layout): the rollout manager
-     must then hold no GPU share itself (engine/roles.py gives it one today).
+  5. Engines as Ray actors with 0.2 GPU when colocated (miles' layout); the rollout manager
+     then holds no GPU share itself (engine/roles.py: `uses_sglang`).
   6. The NCCL weight broadcast (`DistributedWeightSync`) against SGLang's receiving side.
 
 Log-probs: SGLang returns log-probs of the sampling distribution after temperature (before

@@ -29,9 +29,9 @@ FINAL = ("succeeded", "failed", "stopped", "lost")
 
 
 def cli_env(runs_dir: Path, **extra: str) -> dict[str, str]:
-    env = {**os.environ, **REAL_ENV, "PPODECK_RUNS_DIR": str(runs_dir), **extra}
-    env.pop("PPODECK_DRIVER_MODULE", None)
-    return env
+    env = {**os.environ, **REAL_ENV, "PPODECK_RUNS_DIR": str(runs_dir)}
+    env.pop("PPODECK_DRIVER_MODULE", None)  # the real driver unless a test says otherwise
+    return {**env, **extra}
 
 
 def ppodeck(args: list[str], env: dict[str, str], timeout: float = 60,
