@@ -191,6 +191,7 @@ def run(rundir: RunDir) -> int:
         from engine.roles import stop_roles
 
         stop_roles(roles)
+        tm.close()
         writer.close()
         if writer.error:
             write_status(rundir, state="failed",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psutil
@@ -77,6 +78,8 @@ class Telemetry:
         self.root_pid = root_pid
         # device index -> bytes reserved by torch in our workers; set once workers exist
         self.torch_reserved = torch_reserved
+        # walking the process tree for RSS costs ~2 ms: do it off the driver's critical path
+        self._sampler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rss-sampler")
 
     @contextlib.contextmanager
     def phase(self, name: str, rollout_id: int | None) -> Iterator[None]:
@@ -96,8 +99,15 @@ class Telemetry:
                 torch_bytes = reserved.get(device["uuid"], reserved.get(device["index"], 0))
                 device["torch_reserved_bytes"] = torch_bytes
                 device["non_torch_bytes"] = max(0, device["used_bytes"] - torch_bytes)
-        self.writer.emit("gpu", label=label, devices=devices or [],
+        self._sampler.submit(self._emit_memory, label, devices or [])
+
+    def _emit_memory(self, label: str, devices: list[dict[str, Any]]) -> None:
+        self.writer.emit("gpu", label=label, devices=devices,
                          rss_bytes=process_tree_rss(self.root_pid))
+
+    def close(self) -> None:
+        """Finish pending memory samples; call before closing the writer."""
+        self._sampler.shutdown(wait=True)
 
     def offload(self, model: str, direction: str, report: dict[str, Any]) -> None:
         seconds = float(report.get("seconds", 0.0))
