@@ -43,5 +43,6 @@ def phase_starts(events: list[dict[str, Any]]) -> list[tuple[int | None, str]]:
 
 
 def driver_log_tail(rundir: RunDir, lines: int = 60) -> str:
-    path = rundir.driver_log
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+    if not rundir.driver_log.exists():
+        return ""
+    return "\n".join(rundir.driver_log.read_text(errors="replace").splitlines()[-lines:])
