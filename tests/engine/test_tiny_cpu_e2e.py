@@ -66,3 +66,27 @@ def test_offload_moves_are_reported_per_phase(tiny_run):
     assert {("critic", "onload"), ("critic", "offload"), ("actor", "onload"),
             ("actor", "offload")} <= models
     assert all(e["noop"] and e["bytes"] > 0 for e in offloads if e["model"] != "rollout")
+
+
+def first_losses(events) -> dict[str, float]:
+    """Critic value losses of rollouts 0-1 and actor pg losses of rollout 1, by step."""
+    out = {}
+    for e in events:
+        if e["kind"] == "metrics" and e["step_key"] == "train/step" and e["rollout_id"] <= 1:
+            for name in ("train/critic-value_loss", "train/pg_loss"):
+                if name in e["metrics"]:
+                    out[f"{name}@{e['step']}"] = e["metrics"][name]
+    return out
+
+
+def test_two_pipeline_stages_through_ray_match_one_rank(tiny_run, tmp_path):
+    """PP=2 over gloo, value head on the last stage only: the same losses as one rank."""
+    rundir, status, events = run_preset(
+        tmp_path, "tiny-cpu", timeout=240, num_rollout=2, actor_num_gpus_per_node=2,
+        num_gpus_per_node=2, pipeline_model_parallel_size=2)
+    assert status["state"] == "succeeded", driver_log_tail(rundir)
+    expected = first_losses(tiny_run[2])
+    got = first_losses(events)
+    assert got.keys() == expected.keys() and len(got) >= 8
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key

@@ -40,6 +40,12 @@ def _isolated(isolated_config: Path) -> None:
     """No user/team presets; PPODECK_HOME and the crash log under tmp."""
 
 
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One directory for all examples: a fresh numbered dir per example is O(n^2) in pytest."""
+    return tmp_path_factory.mktemp("fuzz")
+
+
 # ---------------------------------------------------------------------------- event lines
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
@@ -103,15 +109,15 @@ def read_events_of(data: bytes, tmp: Path) -> list[dict]:
 
 @QUICK
 @given(st.lists(event_lines, max_size=12))
-def test_event_lines(tmp_path_factory: pytest.TempPathFactory, lines: list[bytes]) -> None:
-    _check_event_lines(lines, tmp_path_factory.mktemp("ev"))
+def test_event_lines(scratch: Path, lines: list[bytes]) -> None:
+    _check_event_lines(lines, scratch)
 
 
 @pytest.mark.slow
 @SLOW
 @given(st.lists(event_lines, max_size=12))
-def test_event_lines_slow(tmp_path_factory: pytest.TempPathFactory, lines: list[bytes]) -> None:
-    _check_event_lines(lines, tmp_path_factory.mktemp("ev"))
+def test_event_lines_slow(scratch: Path, lines: list[bytes]) -> None:
+    _check_event_lines(lines, scratch)
 
 
 # ------------------------------------------------------------- the CLI on generated input
@@ -146,15 +152,15 @@ def _encodable(text: str) -> bool:
 
 @QUICK
 @given(preset_texts())
-def test_preset_files_through_the_cli(tmp_path_factory, text: str) -> None:
-    _validate_preset_file(text, tmp_path_factory.mktemp("toml"))
+def test_preset_files_through_the_cli(scratch: Path, text: str) -> None:
+    _validate_preset_file(text, scratch)
 
 
 @pytest.mark.slow
 @SLOW
 @given(preset_texts())
-def test_preset_files_through_the_cli_slow(tmp_path_factory, text: str) -> None:
-    _validate_preset_file(text, tmp_path_factory.mktemp("toml"))
+def test_preset_files_through_the_cli_slow(scratch: Path, text: str) -> None:
+    _validate_preset_file(text, scratch)
 
 
 def _validate_sets(items: list[str]) -> None:
