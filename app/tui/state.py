@@ -281,8 +281,7 @@ class RunState:
                     gbps=None if event.get("gbps") is None else _num(event.get("gbps")),
                     noop=bool(event.get("noop", False)), ts=_num(event.get("ts")))
         self.where[move.model] = move.where
-        if move.noop:
-            return  # a no-op move says where the model is, but no transfer to report
+        # a no-op (CPU run) is still shown, as a no-op with the bytes that would have moved
         target = self.last_offload if move.direction == "offload" else self.last_onload
         target[move.model] = move
         self.last_move = move

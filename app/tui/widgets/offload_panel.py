@@ -18,6 +18,8 @@ WHERE_STYLE = {"gpu": "bold green", "cpu": "bold yellow"}
 def _move_cell(move: Move | None) -> str:
     if move is None:
         return "-"
+    if move.noop:
+        return f"no-op ({fmt.gb(move.bytes)} stay put)"
     rate = "" if move.gbps is None else f" {move.gbps:.1f} GB/s"
     return f"{fmt.gb(move.bytes)} {fmt.seconds(move.seconds)}{rate}"
 
