@@ -218,35 +218,14 @@ def _confirm_code_flags(config: RunConfig, yes: bool, trust: bool) -> None:
         _fail("not launched: the code above was not allowed.", EXIT_INVALID)
 
 
-# Path flags the run reads before its first step. Missing ones are warnings for `validate`
-# (the files may not be prepared yet) but stop `run`: failing after Ray and the models came up
-# costs minutes and leaves a failed run behind.
-_INPUT_PATHS = ("hf_checkpoint", "ref_load", "prompt_data", "eval_prompt_data",
-                "sglang_config", "ci_load_grad_norm")
-_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".arrow")
-
-
 def _check_inputs_or_exit(config: RunConfig) -> None:
-    from engine.config import BY_DEST, resolve
+    from engine.launch import missing_inputs
 
-    resolved = resolve(config)
-    missing = [f"{BY_DEST[dest].name} {resolved[dest]}: no such file or directory"
-               for dest in _INPUT_PATHS if _missing_local_path(resolved, dest)]
+    missing = missing_inputs(config)
     if missing:
         _fail("missing inputs; nothing was launched:\n  " + "\n  ".join(missing)
               + "\nFix: correct the path, or run `ppodeck prepare` for this preset.",
               EXIT_INVALID)
-
-
-def _missing_local_path(resolved: dict[str, Any], dest: str) -> bool:
-    value = resolved.get(dest)
-    if not isinstance(value, str) or not value or "${" in value:
-        return False  # unset, or a variable resolved only in the driver (${RUN_DIR})
-    if dest == "prompt_data" and resolved.get("synthetic_task"):
-        return False  # ignored: the built-in task replaces the data (a warning says so)
-    # Hub ids ("Qwen/Qwen3-4B", "org/dataset") are allowed: only paths that look local count
-    local = value.startswith(("/", "./", "../", "~")) or value.endswith(_DATA_SUFFIXES)
-    return local and not Path(value).expanduser().exists()
 
 
 def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunDir]:

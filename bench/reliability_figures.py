@@ -64,13 +64,13 @@ def report(rows: list[tuple[str, str, float]], figures: dict) -> str:
     if resume:
         lines.append(
             f"Resume after SIGKILL: save every {resume['save_interval_rollouts']} rollouts; "
-            f"killed during rollout {resume['rollouts_done_before_kill']}; resumed at rollout "
-            f"{resume['resumed_at_rollout']}: lost {resume['rollouts_lost']} finished "
+            f"{resume['rollouts_done_before_kill']} rollouts done when SIGKILLed; resumed at "
+            f"rollout {resume['resumed_at_rollout']}: lost {resume['rollouts_lost']} finished "
             f"rollout(s) = {resume['optimizer_steps_lost']} optimizer steps (bound: fewer "
             f"than {resume['save_interval_rollouts']} rollouts); status recorded "
             f"{resume['kill_to_status_recorded_s']} s after the kill")
     if "worker_death_to_failed_status_s" in figures:
-        lines.append(f"Dead critic rank -> run failed, workers stopped: "
+        lines.append(f"Dead critic rank (SIGKILL) -> failed status naming it: "
                      f"{figures['worker_death_to_failed_status_s']} s")
     return "\n".join(lines)
 

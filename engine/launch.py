@@ -194,6 +194,34 @@ def code_to_run(config: RunConfig) -> list[tuple[str, str]]:
     return named
 
 
+# Path flags the run reads before its first step. Missing ones are warnings for `validate`
+# (the files may not be prepared yet) but must stop a launch: failing after Ray and the models
+# came up costs minutes and leaves a failed run behind.
+_INPUT_PATHS = ("hf_checkpoint", "ref_load", "prompt_data", "eval_prompt_data",
+                "sglang_config", "ci_load_grad_norm")
+_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".arrow")
+
+
+def missing_inputs(config: RunConfig) -> list[str]:
+    """One sentence per input path that does not exist ("--hf-checkpoint /x: no such ...")."""
+    from engine.config import BY_DEST, resolve
+
+    resolved = resolve(config)
+    return [f"{BY_DEST[dest].name} {resolved[dest]}: no such file or directory"
+            for dest in _INPUT_PATHS if _missing_local_path(resolved, dest)]
+
+
+def _missing_local_path(resolved: Mapping[str, Any], dest: str) -> bool:
+    value = resolved.get(dest)
+    if not isinstance(value, str) or not value or "${" in value:
+        return False  # unset, or a variable resolved only in the driver (${RUN_DIR})
+    if dest == "prompt_data" and resolved.get("synthetic_task"):
+        return False  # ignored: the built-in task replaces the data (a warning says so)
+    # Hub ids ("Qwen/Qwen3-4B", "org/dataset") are allowed: only paths that look local count
+    local = value.startswith(("/", "./", "../", "~")) or value.endswith(_DATA_SUFFIXES)
+    return local and not Path(value).expanduser().exists()
+
+
 def command_line(config: RunConfig) -> str:
     """The miles-style argv as one shell-quoted line, secret values masked."""
     from engine.config import to_argv

@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
+from engine.config.pypi_files import is_pypi_path, missing_message
+
 TRACKER = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
 SOURCES_KEY = "sources"  # the sub-table of [provenance]
@@ -202,6 +204,9 @@ def missing_inputs(args: Mapping[str, Any] | Any) -> list[str]:  # noqa: ANN401
     for dest, path in _wanted(args):
         if _present(dest, path):
             continue
+        if is_pypi_path(str(path)):
+            out.append(missing_message(str(path), _flag_name(dest)))
+            continue
         what = {"hf_checkpoint": "no HF checkpoint (config.json + weights)",
                 "ref_load": f"no torch_dist checkpoint ({TRACKER} missing)",
                 "prompt_data": "no such file"}[dest]
@@ -238,6 +243,9 @@ def _download_step(dest: str, path: Path, source: HubSource | None,
     if _present(dest, path):
         return [Step("download", dest, path, path, source.repo_id if source else str(path),
                      source.repo_type if source else None, done=True, detail="present")]
+    if source is None and is_pypi_path(str(path)):
+        problems.append(missing_message(str(path), _flag_name(dest)))  # pip, not the hub
+        return []
     if source is None:
         name = _flag_name(dest)[2:]
         problems.append(f"--{name} {path} is missing and the preset names no hub repo for it. "

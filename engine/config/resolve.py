@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from engine.config.model import RunConfig, value_error
+from engine.config.pypi_files import expand_pypi, is_pypi_path
 from engine.config.schema import BY_DEST, DEFAULTS, PATH_DESTS
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -25,7 +26,10 @@ def ppodeck_home() -> str:
 
 def expand_path(path: str, run_dir: str | None = None) -> str:
     """Expand ${RUN_DIR} (when the run directory is known), ${PPODECK_HOME} (defaulting to
-    ~/.cache/ppodeck), other $VARS from the environment, and a leading ~."""
+    ~/.cache/ppodeck), other $VARS from the environment, and a leading ~. A `pypi:` value
+    becomes the installed file it names (engine/config/pypi_files.py), or stays as it is."""
+    if is_pypi_path(path):
+        return expand_pypi(path)
     if "$" in path:
         if run_dir:
             path = path.replace("${RUN_DIR}", run_dir)

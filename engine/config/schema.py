@@ -415,8 +415,10 @@ _PPODECK = (
        own=True),
     _f("--run-dir", "str", None, "ppodeck",
        "Run directory (default runs/<run-id> under $PPODECK_RUNS_DIR).", own=True),
-    _choice("--synthetic-task", ("copy-digit",), None, "ppodeck",
-            "Built-in synthetic task instead of --prompt-data (for tiny CPU runs).", own=True),
+    _choice("--synthetic-task", ("copy-digit", "arithmetic"), None, "ppodeck",
+            "Built-in synthetic task instead of --prompt-data: copy-digit (tiny random "
+            "models), arithmetic (DAPO-Math-style word problems for small pretrained models).",
+            own=True),
     _f("--synthetic-num-prompts", "int", 256, "ppodeck",
        "Prompts generated for --synthetic-task.", own=True),
     _choice("--model-init", ("random",), None, "ppodeck",

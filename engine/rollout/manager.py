@@ -74,7 +74,7 @@ class RolloutManager:
     def _data_paths(self, notes: list[str]) -> tuple[str, str]:
         """(--prompt-data, tokenizer source), preparing --synthetic-task data when set."""
         task = self.args.get("synthetic_task")
-        hf_checkpoint = self.args.get("hf_checkpoint")
+        hf_checkpoint = installed_file(self.args.get("hf_checkpoint"))
         if not task:
             if not self.args.get("prompt_data"):
                 raise ValueError("no prompt data: set --prompt-data (or --synthetic-task)")
@@ -216,6 +216,14 @@ class RolloutManager:
         if self.generator is not None:
             self.generator.shutdown()
             self.generator = None
+
+
+def installed_file(value: Any) -> Any:  # noqa: ANN401
+    """A `pypi:` value that resolve() left unexpanded names a package that is not installed:
+    fail here, at init, with the fix (pip install / make setup), not later in a loader."""
+    from engine.config.pypi_files import is_pypi_path, pypi_file
+
+    return str(pypi_file(value)) if is_pypi_path(value) else value
 
 
 # --------------------------------------------------------------------------------------------

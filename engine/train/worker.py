@@ -74,6 +74,13 @@ class TrainWorker:
         self._ref_weights: dict[str, torch.Tensor] | None = None
         self._own_weights: dict[str, torch.Tensor] | None = None  # parked during a ref forward
         self._offloader: Any = None
+        self._init_notes: list[str] = []  # e.g. the critic's fresh value head, for the events
+        self._bridge: Any = None
+        if args.get("megatron_to_hf_mode") == "bridge":
+            from engine.train.bridge import auto_bridge
+
+            # before anything is built: a missing Megatron-Bridge is a clear error, not a crash
+            self._bridge = auto_bridge(args.get("hf_checkpoint"))
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
@@ -114,7 +121,8 @@ class TrainWorker:
             self.sleep()  # miles: trainers start asleep under --offload-train
         return {"num_params": self._count_params(),
                 "start_rollout_id": int(loaded.get("start_rollout_id", 0)),
-                "loaded_from": loaded.get("path"), "notes": list(loaded.get("notes", []))}
+                "loaded_from": loaded.get("path"),
+                "notes": self._init_notes + list(loaded.get("notes", []))}
 
     def save(self, rollout_id: int, extra: dict[str, Any] | None = None) -> dict:
         """Megatron torch_dist checkpoint of model, optimizer, scheduler and RNG to --save
@@ -181,7 +189,11 @@ class TrainWorker:
     def _init_weights(self, model: torch.nn.Module, config) -> None:  # noqa: ANN001
         """No checkpoint to load: HF weights (--hf-checkpoint) or a seeded random init."""
         s = self.settings
-        if s.model_init != "random" and s.hf_checkpoint:
+        if self._bridge is not None and s.model_init != "random":
+            from engine.train.bridge import load_hf_weights
+
+            load_hf_weights(self._bridge, model, self.role, self._init_notes.append)
+        elif s.model_init != "random" and s.hf_checkpoint:
             self._load_hf(model, s.hf_checkpoint)
         else:
             weights.init_weights(model, config, s.seed, self.role, self._tp_rank, s.tp)
@@ -191,7 +203,7 @@ class TrainWorker:
 
         _, hf_state = load_hf_checkpoint(path)
         full = hf_to_mcore(hf_state, self.shape, arch_for(self.shape), self.role,
-                           te_layout=has_transformer_engine())
+                           te_layout=has_transformer_engine(), notes=self._init_notes.append)
         head = ("output_layer.",) if self.role == "critic" else ()  # the value head stays fresh
         weights.load_full_state_dict(model, full, self._tp_rank, self.settings.tp,
                                      allow_missing=head)
@@ -479,12 +491,21 @@ class TrainWorker:
         """Full HF-named host tensors on global rank 0 (every rank must call), None elsewhere."""
         if self.role != "actor":
             raise ValueError("only the actor's weights convert to HF (the critic has a value head)")
+        if self._bridge is not None:
+            return self._bridge_export()
         state = self.gather_full_state_dict()  # asleep: the state comes back for the gather
         if state is None:
             return None
         from engine.train.convert import arch_for, mcore_to_hf
 
         return mcore_to_hf(state, self.shape, arch_for(self.shape))
+
+    def _bridge_export(self) -> dict[str, torch.Tensor] | None:
+        from engine.train.bridge import export_hf_weights
+
+        with self._awake():
+            hf = export_hf_weights(self._bridge, self.model)
+        return hf if torch.distributed.get_rank() == 0 else None
 
     def gather_full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The TP=1/PP=1 Megatron state dict (global layer numbers) on global rank 0."""
