@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from types import SimpleNamespace
 
 import pytest
@@ -21,27 +20,6 @@ SHAPE = ModelShape(num_layers=2, hidden_size=64, ffn_hidden_size=96, num_attenti
                    num_query_groups=2, kv_channels=16, vocab_size=64, max_sequence_length=64,
                    rotary_base=10000.0, norm_epsilon=1e-6, normalization="RMSNorm",
                    swiglu=True, qk_layernorm=True, add_bias_linear=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def megatron():
-    """One gloo world of size 1 for the module; left as found (other modules may own one)."""
-    import torch.distributed as dist
-
-    from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
-
-    owner = not dist.is_initialized()
-    if owner:
-        init_distributed(0, 1, "127.0.0.1", _free_port(), Parallelism(), seed=1234)
-    yield
-    if owner:
-        shutdown_distributed()
 
 
 def build(monkeypatch: pytest.MonkeyPatch, attention: str) -> torch.nn.Module:

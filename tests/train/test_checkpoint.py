@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.cluster import free_port
 from engine.train.checkpoint import (
     CRITIC_HEAD_NOTE,
     RELEASE,
@@ -32,27 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 SHAPE = ModelShape(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
                    num_query_groups=2, kv_channels=8, vocab_size=64, max_sequence_length=32)
 UNTIED = ModelShape(**{**SHAPE.__dict__, "untie_embeddings": True})
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def megatron():
-    """One gloo world of size 1 for the module; left as found (other modules may own one)."""
-    import torch.distributed as dist
-
-    from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
-
-    owner = not dist.is_initialized()
-    if owner:
-        init_distributed(0, 1, "127.0.0.1", _free_port(), Parallelism(), seed=1234)
-    yield
-    if owner:
-        shutdown_distributed()
 
 
 # ------------------------------------------------------------------------------------------
@@ -179,7 +158,7 @@ def check_resume_in_fresh_process(tmp_path: Path, *, bf16: bool = False) -> None
             "t.resume_child(*sys.argv[2:4], int(sys.argv[4]), sys.argv[5] == '1')")
     proc = subprocess.run(
         [sys.executable, "-c", code, str(Path(__file__).parent), str(tmp_path),
-         str(tmp_path / "expected.pt"), str(_free_port()), str(int(bf16))],
+         str(tmp_path / "expected.pt"), str(free_port()), str(int(bf16))],
         cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(
             filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
         capture_output=True, text=True, timeout=180)
@@ -313,7 +292,7 @@ def test_two_data_parallel_ranks_save_one_checkpoint(tmp_path: Path) -> None:
     """DP=2 with the distributed optimizer: one shared temp dir, rank 0 publishes."""
     import torch.multiprocessing as mp
 
-    mp.spawn(_two_rank_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    mp.spawn(_two_rank_worker, args=(free_port(), str(tmp_path)), nprocs=2)
     assert read_tracker(tmp_path) == "1"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000001", TRACKER]
     shards = sorted(p.name for p in (tmp_path / "iter_0000001").glob("*.distcp"))

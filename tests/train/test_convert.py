@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import zipfile
 from pathlib import Path
 
@@ -22,27 +21,6 @@ from engine.train.convert import (
 from engine.train.model import ModelShape
 
 TOL = 1e-4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def megatron():
-    """One gloo world of size 1 for the module; left as found (other modules may own one)."""
-    import torch.distributed as dist
-
-    from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
-
-    owner = not dist.is_initialized()
-    if owner:
-        init_distributed(0, 1, "127.0.0.1", _free_port(), Parallelism(), seed=1234)
-    yield
-    if owner:
-        shutdown_distributed()
 
 
 def build_mcore(shape: ModelShape, role: str = "actor") -> torch.nn.Module:
