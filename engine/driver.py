@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,6 @@ class Roles:
     critic: Any
     actor: Any
     placement: Any = None
-    extra: list = field(default_factory=list)
 
 
 def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
