@@ -272,17 +272,24 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, top_k: int,
 # --------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------
-_DECODERS: dict[int, StaticDecoder] = {}
+_DECODERS: dict[int, tuple[tuple[int, ...], StaticDecoder]] = {}
+
+
+def storage_key(model: Any) -> tuple[int, ...]:  # noqa: ANN401
+    """Where every parameter's data lives now. `model.to()` (the rollout offload and onload)
+    keeps the Parameter objects but gives them new storage, and a captured CUDA graph still
+    points at the old one: replaying it then reads freed memory."""
+    return tuple(p.data_ptr() for p in model.parameters())
 
 
 def decoder_for(model: Any) -> StaticDecoder:  # noqa: ANN401
-    """One StaticDecoder per model object (it holds the captured graph)."""
-    decoder = _DECODERS.get(id(model))
-    if decoder is None or decoder.embed is not model.model.embed_tokens.weight:
-        decoder = StaticDecoder(model)
+    """One StaticDecoder (and its captured graphs) per model and parameter placement."""
+    key = storage_key(model)
+    cached = _DECODERS.get(id(model))
+    if cached is None or cached[0] != key:
         _DECODERS.clear()
-        _DECODERS[id(model)] = decoder
-    return decoder
+        _DECODERS[id(model)] = (key, StaticDecoder(model))
+    return _DECODERS[id(model)][1]
 
 
 @torch.no_grad()

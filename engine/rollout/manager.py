@@ -9,6 +9,7 @@ batch size (reported, never silent).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -245,6 +246,10 @@ def build_generator(backend: str, shape: Any, arch: str, args: Mapping[str, Any]
         from engine.rollout.hf_backend import HFGenerator
 
         cuda = torch.cuda.is_available()
+        if not cuda:
+            # Ray gives this fractional-CPU actor OMP_NUM_THREADS=1, but the colocated phases
+            # take turns, so generation may use every core (about 2x on 2 cores)
+            torch.set_num_threads(os.cpu_count() or 1)
         dtype = torch.bfloat16 if cuda and args.get("bf16") else torch.float32
         return HFGenerator(shape, arch, device="cuda" if cuda else "cpu", dtype=dtype)
     if backend == "sglang":

@@ -10,9 +10,9 @@ The tokenizer is a real HF tokenizer (WordLevel over a <= 32 word vocabulary, wh
 single-digit pre-tokenization, decoded by joining with spaces), saved with `save_pretrained`
 next to the data, so the ordinary `AutoTokenizer.from_pretrained(dir)` path loads it.
 
-arithmetic (for the smollm2 preset): short word problems in DAPO-Math's jsonl layout (a prompt
-string asking for the final answer in \\boxed{}, the label the number), scored by deepscaler or
-math rewards; the tokenizer there is the model's own.
+arithmetic (the smollm2-135m-cpu preset): single-digit addition word problems in DAPO-Math's
+jsonl layout (prompt = a chat message list with one worked example turn, label = the number),
+scored by the math reward (last \\boxed{} answer); the tokenizer is the model's own.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def prepare_synthetic_task(name: str, out_dir: str | Path, num_prompts: int,
     if num_prompts < 1:
         raise ValueError(f"--synthetic-num-prompts must be >= 1, got {num_prompts}")
     out = Path(out_dir)
-    params = {"task": name, "num_prompts": num_prompts, "seed": seed, "version": 1}
+    # version: bumped when a task's records change, so an old cached directory is rewritten
+    params = {"task": name, "num_prompts": num_prompts, "seed": seed, "version": 2}
     if _already_prepared(out, params):
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -123,28 +124,30 @@ def build_copy_digit_tokenizer():  # noqa: ANN201
 # --------------------------------------------------------------------------------------------
 # arithmetic word problems (DAPO-Math jsonl layout)
 # --------------------------------------------------------------------------------------------
-BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+# Sized for SmolLM2-135M-Instruct on CPU (smollm2-135m-cpu): single-digit addition, and one
+# worked example given as an earlier chat turn, which teaches the answer format (and to end the
+# reply with the end-of-turn token) in ~40 prompt tokens. Base model, 64 samples each: this
+# prompt 14% right at temperature 1.0 (23% at 0.8); two example turns 78% at 0.8 (little left
+# to learn); the example plus an instruction inside one user message ~2%.
 NAMES = ("Ava", "Ben", "Chloe", "Dan", "Emma", "Finn", "Grace", "Hugo", "Iris", "Jack")
 ITEMS = ("apples", "marbles", "books", "stickers", "coins", "pencils", "cards", "shells")
+EXAMPLE_QUESTION = "Dan has 2 cards and gets 3 more. How many cards now?"
+EXAMPLE_ANSWER = "2 + 3 = 5. The answer is \\boxed{5}."
+
+
+def arithmetic_question(name: str, item: str, a: int, b: int) -> str:
+    return f"{name} has {a} {item} and gets {b} more. How many {item} now?"
 
 
 def arithmetic_record(rng: random.Random) -> dict[str, Any]:
+    """A prompt in DAPO-Math's layout: a chat message list (example turn, then the question),
+    the label the answer as a string, metadata the operands."""
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    a, b = rng.randint(2, 50), rng.randint(2, 20)
-    kind = rng.choice(("add", "sub", "mul"))
-    if kind == "add":
-        question = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have?"
-        answer = a + b
-    elif kind == "sub":
-        a = a + b  # keeps the answer positive
-        question = f"{name} has {a} {item} and gives away {b}. How many {item} are left?"
-        answer = a - b
-    else:
-        a = rng.randint(2, 12)
-        question = f"{name} has {a} bags with {b} {item} in each. How many {item} in total?"
-        answer = a * b
-    return {"prompt": f"{question}\n{BOXED_INSTRUCTION}", "label": str(answer),
-            "metadata": {"kind": kind}}
+    a, b = rng.randint(1, 9), rng.randint(1, 9)
+    prompt = [{"role": "user", "content": EXAMPLE_QUESTION},
+              {"role": "assistant", "content": EXAMPLE_ANSWER},
+              {"role": "user", "content": arithmetic_question(name, item, a, b)}]
+    return {"prompt": prompt, "label": str(a + b), "metadata": {"kind": "add", "a": a, "b": b}}
 
 
 def _write_arithmetic(out: Path, num_prompts: int, seed: int) -> None:

@@ -123,3 +123,20 @@ def test_filter_logits_like_transformers() -> None:
 def test_refuses_unknown_models() -> None:
     ok, why = fg.can_use(object())
     assert not ok and "model_type" in why
+
+
+def test_moving_the_model_rebuilds_the_decoder() -> None:
+    """Offload/onload moves parameters to new storage under the same Parameter objects; a
+    decoder (and CUDA graph) captured before must not be reused: on the H200 it read freed
+    memory (illegal memory access at the first rollout after an offload)."""
+    model = tiny_model("qwen3")
+    before = fg.decoder_for(model)
+    assert fg.decoder_for(model) is before  # same placement: the captured graphs are reused
+    weight = model.model.embed_tokens.weight
+    model.to(torch.float64).to(torch.float32)  # like .to("cpu") then .to("cuda"): new storage
+    assert model.model.embed_tokens.weight is weight
+    rebuilt = fg.decoder_for(model)
+    assert rebuilt is not before
+    tokens, _ = fg.fast_generate(model, ROWS, temperature=0.0, top_p=1.0, top_k=-1,
+                                 max_new_tokens=4, eos_token_id=None, pad_token_id=PAD, seed=0)
+    assert tokens == hf_greedy(model, ROWS, 4)

@@ -10,8 +10,8 @@ import pytest
 
 from engine.rollout.rewards import get_reward_fn
 from engine.rollout.synthetic import (
-    BOXED_INSTRUCTION,
     DATA_FILE,
+    EXAMPLE_ANSWER,
     MAX_VOCAB,
     PROMPT_DIGITS,
     TARGET_LEN,
@@ -80,9 +80,13 @@ def test_unknown_task_names_the_flag(tmp_path: Path) -> None:
 def test_arithmetic_records_are_dapo_like_and_correct(tmp_path: Path) -> None:
     rows = read_jsonl(prepare_arithmetic_task(tmp_path, 60, seed=0) / DATA_FILE)
     assert len(rows) == 60
-    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
+    math = get_reward_fn("math")
     for row in rows:
-        assert isinstance(row["prompt"], str) and row["prompt"].endswith(BOXED_INSTRUCTION)
-        a, b = (int(x) for x in re.findall(r"\d+", row["prompt"])[:2])
-        assert row["label"] == str(ops[row["metadata"]["kind"]](a, b))
-    assert {row["metadata"]["kind"] for row in rows} == set(ops)
+        _example, shown, question = row["prompt"]  # a chat message list, as in DAPO-Math
+        assert [m["role"] for m in row["prompt"]] == ["user", "assistant", "user"]
+        assert shown["content"] == EXAMPLE_ANSWER and "\\boxed{5}" in EXAMPLE_ANSWER
+        a, b = (int(x) for x in re.findall(r"\d+", question["content"]))
+        assert (a, b) == (row["metadata"]["a"], row["metadata"]["b"]) and 1 <= a <= 9
+        assert row["label"] == str(a + b)
+        assert math(f"{a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}.", row["label"]) == 1
+    assert len({row["label"] for row in rows}) > 8
