@@ -118,12 +118,18 @@ def logging_rank(outs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def merge_offload_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """Ranks move their shards in parallel: bytes add up, the slowest rank sets the time."""
-    return {
+    merged = {
         "bytes": sum(int(r.get("bytes", 0)) for r in reports),
         "seconds": max((float(r.get("seconds", 0.0)) for r in reports), default=0.0),
         "noop": all(r.get("noop", False) for r in reports),
         "where": reports[0].get("where") if reports else None,
     }
+    for key in ("copy_seconds", "pin_seconds"):
+        if any(r.get(key) is not None for r in reports):
+            merged[key] = max(float(r.get(key) or 0.0) for r in reports)
+    if merged.get("copy_seconds"):
+        merged["gbps"] = merged["bytes"] / merged["copy_seconds"] / 1e9
+    return merged
 
 
 def torch_reserved_by_device(handles: list[TrainHandle]) -> dict[str | int, int]:

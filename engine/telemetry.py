@@ -113,11 +113,17 @@ class Telemetry:
         seconds = float(report.get("seconds", 0.0))
         moved = int(report.get("bytes", 0))
         noop = bool(report.get("noop", False))
-        gbps = None if noop or seconds <= 0 else round(moved / seconds / 1e9, 3)
+        gbps = report.get("gbps")  # the mover's own copy rate, where it measured one
+        if gbps is None and not noop and seconds > 0:
+            gbps = moved / seconds / 1e9
         where = "cpu" if direction == "offload" else "gpu"
+        extra = {key: round(float(report[key]), 6) for key in ("pin_seconds", "copy_seconds")
+                 if report.get(key) is not None}
         self.writer.emit("offload", model=model, direction=direction,
                          where=report.get("where", where), bytes=moved,
-                         seconds=round(seconds, 6), gbps=gbps, noop=noop)
+                         seconds=round(seconds, 6),
+                         gbps=None if gbps is None else round(float(gbps), 3), noop=noop,
+                         **extra)
 
     def metrics(self, step_key: str, step: int, rollout_id: int, metrics: dict[str, float],
                 role: str | None = None) -> None:

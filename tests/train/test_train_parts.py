@@ -151,3 +151,18 @@ def test_storage_offload_frees_and_restores_through_views() -> None:
     held.onload()
     assert held.keep[0].host is host  # host buffers are reused, not re-pinned
     assert torch.equal(moment, torch.full((3,), 7.0))
+
+
+def test_offload_reports_the_copy_rate_apart_from_the_one_time_pinning() -> None:
+    state = torch.ones(1 << 16)
+    held = StorageOffloader.for_tensors([state], [], "cpu")
+    first = held.offload()
+    held.onload()
+    second = held.offload()
+    for report in (first, second):
+        assert report["copy_seconds"] > 0 and report["pin_seconds"] >= 0
+        assert report["seconds"] >= report["copy_seconds"] + report["pin_seconds"]
+        assert report["gbps"] == pytest.approx(report["bytes"] / report["copy_seconds"] / 1e9)
+    assert held.keep[0].host is not None
+    held.onload()
+    assert torch.equal(state, torch.ones(1 << 16))
