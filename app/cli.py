@@ -525,12 +525,23 @@ def presets_new(
     if base is not None:
         _resolve(_load(base))  # fail early on a broken parent
     config = apply_sets(RunConfig(), sets)
+    _refuse_bad_values(config)
     header = f"{name}: {description or 'my preset'}\n\nLaunch: ppodeck run {name}"
     text = config_to_toml(config, name=name, description=description, header_comment=header,
                           extends=base)
     path = user_preset_dir() / f"{name}.toml"
     _write_new(path, text, force)
     typer.echo(str(path))
+
+
+def _refuse_bad_values(config: RunConfig) -> None:
+    """A preset file must load again: values of the wrong type are refused, not written.
+    (A preset may be partial, so only the value errors count here, not missing flags.)"""
+    bad = [i for i in check(config).issues if i.code == "value.bad_type"]
+    if bad:
+        for issue in bad:
+            typer.echo(format_issue(issue), err=True)
+        raise typer.Exit(EXIT_INVALID)
 
 
 @presets_app.command("from-command")

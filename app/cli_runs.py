@@ -128,7 +128,7 @@ def run(
     """Launch a PPO run from a preset and follow its progress.
 
     The config is checked first; any error refuses the launch. Ctrl-C once stops the run after
-    the current phase, twice stops it at once. Closing the terminal after --detach never
+    the current rollout, twice stops it at once. Closing the terminal after --detach never
     stops a run. Exit codes: 0 succeeded, 1 invalid config, 3 run failed, 130 interrupted.
 
     Example:
@@ -424,7 +424,7 @@ def _act_on_interrupts(rundir: RunDir, interrupts: _Interrupts, view: _View) -> 
         force = interrupts.handled > 1
         view.say(stop_run(rundir, force=force))
         view.progress.state = "killed" if force else "stopping"
-        view.progress.note = "" if force else ("stopping after the current phase… "
+        view.progress.note = "" if force else ("stopping after the current rollout… "
                                                "press Ctrl-C again to stop at once")
         if view.live is None and view.progress.note:
             view.say(view.progress.note)  # the live panel shows the note itself
@@ -661,7 +661,7 @@ def stop(
         bool, typer.Option("--force", help="SIGKILL the driver's process group at once.")
     ] = False,
 ) -> None:
-    """Stop a run: after its current phase (SIGINT), or at once with --force (SIGKILL).
+    """Stop a run: after its current rollout (SIGINT), or at once with --force (SIGKILL).
 
     Runs are looked up under $PPODECK_RUNS_DIR (default ./runs).
 

@@ -179,7 +179,7 @@ def run(rundir: RunDir) -> int:
         train(args, roles, tm, stop, start_rollout_id, rundir)
         return finish(rundir, tm, "succeeded", "all rollouts done", 0)
     except (StopRequested, KeyboardInterrupt):
-        how = "at once" if stop.signals > 1 else "after the current phase"
+        how = "at once" if stop.signals > 1 else "after the current rollout"
         return finish(rundir, tm, "stopped", f"stopped by request {how}", 0)
     except Exception as err:  # noqa: BLE001 - the driver must always leave a status
         traceback.print_exc()

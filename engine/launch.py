@@ -296,7 +296,7 @@ def _record_started(rundir: RunDir, pid: int) -> None:
 
 
 def stop_run(rundir: RunDir, force: bool = False) -> str:
-    """SIGINT to the driver's process group (it stops after the current phase), or SIGKILL.
+    """SIGINT to the driver's process group (it stops after the current rollout, the smallest unit that checkpoints consistently), or SIGKILL.
 
     Returns a sentence saying what was done.
     """
@@ -318,13 +318,14 @@ def stop_run(rundir: RunDir, force: bool = False) -> str:
         return f"killed run {rundir.id} (SIGKILL to process group {pgid})"
     update_status(rundir, _mark_stopping)
     return (f"asked run {rundir.id} to stop (SIGINT to process group {pgid}); "
-            "it stops after the current phase")
+            "it stops after the current rollout")
 
 
 def _mark_stopping(status: dict[str, Any]) -> dict[str, Any]:
     if status.get("state") not in ACTIVE_STATES:
         return status  # the driver already wrote its final state: keep it
-    return {**status, "state": "stopping", "detail": "stop requested; finishing the current phase"}
+    return {**status, "state": "stopping",
+            "detail": "stop requested; finishing the current rollout"}
 
 
 def wait_for_exit(popen_or_pid: subprocess.Popen[Any] | int, timeout: float) -> bool:

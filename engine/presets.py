@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import difflib
 import os
-import tempfile
+import secrets
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -446,7 +446,10 @@ def save_preset(path: Path, text: str) -> None:
     """Atomic write: a temp file in the same directory, fsync, then os.replace."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    # os.open with 0o666 keeps the user's umask: team preset dirs stay readable by the team
+    # (mkstemp would force 0600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

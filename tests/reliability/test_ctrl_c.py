@@ -55,7 +55,7 @@ def test_first_ctrl_c_stops_after_the_rollout_and_saves(tmp_path, started) -> No
     assert code == 130, output[-2000:]
     status = helpers.recorded_status(rundir)
     assert status["state"] == "stopped", status
-    assert status["detail"] == "stopped by request after the current phase"
+    assert status["detail"] == "stopped by request after the current rollout"
     assert "press Ctrl-C again to stop at once" in output
     # --save is set: the rollout it stopped after is in a complete checkpoint
     stopped_at = status["rollout_id"]

@@ -66,8 +66,8 @@ def wait(rundir: RunDir, writer: EventWriter) -> int:
         time.sleep(0.02)
     child.kill()  # already gone after a group SIGINT; this covers the deadline
     child.wait()
-    writer.emit("status", state="stopped", detail="stopped by request after the current phase")
-    write_status(rundir, state="stopped", detail="stopped by request after the current phase",
+    writer.emit("status", state="stopped", detail="stopped by request after the current rollout")
+    write_status(rundir, state="stopped", detail="stopped by request after the current rollout",
                  ended=time.time())
     return 0
 

@@ -80,7 +80,7 @@ def test_graceful_stop_reaches_the_whole_group(created_run, fake_driver, monkeyp
         assert popen.poll() is None
         time.sleep(0.01)
     said = stop_run(created_run)
-    assert "SIGINT" in said and "after the current phase" in said
+    assert "SIGINT" in said and "after the current rollout" in said
     assert wait_for_exit(popen, 20) and popen.returncode == 0
     assert read_status(created_run)["state"] == "stopped"
     assert group_gone(popen.pid)

@@ -137,7 +137,7 @@ class MonitorScreen(Screen[None]):
         from app.tui.screens.confirm import ConfirmDialog
 
         body = (f"Send SIGINT to the driver of {self.run_dir.name}? It stops after the "
-                "current phase; checkpoints already written are kept.")
+                "current rollout; checkpoints already written are kept.")
         self.app.push_screen(ConfirmDialog("Stop run", body, "Stop run", "error",
                                            dialog_id="confirm-stop"), self._stop_confirmed)
 

@@ -138,7 +138,7 @@ class RunsScreen(Screen[None]):
         if run is None:
             return
         body = (f"Send SIGINT to the driver of {run.id} ({run.state})? It stops after the "
-                "current phase; checkpoints already written are kept.")
+                "current rollout; checkpoints already written are kept.")
         self.app.push_screen(ConfirmDialog("Stop run", body, "Stop run", "error",
                                            dialog_id="confirm-stop"),
                              lambda ok: self._stop_confirmed(run) if ok else None)
