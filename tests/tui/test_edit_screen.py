@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.widgets import Button, Input, Select
+from textual.widgets import Button, Input, Select, Static
 
 from app.tui import drafts
 from app.tui.app import PPODeckApp
@@ -269,3 +269,27 @@ async def test_launch_confirms_argv_and_run_dir_then_starts_the_driver(
         await wait_until(pilot, lambda: type(app.screen).__name__ == "MonitorScreen")
         assert len(started) == 1 and (started[0] / "config.toml").is_file()
         assert app.screen.run_dir == started[0]
+
+
+
+async def test_launch_lists_the_code_a_config_would_run_in_the_confirm_dialog() -> None:
+    app = PPODeckApp(preset="tui-ppo")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        screen.config = screen.config.with_values(custom_rm_path="team.rewards:score")
+        screen.action_launch()
+        await wait_until(pilot, lambda: bool(app.screen.query("#dialog-text")))
+        text = str(app.screen.query_one("#dialog-text", Static).render())
+        assert "will execute code" in text and "--custom-rm-path team.rewards:score" in text
+
+
+async def test_launch_refuses_missing_inputs_before_anything_starts() -> None:
+    app = PPODeckApp(preset="tui-ppo")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        screen.config = screen.config.with_values(prompt_data="/nope/data.jsonl",
+                                                  synthetic_task=None)
+        screen.action_launch()
+        await pilot.pause()
+        assert app.screen is screen  # no confirm dialog, nothing prepared or started
+        assert any("/nope/data.jsonl" in str(n.message) for n in app._notifications)

@@ -541,11 +541,22 @@ class EditScreen(Screen[None]):
             return
         from rich.text import Text
 
+        from engine.launch import code_to_run, missing_inputs
         from engine.rundir import runs_root
 
+        missing = missing_inputs(self.config)
+        if missing:  # refused before anything starts, as `ppodeck run` does
+            self.notify("\n".join(missing) + f"\nFix: correct the path, or run `ppodeck "
+                        f"prepare {self.preset_name}`.", title="inputs missing",
+                        severity="error", timeout=12)
+            return
         where = runs_root().resolve() / f"<YYmmdd-HHMMSS>-{self.preset_name}-<hex4>"
         body = Text.assemble(("Run directory (created on confirm)\n", "bold"), f"{where}\n\n",
                              ("Command\n", "bold"), format_argv(self.masked_argv()))
+        code = code_to_run(self.config)
+        if code:  # confirming is the explicit consent to run it
+            body.append("\n\nThis run will execute code named by the config:\n", "bold red")
+            body.append("\n".join(f"  {flag} {value}" for flag, value in code))
         self.app.push_screen(ConfirmDialog("Launch run", body, "Launch", "success",
                                            dialog_id="confirm-launch"), self._launch_confirmed)
 
