@@ -106,6 +106,13 @@ def _resolve(preset: Preset) -> RunConfig:
         _fail(str(exc), EXIT_INVALID)
 
 
+def preset_config(name: str, sets: list[str] | None) -> tuple[RunConfig, Preset]:
+    """A preset's resolved config with --set applied, and the preset: one reading for
+    `validate`, `run` and `prepare` (an unknown preset exits 2, a broken one 1)."""
+    preset = _load(name)
+    return apply_sets(_resolve(preset), sets), preset
+
+
 def _read_text(source: str) -> str:
     if source == "-":
         return sys.stdin.read()

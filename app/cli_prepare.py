@@ -90,18 +90,10 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def _load(preset: str, sets: list[str] | None) -> tuple[Any, Any]:
-    """(RunConfig with --set applied, the Preset); usage errors exit 2 like `run`."""
-    from app.cli import apply_sets
-    from engine.presets import PresetError, UnknownPresetError, load_preset, resolve_preset
+    """(RunConfig with --set applied, the Preset), read exactly as `run` reads them."""
+    from app.cli import preset_config
 
-    try:
-        loaded = load_preset(preset)
-        config = resolve_preset(loaded)
-    except UnknownPresetError as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except PresetError as exc:
-        _fail(str(exc), EXIT_FAILED)
-    return apply_sets(config, sets), loaded
+    return preset_config(preset, sets)
 
 
 def _sources(loaded: Any) -> dict[str, Any]:  # noqa: ANN401

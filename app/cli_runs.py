@@ -169,19 +169,12 @@ def run(
 def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
     """The preset's config with --set applied, its name, and whether it is built in.
 
-    --set is parsed by app.cli, so `run` and `validate` read overrides the same way.
+    Read by app.cli, so `run` and `validate` read presets and overrides the same way.
     """
-    from app.cli import apply_sets
-    from engine.presets import PresetError, UnknownPresetError, load_preset, resolve_preset
+    from app.cli import preset_config
 
-    try:
-        loaded = load_preset(preset)
-        config = resolve_preset(loaded)
-    except UnknownPresetError as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except PresetError as exc:
-        _fail(str(exc), EXIT_INVALID)
-    return apply_sets(config, sets), loaded.name, loaded.source == "built-in"
+    config, loaded = preset_config(preset, sets)
+    return config, loaded.name, loaded.source == "built-in"
 
 
 def _check_or_exit(config: RunConfig) -> None:
