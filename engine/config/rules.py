@@ -300,7 +300,16 @@ def _checkpoints(e: dict, r: dict, s: set, out: Out) -> None:
                 _issue(out, "error", f"ckpt.{dest}_needs_save", (dest, "save"),
                        f"'--save' is required when {what} is set.",
                        f"set --save, or drop {_fl(dest)}")
-    if r["load"] is None and r["model_init"] != "random" and not r["debug_rollout_only"]:
+    no_checkpoint = r["load"] is None and r["model_init"] != "random"
+    if no_checkpoint and r["hf_checkpoint"] and not r["debug_rollout_only"]:
+        # the train workers convert --hf-checkpoint themselves when no torch_dist checkpoint
+        # is given (engine/train/worker.py _init_weights), in raw mode too
+        _issue(out, "info", "ckpt.hf_converted_at_start", ("hf_checkpoint", "ref_load"),
+               "--load and --ref-load are unset: the actor and the critic's trunk start from "
+               "--hf-checkpoint, converted when the run starts (miles' raw mode would need "
+               "--ref-load, a torch_dist checkpoint).",
+               "to skip the conversion at every start, set --ref-load and `ppodeck prepare`")
+    elif no_checkpoint and not r["debug_rollout_only"]:
         _issue(out, "warning", "ckpt.no_initial_weights", ("ref_load", "load", "model_init"),
                "no initial weights: --load and --ref-load are unset (and --hf-checkpoint in "
                "bridge mode), so the actor starts from random weights.",

@@ -128,7 +128,7 @@ def _ppo_critic_fallbacks(e: dict, r: dict, s: set, out: Out) -> None:
                "would point the critic at the actor's checkpoint on resume; PPO Deck passes "
                "--critic-load explicitly.")
     else:
-        source = r["critic_load"]
+        source = r["critic_load"] or (r["model_init"] != "random" and r["hf_checkpoint"])
         _issue(out, "info", "ppo.critic_load_fallback", ("critic_load", "load"),
                f"--critic-load is not set: the critic starts from {source or 'random weights'} "
                "(--load, else --ref-load); its value head is initialized fresh.")

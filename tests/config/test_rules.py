@@ -186,6 +186,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"custom_megatron_post_save_hook_path": "my.hook"},
      {"custom_megatron_post_save_hook_path": "my.hook", "save": "/tmp/ckpt"}),
     ("ckpt.no_initial_weights", {"model_init": None}, {"model_init": None, "ref_load": EXISTING}),
+    ("ckpt.hf_converted_at_start", {"model_init": None, "hf_checkpoint": EXISTING},
+     {"model_init": None, "hf_checkpoint": EXISTING, "ref_load": EXISTING}),
     ("ckpt.hf_checkpoint_missing", {"hf_checkpoint": "/nonexistent/hf"},
      {"hf_checkpoint": EXISTING}),
     ("ppodeck.hf_engine_tp",
