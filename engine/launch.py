@@ -296,7 +296,10 @@ def _record_started(rundir: RunDir, pid: int) -> None:
 
 
 def stop_run(rundir: RunDir, force: bool = False) -> str:
-    """SIGINT to the driver's process group (it stops after the current rollout, the smallest unit that checkpoints consistently), or SIGKILL.
+    """SIGINT to the driver's process group, or SIGKILL with `force`.
+
+    After SIGINT the driver stops after the current rollout: the smallest unit that
+    checkpoints consistently (actor and critic iterations are the rollout id).
 
     Returns a sentence saying what was done.
     """
