@@ -5,12 +5,17 @@
     .venv/bin/python bench/gpu_bench.py --smoke                # tiny shapes on CPU, seconds
 
 (0) the bf16 matmul rate (8192^3; the ceiling the train numbers are a fraction of).
-(a) actor and critic train steps through Megatron (engine.train.model -> Megatron DDP ->
-    get_megatron_optimizer, Adam, bf16 params with fp32 master weights and fp32 grad buffers),
-    world size 1, Qwen3-0.6B shape, 8 x 1024 tokens, forward + backward + optimizer step:
-    Megatron's stock unfused local attention (PPODECK_ATTENTION=unfused) against ours (SDPA).
-    The actor's loss is the mean token log-prob from fp32 full-vocab logits (as the PPO actor
-    computes them); the critic's is a squared value.
+(a) actor and critic train steps built by the worker's own functions (engine.train.model,
+    engine.train.optimizer: Megatron DDP -> get_megatron_optimizer, Adam, bf16 params with fp32
+    master weights and fp32 grad buffers), world size 1, Qwen3-0.6B shape, 8 x 1024 tokens,
+    forward + backward + optimizer step, three variants side by side:
+      unfused     Megatron's stock local spec (PPODECK_ATTENTION=unfused PPODECK_FUSED=0)
+      sdpa        our SDPA core attention only (PPODECK_FUSED=0)
+      sdpa+fused  the default: SDPA + fast paths (fused RoPE/RMSNorm/SwiGLU, fused log-probs,
+                  batch-first logits, foreach grad norm, fused AdamW)
+    then sdpa+fused at twice the tokens per micro-batch (16 x 1024).
+    The actor's loss is the mean token log-prob through engine.train.logprobs (the PPO actor's
+    own path); the critic's is a squared value.
     FLOPs per step = 6 * N_mm * T + 12 * L * s * (heads * head_dim) * T
       T = batch * s tokens; N_mm = weights that take part in matmuls (attention q/k/v/o, MLP
       gate/up/down, and the output layer: vocab x hidden for the actor, hidden x 1 for the
@@ -45,6 +50,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -197,47 +203,56 @@ def step_flops(shape: ModelShape, role: str, batch: int, seq: int) -> float:
     return 6 * matmul_params(shape, role) * tokens + attention * tokens
 
 
-def build_trainable(plan: Plan, role: str, attention: str):  # noqa: ANN201
-    """(ddp model, optimizer) as the train worker builds them."""
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+# attention kind and fast paths (engine/train/fastpaths.py, fused.py, logprobs.py) per variant
+VARIANTS = {
+    "unfused": {"PPODECK_ATTENTION": "unfused", "PPODECK_FUSED": "0"},
+    "sdpa": {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "0"},
+    "sdpa+fused": {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "1"},
+}
 
+
+def bench_settings(plan: Plan) -> SimpleNamespace:
+    """The TrainSettings fields that wrap_ddp/build_optimizer read."""
+    return SimpleNamespace(lr=1e-6, min_lr=0.0, weight_decay=0.0, adam_beta1=0.9,
+                           adam_beta2=0.98, adam_eps=1e-8, clip_grad=1.0,
+                           bf16=plan.dtype == torch.bfloat16, use_distributed_optimizer=False)
+
+
+def build_trainable(plan: Plan, role: str, variant: str):  # noqa: ANN201
+    """(ddp model, optimizer, description) built by the worker's own functions."""
+    from engine.train.fastpaths import describe
     from engine.train.model import build_gpt, transformer_config
+    from engine.train.optimizer import build_optimizer, wrap_ddp
     from engine.train.platform import Parallelism, device_scope
 
-    os.environ["PPODECK_ATTENTION"] = attention
-    bf16 = plan.dtype == torch.bfloat16
+    os.environ.update(VARIANTS[variant])
+    settings = bench_settings(plan)
     with device_scope():
-        config = transformer_config(plan.shape, Parallelism(), bf16=bf16)
+        config = transformer_config(plan.shape, Parallelism(), bf16=settings.bf16)
         model = build_gpt(plan.shape, role, config, seed=7)
         if plan.device.type == "cuda":
             model = model.cuda()
-        ddp = DistributedDataParallel(
-            config=config, module=model,
-            ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True,
-                                                     overlap_grad_reduce=False,
-                                                     use_distributed_optimizer=False))
-        optimizer = get_megatron_optimizer(OptimizerConfig(
-            optimizer="adam", lr=1e-6, weight_decay=0.0, clip_grad=1.0, bf16=bf16,
-            params_dtype=plan.dtype, use_distributed_optimizer=False), [ddp])
+        ddp = wrap_ddp(model, config, settings)
+        optimizer = build_optimizer(ddp, settings)
     kinds = {type(layer.self_attention.core_attention).__name__
              for layer in model.decoder.layers}
-    return ddp, optimizer, ", ".join(sorted(kinds))
+    paths = [line.split(":")[0] for line in describe(model, optimizer)]
+    return ddp, optimizer, ", ".join(sorted(kinds) + paths)
 
 
 def train_step(ddp, optimizer, role: str, ids: torch.Tensor,  # noqa: ANN001
                positions: torch.Tensor) -> None:
-    from megatron.core import tensor_parallel
-
+    from engine.train.logprobs import token_log_probs
     from engine.train.platform import device_scope
 
     with device_scope():
         ddp.zero_grad_buffer()
         optimizer.zero_grad()
         out = ddp(ids, positions, None)
-        if role == "actor":
+        if role == "actor":  # the PPO actor's path: every position predicts the next token
+            index = torch.arange(ids.numel(), device=ids.device).reshape(ids.shape)
             targets = torch.roll(ids, -1, dims=1)
-            log_probs = -tensor_parallel.vocab_parallel_cross_entropy(out.float(), targets)
+            log_probs, _ = token_log_probs(out, index, targets, 1.0, with_entropy=False)
             loss = -log_probs.mean()
         else:
             loss = out.float().pow(2).mean()
@@ -246,8 +261,8 @@ def train_step(ddp, optimizer, role: str, ids: torch.Tensor,  # noqa: ANN001
         optimizer.step()
 
 
-def train_throughput(plan: Plan, role: str, attention: str, res: Results, peak: float) -> None:
-    ddp, optimizer, kinds = build_trainable(plan, role, attention)
+def train_throughput(plan: Plan, role: str, variant: str, res: Results, peak: float) -> None:
+    ddp, optimizer, kinds = build_trainable(plan, role, variant)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, plan.shape.vocab_size, (plan.train_batch, plan.train_seq),
                         generator=gen).to(plan.device)
@@ -260,11 +275,11 @@ def train_throughput(plan: Plan, role: str, attention: str, res: Results, peak: 
                     repeat=plan.train_steps)
     tokens = plan.train_batch * plan.train_seq
     tflops = step_flops(plan.shape, role, plan.train_batch, plan.train_seq) / seconds / 1e12
-    label = f"{role} {attention} ({plan.train_batch}x{plan.train_seq})"
+    label = f"{role} {variant} ({plan.train_batch}x{plan.train_seq})"
     mem = (f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
            if plan.device.type == "cuda" else "")
     res.add("train", f"{label} tokens/s", tokens / seconds, "tok/s",
-            f"{seconds * 1e3:.1f} ms/step, core_attention={kinds}{mem}")
+            f"{seconds * 1e3:.1f} ms/step, {kinds}{mem}")
     res.add("train", f"{label} matmul-rate fraction", tflops / peak if peak else None,
             "of peak", f"{tflops:.1f} TFLOP/s (6*N_mm*T + 12*L*s*h_attn*T)")
 
@@ -273,7 +288,7 @@ def train_throughput(plan: Plan, role: str, attention: str, res: Results, peak: 
 # (b) offload / onload
 # --------------------------------------------------------------------------------------------
 def offload_bench(plan: Plan, res: Results) -> None:
-    ddp, optimizer, _ = build_trainable(plan, "actor", "sdpa")
+    ddp, optimizer, _ = build_trainable(plan, "actor", "sdpa+fused")
     ids = torch.randint(0, plan.shape.vocab_size, (1, 32)).to(plan.device)
     train_step(ddp, optimizer, "actor", ids, torch.arange(32, device=plan.device)[None])
     try:
@@ -496,9 +511,13 @@ def main(argv: list[str] | None = None) -> int:
             megatron_ok = True
     if megatron_ok and "train" in sections:
         for role in ("actor", "critic"):
-            for attention in ("unfused", "sdpa"):
-                with res.guard("train", f"{role} {attention}"):
-                    train_throughput(plan, role, attention, res, peak)
+            for variant in VARIANTS:
+                with res.guard("train", f"{role} {variant}"):
+                    train_throughput(plan, role, variant, res, peak)
+        big = Plan(**{**plan.__dict__, "train_batch": plan.train_batch * 2})
+        for role in ("actor", "critic"):  # twice the tokens per micro-batch
+            with res.guard("train", f"{role} sdpa+fused x2 tokens"):
+                train_throughput(big, role, "sdpa+fused", res, peak)
     if megatron_ok and "offload" in sections:
         with res.guard("offload", "offload/onload"):
             offload_bench(plan, res)

@@ -124,7 +124,7 @@ def merge_offload_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "noop": all(r.get("noop", False) for r in reports),
         "where": reports[0].get("where") if reports else None,
     }
-    for key in ("copy_seconds", "pin_seconds"):
+    for key in ("copy_seconds", "pin_seconds", "alloc_seconds"):
         if any(r.get(key) is not None for r in reports):
             merged[key] = max(float(r.get(key) or 0.0) for r in reports)
     if merged.get("copy_seconds"):

@@ -117,7 +117,8 @@ class Telemetry:
         if gbps is None and not noop and seconds > 0:
             gbps = moved / seconds / 1e9
         where = "cpu" if direction == "offload" else "gpu"
-        extra = {key: round(float(report[key]), 6) for key in ("pin_seconds", "copy_seconds")
+        extra = {key: round(float(report[key]), 6)
+                 for key in ("pin_seconds", "copy_seconds", "alloc_seconds")
                  if report.get(key) is not None}
         self.writer.emit("offload", model=model, direction=direction,
                          where=report.get("where", where), bytes=moved,

@@ -168,6 +168,10 @@ def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True
     )
     if is_critic and post_process:
         model.output_layer = ValueHead(shape.hidden_size, seed=seed)
+    elif post_process and not config.sequence_parallel:
+        from engine.train.fastpaths import batch_first_output_layer
+
+        batch_first_output_layer(model)
     if config.params_dtype != torch.float32:
         # like Megatron-LM's Float16Module: the local spec leaves norm weights (and our value
         # head) in fp32, which forces unfused norms and breaks optimizer checkpoint sharding

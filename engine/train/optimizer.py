@@ -36,7 +36,12 @@ def build_optimizer(ddp, settings: TrainSettings):  # noqa: ANN001, ANN201
         params_dtype=torch.bfloat16 if settings.bf16 else torch.float32,
         use_distributed_optimizer=settings.use_distributed_optimizer,
     )
-    return get_megatron_optimizer(config, [ddp])
+    from engine.train.fastpaths import fuse_adam, install_grad_kernels
+
+    install_grad_kernels()
+    optimizer = get_megatron_optimizer(config, [ddp])
+    fuse_adam(optimizer)
+    return optimizer
 
 
 def build_scheduler(optimizer, settings: TrainSettings):  # noqa: ANN001, ANN201

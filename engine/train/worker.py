@@ -92,6 +92,7 @@ class TrainWorker:
                          Parallelism(tp=s.tp, pp=s.pp, cp=s.cp), seed=s.seed)
         from megatron.core import parallel_state as ps
 
+        from engine.train import fastpaths
         from engine.train.optimizer import (
             build_optimizer,
             build_scheduler,
@@ -114,6 +115,8 @@ class TrainWorker:
             self.optimizer = build_optimizer(self.ddp, s)
             self.scheduler = build_scheduler(self.optimizer, s)
             hook_schedule(config, self.ddp, self.optimizer)
+            self._init_notes += [f"{self.role} fast path: {line}" for line in
+                                 fastpaths.describe(model, self.optimizer)]
         loaded = self._load_checkpoints()
         if self.role == "actor" and s.use_kl_loss and self._ref_weights is None:
             self._ref_weights = weights.backup(self.model)  # the initial weights are the ref

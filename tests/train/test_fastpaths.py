@@ -1,0 +1,161 @@
+"""The GPU fast paths, checked on CPU against the code they replace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.usefixtures("megatron")
+
+
+def _rows(n_all: int = 12, vocab: int = 50, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    flat = (torch.randn(n_all, vocab, generator=gen) * 3).requires_grad_()
+    index = torch.tensor([1, 3, 4, 7, 11])
+    targets = torch.randint(0, vocab, (5,), generator=gen)
+    return flat, index, targets
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fused_rows_match_megatrons_vocab_parallel_maths(temperature: float,
+                                                         compiled: bool) -> None:
+    from engine.train.logprobs import (
+        rows_log_probs,
+        scale_logits,
+        vocab_parallel_entropy,
+        vocab_parallel_log_probs,
+    )
+
+    flat, index, targets = _rows()
+    rows = scale_logits(flat.index_select(0, index), temperature)
+    want_logp = vocab_parallel_log_probs(rows.clone(), targets)
+    want_entropy = vocab_parallel_entropy(rows)
+    (want_logp.sum() + 0.3 * want_entropy.sum()).backward()
+    want_grad, flat.grad = flat.grad.clone(), None
+
+    fn = torch.compile(rows_log_probs, dynamic=True) if compiled else rows_log_probs
+    logp, entropy = fn(flat, index, targets, temperature, True)
+    (logp.sum() + 0.3 * entropy.sum()).backward()
+    torch.testing.assert_close(logp, want_logp, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropy, want_entropy, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(flat.grad, want_grad, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_path_is_only_taken_on_cuda_and_can_be_turned_off(monkeypatch) -> None:
+    from engine.train import fastpaths, logprobs
+
+    flat = torch.zeros(2, 3)
+    assert logprobs.fused_rows_fn(flat) is None  # CPU: the eager path
+    assert fastpaths.fused_enabled()
+    monkeypatch.setenv("PPODECK_FUSED", "0")
+    assert not fastpaths.fused_enabled()
+
+
+def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch) -> None:
+    from engine.train import logprobs
+
+    def broken_compile(fn, **_):  # noqa: ANN001, ANN202
+        def run(*_args):  # noqa: ANN002, ANN202
+            raise RuntimeError("inductor exploded")
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    call = logprobs._compile_or_eager(logprobs.rows_log_probs)
+    flat, index, targets = _rows()
+    with pytest.warns(UserWarning, match="fused log-probs: torch.compile failed"):
+        logp, _ = call(flat, index, targets, 1.0, False)
+    assert logp.shape == (5,)
+
+
+def test_foreach_grad_norm_and_scale_equal_megatrons_fallbacks() -> None:
+    from megatron.core.utils import local_multi_tensor_l2_norm, local_multi_tensor_scale
+
+    from engine.train.fastpaths import foreach_l2_norm, foreach_scale
+
+    gen = torch.Generator().manual_seed(1)
+    grads = [torch.randn(shape, generator=gen) for shape in ((3, 4), (7,), (2, 2, 5))]
+    ours, _ = foreach_l2_norm(0, None, [grads], False)
+    direct = torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]))
+    torch.testing.assert_close(ours, direct.reshape(1))
+    if torch.cuda.is_available():  # megatron's fallback hard-codes a CUDA result
+        theirs, _ = local_multi_tensor_l2_norm(0, None, [grads], False)
+        torch.testing.assert_close(ours.cpu(), theirs.cpu())
+
+    targets = [torch.empty_like(g, dtype=torch.bfloat16) for g in grads]
+    foreach_scale(0, None, [grads, targets], 0.5)
+    want = [torch.empty_like(t) for t in targets]
+    local_multi_tensor_scale(0, None, [grads, want], 0.5)
+    for got, exp in zip(targets, want, strict=True):
+        assert torch.equal(got, exp)
+    copies = [g.clone() for g in grads]
+    foreach_scale(0, None, [copies, copies], 2.0)  # in place, as clip_grads calls it
+    for got, g in zip(copies, grads, strict=True):
+        assert torch.equal(got, g * 2.0)
+
+
+def test_grad_kernels_install_and_turn_off(monkeypatch) -> None:
+    from megatron.core import utils
+    from megatron.core.optimizer import clip_grads
+
+    from engine.train import fastpaths
+
+    fastpaths.install_grad_kernels()
+    assert clip_grads.l2_norm_impl is fastpaths.foreach_l2_norm
+    assert clip_grads.multi_tensor_scale_impl is fastpaths.foreach_scale
+    assert fastpaths.install_grad_kernels() == []  # idempotent: nothing left to replace
+    monkeypatch.setenv("PPODECK_FUSED", "0")
+    fastpaths.install_grad_kernels()
+    assert clip_grads.l2_norm_impl is utils.local_multi_tensor_l2_norm
+    assert clip_grads.multi_tensor_scale_impl is utils.local_multi_tensor_scale
+    monkeypatch.delenv("PPODECK_FUSED")
+    fastpaths.install_grad_kernels()
+
+
+def test_batch_first_output_layer_gives_the_same_logits_and_grads(monkeypatch) -> None:
+    from megatron.core.tensor_parallel import ColumnParallelLinear
+
+    from engine.train.fastpaths import batch_first_output_layer
+    from engine.train.model import ModelShape, build_gpt, transformer_config
+    from engine.train.platform import Parallelism, device_scope
+
+    shape = ModelShape(num_layers=1, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
+                       num_query_groups=2, kv_channels=8, vocab_size=64,
+                       max_sequence_length=32)
+    with device_scope():
+        config = transformer_config(shape, Parallelism(), bf16=False)
+        fast = build_gpt(shape, "actor", config, seed=3)
+        monkeypatch.setenv("PPODECK_FUSED", "0")
+        stock = build_gpt(shape, "actor", config, seed=3)
+        assert batch_first_output_layer(stock) == []  # turned off
+        monkeypatch.delenv("PPODECK_FUSED")
+        fast.load_state_dict(stock.state_dict())
+        assert type(stock.output_layer) is ColumnParallelLinear
+        assert type(fast.output_layer) is not ColumnParallelLinear
+        assert fast.state_dict().keys() == stock.state_dict().keys()
+        ids = torch.randint(0, 64, (3, 10))
+        pos = torch.arange(10).expand_as(ids)
+        outs = []
+        for model in (stock, fast):
+            out = model(ids, pos, None)
+            (out.float() ** 2).mean().backward()
+            outs.append(out)
+    assert outs[1].is_contiguous()
+    torch.testing.assert_close(outs[0], outs[1])
+    for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters(),
+                                 strict=True):
+        torch.testing.assert_close(a.grad, b.grad, msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the fused AdamW kernel is CUDA-only")
+def test_fuse_adam_switches_cuda_adamw_groups() -> None:
+    from engine.train.fastpaths import fuse_adam
+
+    param = torch.nn.Parameter(torch.zeros(4, device="cuda"))
+    opt = torch.optim.AdamW([param])
+
+    class Wrapper:
+        optimizer = opt
+
+    assert fuse_adam(Wrapper())
+    assert opt.param_groups[0]["fused"] is True
