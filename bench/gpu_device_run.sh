@@ -20,7 +20,8 @@ for step in $steps; do
       timeout 420 python3 -m app run qwen3-0.6b-ppo-1gpu --yes 2>&1 | tail -40
       run=$(ls -td /tmp/ppodeck-runs/*/ | head -1)
       cp "$run/events.jsonl" "$run/status.json" "$OUT/" 2>/dev/null
-      tail -200 "$run/driver.log" > "$OUT/driver_log_tail.txt" 2>/dev/null
+      tail -300 "$run/driver.log" > "$OUT/driver_log_tail.txt" 2>/dev/null
+      grep -h "\[ppodeck\]" "$run/driver.log" | tail -8
       python3 - "$run" <<'PY'
 import json, sys, pathlib
 run = pathlib.Path(sys.argv[1])
@@ -30,7 +31,11 @@ for e in ev:
         print(f"phase {e['name']:<16} rollout {e['rollout_id']} {e['seconds']:.3f}s")
     elif e["kind"] == "offload" and not e["noop"]:
         print(f"offload {e['model']:<7} {e['direction']:<8} {e['bytes']/1e9:.2f} GB "
-              f"{e['seconds']:.3f}s {e['gbps']} GB/s")
+              f"{e['seconds']:.3f}s {e['gbps']} GB/s", {k: e[k] for k in
+              ("copy_seconds", "pin_seconds", "alloc_seconds") if k in e})
+    elif e["kind"] == "log" and (e["level"] != "info" or any(
+            k in e["msg"] for k in ("weight sync", "fast path", "backend"))):
+        print("log", e["level"], e["msg"][:300])
     elif e["kind"] == "metrics" and e["step_key"] == "rollout/step":
         m = e["metrics"]
         print("rollout", e["step"], {k: round(v, 4) for k, v in m.items() if v is not None
@@ -42,7 +47,7 @@ for e in gpu[-3:]:
 print(json.load(open(run / "status.json")))
 PY
       ;;
-    bench) timeout 330 python3 bench/gpu_bench.py 2>&1 | tee "$OUT/bench.log" ;;
+    bench) timeout 360 python3 bench/gpu_bench.py 2>&1 | tee "$OUT/bench.log" ;;
     tests) timeout 300 python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider 2>&1 | tail -15 ;;
   esac
 done

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,9 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
         with tm.phase("rollout_onload", rollout_id):
             tm.offload("rollout", "onload", roles.rollout.onload())
         with tm.phase("update_weights", rollout_id):
-            roles.rollout.update_weights(roles.actor.export_hf_weights())
+            sync_start = time.perf_counter()
+            loaded = roles.rollout.update_weights(roles.actor.export_hf_weights())
+            log_weight_sync(tm, loaded, time.perf_counter() - sync_start)
 
         report_rollout(args, tm, rollout_id, batch, critic_out, actor_out)
         if tm.writer.error:  # fail at this rollout, not silently at the end of the run
@@ -106,6 +109,14 @@ def wake(group: Any, tm: Telemetry, offload: bool) -> None:
 def sleep(group: Any, tm: Telemetry, offload: bool) -> None:
     if offload:
         tm.offload(group.role, "offload", group.sleep())
+
+
+def log_weight_sync(tm: Telemetry, loaded: dict | None, seconds: float) -> None:
+    """Split the weight sync into the actor's export + transfer and the rollout's load."""
+    loaded = loaded or {}
+    load = float(loaded.get("seconds", 0.0))
+    tm.log("info", f"weight sync {seconds:.2f} s: actor export + transfer {seconds - load:.2f} s, "
+                   f"rollout load {load:.2f} s ({int(loaded.get('bytes', 0)) / 1e9:.2f} GB)")
 
 
 def save_due(args: dict[str, Any], rollout_id: int) -> bool:

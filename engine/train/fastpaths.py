@@ -11,6 +11,8 @@ so the user sees what replaced what.
   two kernels per tensor. Ours use torch's foreach kernels and never sync.
 - fused AdamW: Megatron builds `torch.optim.AdamW` without `fused`; on CUDA the fused kernel
   does the update in one pass over the fp32 master state.
+- RoPE, RMSNorm and SwiGLU on CUDA: compiled (engine/train/fused.py, wired by model.py).
+- fused log-probs (TP=1, CUDA): engine/train/logprobs.py.
 - batch-first output layer: GPTModel ends with `logits.transpose(0, 1).contiguous()`, a copy of
   the full [s, b, vocab] logits (2.5 GB at 8 x 1024 tokens of Qwen3) forward and backward. Ours
   computes the logits directly in [b, s, vocab] memory order, so that copy is a no-op.
@@ -137,6 +139,14 @@ def describe(model: torch.nn.Module, optimizer) -> list[str]:  # noqa: ANN001
     from megatron.core.optimizer import clip_grads
 
     lines = []
+    config = getattr(model, "config", None)
+    if getattr(config, "apply_rope_fusion", False):
+        lines.append("RoPE: fused")
+    if getattr(config, "bias_activation_fusion", False):
+        lines.append("SwiGLU: megatron's fused (compiled) kernel")
+    norms = {type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RMSNorm)}
+    if "FusedRMSNorm" in norms:
+        lines.append("RMSNorm: fused (compiled) forward and backward")
     if isinstance(getattr(model, "output_layer", None), BatchFirstOutputLayer):
         lines.append("output layer: logits computed batch-first (no transpose copy)")
     if clip_grads.l2_norm_impl is foreach_l2_norm:

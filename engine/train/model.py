@@ -78,6 +78,11 @@ def transformer_config(shape: ModelShape, parallel: Parallelism, *, bf16: bool,
 
     recompute = recompute or {}
     params_dtype = torch.bfloat16 if bf16 else torch.float32
+    fused, fused_rope = fused_layer_ops(), False
+    if fused:
+        from engine.train.fused import install_fused_rope
+
+        fused_rope = install_fused_rope()  # before the config: its validation checks the slot
     return TransformerConfig(
         num_layers=shape.num_layers,
         hidden_size=shape.hidden_size,
@@ -105,7 +110,19 @@ def transformer_config(shape: ModelShape, parallel: Parallelism, *, bf16: bool,
         recompute_granularity=recompute.get("recompute_granularity"),
         recompute_method=recompute.get("recompute_method"),
         recompute_num_layers=recompute.get("recompute_num_layers"),
+        apply_rope_fusion=fused and fused_rope and shape.position_embedding_type == "rope",
+        bias_activation_fusion=fused and shape.swiglu and not shape.add_bias_linear,
     )
+
+
+def fused_layer_ops() -> bool:
+    """Our compiled RoPE/RMSNorm and Megatron's compiled SwiGLU (engine/train/fused.py): on
+    CUDA without transformer-engine only. On CPU the compile time outweighs the gain at the
+    sizes that run there; with TE its own fused kernels are used."""
+    from engine.train.fused import fused_ops_available
+    from engine.train.platform import has_cuda
+
+    return has_cuda() and not has_transformer_engine() and fused_ops_available()
 
 
 def layer_spec(shape: ModelShape):  # noqa: ANN201
@@ -121,7 +138,12 @@ def layer_spec(shape: ModelShape):  # noqa: ANN201
     if attention_choice() == "unfused":
         return specs.get_gpt_layer_local_spec(qk_layernorm=shape.qk_layernorm,
                                               normalization=shape.normalization)
-    return local_spec_with_sdpa(shape)
+    spec = local_spec_with_sdpa(shape)
+    if fused_layer_ops():
+        from engine.train.fused import local_spec_norms
+
+        spec = local_spec_norms(spec, shape.normalization)
+    return spec
 
 
 class ValueHead(torch.nn.Linear):

@@ -21,6 +21,7 @@ the batch's sample_indices.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -496,12 +497,18 @@ class TrainWorker:
             raise ValueError("only the actor's weights convert to HF (the critic has a value head)")
         if self._bridge is not None:
             return self._bridge_export()
+        start = time.perf_counter()
         state = self.gather_full_state_dict()  # asleep: the state comes back for the gather
         if state is None:
             return None
         from engine.train.convert import arch_for, mcore_to_hf
 
-        return mcore_to_hf(state, self.shape, arch_for(self.shape))
+        gathered = time.perf_counter()
+        hf = mcore_to_hf(state, self.shape, arch_for(self.shape))
+        # where a slow weight sync goes (driver.log): gather includes waking and sleeping
+        print(f"[ppodeck] {self.role} export: gather {gathered - start:.3f} s, convert "
+              f"{time.perf_counter() - gathered:.3f} s", file=sys.stderr, flush=True)
+        return hf
 
     def _bridge_export(self) -> dict[str, torch.Tensor] | None:
         from engine.train.bridge import export_hf_weights
