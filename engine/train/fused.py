@@ -82,6 +82,7 @@ class _CompiledOrEager:
         if self.failed or not fused_enabled():
             return self.eager(*args)
         if self.compiled is None:
+            _raise_global_recompile_limit()
             self.compiled = torch.compile(self.eager, fullgraph=True, dynamic=None,
                                           options=self.options, **_own_recompile_budget())
         for arg in args:
@@ -106,6 +107,20 @@ class _CompiledOrEager:
                           f"{str(err)[:300]}); using the eager maths from now on",
                           stacklevel=3)
             return out
+
+
+def _raise_global_recompile_limit() -> None:
+    """Where torch.compile takes no per-function budget (torch < 2.13, e.g. the H200's 2.11),
+    dynamo's global limit of 8 graphs per function applies; once hit, every later call pays
+    for a failed guard check and a warning (seen: ~7 ms per norm call). Our inputs are
+    canonicalized to ~4 graphs per op; the headroom covers dtypes and grad modes."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(config, name):
+            setattr(config, name, max(int(getattr(config, name)), RECOMPILE_LIMIT))
+            return
 
 
 @functools.cache
@@ -190,7 +205,8 @@ def fused_rope(t: Tensor, freqs: Tensor, interleaved: bool = False) -> Tensor:
     (the tail of t passes through). Megatron's bshd semantics; a contiguous result."""
     if interleaved:
         raise NotImplementedError("fused_rope supports rotary_interleaved=False only")
-    return _ROPE(t, freqs)
+    # contiguous input: q and k come as differently strided views, one graph each otherwise
+    return _ROPE(t.contiguous(), freqs)
 
 
 def install_fused_rope() -> bool:
@@ -246,7 +262,10 @@ class FusedRMSNorm(torch.nn.RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         if self.weight is None or self.eps is None or len(self.normalized_shape) != 1:
             return super().forward(x)
-        return _RMS_NORM(x, self.weight, self.eps)
+        # 2-D rows of the normalized width: hidden states [s, b, h] and q/k heads
+        # [s, b, n, d] (strided views of the fused qkv) then share one graph per width
+        rows = x.reshape(-1, x.shape[-1])
+        return _RMS_NORM(rows, self.weight, self.eps).reshape(x.shape)
 
 
 def _check_like_wrapped_torch_norm(config: TransformerConfig) -> None:

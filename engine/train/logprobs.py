@@ -53,7 +53,9 @@ def token_log_probs(output: torch.Tensor, response_index: torch.Tensor, targets:
     for start in range(0, index.numel(), max(chunk, 1)):
         rows_index, rows_targets = index[start:start + chunk], flat_targets[start:start + chunk]
         if fused is not None:
-            logp, entropy = fused(flat, rows_index, rows_targets, temperature, with_entropy)
+            whole = chunk >= index.numel()  # one pass over every row: no gradient scatter
+            logp, entropy = fused(flat, rows_index, rows_targets, temperature, with_entropy,
+                                  whole)
             log_probs.append(logp)
             if with_entropy:
                 entropies.append(entropy)
@@ -103,11 +105,26 @@ _COMPILED: dict[str, Callable] = {}
 
 
 def rows_log_probs(flat: torch.Tensor, index: torch.Tensor, targets: torch.Tensor,
-                   temperature: float, with_entropy: bool
+                   temperature: float, with_entropy: bool, every_row: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The maths of the eager path on whole-vocabulary rows (TP=1), written to be compiled:
-    log softmax(z)[target] and entropy of softmax(z), z = rows in fp32 / temperature."""
-    logits = flat.index_select(0, index).float()
+    log softmax(z)[target] and entropy of softmax(z), z = rows in fp32 / temperature.
+
+    `every_row`: compute over all rows of `flat` and pick the indexed results afterwards.
+    The backward then writes the logits' gradient in one fused pass instead of zero-filling
+    it and scattering the selected rows into it (9 ms at 8 x 1024 x 152k on the H200);
+    responses are most of the rows, so the extra rows cost less than the scatter."""
+    if every_row:
+        all_targets = torch.zeros(flat.shape[0], dtype=targets.dtype, device=targets.device)
+        all_targets = all_targets.index_put((index,), targets)
+        logp, entropy = _row_maths(flat, all_targets, temperature, with_entropy)
+        return logp[index], None if entropy is None else entropy[index]
+    return _row_maths(flat.index_select(0, index), targets, temperature, with_entropy)
+
+
+def _row_maths(rows: torch.Tensor, targets: torch.Tensor, temperature: float,
+               with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    logits = rows.float()
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
     log_z = torch.logsumexp(logits, dim=-1)

@@ -17,9 +17,10 @@ def _rows(n_all: int = 12, vocab: int = 50, seed: int = 0) -> tuple[torch.Tensor
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-@pytest.mark.parametrize("compiled", [False, True])
-def test_fused_rows_match_megatrons_vocab_parallel_maths(temperature: float,
-                                                         compiled: bool) -> None:
+@pytest.mark.parametrize(("compiled", "every_row"), [(False, False), (False, True),
+                                                     (True, False), (True, True)])
+def test_fused_rows_match_megatrons_vocab_parallel_maths(temperature: float, compiled: bool,
+                                                         every_row: bool) -> None:
     from engine.train.logprobs import (
         rows_log_probs,
         scale_logits,
@@ -35,7 +36,7 @@ def test_fused_rows_match_megatrons_vocab_parallel_maths(temperature: float,
     want_grad, flat.grad = flat.grad.clone(), None
 
     fn = torch.compile(rows_log_probs, dynamic=True) if compiled else rows_log_probs
-    logp, entropy = fn(flat, index, targets, temperature, True)
+    logp, entropy = fn(flat, index, targets, temperature, True, every_row)
     (logp.sum() + 0.3 * entropy.sum()).backward()
     torch.testing.assert_close(logp, want_logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(entropy, want_entropy, rtol=1e-5, atol=1e-5)

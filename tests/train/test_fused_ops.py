@@ -453,3 +453,33 @@ def test_disabled_ops_run_the_eager_maths(monkeypatch: pytest.MonkeyPatch) -> No
     t = torch.zeros(2, 1, 1, 4)
     assert fused_mod.fused_rope(t, rope_freqs(2, 4)) is t
     assert seen == ["eager"]
+
+
+def test_rmsnorm_graphs_stay_few_across_ranks_strides_and_lengths() -> None:
+    """One graph per (width, grad mode): the 2.11 GPU torch has a global limit of 8 graphs per
+    function, and hitting it made every later norm call pay a failed compile (~7 ms)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    config = TransformerConfig(num_layers=1, hidden_size=32, num_attention_heads=4,
+                               normalization="RMSNorm")
+    from engine.train import fused as fused_mod
+    from engine.train.fused import FusedRMSNorm
+
+    hidden, head = FusedRMSNorm(config, 32), FusedRMSNorm(config, 8)
+    torch._dynamo.reset()
+
+    def graphs_after(lengths: tuple[int, ...]) -> int:
+        for length in lengths:
+            for grad in (True, False):
+                with torch.set_grad_enabled(grad):
+                    hidden(torch.randn(length, 2, 32, requires_grad=grad))
+                    qkv = torch.randn(length, 2, 2, 32, requires_grad=grad)  # (q,q,k,v) x 2
+                    query, key, _ = torch.split(qkv, [16, 8, 8], dim=-1)
+                    head(query.reshape(length, 2, 4, 8))
+                    head(key)  # a strided view, rank 4
+        return len(_debug_get_cache_entry_list(fused_mod._rms_norm_math.__code__))
+
+    first = graphs_after((3, 5))
+    assert graphs_after((7, 11, 13, 17)) == first  # new lengths reuse the graphs
+    assert first <= 6  # width x grad mode (+ the first, static-length compile)
