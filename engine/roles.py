@@ -86,7 +86,7 @@ class TrainHandle:
 
     def export_hf_weights(self) -> ray.ObjectRef:
         """Rank 0's full HF state dict, left in the object store for the rollout side."""
-        refs = [w.export_hf_weights.remote() for w in self.group.workers]
+        refs = [w.export_hf_weights_packed.remote() for w in self.group.workers]
         self.group.wait(refs[1:])
         return refs[0]
 

@@ -202,9 +202,12 @@ class RolloutManager:
         return keep
 
     # ---- weights and memory -------------------------------------------------------------
-    def update_weights(self, hf_state_dict: dict[str, Any]) -> dict[str, Any]:
+    def update_weights(self, hf_weights: Any) -> dict[str, Any]:  # noqa: ANN401
+        """Load the actor's HF weights: a state dict, or the packed buffer the driver passes."""
+        from engine.rollout.weight_transfer import as_state_dict
+
         start = time.perf_counter()
-        size = self.generator.load_weights(hf_state_dict)
+        size = self.generator.load_weights(as_state_dict(hf_weights))
         return {"seconds": time.perf_counter() - start, "bytes": int(size)}
 
     def offload(self) -> dict[str, Any]:

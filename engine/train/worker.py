@@ -510,6 +510,13 @@ class TrainWorker:
               f"{time.perf_counter() - gathered:.3f} s", file=sys.stderr, flush=True)
         return hf
 
+    def export_hf_weights_packed(self) -> Any:  # noqa: ANN401
+        """export_hf_weights() as one flat buffer for Ray (engine/rollout/weight_transfer.py)."""
+        from engine.rollout.weight_transfer import pack
+
+        hf = self.export_hf_weights()
+        return None if hf is None else pack(hf)
+
     def _bridge_export(self) -> dict[str, torch.Tensor] | None:
         from engine.train.bridge import export_hf_weights
 
