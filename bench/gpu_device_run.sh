@@ -4,7 +4,8 @@
 #   2. a real qwen3-0.6b-ppo-1gpu run through `ppodeck run` (3 PPO steps, events brought back);
 #   3. bench/gpu_bench.py (attention, offload, rollout figures, side by side);
 #   4. the gpu-marked tests.
-# Usage there: bash bench/gpu_device_run.sh [e2e|bench|tests]...   (default: all three)
+# Usage there: bash bench/gpu_device_run.sh [e2e|bench|tests|profile]...  (default: e2e bench tests)
+#   BENCH_ARGS='--only train' limits the bench's sections.
 set -uo pipefail
 OUT=${OUT:-/tmp/ppodeck-gpu-out}
 mkdir -p "$OUT"
@@ -47,7 +48,13 @@ for e in gpu[-3:]:
 print(json.load(open(run / "status.json")))
 PY
       ;;
-    bench) timeout 360 python3 bench/gpu_bench.py 2>&1 | tee "$OUT/bench.log" ;;
-    tests) timeout 300 python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider 2>&1 | tail -15 ;;
+    bench) timeout 360 python3 bench/gpu_bench.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" ;;
+    tests)
+      timeout 300 python3 -m pytest tests/gpu tests/train/test_worker_gpu.py \
+        tests/train/test_checkpoint.py -m gpu -q -p no:cacheprovider 2>&1 | tail -15
+      timeout 120 python3 -m pytest tests/train/test_fastpaths.py -q -p no:cacheprovider \
+        2>&1 | tail -3 ;;
+    profile) timeout 120 python3 bench/gpu_profile.py 2>&1 | grep -v -i warn \
+        > "$OUT/profile.log"; head -45 "$OUT/profile.log" ;;
   esac
 done
