@@ -38,9 +38,11 @@ def test_fused_rows_match_megatrons_vocab_parallel_maths(temperature: float, com
     fn = torch.compile(rows_log_probs, dynamic=True) if compiled else rows_log_probs
     logp, entropy = fn(flat, index, targets, temperature, True, every_row)
     (logp.sum() + 0.3 * entropy.sum()).backward()
-    torch.testing.assert_close(logp, want_logp, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(entropy, want_entropy, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(flat.grad, want_grad, rtol=1e-5, atol=1e-6)
+    # fp32 maths reassociated by the compiler (exp/log fusions differ across torch versions)
+    tol = {"rtol": 1e-4, "atol": 1e-5} if compiled else {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(logp, want_logp, **tol)
+    torch.testing.assert_close(entropy, want_entropy, **tol)
+    torch.testing.assert_close(flat.grad, want_grad, **tol)
 
 
 def test_fused_path_is_only_taken_on_cuda_and_can_be_turned_off(monkeypatch) -> None:
@@ -124,18 +126,20 @@ def test_batch_first_output_layer_gives_the_same_logits_and_grads(monkeypatch) -
                        num_query_groups=2, kv_channels=8, vocab_size=64,
                        max_sequence_length=32)
     with device_scope():
+        monkeypatch.setenv("PPODECK_FUSED", "0")  # the same (unfused) layers in both models
         config = transformer_config(shape, Parallelism(), bf16=False)
-        fast = build_gpt(shape, "actor", config, seed=3)
-        monkeypatch.setenv("PPODECK_FUSED", "0")
         stock = build_gpt(shape, "actor", config, seed=3)
+        fast = build_gpt(shape, "actor", config, seed=3)
         assert batch_first_output_layer(stock) == []  # turned off
         monkeypatch.delenv("PPODECK_FUSED")
+        assert batch_first_output_layer(fast)
         fast.load_state_dict(stock.state_dict())
         assert type(stock.output_layer) is ColumnParallelLinear
         assert type(fast.output_layer) is not ColumnParallelLinear
         assert fast.state_dict().keys() == stock.state_dict().keys()
-        ids = torch.randint(0, 64, (3, 10))
-        pos = torch.arange(10).expand_as(ids)
+        device = next(stock.parameters()).device
+        ids = torch.randint(0, 64, (3, 10), device=device)
+        pos = torch.arange(10, device=device).expand_as(ids)
         outs = []
         for model in (stock, fast):
             out = model(ids, pos, None)
