@@ -38,8 +38,9 @@ def test_fused_rows_match_megatrons_vocab_parallel_maths(temperature: float, com
     fn = torch.compile(rows_log_probs, dynamic=True) if compiled else rows_log_probs
     logp, entropy = fn(flat, index, targets, temperature, True, every_row)
     (logp.sum() + 0.3 * entropy.sum()).backward()
-    # fp32 maths reassociated by the compiler (exp/log fusions differ across torch versions)
-    tol = {"rtol": 1e-4, "atol": 1e-5} if compiled else {"rtol": 1e-5, "atol": 1e-6}
+    # the same fp32 maths in another order (logsumexp/softmax vs megatron's max-shifted sums,
+    # then compiler reassociation): ~1e-6 absolute apart, 1e-5 relative on entropies near 0
+    tol = {"rtol": 1e-4, "atol": 1e-5}
     torch.testing.assert_close(logp, want_logp, **tol)
     torch.testing.assert_close(entropy, want_entropy, **tol)
     torch.testing.assert_close(flat.grad, want_grad, **tol)
