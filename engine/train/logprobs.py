@@ -53,9 +53,8 @@ def token_log_probs(output: torch.Tensor, response_index: torch.Tensor, targets:
     for start in range(0, index.numel(), max(chunk, 1)):
         rows_index, rows_targets = index[start:start + chunk], flat_targets[start:start + chunk]
         if fused is not None:
-            whole = chunk >= index.numel()  # one pass over every row: no gradient scatter
-            logp, entropy = fused(flat, rows_index, rows_targets, temperature, with_entropy,
-                                  whole)
+            logp, entropy = fused_log_probs(fused, flat, rows_index, rows_targets, temperature,
+                                            with_entropy, every_row=chunk >= index.numel())
             log_probs.append(logp)
             if with_entropy:
                 entropies.append(entropy)
@@ -104,26 +103,28 @@ def vocab_parallel_entropy(logits: torch.Tensor) -> torch.Tensor:
 _COMPILED: dict[str, Callable] = {}
 
 
-def rows_log_probs(flat: torch.Tensor, index: torch.Tensor, targets: torch.Tensor,
-                   temperature: float, with_entropy: bool, every_row: bool = False
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The maths of the eager path on whole-vocabulary rows (TP=1), written to be compiled:
-    log softmax(z)[target] and entropy of softmax(z), z = rows in fp32 / temperature.
+def fused_log_probs(row_maths: Callable, flat: torch.Tensor, index: torch.Tensor,
+                    targets: torch.Tensor, temperature: float, with_entropy: bool,
+                    every_row: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`row_maths` (the compiled `_row_maths`) on the indexed rows of `flat`.
 
-    `every_row`: compute over all rows of `flat` and pick the indexed results afterwards.
-    The backward then writes the logits' gradient in one fused pass instead of zero-filling
-    it and scattering the selected rows into it (9 ms at 8 x 1024 x 152k on the H200);
-    responses are most of the rows, so the extra rows cost less than the scatter."""
-    if every_row:
-        all_targets = torch.zeros(flat.shape[0], dtype=targets.dtype, device=targets.device)
-        all_targets = all_targets.index_put((index,), targets)
-        logp, entropy = _row_maths(flat, all_targets, temperature, with_entropy)
-        return logp[index], None if entropy is None else entropy[index]
-    return _row_maths(flat.index_select(0, index), targets, temperature, with_entropy)
+    `every_row`: run it over all rows of `flat` and pick the indexed results afterwards. The
+    backward then writes the logits' gradient in one fused pass instead of zero-filling it and
+    scattering the selected rows into it (9 ms at 8 x 1024 x 152k on the H200); responses
+    are most of the rows, so the extra rows cost less than the scatter. The index work stays
+    outside the compiled function, which sees plain rows only."""
+    if not every_row:
+        return row_maths(flat.index_select(0, index), targets, temperature, with_entropy)
+    all_targets = torch.zeros(flat.shape[0], dtype=targets.dtype, device=targets.device)
+    all_targets[index] = targets
+    logp, entropy = row_maths(flat, all_targets, temperature, with_entropy)
+    return logp[index], None if entropy is None else entropy[index]
 
 
-def _row_maths(rows: torch.Tensor, targets: torch.Tensor, temperature: float,
-               with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def row_maths(rows: torch.Tensor, targets: torch.Tensor, temperature: float,
+              with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(z)[target] and entropy of softmax(z), z = rows in fp32 / temperature: the
+    eager path's maths on whole-vocabulary rows (TP=1), written to be compiled."""
     logits = rows.float()
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
@@ -136,13 +137,13 @@ def _row_maths(rows: torch.Tensor, targets: torch.Tensor, temperature: float,
 
 
 def fused_rows_fn(flat: torch.Tensor) -> Callable | None:
-    """The compiled `rows_log_probs` when it applies (CUDA, TP=1, enabled), else None."""
+    """The compiled `row_maths` when it applies (CUDA, TP=1, enabled), else None."""
     from engine.train.fastpaths import fused_enabled
 
     if not (flat.is_cuda and fused_enabled() and _tp_world_size() == 1):
         return None
     if "rows" not in _COMPILED:
-        _COMPILED["rows"] = _compile_or_eager(rows_log_probs)
+        _COMPILED["rows"] = _compile_or_eager(row_maths)
     return _COMPILED["rows"]
 
 

@@ -22,7 +22,8 @@ def _rows(n_all: int = 12, vocab: int = 50, seed: int = 0) -> tuple[torch.Tensor
 def test_fused_rows_match_megatrons_vocab_parallel_maths(temperature: float, compiled: bool,
                                                          every_row: bool) -> None:
     from engine.train.logprobs import (
-        rows_log_probs,
+        fused_log_probs,
+        row_maths,
         scale_logits,
         vocab_parallel_entropy,
         vocab_parallel_log_probs,
@@ -35,8 +36,8 @@ def test_fused_rows_match_megatrons_vocab_parallel_maths(temperature: float, com
     (want_logp.sum() + 0.3 * want_entropy.sum()).backward()
     want_grad, flat.grad = flat.grad.clone(), None
 
-    fn = torch.compile(rows_log_probs, dynamic=True) if compiled else rows_log_probs
-    logp, entropy = fn(flat, index, targets, temperature, True, every_row)
+    fn = torch.compile(row_maths, dynamic=True) if compiled else row_maths
+    logp, entropy = fused_log_probs(fn, flat, index, targets, temperature, True, every_row)
     (logp.sum() + 0.3 * entropy.sum()).backward()
     # the same fp32 maths in another order (logsumexp/softmax vs megatron's max-shifted sums,
     # then compiler reassociation): ~1e-6 absolute apart, 1e-5 relative on entropies near 0
@@ -65,10 +66,10 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch) -> None
         return run
 
     monkeypatch.setattr(torch, "compile", broken_compile)
-    call = logprobs._compile_or_eager(logprobs.rows_log_probs)
+    call = logprobs._compile_or_eager(logprobs.row_maths)
     flat, index, targets = _rows()
     with pytest.warns(UserWarning, match="fused log-probs: torch.compile failed"):
-        logp, _ = call(flat, index, targets, 1.0, False)
+        logp, _ = call(flat.index_select(0, index), targets, 1.0, False)
     assert logp.shape == (5,)
 
 
@@ -147,10 +148,12 @@ def test_batch_first_output_layer_gives_the_same_logits_and_grads(monkeypatch) -
             (out.float() ** 2).mean().backward()
             outs.append(out)
     assert outs[1].is_contiguous()
-    torch.testing.assert_close(outs[0], outs[1])
+    # the same maths, but GEMMs of another shape: accumulation order may differ on a GPU
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(outs[0], outs[1], **tol)
     for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters(),
                                  strict=True):
-        torch.testing.assert_close(a.grad, b.grad, msg=name)
+        torch.testing.assert_close(a.grad, b.grad, msg=name, **tol)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the fused AdamW kernel is CUDA-only")
