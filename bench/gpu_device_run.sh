@@ -50,8 +50,11 @@ PY
       ;;
     bench) timeout 360 python3 bench/gpu_bench.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" ;;
     tests)
-      timeout 300 python3 -m pytest tests/gpu tests/train/test_worker_gpu.py \
-        tests/train/test_checkpoint.py -m gpu -q -p no:cacheprovider 2>&1 | tail -15
+      # per-test timeout and -v into $OUT: a hang is named and what ran still comes back
+      timeout 330 python3 -m pytest tests/gpu tests/train/test_worker_gpu.py \
+        tests/train/test_checkpoint.py -m gpu -v --timeout 150 -p no:cacheprovider \
+        > "$OUT/gpu_tests.log" 2>&1
+      grep -E "PASSED|FAILED|ERROR|Timeout|passed|failed" "$OUT/gpu_tests.log" | tail -30
       timeout 120 python3 -m pytest tests/train/test_fastpaths.py -q -p no:cacheprovider \
         2>&1 | tail -3 ;;
     profile) timeout 120 python3 bench/gpu_profile.py 2>&1 | grep -v -i warn \
