@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# What the lead runs on the lent H200 (device tool, repo root, `.whl` carried):
+# What the lead runs on the lent H200 (device tool, repo root, `.whl` carried; build .whl/ with
+# bench/make_gpu_wheels.sh):
 #   1. the carried wheels (Ray rebuilt without its Java jars, megatron-core 0.16.1, datasets ...);
 #   2. a real qwen3-0.6b-ppo-1gpu run through `ppodeck run` (3 PPO steps, events brought back);
 #   3. bench/gpu_bench.py (attention, offload, rollout figures, side by side);
