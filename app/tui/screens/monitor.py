@@ -29,7 +29,7 @@ from app.tui.widgets.phase_timeline import PhaseTimeline
 from app.tui.widgets.run_header import HeaderData, RunHeader
 from app.tui.widgets.view_tabs import ViewTabs
 
-FLUSH_S = 0.25  # at most four UI updates a second
+FLUSH_S = 0.2  # at most five UI updates a second (bench: p95 lag 0.275 s at 0.25, 0.221 s at 0.2)
 POLL_S = 0.05
 MAX_PENDING = 20_000  # events held by the reader while the UI applies the previous batch
 STATUS_EVERY_S = 1.0
