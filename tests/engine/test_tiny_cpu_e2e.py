@@ -68,6 +68,16 @@ def test_offload_moves_are_reported_per_phase(tiny_run):
     assert all(e["noop"] and e["bytes"] > 0 for e in offloads if e["model"] != "rollout")
 
 
+def test_every_weight_sync_is_split_into_export_and_load(tiny_run):
+    """The packed push reaches the rollout side each rollout, and the log says where the time
+    went (the actor's export + transfer, the rollout's load) with the bytes moved."""
+    _rundir, status, events = tiny_run
+    syncs = [e["msg"] for e in events if e["kind"] == "log" and "weight sync" in e["msg"]]
+    assert len(syncs) == status["num_rollout"]
+    assert all("actor export + transfer" in m and "rollout load" in m and " GB)" in m
+               for m in syncs)
+
+
 def first_losses(events) -> dict[str, float]:
     """Critic value losses of rollouts 0-1 and actor pg losses of rollout 1, by step."""
     out = {}

@@ -164,5 +164,8 @@ def test_offload_reports_the_copy_rate_apart_from_the_one_time_pinning() -> None
         assert report["seconds"] >= report["copy_seconds"] + report["pin_seconds"]
         assert report["gbps"] == pytest.approx(report["bytes"] / report["copy_seconds"] / 1e9)
     assert held.keep[0].host is not None
-    held.onload()
+    back = held.onload()
+    assert back["copy_seconds"] > 0 and back["alloc_seconds"] >= 0
+    assert back["seconds"] >= back["copy_seconds"] + back["alloc_seconds"]
+    assert back["gbps"] == pytest.approx(back["bytes"] / back["copy_seconds"] / 1e9)
     assert torch.equal(state, torch.ones(1 << 16))
