@@ -10,28 +10,11 @@ trouble on the GPU machine's torch.
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def megatron():
-    from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
-
-    init_distributed(0, 1, "127.0.0.1", _free_port(), Parallelism(), seed=1234)
-    yield
-    shutdown_distributed()
 
 
 def _shape():  # noqa: ANN202

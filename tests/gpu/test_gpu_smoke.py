@@ -9,30 +9,15 @@
 
 from __future__ import annotations
 
-import socket
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from engine.cluster import free_port
+
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def megatron():
-    """A fresh nccl world of size 1 per test (the worker test below makes its own)."""
-    from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
-
-    init_distributed(0, 1, "127.0.0.1", _free_port(), Parallelism(), seed=1234)
-    yield
-    shutdown_distributed()
 
 
 def _close(mine: torch.Tensor, theirs: torch.Tensor, rel: float, what: str) -> None:
@@ -144,7 +129,7 @@ def test_tiny_ppo_round_trains_on_cuda() -> None:
     from tests.train.worker_harness import tiny_args, tiny_batch
 
     args, batch = tiny_args(), tiny_batch()
-    critic = TrainWorker("critic", 0, 1, "127.0.0.1", _free_port(), args)
+    critic = TrainWorker("critic", 0, 1, "127.0.0.1", free_port(), args)
     critic.init()
     critic_out = critic.train_critic(0, batch)
     dtype = next(critic.model.parameters()).dtype
@@ -152,7 +137,7 @@ def test_tiny_ppo_round_trains_on_cuda() -> None:
     assert dtype == torch.bfloat16
     values = critic_out["values"]
     assert sorted(values) == batch.sample_indices
-    actor = TrainWorker("actor", 0, 1, "127.0.0.1", _free_port(), args)
+    actor = TrainWorker("actor", 0, 1, "127.0.0.1", free_port(), args)
     actor.init()
     before = {n: p.detach().float().clone() for n, p in actor.model.named_parameters()}
     actor_out = actor.train_actor(0, batch, values)
