@@ -3,8 +3,8 @@
 Megatron falls back to slow local code when neither TE nor apex is installed (our GPU machine:
 TE cannot be built there). On the H200 the Qwen3-0.6B actor step spent ~40% of its time in
 those fallbacks. Each fast path below keeps Megatron's maths and is installed only where
-Megatron is still using its own fallback; `install()` returns a line per path for the run log,
-so the user sees what replaced what.
+Megatron is still using its own fallback; `describe()` gives a line per path in effect for the
+run log, so the user sees what replaced what.
 
 - grad-norm / grad-scale: `local_multi_tensor_l2_norm` syncs the host once per gradient tensor
   (`torch.tensor(list of cuda scalars)`), ~230 syncs per step; `local_multi_tensor_scale` does
@@ -24,6 +24,8 @@ import os
 
 import torch
 from megatron.core.tensor_parallel import ColumnParallelLinear
+
+from engine.train.offload import inner_optimizers
 
 FUSED_ENV = "PPODECK_FUSED"
 
@@ -91,10 +93,8 @@ def fuse_adam(optimizer) -> list[str]:  # noqa: ANN001
     floating tensor (the fp32 master weights). Returns a log line when it did."""
     if not fused_enabled():
         return []
-    inner = [getattr(opt, "optimizer", None) for opt in
-             (getattr(optimizer, "chained_optimizers", None) or [optimizer])]
     switched = 0
-    for opt in inner:
+    for opt in inner_optimizers(optimizer):
         if not isinstance(opt, torch.optim.AdamW):
             continue
         params = [p for group in opt.param_groups for p in group["params"]]
@@ -154,8 +154,7 @@ def describe(model: torch.nn.Module, optimizer) -> list[str]:  # noqa: ANN001
                      "(replacing megatron's local fallback)")
     elif clip_grads.l2_norm_impl is utils.local_multi_tensor_l2_norm:
         lines.append("megatron's grad-norm fallback: one host sync per tensor")
-    inner = [getattr(opt, "optimizer", None) for opt in
-             (getattr(optimizer, "chained_optimizers", None) or [optimizer])]
-    if any(isinstance(o, torch.optim.AdamW) and o.defaults.get("fused") for o in inner):
+    if any(isinstance(o, torch.optim.AdamW) and o.defaults.get("fused")
+           for o in inner_optimizers(optimizer)):
         lines.append("optimizer: torch fused AdamW")
     return lines

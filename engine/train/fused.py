@@ -52,11 +52,11 @@ __all__ = [
 # Round every intermediate to the tensor's dtype like eager does (inductor otherwise keeps bf16
 # intermediates in fp32): with it, fused RoPE equals Megatron's eager bf16 result bit-for-bit.
 _ROPE_OPTIONS = {"emulate_precision_casts": True}
-# graphs per op: widths x ranks x strides x dtypes x grad modes (see _CompiledOrEager)
+# graphs per op: widths x ranks x strides x dtypes x grad modes (see CompiledOrEager)
 RECOMPILE_LIMIT = 32
 
 
-class _CompiledOrEager:
+class CompiledOrEager:
     """`fn` compiled on first use; its eager self when disabled or after a compile failure.
 
     Tensor inputs get their leading dims marked dynamic and their last dim static before each
@@ -69,11 +69,12 @@ class _CompiledOrEager:
     serving the shapes they have.
     """
 
-    def __init__(self, what: str, fn: Callable[..., Tensor],
-                 options: dict[str, Any] | None = None) -> None:
+    def __init__(self, what: str, fn: Callable[..., Any],
+                 options: dict[str, Any] | None = None, all_dynamic: bool = False) -> None:
         self.what = what
         self.eager = fn
         self.options = options
+        self.all_dynamic = all_dynamic  # dynamic=True, no per-call marking (e.g. 1-D inputs)
         self.compiled: Callable[..., Tensor] | None = None
         self.failed = False
         self.limit_warned = False
@@ -83,11 +84,13 @@ class _CompiledOrEager:
             return self.eager(*args)
         if self.compiled is None:
             _raise_global_recompile_limit()
-            self.compiled = torch.compile(self.eager, fullgraph=True, dynamic=None,
+            self.compiled = torch.compile(self.eager, fullgraph=True,
+                                          dynamic=True if self.all_dynamic else None,
                                           options=self.options, **_own_recompile_budget())
-        for arg in args:
-            if isinstance(arg, Tensor) and not isinstance(arg, torch.nn.Parameter):
-                _mark_rows_dynamic(arg)
+        if not self.all_dynamic:
+            for arg in args:
+                if isinstance(arg, Tensor) and not isinstance(arg, torch.nn.Parameter):
+                    _mark_rows_dynamic(arg)
         try:
             return self.compiled(*args)
         except torch.OutOfMemoryError:
@@ -197,7 +200,7 @@ def _rope_math(t: Tensor, freqs: Tensor) -> Tensor:
     return torch.cat(((x * cos_) + (rotated * sin_), t_pass), dim=-1)
 
 
-_ROPE = _CompiledOrEager("fused RoPE", _rope_math, _ROPE_OPTIONS)
+_ROPE = CompiledOrEager("fused RoPE", _rope_math, _ROPE_OPTIONS)
 
 
 def fused_rope(t: Tensor, freqs: Tensor, interleaved: bool = False) -> Tensor:
@@ -241,7 +244,7 @@ def _rms_norm_math(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return (upcast * rstd * weight).to(x.dtype)
 
 
-_RMS_NORM = _CompiledOrEager("fused RMSNorm", _rms_norm_math)
+_RMS_NORM = CompiledOrEager("fused RMSNorm", _rms_norm_math)
 
 
 class FusedRMSNorm(torch.nn.RMSNorm):

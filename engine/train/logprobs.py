@@ -9,12 +9,11 @@ all-reduce over the TP group, so TP=1 and TP>1 give the same numbers.
 On CUDA with TP=1 the rows go instead through one torch.compile'd function (gather, fp32 cast,
 temperature, logsumexp, entropy, and their backward fused): the eager path makes ~10 passes
 over fp32 full-vocab rows, which cost ~20 ms of a 185 ms Qwen3-0.6B step on the H200.
-`PPODECK_FUSED=0` turns it off; if compiling fails the eager path runs and a warning says so.
+`PPODECK_FUSED=0` turns it off; if compiling fails the eager maths run and a warning says so.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 
 import torch
@@ -143,26 +142,11 @@ def fused_rows_fn(flat: torch.Tensor) -> Callable | None:
     if not (flat.is_cuda and fused_enabled() and _tp_world_size() == 1):
         return None
     if "rows" not in _COMPILED:
-        _COMPILED["rows"] = _compile_or_eager(row_maths)
+        from engine.train.fused import CompiledOrEager
+
+        # compile failures fall back to the eager maths with one warning
+        _COMPILED["rows"] = CompiledOrEager("fused log-probs", row_maths, all_dynamic=True)
     return _COMPILED["rows"]
-
-
-def _compile_or_eager(fn: Callable) -> Callable:
-    """torch.compile(fn); on a compile failure warn once and run `fn` eagerly from then on."""
-    compiled = torch.compile(fn, dynamic=True)
-    state = {"fn": compiled}
-
-    def call(*args: object) -> object:
-        try:
-            return state["fn"](*args)
-        except Exception as err:  # noqa: BLE001 - a compiler failure must not stop training
-            if state["fn"] is fn:
-                raise
-            warnings.warn(f"fused log-probs: torch.compile failed ({type(err).__name__}: "
-                          f"{str(err)[:200]}); using the eager maths", stacklevel=2)
-            state["fn"] = fn
-            return fn(*args)
-    return call
 
 
 def _tp_world_size() -> int:

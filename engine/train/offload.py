@@ -189,7 +189,7 @@ def train_state_tensors(ddp, optimizer) -> tuple[list[torch.Tensor], list[torch.
         main_grad = getattr(param, "main_grad", None)
         if main_grad is not None:
             drop.append(main_grad)
-    for inner in _inner_optimizers(optimizer):
+    for inner in inner_optimizers(optimizer):
         for group in inner.param_groups:
             for param in group["params"]:
                 keep.append(param)
@@ -200,6 +200,7 @@ def train_state_tensors(ddp, optimizer) -> tuple[list[torch.Tensor], list[torch.
     return keep, drop
 
 
-def _inner_optimizers(optimizer) -> list[torch.optim.Optimizer]:  # noqa: ANN001
+def inner_optimizers(optimizer) -> list[torch.optim.Optimizer]:  # noqa: ANN001
+    """The torch optimizers inside a Megatron (chained) optimizer."""
     chained = getattr(optimizer, "chained_optimizers", None) or [optimizer]
     return [opt.optimizer for opt in chained if getattr(opt, "optimizer", None) is not None]

@@ -59,6 +59,7 @@ def test_fused_path_is_only_taken_on_cuda_and_can_be_turned_off(monkeypatch) -> 
 
 def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch) -> None:
     from engine.train import logprobs
+    from engine.train.fused import CompiledOrEager
 
     def broken_compile(fn, **_):  # noqa: ANN001, ANN202
         def run(*_args):  # noqa: ANN002, ANN202
@@ -66,7 +67,7 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch) -> None
         return run
 
     monkeypatch.setattr(torch, "compile", broken_compile)
-    call = logprobs._compile_or_eager(logprobs.row_maths)
+    call = CompiledOrEager("fused log-probs", logprobs.row_maths, all_dynamic=True)
     flat, index, targets = _rows()
     with pytest.warns(UserWarning, match="fused log-probs: torch.compile failed"):
         logp, _ = call(flat.index_select(0, index), targets, 1.0, False)

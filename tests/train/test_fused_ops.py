@@ -395,7 +395,7 @@ def test_compile_failure_falls_back_to_eager_once_with_a_warning(
         return run
 
     monkeypatch.setattr(torch, "compile", broken_compile)
-    op = fused_mod._CompiledOrEager("fused test-op", fused_mod._rms_norm_math)
+    op = fused_mod.CompiledOrEager("fused test-op", fused_mod._rms_norm_math)
     x, w = torch.randn(3, 4), torch.ones(4)
     with pytest.warns(UserWarning, match="fused test-op: torch.compile failed"):
         out = op(x, w, 1e-6)
@@ -413,7 +413,7 @@ def test_genuine_errors_keep_the_compiled_path() -> None:
     def scale_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return x * w
 
-    op = fused_mod._CompiledOrEager("fused test-op", scale_rows)
+    op = fused_mod.CompiledOrEager("fused test-op", scale_rows)
     with pytest.raises(RuntimeError):
         op(torch.randn(3, 4), torch.ones(5))
     assert not op.failed
