@@ -34,8 +34,20 @@ GRACE_S = 3.0  # SIGTERM -> SIGKILL: lets SGLang/NCCL release GPU memory on thei
 _TAIL_BYTES = 1 << 16  # enough of events.jsonl to find the last phase
 
 
-def session_members(sid: int, exclude: int) -> list[int]:
+def session_members(sid: int, exclude: int = -1) -> list[int]:
     """Live processes in session `sid` (zombies excluded), from /proc; `exclude` left out."""
+    return _live_with(_SESSION_FIELD, sid, exclude)
+
+
+def group_members(pgid: int, exclude: int = -1) -> list[int]:
+    """Live processes in process group `pgid` (zombies excluded), from /proc."""
+    return _live_with(_PGRP_FIELD, pgid, exclude)
+
+
+_PGRP_FIELD, _SESSION_FIELD = 2, 3  # in /proc/PID/stat after the ")" of the command name
+
+
+def _live_with(field: int, value: int, exclude: int) -> list[int]:
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -43,7 +55,7 @@ def session_members(sid: int, exclude: int) -> list[int]:
         except OSError:
             continue  # exited meanwhile
         pid = int(stat.parent.name)
-        if pid != exclude and int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+        if pid != exclude and int(fields[field]) == value and fields[0] not in ("Z", "X"):
             members.append(pid)
     return members
 

@@ -10,13 +10,6 @@ from tests.reliability import helpers
 
 
 @pytest.fixture
-def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "runs"
-    monkeypatch.setenv("PPODECK_RUNS_DIR", str(root))
-    return root
-
-
-@pytest.fixture
 def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No user or team presets leak in from the machine running the tests."""
     monkeypatch.setenv("PPODECK_CONFIG_DIR", str(tmp_path / "config"))

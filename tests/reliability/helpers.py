@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from engine.events import read_events
+from engine.reaper import group_members, session_members
 from engine.rundir import RunDir, read_status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,29 +172,6 @@ def non_loopback(listening: dict[tuple[int, str, int], str]) -> list[str]:
         if not (address.is_loopback or (mapped is not None and mapped.is_loopback)):
             bad.append(f"{name} (pid {pid}) listens on {ip}:{port}")
     return bad
-
-
-def session_members(sid: int) -> list[int]:
-    """Live processes whose session id is `sid` (a driver leads its own session)."""
-    members = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
-        except (OSError, psutil.Error):
-            continue
-    return members
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
-        except (OSError, psutil.Error):
-            continue
-    return members
 
 
 def nothing_left(driver_pid: int, watch: TreeWatch | None = None,

@@ -12,13 +12,6 @@ from engine.rundir import RunDir, create_run_dir, write_status
 
 
 @pytest.fixture
-def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "runs"
-    monkeypatch.setenv("PPODECK_RUNS_DIR", str(root))
-    return root
-
-
-@pytest.fixture
 def fake_driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Run tests.runs.fake_driver instead of engine.driver; kills leftover groups at teardown.
 

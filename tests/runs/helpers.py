@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
+from engine.reaper import group_members
 from engine.rundir import RunDir, read_status
 
 
@@ -23,19 +22,7 @@ def group_gone(pgid: int, timeout: float = 5.0) -> bool:
 
 
 def live_members(pgid: int) -> list[int]:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return []
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue  # exited meanwhile
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(stat.parent.name))
-    return members
+    return group_members(pgid)
 
 
 def wait_for_state(rundir: RunDir, state: str, timeout: float = 10.0) -> None:
