@@ -51,13 +51,22 @@ PY
       ;;
     bench) timeout 360 python3 bench/gpu_bench.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" ;;
     tests)
-      # per-test timeout and -v into $OUT: a hang is named and what ran still comes back
-      timeout 330 python3 -m pytest tests/gpu tests/train/test_worker_gpu.py \
-        tests/train/test_checkpoint.py -m gpu -v --timeout 150 -p no:cacheprovider \
-        > "$OUT/gpu_tests.log" 2>&1
-      grep -E "PASSED|FAILED|ERROR|Timeout|passed|failed" "$OUT/gpu_tests.log" | tail -30
-      timeout 120 python3 -m pytest tests/train/test_fastpaths.py -q -p no:cacheprovider \
-        2>&1 | tail -3 ;;
+      # one pytest per file, side by side (the GPU has room): a hang in one file costs only that
+      # file; the thread method dumps every stack on a per-test timeout; logs come back in $OUT
+      pids=()
+      for target in tests/gpu/test_fused_gpu.py tests/gpu/test_gpu_smoke.py \
+          tests/train/test_worker_gpu.py tests/train/test_checkpoint.py; do
+        log="$OUT/gpu_tests_$(basename "$target" .py).log"
+        timeout 480 python3 -m pytest "$target" -m gpu -v -p no:cacheprovider \
+          --timeout-method=thread > "$log" 2>&1 &
+        pids+=($!)
+      done
+      wait "${pids[@]}"
+      grep -HE "PASSED|FAILED|ERROR|Timeout|passed|failed" "$OUT"/gpu_tests_*.log | tail -40
+      # the fast paths' reference tests (not gpu-marked: CI runs them on CPU) on CUDA too
+      timeout 150 python3 -m pytest tests/train/test_fastpaths.py -v -p no:cacheprovider \
+        > "$OUT/fastpaths_tests.log" 2>&1
+      grep -E "FAILED|passed|failed" "$OUT/fastpaths_tests.log" | tail -12 ;;
     profile) timeout 120 python3 bench/gpu_profile.py 2>&1 | grep -v -i warn \
         > "$OUT/profile.log"; head -45 "$OUT/profile.log" ;;
   esac

@@ -1,4 +1,5 @@
-"""The GPU fast paths, checked on CPU against the code they replace."""
+"""The GPU fast paths, checked against the code they replace: on CPU in CI, on CUDA (nccl
+world, where Megatron's collectives need device tensors) by bench/gpu_device_run.sh tests."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ pytestmark = pytest.mark.usefixtures("megatron")
 
 
 def _rows(n_all: int = 12, vocab: int = 50, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    from engine.train.platform import device
+
     gen = torch.Generator().manual_seed(seed)
-    flat = (torch.randn(n_all, vocab, generator=gen) * 3).requires_grad_()
-    index = torch.tensor([1, 3, 4, 7, 11])
-    targets = torch.randint(0, vocab, (5,), generator=gen)
+    flat = (torch.randn(n_all, vocab, generator=gen) * 3).to(device()).requires_grad_()
+    index = torch.tensor([1, 3, 4, 7, 11], device=device())
+    targets = torch.randint(0, vocab, (5,), generator=gen).to(device())
     return flat, index, targets
 
 
@@ -123,7 +126,7 @@ def test_batch_first_output_layer_gives_the_same_logits_and_grads(monkeypatch) -
 
     from engine.train.fastpaths import batch_first_output_layer
     from engine.train.model import ModelShape, build_gpt, transformer_config
-    from engine.train.platform import Parallelism, device_scope
+    from engine.train.platform import Parallelism, device, device_scope
 
     shape = ModelShape(num_layers=1, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
                        num_query_groups=2, kv_channels=8, vocab_size=64,
@@ -131,8 +134,8 @@ def test_batch_first_output_layer_gives_the_same_logits_and_grads(monkeypatch) -
     with device_scope():
         monkeypatch.setenv("PPODECK_FUSED", "0")  # the same (unfused) layers in both models
         config = transformer_config(shape, Parallelism(), bf16=False)
-        stock = build_gpt(shape, "actor", config, seed=3)
-        fast = build_gpt(shape, "actor", config, seed=3)
+        stock = build_gpt(shape, "actor", config, seed=3).to(device())
+        fast = build_gpt(shape, "actor", config, seed=3).to(device())
         assert batch_first_output_layer(stock) == []  # turned off
         monkeypatch.delenv("PPODECK_FUSED")
         assert batch_first_output_layer(fast)

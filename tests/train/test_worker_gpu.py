@@ -12,7 +12,7 @@ import torch
 
 from tests.train.worker_harness import all_values, run_ranks, tiny_args, tiny_batch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600),
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
