@@ -8,12 +8,14 @@
 (a) actor and critic train steps built by the worker's own functions (engine.train.model,
     engine.train.optimizer: Megatron DDP -> get_megatron_optimizer, Adam, bf16 params with fp32
     master weights and fp32 grad buffers), world size 1, Qwen3-0.6B shape, 8 x 1024 tokens,
-    forward + backward + optimizer step, three variants side by side:
-      unfused     Megatron's stock local spec (PPODECK_ATTENTION=unfused PPODECK_FUSED=0)
-      sdpa        our SDPA core attention only (PPODECK_FUSED=0)
-      sdpa+fused  the default: SDPA + fast paths (fused RoPE/RMSNorm/SwiGLU, fused log-probs,
-                  batch-first logits, foreach grad norm, fused AdamW)
-    then sdpa+fused at twice the tokens per micro-batch (16 x 1024).
+    forward + backward + optimizer step, four variants side by side (--variant picks some):
+      unfused      Megatron's stock local spec (PPODECK_ATTENTION=unfused PPODECK_FUSED=0)
+      sdpa         our SDPA core attention only (PPODECK_FUSED=0)
+      sdpa+ops     SDPA + fast paths with per-op fusion (compiled RoPE/RMSNorm, Megatron's
+                   SwiGLU; PPODECK_COMPILE_LAYERS=0), direct TP=1 linears, fused log-probs,
+                   batch-first logits, foreach grad norm, fused AdamW
+      sdpa+layers  the default: the same, but each transformer layer compiled whole
+    then the default at twice the tokens per micro-batch (16 x 1024).
     The actor's loss is the mean token log-prob through engine.train.logprobs (the PPO actor's
     own path); the critic's is a squared value.
     FLOPs per step = 6 * N_mm * T + 12 * L * s * (heads * head_dim) * T
@@ -207,8 +209,12 @@ def step_flops(shape: ModelShape, role: str, batch: int, seq: int) -> float:
 VARIANTS = {
     "unfused": {"PPODECK_ATTENTION": "unfused", "PPODECK_FUSED": "0"},
     "sdpa": {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "0"},
-    "sdpa+fused": {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "1"},
+    "sdpa+ops": {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "1",
+                 "PPODECK_COMPILE_LAYERS": "0"},
+    "sdpa+layers": {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "1",
+                    "PPODECK_COMPILE_LAYERS": "1"},
 }
+DEFAULT_VARIANT = "sdpa+layers"  # what the worker builds on a CUDA machine without TE
 
 
 def bench_settings(plan: Plan) -> SimpleNamespace:
@@ -288,7 +294,7 @@ def train_throughput(plan: Plan, role: str, variant: str, res: Results, peak: fl
 # (b) offload / onload
 # --------------------------------------------------------------------------------------------
 def offload_bench(plan: Plan, res: Results) -> None:
-    ddp, optimizer, _ = build_trainable(plan, "actor", "sdpa+fused")
+    ddp, optimizer, _ = build_trainable(plan, "actor", DEFAULT_VARIANT)
     ids = torch.randint(0, plan.shape.vocab_size, (1, 32)).to(plan.device)
     train_step(ddp, optimizer, "actor", ids, torch.arange(32, device=plan.device)[None])
     try:
@@ -497,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="tiny shapes on CPU (checks the code paths in seconds)")
     parser.add_argument("--only", choices=("train", "offload", "rollout"), action="append",
                         help="run only these sections (repeatable)")
+    parser.add_argument("--variant", choices=tuple(VARIANTS), action="append",
+                        help="train variants to run (repeatable; default: all)")
     ns = parser.parse_args(argv)
     plan = Plan.make(ns.smoke)
     sections = set(ns.only or ("train", "offload", "rollout"))
@@ -514,13 +522,13 @@ def main(argv: list[str] | None = None) -> int:
             megatron_ok = True
     if megatron_ok and "train" in sections:
         for role in ("actor", "critic"):
-            for variant in VARIANTS:
+            for variant in ns.variant or VARIANTS:
                 with res.guard("train", f"{role} {variant}"):
                     train_throughput(plan, role, variant, res, peak)
         big = Plan(**{**plan.__dict__, "train_batch": plan.train_batch * 2})
         for role in ("actor", "critic"):  # twice the tokens per micro-batch
-            with res.guard("train", f"{role} sdpa+fused x2 tokens"):
-                train_throughput(big, role, "sdpa+fused", res, peak)
+            with res.guard("train", f"{role} {DEFAULT_VARIANT} x2 tokens"):
+                train_throughput(big, role, DEFAULT_VARIANT, res, peak)
     if megatron_ok and "offload" in sections:
         with res.guard("offload", "offload/onload"):
             offload_bench(plan, res)

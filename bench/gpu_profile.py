@@ -97,15 +97,11 @@ def op_table(prof) -> None:  # noqa: ANN001
             continue
 
 
-def profile_actor(plan: gb.Plan, batch: int, compiled: bool, variant: str) -> None:
+def profile_actor(plan: gb.Plan, batch: int, variant: str) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     plan = gb.Plan(**{**plan.__dict__, "train_batch": batch})
     ddp, optimizer, kinds = gb.build_trainable(plan, "actor", variant)
-    if compiled:  # experiment: each decoder layer through torch.compile
-        for layer in ddp.module.decoder.layers:
-            layer.forward = torch.compile(layer.forward)
-        kinds += " + torch.compile(layer.forward)"
     ids = torch.randint(0, plan.shape.vocab_size, (batch, plan.train_seq), device=plan.device)
     positions = torch.arange(plan.train_seq, device=plan.device).expand_as(ids)
     for _ in range(3):
@@ -142,17 +138,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--batch", type=int, action="append")
-    parser.add_argument("--compile", action="store_true",
-                        help="also try each decoder layer through torch.compile")
     parser.add_argument("--variant", choices=tuple(gb.VARIANTS), action="append")
     ns = parser.parse_args()
     plan = gb.Plan.make(ns.smoke)
     gb.init_megatron()
-    for variant in ns.variant or ["sdpa+fused"]:
+    for variant in ns.variant or [gb.DEFAULT_VARIANT]:
         for batch in ns.batch or [plan.train_batch]:
-            profile_actor(plan, batch, compiled=False, variant=variant)
-    if ns.compile:
-        profile_actor(plan, plan.train_batch, compiled=True, variant="sdpa+fused")
+            profile_actor(plan, batch, variant=variant)
     return 0
 
 

@@ -123,7 +123,8 @@ class SDPADotProductAttention(MegatronModule):
         mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
         if attention_mask is None:
             # Megatron builds the causal mask itself when none is given (only for sq > 1)
-            return None, mask_type == AttnMaskType.causal and q.shape[2] > 1
+            # bool(): a python bool even when compiled with a symbolic length (SDPA needs one)
+            return None, mask_type == AttnMaskType.causal and bool(q.shape[2] > 1)
         if attention_mask.dtype != torch.bool:
             raise TypeError(f"attention_mask must be boolean, got {attention_mask.dtype}")
         # additive, not boolean: a fully masked (padding) row then stays finite instead of NaN,

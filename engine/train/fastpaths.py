@@ -13,6 +13,10 @@ run log, so the user sees what replaced what.
   does the update in one pass over the fp32 master state.
 - RoPE, RMSNorm and SwiGLU on CUDA: compiled (engine/train/fused.py, wired by model.py).
 - fused log-probs (TP=1, CUDA): engine/train/logprobs.py.
+- direct linears (TP=1): Megatron's Column/RowParallelLinear wrap every GEMM in Python autograd
+  Functions (the linear itself, plus the identity copy/reduce regions of tensor parallelism),
+  so each of the 4 linears of each layer runs Python in the backward too. With one TP rank
+  those Functions compute exactly `F.linear`; ours call it directly, and autograd stays in C++.
 - batch-first output layer: GPTModel ends with `logits.transpose(0, 1).contiguous()`, a copy of
   the full [s, b, vocab] logits (2.5 GB at 8 x 1024 tokens of Qwen3) forward and backward. Ours
   computes the logits directly in [b, s, vocab] memory order, so that copy is a no-op.
@@ -20,10 +24,12 @@ run log, so the user sees what replaced what.
 
 from __future__ import annotations
 
+import copy
 import os
 
 import torch
-from megatron.core.tensor_parallel import ColumnParallelLinear
+import torch.nn.functional as F
+from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
 from engine.train.offload import inner_optimizers
 
@@ -133,6 +139,67 @@ class BatchFirstOutputLayer(ColumnParallelLinear):
         return output.transpose(0, 1), bias
 
 
+def _direct_ok(layer: ColumnParallelLinear | RowParallelLinear) -> bool:
+    """True where Megatron's linear reduces to F.linear: one TP rank, no sequence parallelism,
+    no expert communication, no fused wgrad accumulation (apex) nor deferred embedding wgrad."""
+    from megatron.core.utils import get_pg_size
+
+    config = layer.config
+    return (get_pg_size(layer.tp_group) == 1 and not layer.sequence_parallel
+            and not layer.explicit_expert_comm and not layer.gradient_accumulation_fusion
+            and not config.defer_embedding_wgrad_compute and layer.weight is not None)
+
+
+class DirectColumnLinear(ColumnParallelLinear):
+    """ColumnParallelLinear that calls F.linear directly when it runs on one TP rank."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.direct = _direct_ok(self)
+
+    def forward(self, input_: torch.Tensor, weight: torch.Tensor | None = None,
+                runtime_gather_output: bool | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not self.direct or self.config._cpu_offloading_context is not None:
+            return super().forward(input_, weight=weight,
+                                   runtime_gather_output=runtime_gather_output)
+        bias = None if self.skip_bias_add else self.bias
+        output = F.linear(input_, self.weight if weight is None else weight, bias)
+        return output, (self.bias if self.skip_bias_add else None)
+
+
+class DirectRowLinear(RowParallelLinear):
+    """RowParallelLinear that calls F.linear directly when it runs on one TP rank."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.direct = _direct_ok(self)
+
+    def forward(self, input_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not self.direct or self.config._cpu_offloading_context is not None:
+            return super().forward(input_)
+        bias = None if self.skip_bias_add else self.bias
+        output = F.linear(input_, self.weight, bias)
+        return output, (self.bias if self.skip_bias_add else None)
+
+
+def direct_linears(spec):  # noqa: ANN001, ANN201
+    """A copy of a local GPT layer spec whose attention and MLP linears are the direct ones
+    (each still falls back to Megatron's own path when TP > 1). Unchanged when fast paths are
+    off or the spec holds other linear classes (TE)."""
+    if not fused_enabled():
+        return spec
+    spec = copy.deepcopy(spec)
+    swap = {ColumnParallelLinear: DirectColumnLinear, RowParallelLinear: DirectRowLinear}
+    for block in ("self_attention", "mlp"):
+        submodules = getattr(getattr(spec.submodules, block, None), "submodules", None)
+        for name in ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"):
+            current = getattr(submodules, name, None)
+            if current in swap:
+                setattr(submodules, name, swap[current])
+    return spec
+
+
 def describe(model: torch.nn.Module, optimizer) -> list[str]:  # noqa: ANN001
     """One line per fast path in effect for this model and optimizer (for the run log)."""
     from megatron.core import utils
@@ -147,6 +214,14 @@ def describe(model: torch.nn.Module, optimizer) -> list[str]:  # noqa: ANN001
     norms = {type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RMSNorm)}
     if "FusedRMSNorm" in norms:
         lines.append("RMSNorm: fused (compiled) forward and backward")
+    from engine.train.layer_compile import LAYERS_ENV, layers_compiled
+
+    if compiled := layers_compiled(model):
+        lines.append(f"transformer layers: {compiled} compiled whole, one shared graph "
+                     f"({LAYERS_ENV}=0 for per-op fusion)")
+    direct = [m for m in model.modules() if isinstance(m, DirectColumnLinear | DirectRowLinear)]
+    if direct and all(m.direct for m in direct):
+        lines.append(f"linears: {len(direct)} direct F.linear calls (TP=1, autograd in C++)")
     if isinstance(getattr(model, "output_layer", None), BatchFirstOutputLayer):
         lines.append("output layer: logits computed batch-first (no transpose copy)")
     if clip_grads.l2_norm_impl is foreach_l2_norm:

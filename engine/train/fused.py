@@ -83,7 +83,7 @@ class CompiledOrEager:
         if self.failed or not fused_enabled():
             return self.eager(*args)
         if self.compiled is None:
-            _raise_global_recompile_limit()
+            raise_global_recompile_limit()
             self.compiled = torch.compile(self.eager, fullgraph=True,
                                           dynamic=True if self.all_dynamic else None,
                                           options=self.options, **_own_recompile_budget())
@@ -112,7 +112,7 @@ class CompiledOrEager:
             return out
 
 
-def _raise_global_recompile_limit() -> None:
+def raise_global_recompile_limit() -> None:
     """Where torch.compile takes no per-function budget (torch < 2.13, e.g. the H200's 2.11),
     dynamo's global limit of 8 graphs per function applies; once hit, every later call pays
     for a failed guard check and a warning (seen: ~7 ms per norm call). Our inputs are

@@ -78,7 +78,7 @@ def transformer_config(shape: ModelShape, parallel: Parallelism, *, bf16: bool,
 
     recompute = recompute or {}
     params_dtype = torch.bfloat16 if bf16 else torch.float32
-    fused, fused_rope = fused_layer_ops(), False
+    fused, fused_rope = fusion_mode() == "ops", False
     if fused:
         from engine.train.fused import install_fused_rope
 
@@ -125,6 +125,16 @@ def fused_layer_ops() -> bool:
     return has_cuda() and not has_transformer_engine() and fused_ops_available()
 
 
+def fusion_mode() -> str:
+    """'layers' (each TransformerLayer compiled whole, engine/train/layer_compile.py), 'ops'
+    (compiled RoPE/RMSNorm/SwiGLU, engine/train/fused.py) or 'none' (CPU, TE, or turned off)."""
+    from engine.train.layer_compile import layer_compile_enabled
+
+    if not fused_layer_ops():
+        return "none"
+    return "layers" if layer_compile_enabled() else "ops"
+
+
 def layer_spec(shape: ModelShape):  # noqa: ANN201
     """TE spec only where transformer-engine really works; otherwise megatron's local spec with
     our SDPA core attention (engine/train/attention.py), or megatron's stock unfused attention
@@ -138,8 +148,10 @@ def layer_spec(shape: ModelShape):  # noqa: ANN201
     if attention_choice() == "unfused":
         return specs.get_gpt_layer_local_spec(qk_layernorm=shape.qk_layernorm,
                                               normalization=shape.normalization)
-    spec = local_spec_with_sdpa(shape)
-    if fused_layer_ops():
+    from engine.train.fastpaths import direct_linears
+
+    spec = direct_linears(local_spec_with_sdpa(shape))
+    if fusion_mode() == "ops":
         from engine.train.fused import local_spec_norms
 
         spec = local_spec_norms(spec, shape.normalization)
@@ -194,6 +206,10 @@ def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True
         from engine.train.fastpaths import batch_first_output_layer
 
         batch_first_output_layer(model)
+    if fusion_mode() == "layers":
+        from engine.train.layer_compile import compile_layers
+
+        compile_layers(model)
     if config.params_dtype != torch.float32:
         # like Megatron-LM's Float16Module: the local spec leaves norm weights (and our value
         # head) in fp32, which forces unfused norms and breaks optimizer checkpoint sharding

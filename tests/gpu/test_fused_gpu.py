@@ -1,9 +1,10 @@
 """The CUDA fast paths against the stock local spec, on the GPU (`-m gpu`, device only).
 
-A Qwen3-like GPTModel built by engine.train.model with every fast path on (fused RoPE and
-RMSNorm, Megatron's fused SwiGLU, batch-first logits) and one built with PPODECK_FUSED=0 get the
-same weights; their logits, the PPO actor's log-probs (the fused TP=1 path against Megatron's
-vocab-parallel cross entropy) and the gradients must agree: tightly in fp32, within bf16
+A Qwen3-like GPTModel built by engine.train.model with every fast path on (whole layers
+compiled, or per-op fused RoPE, RMSNorm and Megatron's SwiGLU; direct linears, batch-first
+logits) and one built with PPODECK_FUSED=0 get the same weights; their logits, the PPO
+actor's log-probs (the fused TP=1 path against Megatron's vocab-parallel cross entropy) and the
+gradients must agree: tightly in fp32, within bf16
 rounding in bf16. Shapes vary between calls, as dynamic micro-batches do, to catch recompile
 trouble on the GPU machine's torch.
 """
@@ -27,15 +28,19 @@ def _shape():  # noqa: ANN202
                       qk_layernorm=True, add_bias_linear=False)
 
 
-def _build(dtype: torch.dtype, fused: bool, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
-    from engine.train.model import build_gpt, transformer_config
+def _build(dtype: torch.dtype, mode: str, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
+    """mode: 'layers' (whole layers compiled, the default), 'ops' (per-op fusion) or 'stock'."""
+    from engine.train.model import build_gpt, fusion_mode, transformer_config
     from engine.train.platform import Parallelism
 
-    monkeypatch.setenv("PPODECK_FUSED", "1" if fused else "0")
+    monkeypatch.setenv("PPODECK_FUSED", "0" if mode == "stock" else "1")
+    monkeypatch.setenv("PPODECK_COMPILE_LAYERS", "0" if mode == "ops" else "1")
+    assert fusion_mode() == ("none" if mode == "stock" else mode)
     shape = _shape()
     config = transformer_config(shape, Parallelism(), bf16=dtype == torch.bfloat16)
     model = build_gpt(shape, "actor", config, seed=11).cuda()
-    assert config.apply_rope_fusion == fused and config.bias_activation_fusion == fused
+    per_op = mode == "ops"
+    assert config.apply_rope_fusion == per_op and config.bias_activation_fusion == per_op
     return model
 
 
@@ -53,22 +58,33 @@ def _step(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]: 
     return logits.float().detach(), logp.detach(), grads
 
 
+@pytest.mark.parametrize("mode", ["layers", "ops"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_fast_paths_match_the_stock_local_spec_on_cuda(dtype: torch.dtype, megatron: None,
+def test_fast_paths_match_the_stock_local_spec_on_cuda(dtype: torch.dtype, mode: str,
+                                                       megatron: None,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.train.fused import FusedRMSNorm
+    import torch._dynamo
+    from torch._dynamo.utils import counters
 
-    fast = _build(dtype, True, monkeypatch)
-    stock = _build(dtype, False, monkeypatch)
+    from engine.train.fused import FusedRMSNorm
+    from engine.train.layer_compile import layers_compiled
+
+    torch._dynamo.reset()
+    counters.clear()
+    fast = _build(dtype, mode, monkeypatch)
+    stock = _build(dtype, "stock", monkeypatch)
     stock.load_state_dict(fast.state_dict())
-    assert any(isinstance(m, FusedRMSNorm) for m in fast.modules())
+    assert any(isinstance(m, FusedRMSNorm) for m in fast.modules()) == (mode == "ops")
+    assert layers_compiled(fast) == (2 if mode == "layers" else 0)
     assert not any(isinstance(m, FusedRMSNorm) for m in stock.modules())
     tol = 2e-4 if dtype == torch.float32 else 3e-2
-    for seq in (48, 80, 33):  # dynamic micro-batch lengths
-        ids = torch.randint(0, 1024, (3, seq), device="cuda",
+    for batch, seq in ((3, 48), (5, 80), (2, 33), (1, 21), (4, 64)):  # dynamic micro-batches
+        ids = torch.randint(0, 1024, (batch, seq), device="cuda",
                             generator=torch.Generator("cuda").manual_seed(seq))
         monkeypatch.setenv("PPODECK_FUSED", "1")
         fast_logits, fast_logp, fast_grads = _step(fast, ids)
+        with torch.no_grad():  # the old-log-prob pass
+            fast(ids, torch.arange(seq, device="cuda").expand_as(ids), None)
         monkeypatch.setenv("PPODECK_FUSED", "0")
         stock_logits, stock_logp, stock_grads = _step(stock, ids)
         scale = stock_logits.abs().max().item()
@@ -78,3 +94,8 @@ def test_fast_paths_match_the_stock_local_spec_on_cuda(dtype: torch.dtype, megat
             cos = torch.nn.functional.cosine_similarity(fast_grads[name].flatten(),
                                                         grad.flatten(), dim=0).item()
             assert cos > (0.99999 if dtype == torch.float32 else 0.999), (name, seq, cos)
+    graphs = counters["stats"]["unique_graphs"]
+    print(f"{mode} {dtype}: {graphs} graphs for 5 shapes x (train, no_grad)")
+    if mode == "layers":  # one shared graph per grad mode, plus a batch-of-one specialization
+        assert graphs <= 8, graphs
+        assert not fast.decoder.layers[0]._compiled_call_impl.state["failed"]

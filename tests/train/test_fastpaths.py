@@ -172,3 +172,45 @@ def test_fuse_adam_switches_cuda_adamw_groups() -> None:
 
     assert fuse_adam(Wrapper())
     assert opt.param_groups[0]["fused"] is True
+
+
+def test_direct_linears_give_megatrons_outputs_and_grads(monkeypatch) -> None:
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+
+    from engine.train.fastpaths import DirectColumnLinear, DirectRowLinear, describe
+    from engine.train.model import ModelShape, build_gpt, transformer_config
+    from engine.train.platform import Parallelism, device, device_scope
+
+    shape = ModelShape(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
+                       num_query_groups=2, kv_channels=8, vocab_size=64,
+                       max_sequence_length=32, swiglu=True, add_bias_linear=True)
+    with device_scope():
+        config = transformer_config(shape, Parallelism(), bf16=False)
+        fast = build_gpt(shape, "critic", config, seed=5).to(device())
+        monkeypatch.setenv("PPODECK_FUSED", "0")
+        stock = build_gpt(shape, "critic", config, seed=5).to(device())
+        monkeypatch.delenv("PPODECK_FUSED")
+        stock.load_state_dict(fast.state_dict())
+        kinds = {type(m) for m in fast.modules()}
+        assert {DirectColumnLinear, DirectRowLinear} <= kinds
+        assert not {type(m) for m in stock.modules()} & {DirectColumnLinear, DirectRowLinear}
+        assert all(m.direct for m in fast.modules()
+                   if isinstance(m, DirectColumnLinear | DirectRowLinear))
+        assert any(line.startswith("linears: 8 direct") for line in describe(fast, None))
+        ids = torch.randint(0, 64, (3, 10), device=device())
+        pos = torch.arange(10, device=device()).expand_as(ids)
+        outs = []
+        for model in (stock, fast):
+            out = model(ids, pos, None)
+            (out.float() ** 2).mean().backward()
+            outs.append(out)
+    tol = {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(outs[0], outs[1], **tol)
+    grads = 0
+    for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters(),
+                                 strict=True):
+        torch.testing.assert_close(a.grad, b.grad, msg=name, **tol)
+        grads += "linear" in name and a.grad.abs().sum().item() > 0
+    assert grads >= 8  # every linear (weights and biases) got a gradient through both paths
+    assert isinstance(fast.decoder.layers[0].mlp.linear_fc2, RowParallelLinear)
+    assert isinstance(fast.decoder.layers[0].self_attention.linear_qkv, ColumnParallelLinear)

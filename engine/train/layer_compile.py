@@ -1,0 +1,100 @@
+"""Regional compilation: each Megatron TransformerLayer compiled whole with torch.compile.
+
+Why: on the H200 the Qwen3-0.6B actor step at 8 x 1024 tokens was host-bound with per-op
+fusion (engine/train/fused.py): 110 ms of kernels in a 155 ms step, Python launching ~40
+kernels per layer forward and more in the backward. Compiled whole, a layer is one graph
+forward and one backward: inductor fuses norms, RoPE, SwiGLU and the residual adds between
+the GEMMs and the attention kernel, and the host launches a few dozen kernels per layer.
+
+- The layers of a model share one compiled graph (torch's "regional compilation": modules
+  are traced as inputs, so identical layers reuse one cache entry); the first two shapes
+  compile, then token counts are dynamic (automatic dynamic shapes).
+- It needs the direct TP=1 linears (engine/train/fastpaths.py): Megatron's own linear calls
+  `warnings.warn` on every call, which splits the graph.
+- With layers compiled, the per-op compiled RoPE/RMSNorm/SwiGLU are not used (one compiler
+  over the whole layer fuses better than nested compiled ops).
+- A compile failure at a layer's first call warns once and that model's layers run eager.
+
+PPODECK_COMPILE_LAYERS=0 keeps the per-op fusion instead; PPODECK_FUSED=0 turns off both.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import torch
+
+from engine.train.fastpaths import fused_enabled
+
+LAYERS_ENV = "PPODECK_COMPILE_LAYERS"
+
+
+def layer_compile_enabled() -> bool:
+    """The switch alone (model.py adds: CUDA, no transformer-engine, compile works)."""
+    off = os.environ.get(LAYERS_ENV, "1").strip().lower() in ("0", "false", "no", "off")
+    return fused_enabled() and not off
+
+
+class CompiledLayerCall:
+    """A layer's compiled `_call_impl` (what nn.Module.compile installs), with an eager
+    fallback shared by every layer of the model once one compile fails."""
+
+    def __init__(self, layer: torch.nn.Module, state: dict[str, bool]) -> None:
+        self.eager = layer._call_impl
+        self.compiled = torch.compile(layer._call_impl)
+        self.state = state  # {"failed": bool}, one per model
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+        if self.state["failed"]:
+            return self.eager(*args, **kwargs)
+        _mark_tokens_dynamic(kwargs)
+        try:
+            return self.compiled(*args, **kwargs)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a compiler failure must not stop training
+            out = self.eager(*args, **kwargs)  # a genuine error raises again here
+            self.state["failed"] = True
+            warnings.warn(f"transformer layers: torch.compile failed ({type(err).__name__}: "
+                          f"{str(err)[:300]}); the layers run eager from now on", stacklevel=2)
+            return out
+
+
+def _mark_tokens_dynamic(kwargs: dict[str, Any]) -> None:
+    """Sequence and batch dims dynamic from the first call (micro-batches are right-padded
+    [s, b] of varying size), so the first graph already serves every token count; the hidden
+    width stays static for the kernels. A batch of one may still get a graph of its own."""
+    import torch._dynamo
+
+    hidden = kwargs.get("hidden_states")
+    if isinstance(hidden, torch.Tensor) and hidden.dim() == 3:
+        torch._dynamo.maybe_mark_dynamic(hidden, 0)
+        torch._dynamo.maybe_mark_dynamic(hidden, 1)
+    rope = kwargs.get("rotary_pos_emb")
+    if isinstance(rope, torch.Tensor):
+        torch._dynamo.maybe_mark_dynamic(rope, 0)
+
+
+def compile_layers(model: torch.nn.Module) -> list[str]:
+    """Compile every TransformerLayer of `model` in place; a log line when it did."""
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    from engine.train.fused import raise_global_recompile_limit
+
+    layers = [m for m in model.modules() if isinstance(m, TransformerLayer)]
+    if not layers:
+        return []
+    raise_global_recompile_limit()
+    state = {"failed": False}
+    for layer in layers:
+        layer._compiled_call_impl = CompiledLayerCall(layer, state)
+    return [f"transformer layers: {len(layers)} compiled whole (one shared graph; "
+            f"{LAYERS_ENV}=0 for per-op fusion)"]
+
+
+def layers_compiled(model: torch.nn.Module) -> int:
+    """How many of the model's layers run through CompiledLayerCall (for describe())."""
+    return sum(isinstance(getattr(m, "_compiled_call_impl", None), CompiledLayerCall)
+               for m in model.modules())
