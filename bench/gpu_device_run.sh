@@ -5,13 +5,18 @@
 #   2. a real qwen3-0.6b-ppo-1gpu run through `ppodeck run` (3 PPO steps, events brought back);
 #   3. bench/gpu_bench.py (attention, offload, rollout figures, side by side);
 #   4. the gpu-marked tests.
-# Usage there: bash bench/gpu_device_run.sh [e2e|bench|tests|profile]...  (default: e2e bench tests)
+# Usage there: bash bench/gpu_device_run.sh [e2e|bench|tests|profile|compile|setup]...
+#   (default: e2e bench tests; setup only installs the wheels)
 #   BENCH_ARGS='--only train' limits the bench's sections.
 set -uo pipefail
 OUT=${OUT:-/tmp/ppodeck-gpu-out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
+# once per machine: steps may run side by side in two invocations after a first one
+if [ ! -e /tmp/site/.ppodeck-installed ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  touch /tmp/site/.ppodeck-installed
+fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled \
   RAY_USAGE_STATS_ENABLED=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   NVSHMEM_DISABLE_NVLS=1 PPODECK_RUNS_DIR=/tmp/ppodeck-runs
@@ -67,6 +72,14 @@ PY
       timeout 150 python3 -m pytest tests/train/test_fastpaths.py -v -p no:cacheprovider \
         > "$OUT/fastpaths_tests.log" 2>&1
       grep -E "FAILED|passed|failed" "$OUT/fastpaths_tests.log" | tail -12 ;;
+    compile)  # graphs and recompile reasons of the compiled layers over micro-batch shapes
+      for mode in marked all-dynamic; do
+        flag=$([ $mode = all-dynamic ] && echo --all-dynamic)
+        timeout 240 python3 bench/gpu_compile_check.py $flag 2> "$OUT/recompiles_$mode.log" \
+          | grep -v -i warn
+        grep -c "Recompiling function" "$OUT/recompiles_$mode.log"
+      done ;;
+    setup) ;;
     profile) timeout 120 python3 bench/gpu_profile.py 2>&1 | grep -v -i warn \
         > "$OUT/profile.log"; head -45 "$OUT/profile.log" ;;
   esac

@@ -128,11 +128,15 @@ def fused_layer_ops() -> bool:
 def fusion_mode() -> str:
     """'layers' (each TransformerLayer compiled whole, engine/train/layer_compile.py), 'ops'
     (compiled RoPE/RMSNorm/SwiGLU, engine/train/fused.py) or 'none' (CPU, TE, or turned off)."""
+    from engine.train.attention import attention_choice
     from engine.train.layer_compile import layer_compile_enabled
 
     if not fused_layer_ops():
         return "none"
-    return "layers" if layer_compile_enabled() else "ops"
+    # only our SDPA layers: Megatron's stock attention forks its CUDA RNG tracker, whose
+    # lazy-call callback dynamo would compile under CUDA's init lock (seen: a deadlock)
+    whole = layer_compile_enabled() and attention_choice() != "unfused"
+    return "layers" if whole else "ops"
 
 
 def layer_spec(shape: ModelShape):  # noqa: ANN201
