@@ -122,9 +122,14 @@ class SDPADotProductAttention(MegatronModule):
         """(attn_mask for SDPA, is_causal). Megatron masks are True where attention is blocked."""
         mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
         if attention_mask is None:
-            # Megatron builds the causal mask itself when none is given (only for sq > 1)
-            # bool(): a python bool even when compiled with a symbolic length (SDPA needs one)
-            return None, mask_type == AttnMaskType.causal and bool(q.shape[2] > 1)
+            # Megatron builds the causal mask itself when none is given (only for sq > 1).
+            # An `if`, not an expression: under torch.compile with a symbolic length, `if`
+            # becomes a guard while `bool(sq > 1)` stays symbolic, and SDPA needs a real bool
+            # (seen on the H200: a graph break in every compiled layer)
+            causal = mask_type == AttnMaskType.causal
+            if q.shape[2] <= 1:
+                causal = False
+            return None, causal
         if attention_mask.dtype != torch.bool:
             raise TypeError(f"attention_mask must be boolean, got {attention_mask.dtype}")
         # additive, not boolean: a fully masked (padding) row then stays finite instead of NaN,
