@@ -161,3 +161,32 @@ def test_attention_choice_env(monkeypatch) -> None:
     monkeypatch.setenv("PPODECK_ATTENTION", "flash")
     with pytest.raises(ValueError, match="PPODECK_ATTENTION"):
         attention_choice()
+
+
+def test_compiles_without_a_graph_break_and_no_recompile_for_new_lengths(megatron) -> None:
+    """Under torch.compile with symbolic token dims (how engine/train/layer_compile.py compiles
+    whole layers on CUDA), the causal flag must stay a python bool: on the H200 a symbolic one
+    split every compiled layer at SDPA and recompiled for every new micro-batch shape."""
+    import torch._dynamo
+    from megatron.core.transformer.enums import AttnMaskType
+    from torch._dynamo.utils import counters
+
+    from engine.train.attention import SDPADotProductAttention
+    from engine.train.model import transformer_config
+    from engine.train.platform import Parallelism, device_scope
+
+    with device_scope():
+        config = transformer_config(SHAPE, Parallelism(), bf16=False)
+    module = SDPADotProductAttention(config, 1, AttnMaskType.causal, "self",
+                                     pg_collection=SimpleNamespace(tp=_FakeTP(1)))
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(module, fullgraph=True)  # fullgraph: a graph break raises
+    for sq, b in ((9, 2), (13, 3), (21, 2)):
+        q = torch.randn(sq, b, 4, 16)
+        kv = torch.randn(sq, b, 2, 16)
+        for t in (q, kv):  # the token dims symbolic, heads and head size static
+            torch._dynamo.mark_dynamic(t, 0)
+            torch._dynamo.mark_dynamic(t, 1)
+        assert_close(compiled(q, kv, kv, None), module(q, kv, kv, None), f"sq={sq}")
+    assert counters["stats"]["unique_graphs"] == 1
