@@ -292,6 +292,12 @@ def decoder_for(model: Any) -> StaticDecoder:  # noqa: ANN401
     return _DECODERS[id(model)][1]
 
 
+def release_decoders() -> None:
+    """Drop the cached decoders with their KV caches and captured graphs (the rollout offload:
+    they hold gigabytes, and the weights they point at are about to move)."""
+    _DECODERS.clear()
+
+
 @torch.no_grad()
 def fast_generate(model: Any, rows: Sequence[Sequence[int]], *, temperature: float,  # noqa: ANN401
                   top_p: float, top_k: int, max_new_tokens: int, eos_token_id: int | None,

@@ -18,6 +18,7 @@ import torch
 from engine.rollout.types import GenOut
 from engine.train.convert import Arch, hf_config
 from engine.train.model import ModelShape
+from engine.train.offload import StorageOffloader
 
 
 class HFGenerator:
@@ -36,6 +37,7 @@ class HFGenerator:
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         self.model = model.to(self.device).eval()
         self.tied = bool(config.tie_word_embeddings)
+        self._storage_offloader: StorageOffloader | None = None  # made at the first offload
 
     # ---- weights ------------------------------------------------------------------------
     def load_weights(self, hf_state_dict: Mapping[str, torch.Tensor]) -> int:
@@ -95,32 +97,41 @@ class HFGenerator:
 
     # ---- memory -------------------------------------------------------------------------
     def offload(self) -> dict[str, Any]:
-        return self._move("cpu")
+        """Weights to pinned host memory and the decoder's KV cache and CUDA graphs freed, so
+        training gets the GPU; a reported no-op on CPU."""
+        if self.device.type == "cpu":
+            return _cpu_noop()
+        from engine.rollout.fast_generate import release_decoders
+
+        release_decoders()
+        return self._offloader().offload()
 
     def onload(self) -> dict[str, Any]:
-        return self._move("gpu")
-
-    def _move(self, where: str) -> dict[str, Any]:
         if self.device.type == "cpu":
-            # a CPU-only run has nothing to release: say so instead of pretending
-            return {"noop": True, "bytes": 0, "seconds": 0.0, "gbps": None, "where": "cpu"}
-        import time
+            return _cpu_noop()
+        return self._offloader().onload()
 
-        start = time.perf_counter()
-        target = self.device if where != "cpu" else torch.device("cpu")
-        self.model.to(target)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            if where == "cpu":
-                torch.cuda.empty_cache()
-        seconds = time.perf_counter() - start
-        size = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        return {"noop": False, "bytes": size, "seconds": seconds,
-                "gbps": size / seconds / 1e9 if seconds > 0 else None,
-                "where": "cpu" if where == "cpu" else "gpu"}
+    def _offloader(self) -> StorageOffloader:
+        """The train offload's storage mover over the model's weights: pinned buffers made once,
+        ~50 GB/s against ~2 GB/s for `model.to("cpu")` into pageable memory."""
+        if self._storage_offloader is None:
+            self._storage_offloader = model_offloader(self.model, self.device.type)
+        return self._storage_offloader
 
     def shutdown(self) -> None:
         self.model = None  # type: ignore[assignment]
+
+
+def _cpu_noop() -> dict[str, Any]:
+    # a CPU-only run has nothing to release: say so instead of pretending
+    return {"noop": True, "bytes": 0, "seconds": 0.0, "gbps": None, "where": "cpu"}
+
+
+def model_offloader(model: torch.nn.Module, device_type: str) -> StorageOffloader:
+    """A StorageOffloader over every parameter and buffer (tied weights counted once). Resizing
+    storages keeps the Parameter objects, so load_weights and the HF modules need no rebinding."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return StorageOffloader.for_tensors(keep=tensors, drop=[], device_type=device_type)
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_token_id: int,

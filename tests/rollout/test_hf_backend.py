@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from engine.rollout.hf_backend import HFGenerator, cut_at_eos, left_pad
+from engine.rollout.hf_backend import HFGenerator, cut_at_eos, left_pad, model_offloader
 from engine.train.model import ModelShape
 
 EOS, PAD = 1, 0
@@ -118,6 +118,25 @@ def test_offload_is_a_reported_noop_on_cpu(generator: HFGenerator) -> None:
     assert generator.offload() == {"noop": True, "bytes": 0, "seconds": 0.0, "gbps": None,
                                    "where": "cpu"}
     assert generator.onload()["noop"] is True
+
+
+def test_model_offloader_frees_every_weight_and_restores_the_same_model() -> None:
+    """The CUDA rollout offload's seam, run on CPU storages: each tied weight is moved once,
+    every storage is emptied, and the model after onload generates exactly as before."""
+    gen = HFGenerator(SHAPE, "llama", init_seed=5)  # tied: lm_head is the embedding
+    ids = torch.tensor([[4, 5, 6, 7]])
+    with torch.no_grad():
+        before = gen.model(ids).logits.clone()
+    tensors = [*gen.model.parameters(), *gen.model.buffers()]
+    unique = {t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in tensors}
+    offloader = model_offloader(gen.model, "cpu")
+    report = offloader.offload()
+    assert report["bytes"] == sum(unique.values())
+    assert all(t.untyped_storage().nbytes() == 0 for t in tensors)
+    offloader.onload()
+    assert gen.model.lm_head.weight is gen.model.model.embed_tokens.weight
+    with torch.no_grad():
+        assert torch.equal(gen.model(ids).logits, before)
 
 
 def test_batch_64_by_6_tokens_is_fast(generator: HFGenerator) -> None:
