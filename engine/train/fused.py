@@ -8,7 +8,7 @@ backward, so forward and backward are each one or two fused kernels (incl. the n
 gradient reduction, which is slow in torch's generic kernel at the q/k norms' width of 128).
 
 This per-op fusion is the CUDA path with PPODECK_COMPILE_LAYERS=0; by default each whole layer
-is compiled instead (engine/train/layer_compile.py: 0.40 against 0.31 of the H200's matmul
+is compiled instead (engine/train/layer_compile.py: 0.41 against 0.34 of the H200's matmul
 rate at 8 x 1024 tokens, the GPU no longer waiting on the host between small kernels).
 
 - `fused_rope`: Megatron's unfused bshd RoPE maths, bit-for-bit (see `_ROPE_OPTIONS`);

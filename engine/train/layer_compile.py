@@ -5,7 +5,7 @@ fusion (engine/train/fused.py): 110 ms of kernels in a 155 ms step, Python launc
 kernels per layer forward and more in the backward. Compiled whole, a layer is one graph
 forward and one backward: inductor fuses norms, RoPE, SwiGLU and the residual adds between
 the GEMMs and the attention kernel, so the host launches fewer, larger kernels (measured:
-0.31 -> 0.40 of the H200's bf16 matmul rate, bench/gpu_bench.py).
+0.34 -> 0.41 of the H200's bf16 matmul rate, bench/gpu_bench.py).
 
 - The layers of a model share one compiled graph (torch's "regional compilation": modules
   are traced as inputs, so identical layers reuse one cache entry). The token dims are
