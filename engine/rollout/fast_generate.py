@@ -276,9 +276,11 @@ _DECODERS: dict[int, tuple[tuple[int, ...], StaticDecoder]] = {}
 
 
 def storage_key(model: Any) -> tuple[int, ...]:  # noqa: ANN401
-    """Where every parameter's data lives now. `model.to()` (the rollout offload and onload)
-    keeps the Parameter objects but gives them new storage, and a captured CUDA graph still
-    points at the old one: replaying it then reads freed memory."""
+    """Where every parameter's data lives now. Moving a model (`model.to()`, or the storage
+    resize of the rollout onload) keeps the Parameter objects but may re-allocate their data,
+    and a captured CUDA graph still points at the old addresses: replaying it then reads freed
+    memory. The rollout offload also drops the decoders (`release_decoders`); this key guards
+    every other way weights move."""
     return tuple(p.data_ptr() for p in model.parameters())
 
 
