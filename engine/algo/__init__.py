@@ -5,7 +5,9 @@ The formulas follow miles "as coded" (see ../shared/reference/miles-ppo-spec.md 
 
 from __future__ import annotations
 
+from engine.algo.corrections import TISOut, rollout_mismatch, truncated_importance_weights
 from engine.algo.gae import compute_gae, discounted_reverse_cumsum
+from engine.algo.grpo import group_normalized_rewards, grpo_advantages
 from engine.algo.kl import KL_KINDS, approx_kl
 from engine.algo.losses import (
     PolicyLossOut,
@@ -24,15 +26,20 @@ from engine.algo.reduce import (
 __all__ = [
     "KL_KINDS",
     "PolicyLossOut",
+    "TISOut",
     "ValueLossOut",
     "approx_kl",
     "compute_gae",
     "discounted_reverse_cumsum",
     "entropy_from_logits",
     "explained_variance",
+    "group_normalized_rewards",
+    "grpo_advantages",
     "normalize_advantages",
     "policy_loss",
+    "rollout_mismatch",
     "sum_of_sample_mean",
     "sum_of_tokens",
+    "truncated_importance_weights",
     "value_loss",
 ]

@@ -49,26 +49,34 @@ def normalize_advantages(
     return (adv - mean) * (var + eps) ** -0.5
 
 
+EV_ABS_TOL = 1e-10  # Var(R) below atol + rtol * scale is rounding noise, not a spread of
+EV_REL_TOL = 1e-8  # returns (scale: the larger mean square of returns and values, fp32 numbers)
+
+
 def explained_variance(
     values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, group: Any = None
-) -> float:
+) -> float | None:
     """1 - Var(R - V) / Var(R) over masked tokens (population variances, pooled over `group`).
 
     1 = the critic predicts the returns exactly, 0 = no better than their mean, < 0 = worse.
-    Returns NaN when it is undefined: no masked tokens, or Var(R) == 0 (e.g. every sample got the
-    same reward under gamma = lambda = 1). NaN shows as a gap in a plot; 0.0 would read as
-    "the critic explains nothing", which is not what happened.
+    None when it is undefined: no masked tokens, or Var(R) zero up to rounding (absolute and
+    relative tolerance), e.g. every sample got the same reward under gamma = lambda = 1, where
+    R = A + V carries only the rounding of V: the ratio is then noise over noise (-3.8e18 was
+    logged on an H200). None becomes null in the events, a gap in a chart; 0.0 would read as
+    "the critic explains nothing".
     """
     error = returns - values
-    r_sum, r_sq, e_sum, e_sq, count = _all_reduced_sums(
-        [returns * mask, returns.square() * mask, error * mask, error.square() * mask, mask], group
+    r_sum, r_sq, v_sq, e_sum, e_sq, count = _all_reduced_sums(
+        [returns * mask, returns.square() * mask, values.square() * mask, error * mask,
+         error.square() * mask, mask], group
     )
     if count == 0:
-        return float("nan")
+        return None
     var_returns = max(r_sq / count - (r_sum / count) ** 2, 0.0)
     var_error = max(e_sq / count - (e_sum / count) ** 2, 0.0)
-    if var_returns <= 1e-10 * (r_sq / count):  # zero up to fp64 rounding of the sums
-        return float("nan")
+    scale = max(r_sq, v_sq) / count
+    if var_returns <= EV_ABS_TOL + EV_REL_TOL * scale:
+        return None
     return 1.0 - var_error / var_returns
 
 
