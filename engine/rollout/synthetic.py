@@ -13,6 +13,11 @@ next to the data, so the ordinary `AutoTokenizer.from_pretrained(dir)` path load
 arithmetic (the smollm2-135m-cpu preset): single-digit addition word problems in DAPO-Math's
 jsonl layout (prompt = a chat message list with one worked example turn, label = the number),
 scored by the math reward (last \\boxed{} answer); the tokenizer is the model's own.
+
+Each task also writes a held-out split, eval.jsonl (EVAL_PROMPTS records drawn from another
+seed, same layout), for evaluation during training:
+    --eval-prompt-data held-out ${RUN_DIR}/data/<task>/eval.jsonl --eval-interval 5
+(in a run directory the task lives under data/<task>/; any JSONL in the same layout works).
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from typing import Any
 
 TASKS = ("copy-digit", "arithmetic")
 DATA_FILE = "train.jsonl"
+EVAL_FILE = "eval.jsonl"
+EVAL_PROMPTS = 64
+EVAL_SEED_OFFSET = 7919  # the held-out split's seed: a prime away from the training seed
 PARAMS_FILE = "task.json"
 
 SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>")
@@ -41,23 +49,27 @@ assert len(VOCAB) <= MAX_VOCAB
 
 def prepare_synthetic_task(name: str, out_dir: str | Path, num_prompts: int,
                            seed: int) -> Path:
-    """Write task `name` into out_dir (train.jsonl, task.json, tokenizer for copy-digit).
+    """Write task `name` into out_dir (train.jsonl, eval.jsonl, task.json, tokenizer for
+    copy-digit).
 
     Idempotent: a directory already holding the same task and parameters is left as it is.
     """
-    makers: dict[str, Callable[[Path, int, int], None]] = {
-        "copy-digit": _write_copy_digit, "arithmetic": _write_arithmetic}
+    makers: dict[str, Callable[[int, int], list[dict[str, Any]]]] = {
+        "copy-digit": _copy_digit_rows, "arithmetic": _arithmetic_rows}
     if name not in makers:
         raise ValueError(f"unknown --synthetic-task {name!r}; built-in tasks: {', '.join(TASKS)}")
     if num_prompts < 1:
         raise ValueError(f"--synthetic-num-prompts must be >= 1, got {num_prompts}")
     out = Path(out_dir)
     # version: bumped when a task's records change, so an old cached directory is rewritten
-    params = {"task": name, "num_prompts": num_prompts, "seed": seed, "version": 2}
+    params = {"task": name, "num_prompts": num_prompts, "seed": seed, "version": 3}
     if _already_prepared(out, params):
         return out
     out.mkdir(parents=True, exist_ok=True)
-    makers[name](out, num_prompts, seed)
+    _to_jsonl(makers[name](num_prompts, seed), out / DATA_FILE)
+    _to_jsonl(makers[name](EVAL_PROMPTS, seed + EVAL_SEED_OFFSET), out / EVAL_FILE)
+    if name == "copy-digit":
+        build_copy_digit_tokenizer().save_pretrained(str(out))
     # written last: its presence means the rest is complete
     (out / PARAMS_FILE).write_text(json.dumps(params, sort_keys=True))
     return out
@@ -72,14 +84,15 @@ def _already_prepared(out: Path, params: dict[str, Any]) -> bool:
         stored = json.loads((out / PARAMS_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return stored == params and (out / DATA_FILE).is_file()
+    return stored == params and (out / DATA_FILE).is_file() and (out / EVAL_FILE).is_file()
 
 
-def _to_jsonl(records: dict[str, list[Any]], path: Path) -> None:
+def _to_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
     from datasets import Dataset
 
     from engine.rollout.data import quiet_datasets
 
+    records = {key: [row[key] for row in rows] for key in rows[0]}
     tmp = path.with_suffix(".tmp")
     with quiet_datasets():
         Dataset.from_dict(records).to_json(str(tmp), lines=True, force_ascii=False)
@@ -95,11 +108,9 @@ def copy_digit_record(rng: random.Random) -> dict[str, Any]:
             "metadata": {"rm_type": "copy-digit", "target_len": TARGET_LEN}}
 
 
-def _write_copy_digit(out: Path, num_prompts: int, seed: int) -> None:
+def _copy_digit_rows(num_prompts: int, seed: int) -> list[dict[str, Any]]:
     rng = random.Random(seed)
-    rows = [copy_digit_record(rng) for _ in range(num_prompts)]
-    _to_jsonl({key: [row[key] for row in rows] for key in rows[0]}, out / DATA_FILE)
-    build_copy_digit_tokenizer().save_pretrained(str(out))
+    return [copy_digit_record(rng) for _ in range(num_prompts)]
 
 
 def build_copy_digit_tokenizer():  # noqa: ANN201
@@ -150,7 +161,6 @@ def arithmetic_record(rng: random.Random) -> dict[str, Any]:
     return {"prompt": prompt, "label": str(a + b), "metadata": {"kind": "add", "a": a, "b": b}}
 
 
-def _write_arithmetic(out: Path, num_prompts: int, seed: int) -> None:
+def _arithmetic_rows(num_prompts: int, seed: int) -> list[dict[str, Any]]:
     rng = random.Random(seed)
-    rows = [arithmetic_record(rng) for _ in range(num_prompts)]
-    _to_jsonl({key: [row[key] for row in rows] for key in rows[0]}, out / DATA_FILE)
+    return [arithmetic_record(rng) for _ in range(num_prompts)]
