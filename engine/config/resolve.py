@@ -100,6 +100,7 @@ def resolve(config: RunConfig) -> dict[str, Any]:
     """
     valid, _, _ = split_values(config)
     return resolve_values(valid)
+    _resolve_eval(r)
 
 
 def _resolve_algo(r: dict[str, Any]) -> None:
@@ -208,3 +209,27 @@ def _resolve_model(r: dict[str, Any]) -> None:
         r["ffn_hidden_size"] = 4 * hidden
     if r["use_rotary_position_embeddings"]:
         r["position_embedding_type"] = "rope"
+
+
+# miles' EvalDatasetConfig: each eval sampling value falls back to the rollout's own.
+EVAL_FALLBACKS = (("eval_temperature", "rollout_temperature"), ("eval_top_p", "rollout_top_p"),
+                  ("eval_top_k", "rollout_top_k"),
+                  ("eval_max_response_len", "rollout_max_response_len"),
+                  ("n_samples_per_eval_prompt", "n_samples_per_prompt"))
+
+
+def eval_datasets(pairs: Any, run_dir: str | None) -> tuple[tuple[str, str], ...]:
+    """--eval-prompt-data NAME PATH [NAME PATH ...] as (name, expanded path) pairs; an odd
+    count gives none (check() reports it as eval.prompt_data_pairs)."""
+    items = list(pairs or ())
+    if len(items) % 2:
+        return ()
+    return tuple((str(items[i]), expand_path(str(items[i + 1]), run_dir))
+                 for i in range(0, len(items), 2))
+
+
+def _resolve_eval(r: dict[str, Any]) -> None:
+    for eval_dest, rollout_dest in EVAL_FALLBACKS:
+        if r[eval_dest] is None:
+            r[eval_dest] = r[rollout_dest]
+    r["eval_datasets"] = eval_datasets(r["eval_prompt_data"], r["run_dir"])
