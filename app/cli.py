@@ -322,10 +322,14 @@ def command(
     argv = to_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
     typer.echo(json.dumps(argv) if as_json else shlex.join(argv))
     report = check(config)
-    if not report.ok:
-        _err(f"ppodeck: {preset} has {_count(len(report.errors), 'error')}; see "
+    if report.config_errors:
+        _err(f"ppodeck: {preset} has {_count(len(report.config_errors), 'error')}; see "
              f"`ppodeck validate {preset}`.")
         raise typer.Exit(EXIT_INVALID)
+    if report.errors:  # engine.* only: the command is still right for miles itself
+        _err(f"ppodeck: PPO Deck's engine cannot run {preset} as it is "
+             f"({', '.join(sorted({i.code for i in report.errors}))}); the command above is "
+             f"for miles. See `ppodeck validate {preset}`.")
 
 
 # --- presets ---------------------------------------------------------------------------------
@@ -501,9 +505,9 @@ def presets_import(
         _fail(str(exc), EXIT_INVALID)
     for issue in report.errors + report.warnings:
         _err(format_issue(issue))
-    if not report.ok and not force:
-        _fail(f"{file} has {_count(len(report.errors), 'error')}. Fix: correct them, or pass "
-              "--force to import anyway.", EXIT_INVALID)
+    if report.config_errors and not force:  # engine.* errors: it may run on another machine
+        _fail(f"{file} has {_count(len(report.config_errors), 'error')}. Fix: correct them, or "
+              "pass --force to import anyway.", EXIT_INVALID)
     try:
         target, changes = import_preset(file, name=name, force=force)
     except PresetError as exc:

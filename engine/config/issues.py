@@ -38,6 +38,12 @@ class Report:
         return tuple(i for i in self.issues if i.level == "error")
 
     @property
+    def config_errors(self) -> tuple[Issue, ...]:
+        """Errors in the config itself, leaving out what PPO Deck's engine (or this machine)
+        cannot run: `command` and preset import still serve people who run miles itself."""
+        return tuple(i for i in self.errors if not i.code.startswith("engine."))
+
+    @property
     def warnings(self) -> tuple[Issue, ...]:
         return tuple(i for i in self.issues if i.level == "warning")
 

@@ -15,7 +15,20 @@ from engine.config.model import RunConfig, value_error
 from engine.config.pypi_files import expand_pypi, is_pypi_path
 from engine.config.schema import BY_DEST, DEFAULTS, PATH_DESTS
 
-TRACKER = "latest_checkpointed_iteration.txt"
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's checkpoint tracker file
+
+# Honoured flags the engine never reads itself: resolve() turns them into these keys, which it
+# reads (the engine-contract test follows them).
+RESOLVED_INTO: dict[str, tuple[str, ...]] = {
+    "offload": ("offload_train", "offload_rollout"),
+    "disable_rewards_normalization": ("rewards_normalization",),
+    "disable_grpo_std_normalization": ("grpo_std_normalization",),
+    "disable_compute_advantages_and_returns": ("compute_advantages_and_returns",),
+    "fp16": ("bf16",),
+    "eval_prompt_data": ("eval_datasets",),
+    "group_query_attention": ("num_query_groups",),
+    "use_rotary_position_embeddings": ("position_embedding_type",),
+}
 DEFAULT_HOME = "~/.cache/ppodeck"
 
 
@@ -87,6 +100,7 @@ def resolve_values(valid: dict[str, Any]) -> dict[str, Any]:
     _resolve_checkpoints(r)
     _resolve_batch(r)
     _resolve_model(r)
+    _resolve_eval(r)
     return r
 
 
@@ -96,11 +110,10 @@ def resolve(config: RunConfig) -> dict[str, Any]:
     Extra keys beyond the schema dests: use_critic, with_ref, world_size, dp_size,
     model_parallel_size, rollout_engines, resume, critic_resume, load_requested, bf16,
     sglang_tp_size, compute_advantages_and_returns, rewards_normalization,
-    grpo_std_normalization.
+    grpo_std_normalization, train_iters.
     """
     valid, _, _ = split_values(config)
     return resolve_values(valid)
-    _resolve_eval(r)
 
 
 def _resolve_algo(r: dict[str, Any]) -> None:
@@ -189,6 +202,10 @@ def _resolve_batch(r: dict[str, Any]) -> None:
     rbs = r["rollout_batch_size"]
     if r["global_batch_size"] is None and steps and rbs:
         r["global_batch_size"] = rbs * r["n_samples_per_prompt"] // steps
+    # miles: train_iters = num_rollout * rbs * n // gbs, the steps the LR schedule spans
+    gbs, num_rollout = r["global_batch_size"], r["num_rollout"]
+    r["train_iters"] = (max(1, num_rollout * rbs * r["n_samples_per_prompt"] // gbs)
+                        if gbs and rbs and num_rollout is not None else None)
 
 
 def _resolve_model(r: dict[str, Any]) -> None:
@@ -233,3 +250,8 @@ def _resolve_eval(r: dict[str, Any]) -> None:
         if r[eval_dest] is None:
             r[eval_dest] = r[rollout_dest]
     r["eval_datasets"] = eval_datasets(r["eval_prompt_data"], r["run_dir"])
+    # miles: --ci-test compares the rollout weights after the first push, except in the debug
+    # modes (no push there) and with --ci-disable-weight-update-checker
+    r["check_weight_update_equal"] = bool(
+        r["ci_test"] and not r["ci_disable_weight_update_checker"]
+        and not r["debug_rollout_only"] and not r["debug_train_only"])

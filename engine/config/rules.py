@@ -20,10 +20,11 @@ from engine.config.issues import add as _issue
 from engine.config.issues import fl as _fl
 from engine.config.model import RunConfig
 from engine.config.resolve import resolve_values, split_values
+from engine.config.rules_engine import Machine, engine_rules, passthrough_flags
 from engine.config.rules_ppo import PPO_AND_PLACEMENT_RULES
 from engine.config.schema import BY_DEST, DEFAULTS
 
-__all__ = ["Issue", "Report", "check", "RULES"]
+__all__ = ["Issue", "Machine", "Report", "check", "RULES"]
 
 # --- algorithm ---------------------------------------------------------------------------------
 
@@ -372,15 +373,15 @@ def _value_issues(config: RunConfig, bad: list, unknown: list, out: Out) -> None
         passthrough = tuple(config.passthrough)
     except Exception:
         passthrough = ()
-    flags = tuple(t for t in passthrough if isinstance(t, str) and t.startswith("--"))
-    if flags:
-        out.append(Issue("info", "config.passthrough", flags,
-                         f"{len(flags)} flag(s) PPO Deck does not model are passed to miles "
-                         "verbatim and not validated.", ""))
+    passthrough_flags(tuple(t for t in passthrough if isinstance(t, str) and t.startswith("--")),
+                      out)
 
 
-def check(config: RunConfig) -> Report:
-    """Every issue of `config`, plus derived values. Never raises, never mutates `config`."""
+def check(config: RunConfig, machine: Machine | None = None) -> Report:
+    """Every issue of `config`, plus derived values. Never raises, never mutates `config`.
+
+    `machine`: what the engine's machine offers (GPUs, transformer-engine, sglang); this one,
+    probed once per process, when not given."""
     out: Out = []
     try:
         valid, bad, unknown = split_values(config)
@@ -391,6 +392,7 @@ def check(config: RunConfig) -> Report:
         s = set(valid)
         for rule in RULES:
             rule(e, r, s, out)
+        engine_rules(e, r, s, out, machine)
         derived = derive_resolved(r)
         _batch_arithmetic(e, r, s, out, derived)
     except Exception as exc:  # a rule bug must never take the UI down

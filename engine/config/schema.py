@@ -46,6 +46,38 @@ GROUP_TITLES = {
 }
 
 
+EngineClass = Literal["honoured", "refused", "command-only"]
+ENGINE_CLASSES: tuple[EngineClass, ...] = ("honoured", "refused", "command-only")
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """How PPO Deck's built-in engine treats a flag (ARCHITECTURE.md, "what validates is what
+    runs"): honoured (the engine reads it and acts on it, within the values check() accepts),
+    refused (any value but the default is an error: `reason` says why, `nearest` what runs
+    instead) or command-only (kept in the miles command for people who run miles itself; the
+    engine ignores it and check() warns when it is set)."""
+
+    cls: EngineClass = "honoured"
+    reason: str = ""
+    nearest: str = ""
+
+
+HONOURED = Engine()
+
+
+def refused(reason: str, nearest: str = "") -> Engine:
+    return Engine("refused", reason, nearest)
+
+
+def command_only(reason: str) -> Engine:
+    return Engine("command-only", reason)
+
+
+# A miles flag whose behaviour the engine does not have yet: refused until it does.
+_NOT_YET = refused("not implemented by PPO Deck's engine yet")
+
+
 @dataclass(frozen=True, slots=True)
 class Flag:
     """One command-line flag, as miles spells it."""
@@ -59,6 +91,7 @@ class Flag:
     own: bool = False  # a flag PPO Deck adds (not miles)
     secret: bool = False  # masked in previews, never written to files
     runs_code: bool = False  # names code that would be executed
+    engine: Engine = HONOURED  # how PPO Deck's engine treats it
 
     @property
     def dest(self) -> str:
@@ -87,7 +120,9 @@ _CLUSTER = (
        "GPU count."),
     _f("--num-gpus-per-node", "int", 8, "cluster",
        "Number of GPUs per node for rollout. Set it when using fewer than 8 GPUs per node "
-       "under colocate mode."),
+       "under colocate mode.",
+       engine=command_only(
+           "miles' rollout layout hint: Ray places PPO Deck's engines on the GPUs it has")),
     _f("--colocate", "bool", False, "cluster",
        "Colocate the inference engines and the actor on the same GPUs. Also defaults "
        "--offload-train and --offload-rollout on."),
@@ -102,27 +137,46 @@ _CLUSTER = (
     _f("--offload-rollout-level", "list", ("kv_cache", "weight"), "cluster",
        "What SGLang releases during training (kv_cache, weight)."),
     _choice("--offload-train-target", ("cpu", "disk"), "cpu", "cluster",
-            "Backup location for the paused trainer (Megatron only)."),
+            "Backup location for the paused trainer (Megatron only).",
+            engine=refused(
+                "only the cpu target is implemented (pinned host memory)",
+                "--offload-train-target cpu")),
     _f("--offload-train-disk-dir", "str", None, "cluster",
-       "Directory for --offload-train-target disk (default $SCRATCH/miles_train_offload_<uid>)."),
+       "Directory for --offload-train-target disk (default $SCRATCH/miles_train_offload_<uid>).",
+       engine=refused(
+           "the disk offload target is not implemented",
+           "--offload-train (to pinned host memory)")),
     _f("--offload-train-disk-chunk-mb", "int", 256, "cluster",
-       "Chunk size in MiB for the disk offload target; must be > 0."),
+       "Chunk size in MiB for the disk offload target; must be > 0.",
+       engine=refused(
+           "the disk offload target is not implemented",
+           "--offload-train (to pinned host memory)")),
     _f("--train-memory-margin-bytes", "int", 1 << 30, "cluster",
-       "torch_memory_saver memory margin in bytes (default 1 GiB)."),
+       "torch_memory_saver memory margin in bytes (default 1 GiB).",
+       engine=command_only(
+           "a torch_memory_saver margin; PPO Deck offloads by resizing storages and keeps no "
+           "margin")),
     _f("--stream-optimizer-state-to-disk", "bool", False, "cluster",
-       "Stream optimizer state to NVMe."),
+       "Stream optimizer state to NVMe.",
+       engine=refused('streaming optimizer state to NVMe is not implemented', '--offload-train')),
     _f("--debug-rollout-only", "bool", False, "cluster",
-       "Only run rollouts (no training). Turns --colocate and both offloads off."),
+       "Only run rollouts (no training). Turns --colocate and both offloads off.",
+       engine=_NOT_YET),
     _f("--debug-train-only", "bool", False, "cluster",
-       "Only run training (no rollout engines)."),
+       "Only run training (no rollout engines).",
+       engine=_NOT_YET),
 )
 
 _CRITIC = (
     _f("--critic-num-nodes", "int", None, "critic",
-       "Number of nodes for the critic. Overwritten with --actor-num-nodes under PPO."),
+       "Number of nodes for the critic. Overwritten with --actor-num-nodes under PPO.",
+       engine=command_only(
+           "the critic always shares the actor's GPUs (miles overwrites this under PPO)")),
     _f("--critic-num-gpus-per-node", "int", None, "critic",
        "Number of GPUs per node for the critic. Overwritten with --actor-num-gpus-per-node "
-       "under PPO."),
+       "under PPO.",
+       engine=command_only(
+           "the critic always shares the actor's GPUs (miles overwrites this under PPO)")),
     _f("--critic-lr", "float", None, "critic",
        "The lr for the critic model. Falls back to --lr."),
     _f("--critic-load", "str", None, "critic",
@@ -150,7 +204,8 @@ _PPO = (
        "Dual-clip lower bound (arXiv 1912.09729); must be > 1.0. None = no dual clip."),
     _f("--value-clip", "float", 0.2, "ppo", "The clip for the value loss."),
     _f("--kl-coef", "float", 0.0, "ppo",
-       "KL penalty coefficient for reward shaping. Must be 0 under PPO."),
+       "KL penalty coefficient for reward shaping. Must be 0 under PPO.",
+       engine=refused('reward-shaping KL is not implemented', '--use-kl-loss with --kl-loss-coef')),
     _f("--use-kl-loss", "bool", False, "ppo", "Use a loss-level KL term (needs --ref-load)."),
     _f("--kl-loss-coef", "float", 0.0, "ppo",
        "Coefficient of the KL loss added to the final PPO loss."),
@@ -164,28 +219,48 @@ _PPO = (
     _f("--lambd", "float", 1.0, "ppo", "PPO GAE lambda, in [0, 1]."),
     _f("--normalize-advantages", "bool", False, "ppo", "Whiten advantages over the batch."),
     _f("--disable-compute-advantages-and-returns", "bool", False, "ppo",
-       "Skip computing advantages and returns."),
+       "Skip computing advantages and returns.",
+       engine=refused('advantages and returns are always computed')),
     _choice("--loss-type", ("policy_loss", "sft_loss", "custom_loss"), "policy_loss", "ppo",
-            "Actor loss type (the critic always uses the value loss)."),
-    _f("--ref-update-interval", "int", None, "ppo", "Copy actor -> ref every N rollouts."),
-    _f("--use-rollout-logprobs", "bool", False, "ppo", "Use SGLang log-probs as pi_old."),
-    _f("--keep-old-actor", "bool", False, "ppo", "Keep a copy of the old actor for pi_old."),
-    _f("--use-tis", "bool", False, "ppo", "Truncated importance sampling correction."),
-    _f("--tis-clip", "float", 2.0, "ppo", "TIS upper clip."),
-    _f("--tis-clip-low", "float", 0.0, "ppo", "TIS lower clip."),
+            "Actor loss type (the critic always uses the value loss).",
+            engine=refused(
+                "only policy_loss is implemented for the actor",
+                "--loss-type policy_loss")),
+    _f("--ref-update-interval", "int", None, "ppo", "Copy actor -> ref every N rollouts.",
+       engine=refused("not implemented by PPO Deck's engine yet: the reference model stays fixed")),
+    _f("--use-rollout-logprobs", "bool", False, "ppo", "Use SGLang log-probs as pi_old.",
+       engine=refused(
+           "not implemented by PPO Deck's engine yet: pi_old is recomputed by the trainer")),
+    _f("--keep-old-actor", "bool", False, "ppo", "Keep a copy of the old actor for pi_old.",
+       engine=refused(
+           "pi_old is recomputed by the actor right before its update, with the weights that "
+           "generated the rollout")),
+    _f("--use-tis", "bool", False, "ppo", "Truncated importance sampling correction.",
+       engine=_NOT_YET),
+    _f("--tis-clip", "float", 2.0, "ppo", "TIS upper clip.",
+       engine=_NOT_YET),
+    _f("--tis-clip-low", "float", 0.0, "ppo", "TIS lower clip.",
+       engine=_NOT_YET),
     _f("--custom-tis-function-path", "str", None, "ppo",
-       "Python path of a custom TIS function.", runs_code=True),
+       "Python path of a custom TIS function.", runs_code=True,
+       engine=refused('custom Python TIS functions are not run', '--use-tis')),
     _f("--get-mismatch-metrics", "bool", False, "ppo",
-       "Log train/rollout mismatch metrics (needs --custom-tis-function-path)."),
-    _f("--use-opsm", "bool", False, "ppo", "Off-policy sequence masking."),
-    _f("--opsm-delta", "float", 1e-4, "ppo", "OPSM delta."),
+       "Log train/rollout mismatch metrics (needs --custom-tis-function-path).",
+       engine=refused('it needs --custom-tis-function-path, which is not run', '--use-tis')),
+    _f("--use-opsm", "bool", False, "ppo", "Off-policy sequence masking.",
+       engine=refused('off-policy sequence masking is not implemented', '--use-tis')),
+    _f("--opsm-delta", "float", 1e-4, "ppo", "OPSM delta.",
+       engine=refused('off-policy sequence masking is not implemented', '--use-tis')),
     _f("--disable-rewards-normalization", "bool", False, "ppo",
-       "Disable group reward normalization (no effect for ppo)."),
+       "Disable group reward normalization (no effect for ppo).",
+       engine=_NOT_YET),
     _f("--disable-grpo-std-normalization", "bool", False, "ppo",
-       "Disable GRPO std normalization (no effect for ppo)."),
+       "Disable GRPO std normalization (no effect for ppo).",
+       engine=_NOT_YET),
     _f("--fully-async", "bool", False, "ppo",
        "Fully asynchronous rollouts (train_async.py). PPO Deck treats it as selecting the "
-       "async driver."),
+       "async driver.",
+       engine=refused("only miles' synchronous loop (train.py) is implemented")),
 )
 
 _DATA = (
@@ -193,7 +268,8 @@ _DATA = (
     _f("--input-key", "str", "input", "data", "Key of the prompt in each record."),
     _f("--label-key", "str", None, "data", "Key of the label in each record."),
     _f("--metadata-key", "str", "metadata", "data", "Key of the metadata in each record."),
-    _f("--tool-key", "str", "tools", "data", "Key of the tools in each record."),
+    _f("--tool-key", "str", "tools", "data", "Key of the tools in each record.",
+       engine=command_only('prompts are built without tools; the key is not read')),
     _f("--apply-chat-template", "bool", False, "data",
        "Apply the tokenizer's chat template to prompts."),
     _f("--apply-chat-template-kwargs", "str", None, "data",
@@ -203,7 +279,9 @@ _DATA = (
     _f("--num-rollout", "int", None, "data",
        "Number of rollout steps. If not set, computed from the dataset size and --num-epoch."),
     _f("--num-epoch", "int", None, "data", "Epochs over the dataset; used when --num-rollout "
-       "is not set."),
+       "is not set.",
+       engine=refused("the rollout count is not derived from the dataset size at launch",
+                      "--num-rollout")),
     _f("--rollout-batch-size", "int", None, "data",
        "Number of prompts in each rollout step (required). Each step returns "
        "rollout_batch_size x n_samples_per_prompt samples."),
@@ -214,22 +292,42 @@ _DATA = (
     _f("--num-steps-per-rollout", "int", None, "data",
        "Optimizer steps per rollout; implies global_batch_size = rbs x n // steps."),
     _f("--micro-batch-size", "int", 1, "data", "Micro batch size (ignored with dynamic batch)."),
-    _f("--balance-data", "bool", False, "data", "Balance tokens across DP ranks."),
-    _f("--start-rollout-id", "int", None, "data", "First rollout id (default from checkpoint)."),
+    _f("--balance-data", "bool", False, "data", "Balance tokens across DP ranks.",
+       engine=command_only(
+           "DP ranks get equal sample counts; tokens are not balanced (the gradient is the same)")),
+    _f("--start-rollout-id", "int", None, "data", "First rollout id (default from checkpoint).",
+       engine=refused("the first rollout id comes from the checkpoint (0 for a fresh run)",
+                      "--load (resume from its checkpoint)")),
     _f("--over-sampling-batch-size", "int", None, "data",
-       "Prompts sampled per request round; defaults to --rollout-batch-size and must be >= it."),
+       "Prompts sampled per request round; defaults to --rollout-batch-size and must be >= it.",
+       engine=refused(
+           "over-sampling with dynamic filters is not implemented: each rollout samples exactly "
+           "--rollout-batch-size prompts",
+           "--rollout-batch-size")),
     _f("--disable-rollout-trim-samples", "bool", False, "data",
        "Do not trim samples to a multiple of --global-batch-size."),
     _f("--allow-partial-train-step", "bool", False, "data",
-       "Train a trailing partial step (dynamic batch only)."),
-    _f("--eval-prompt-data", "list", None, "data", "Eval datasets as NAME PATH pairs."),
-    _f("--eval-interval", "int", None, "data", "Evaluate every N rollouts."),
-    _f("--n-samples-per-eval-prompt", "int", 1, "data", "Samples per eval prompt."),
-    _f("--eval-max-response-len", "int", None, "data", "Max response length in eval."),
-    _f("--eval-top-k", "int", None, "data", "Top-k for eval sampling."),
-    _f("--eval-top-p", "float", None, "data", "Top-p for eval sampling."),
-    _f("--eval-temperature", "float", None, "data", "Temperature for eval sampling."),
-    _f("--skip-eval-before-train", "bool", False, "data", "Skip the eval before training."),
+       "Train a trailing partial step (dynamic batch only).",
+       engine=refused(
+           "a trailing partial optimizer step is not trained: samples are trimmed to a multiple "
+           "of --global-batch-size",
+           "a --global-batch-size that divides the rollout")),
+    _f("--eval-prompt-data", "list", None, "data", "Eval datasets as NAME PATH pairs.",
+       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
+    _f("--eval-interval", "int", None, "data", "Evaluate every N rollouts.",
+       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
+    _f("--n-samples-per-eval-prompt", "int", 1, "data", "Samples per eval prompt.",
+       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
+    _f("--eval-max-response-len", "int", None, "data", "Max response length in eval.",
+       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
+    _f("--eval-top-k", "int", None, "data", "Top-k for eval sampling.",
+       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
+    _f("--eval-top-p", "float", None, "data", "Top-p for eval sampling.",
+       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
+    _f("--eval-temperature", "float", None, "data", "Temperature for eval sampling.",
+       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
+    _f("--skip-eval-before-train", "bool", False, "data", "Skip the eval before training.",
+       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
 )
 
 _ROLLOUT = (
@@ -240,23 +338,45 @@ _ROLLOUT = (
     _f("--rollout-max-prompt-len", "int", None, "rollout", "Max prompt tokens."),
     _f("--rollout-max-context-len", "int", None, "rollout", "Max prompt + response tokens."),
     _choice("--update-weight-transfer-mode", ("broadcast", "p2p", "disk-delta"), "broadcast",
-            "rollout", "How weights reach the rollout engines when not colocated."),
-    _f("--update-weights-interval", "int", 1, "rollout", "Push weights every N rollouts."),
+            "rollout", "How weights reach the rollout engines when not colocated.",
+            engine=refused(
+                "only broadcast is implemented (CUDA tensors when colocated, an NCCL group "
+                "otherwise)",
+                "--update-weight-transfer-mode broadcast")),
+    _f("--update-weights-interval", "int", 1, "rollout", "Push weights every N rollouts.",
+       engine=refused(
+           "not implemented by PPO Deck's engine yet: weights are pushed after every rollout")),
     _f("--pause-generation-mode", "str", "retract", "rollout",
-       "How generation pauses during weight updates."),
+       "How generation pauses during weight updates.",
+       engine=command_only(
+           "the synchronous loop never generates during a weight update, so there is nothing to "
+           "pause")),
     _f("--rm-type", "str", None, "rollout",
        "Reward model type (deepscaler, math, dapo, f1, remote_rm, ...; PPO Deck adds "
        "copy-digit)."),
     _f("--reward-key", "str", None, "rollout", "Key of the score when the RM returns a dict."),
     _f("--custom-rm-path", "str", None, "rollout",
-       "Python path of a custom reward function; overrides --rm-type.", runs_code=True),
-    _f("--group-rm", "bool", False, "rollout", "Score a whole group at once."),
-    _f("--rm-url", "str", None, "rollout", "URL for --rm-type remote_rm."),
-    _f("--use-rollout-entropy", "bool", False, "rollout", "Log rollout entropy."),
+       "Python path of a custom reward function; overrides --rm-type.", runs_code=True,
+       engine=refused(
+           "custom Python reward functions are not run by the built-in rollout",
+           "--rm-type, or an rm_type in the sample metadata")),
+    _f("--group-rm", "bool", False, "rollout", "Score a whole group at once.",
+       engine=refused(
+           "group reward functions are not implemented: each sample is scored alone",
+           "--rm-type")),
+    _f("--rm-url", "str", None, "rollout", "URL for --rm-type remote_rm.",
+       engine=refused(
+           "remote reward models are not implemented",
+           "--rm-type (a rule-based reward)")),
+    _f("--use-rollout-entropy", "bool", False, "rollout", "Log rollout entropy.",
+       engine=refused(
+           "the rollout backends do not compute the rollout entropy",
+           "--observe-training-entropy (the trainer's entropy)")),
 )
 
 _ACTOR = (
-    _choice("--optimizer", ("adam", "sgd"), "adam", "actor", "Optimizer."),
+    _choice("--optimizer", ("adam", "sgd"), "adam", "actor", "Optimizer.",
+            engine=refused("only Adam is implemented", "--optimizer adam")),
     _f("--lr", "float", 1e-6, "actor", "Actor learning rate."),
     _f("--min-lr", "float", 0.0, "actor", "Minimum lr for decay schedules."),
     _choice("--lr-decay-style", ("constant", "linear", "cosine", "inverse-square-root", "WSD"),
@@ -270,11 +390,19 @@ _ACTOR = (
     _f("--adam-eps", "float", 1e-8, "actor", "Adam epsilon."),
     _f("--clip-grad", "float", 1.0, "actor", "Gradient norm clip."),
     _f("--seed", "int", 1234, "actor", "Training random seed."),
-    _f("--calculate-per-token-loss", "bool", False, "actor", "Average the loss per token."),
-    _f("--optimizer-cpu-offload", "bool", False, "actor", "Keep optimizer state on CPU."),
+    _f("--calculate-per-token-loss", "bool", False, "actor", "Average the loss per token.",
+       engine=refused("not implemented by PPO Deck's engine yet: the loss is a per-sample mean")),
+    _f("--optimizer-cpu-offload", "bool", False, "actor", "Keep optimizer state on CPU.",
+       engine=refused(
+           "the optimizer state stays with its model; it moves to host memory between phases with"
+           " --offload-train",
+           "--offload-train")),
     _f("--overlap-cpu-optimizer-d2h-h2d", "bool", False, "actor",
-       "Overlap CPU optimizer transfers."),
-    _f("--use-precision-aware-optimizer", "bool", False, "actor", "Precision-aware optimizer."),
+       "Overlap CPU optimizer transfers.",
+       engine=refused('the CPU optimizer is not implemented', '--offload-train')),
+    _f("--use-precision-aware-optimizer", "bool", False, "actor", "Precision-aware optimizer.",
+       engine=refused(
+           "not implemented: bf16 params with fp32 master weights (Megatron's default) are used")),
     _f("--use-distributed-optimizer", "bool", False, "actor",
        "Shard optimizer state over DP (miles turns it on for adam)."),
 )
@@ -285,30 +413,45 @@ _CHECKPOINT = (
     _f("--ref-load", "str", None, "checkpoint",
        "Reference model checkpoint (Megatron torch_dist). When --load is not set it is also "
        "the initial checkpoint for training."),
-    _f("--ref-ckpt-step", "int", None, "checkpoint", "Step of the ref checkpoint to load."),
+    _f("--ref-ckpt-step", "int", None, "checkpoint", "Step of the ref checkpoint to load.",
+       engine=refused(
+           "the reference checkpoint's latest iteration is always loaded",
+           "--ref-load")),
     _f("--load", "str", None, "checkpoint", "Checkpoint to resume the actor from."),
     _f("--save", "str", None, "checkpoint", "Where to save actor checkpoints."),
     _f("--save-interval", "int", None, "checkpoint", "Save every N rollouts (needs --save)."),
     _f("--save-trigger-sentinel", "str", None, "checkpoint",
-       "Save when this file exists (needs --save)."),
+       "Save when this file exists (needs --save).",
+       engine=refused('sentinel-triggered saves are not implemented', '--save-interval')),
     _f("--custom-megatron-post-save-hook-path", "str", None, "checkpoint",
-       "Python path of a post-save hook (needs --save).", runs_code=True),
-    _f("--no-load-optim", "bool", False, "checkpoint", "Do not load optimizer state."),
-    _f("--no-load-rng", "bool", False, "checkpoint", "Do not load RNG state."),
-    _f("--ckpt-format", "str", "torch_dist", "checkpoint", "Megatron checkpoint format."),
+       "Python path of a post-save hook (needs --save).", runs_code=True,
+       engine=refused('post-save hooks are not run')),
+    _f("--no-load-optim", "bool", False, "checkpoint", "Do not load optimizer state.",
+       engine=refused('a resumed run always restores the optimizer state')),
+    _f("--no-load-rng", "bool", False, "checkpoint", "Do not load RNG state.",
+       engine=refused('a resumed run always restores the RNG state')),
+    _f("--ckpt-format", "str", "torch_dist", "checkpoint", "Megatron checkpoint format.",
+       engine=refused(
+           "only torch_dist (Megatron dist_checkpointing) is written and read",
+           "--ckpt-format torch_dist")),
 )
 
 _PARALLELISM = (
     _choice("--train-backend", ("megatron", "fsdp"), "megatron", "parallelism",
-            "Training backend. PPO requires megatron."),
+            "Training backend. PPO requires megatron.",
+            engine=refused('only the Megatron backend is implemented', '--train-backend megatron')),
     _choice("--megatron-to-hf-mode", ("raw", "bridge"), "raw", "parallelism",
             "How Megatron weights are converted to HF weights for SGLang."),
     _f("--indep-dp", "bool", False, "parallelism",
-       "Launch each DP replica as an independent Megatron instance."),
+       "Launch each DP replica as an independent Megatron instance.",
+       engine=refused('independent DP replicas are not implemented')),
     _f("--tensor-model-parallel-size", "int", 1, "parallelism", "Tensor parallel size (TP)."),
     _f("--pipeline-model-parallel-size", "int", 1, "parallelism", "Pipeline parallel size (PP)."),
     _f("--context-parallel-size", "int", 1, "parallelism", "Context parallel size (CP)."),
-    _f("--sequence-parallel", "bool", False, "parallelism", "Megatron sequence parallelism."),
+    _f("--sequence-parallel", "bool", False, "parallelism", "Megatron sequence parallelism.",
+       engine=refused(
+           "Megatron sequence parallelism is not wired into the engine",
+           "--tensor-model-parallel-size without it")),
     _f("--use-dynamic-batch-size", "bool", False, "parallelism",
        "Pack micro-batches by token count (needs --max-tokens-per-gpu)."),
     _f("--max-tokens-per-gpu", "int", None, "parallelism",
@@ -316,21 +459,32 @@ _PARALLELISM = (
     _f("--log-probs-max-tokens-per-gpu", "int", None, "parallelism",
        "Token budget for log-prob passes; defaults to --max-tokens-per-gpu."),
     _f("--log-probs-chunk-size", "int", -1, "parallelism", "Chunk size for log-probs (-1 off)."),
-    _f("--allgather-cp", "bool", False, "parallelism", "All-gather CP."),
+    _f("--allgather-cp", "bool", False, "parallelism", "All-gather CP.",
+       engine=refused('context parallelism is not implemented')),
     _choice("--qkv-format", ("thd", "bshd"), "thd", "parallelism",
-            "Attention layout; bshd needs megatron and no dynamic batch."),
+            "Attention layout; bshd needs megatron and no dynamic batch.",
+            engine=command_only(
+                "the engine picks its attention layout itself (transformer-engine when "
+                "importable on CUDA, SDPA otherwise)")),
     _choice("--recompute-granularity", ("full", "selective"), None, "parallelism",
             "Activation recomputation granularity."),
     _choice("--recompute-method", ("uniform", "block"), None, "parallelism",
             "Activation recomputation method."),
     _f("--recompute-num-layers", "int", None, "parallelism", "Layers per recompute unit."),
     _choice("--attention-backend", ("flash", "fused", "unfused", "local", "auto"), "auto",
-            "parallelism", "Attention kernel (remove 'flash' for MLA models)."),
+            "parallelism", "Attention kernel (remove 'flash' for MLA models).",
+            engine=command_only(
+                "the engine picks its attention kernel itself (transformer-engine when "
+                "importable on CUDA, SDPA otherwise)")),
     _f("--accumulate-allreduce-grads-in-fp32", "bool", False, "parallelism",
-       "Accumulate and all-reduce gradients in fp32."),
-    _f("--attention-softmax-in-fp32", "bool", False, "parallelism", "Softmax in fp32."),
+       "Accumulate and all-reduce gradients in fp32.",
+       engine=command_only('the engine always accumulates and all-reduces gradients in fp32')),
+    _f("--attention-softmax-in-fp32", "bool", False, "parallelism", "Softmax in fp32.",
+       engine=command_only(
+           "the engine's fused attention kernels compute the softmax in fp32 internally")),
     _f("--rematerialize-param-from-master-weight", "bool", False, "parallelism",
-       "Rebuild bf16 params from fp32 master weights on wake-up."),
+       "Rebuild bf16 params from fp32 master weights on wake-up.",
+       engine=refused('not implemented: offloaded params are restored as they were')),
 )
 
 _MODEL = (
@@ -351,17 +505,22 @@ _MODEL = (
             "learned_absolute", "model", "Position embedding type."),
     _f("--rotary-base", "int", 10000, "model", "RoPE base."),
     _f("--vocab-size", "int", None, "model", "Vocabulary size (before padding)."),
-    _f("--make-vocab-size-divisible-by", "int", 128, "model", "Vocab padding multiple."),
+    _f("--make-vocab-size-divisible-by", "int", 128, "model", "Vocab padding multiple.",
+       engine=command_only('the engine builds the embedding with exactly --vocab-size rows')),
     _f("--untie-embeddings-and-output-weights", "bool", False, "model",
        "Separate input embedding and output layer weights."),
     _f("--seq-length", "int", None, "model", "Sequence length (miles default 4096)."),
     _f("--max-position-embeddings", "int", None, "model", "Max position embeddings."),
-    _f("--num-experts", "int", None, "model", "MoE experts (None = dense)."),
-    _f("--moe-ffn-hidden-size", "int", None, "model", "MoE expert MLP hidden size."),
-    _f("--moe-router-topk", "int", 2, "model", "Experts per token."),
+    _f("--num-experts", "int", None, "model", "MoE experts (None = dense).",
+       engine=refused('MoE models are not implemented (dense GPTModel only)')),
+    _f("--moe-ffn-hidden-size", "int", None, "model", "MoE expert MLP hidden size.",
+       engine=refused('MoE models are not implemented (dense GPTModel only)')),
+    _f("--moe-router-topk", "int", 2, "model", "Experts per token.",
+       engine=refused('MoE models are not implemented (dense GPTModel only)')),
     _f("--attention-dropout", "float", 0.1, "model", "Attention dropout (Megatron 0.1)."),
     _f("--hidden-dropout", "float", 0.1, "model", "Hidden dropout (Megatron 0.1)."),
-    _f("--fp16", "bool", False, "model", "fp16 training (miles uses bf16 otherwise)."),
+    _f("--fp16", "bool", False, "model", "fp16 training (miles uses bf16 otherwise).",
+       engine=refused('fp16 training is not implemented: bf16 on CUDA, float32 on CPU', '--bf16')),
     _f("--bf16", "bool", False, "model", "bf16 training (miles default)."),
 )
 
@@ -371,39 +530,70 @@ _SGLANG = (
     _f("--sglang-mem-fraction-static", "float", None, "sglang",
        "Fraction of GPU memory SGLang reserves for weights + KV cache."),
     _f("--sglang-max-running-requests", "int", None, "sglang", "Max concurrent requests."),
-    _f("--sglang-enable-metrics", "bool", False, "sglang", "Expose SGLang metrics."),
+    _f("--sglang-enable-metrics", "bool", False, "sglang", "Expose SGLang metrics.",
+       engine=command_only("SGLang's metrics endpoint is not started by PPO Deck")),
     _f("--sglang-cuda-graph-backend-prefill", "str", None, "sglang",
-       "Prefill CUDA-graph backend (miles sets 'disabled' under colocate)."),
-    _f("--sglang-config", "str", None, "sglang", "SGLang deployment YAML."),
+       "Prefill CUDA-graph backend (miles sets 'disabled' under colocate).",
+       engine=command_only('PPO Deck starts SGLang with its default CUDA-graph settings')),
+    _f("--sglang-config", "str", None, "sglang", "SGLang deployment YAML.",
+       engine=refused(
+           "SGLang deployment YAML is not read: engines come from --rollout-num-gpus-per-engine "
+           "and --sglang-mem-fraction-static",
+           "--rollout-num-gpus-per-engine")),
 )
 
 _LOGGING = (
-    _f("--use-wandb", "bool", False, "logging", "Log to Weights & Biases."),
-    _f("--wandb-project", "str", None, "logging", "W&B project."),
-    _f("--wandb-group", "str", None, "logging", "W&B group."),
+    _f("--use-wandb", "bool", False, "logging", "Log to Weights & Biases.",
+       engine=_NOT_YET),
+    _f("--wandb-project", "str", None, "logging", "W&B project.",
+       engine=_NOT_YET),
+    _f("--wandb-group", "str", None, "logging", "W&B group.",
+       engine=_NOT_YET),
     _f("--wandb-key", "str", None, "logging", "W&B API key (secret: masked, never saved).",
-       secret=True),
-    _f("--wandb-host", "str", None, "logging", "W&B host."),
-    _f("--wandb-team", "str", None, "logging", "W&B team."),
-    _f("--wandb-dir", "str", None, "logging", "W&B local dir."),
-    _choice("--wandb-mode", ("online", "offline", "disabled"), None, "logging", "W&B mode."),
-    _f("--wandb-run-id", "str", None, "logging", "W&B run id."),
-    _f("--disable-wandb-random-suffix", "bool", False, "logging", "No random run-name suffix."),
-    _f("--wandb-always-use-train-step", "bool", False, "logging", "Use train/step everywhere."),
-    _f("--use-tensorboard", "bool", False, "logging", "Log to TensorBoard."),
-    _f("--tb-project-name", "str", None, "logging", "TensorBoard project."),
-    _f("--tb-experiment-name", "str", None, "logging", "TensorBoard experiment."),
-    _f("--use-mlflow", "bool", False, "logging", "Log to MLflow."),
-    _f("--use-prometheus", "bool", False, "logging", "Expose Prometheus metrics."),
-    _f("--use-miles-dashboard", "bool", False, "logging", "Enable the miles dashboard."),
+       secret=True,
+       engine=_NOT_YET),
+    _f("--wandb-host", "str", None, "logging", "W&B host.",
+       engine=_NOT_YET),
+    _f("--wandb-team", "str", None, "logging", "W&B team.",
+       engine=_NOT_YET),
+    _f("--wandb-dir", "str", None, "logging", "W&B local dir.",
+       engine=_NOT_YET),
+    _choice("--wandb-mode", ("online", "offline", "disabled"), None, "logging", "W&B mode.",
+            engine=_NOT_YET),
+    _f("--wandb-run-id", "str", None, "logging", "W&B run id.",
+       engine=_NOT_YET),
+    _f("--disable-wandb-random-suffix", "bool", False, "logging", "No random run-name suffix.",
+       engine=_NOT_YET),
+    _f("--wandb-always-use-train-step", "bool", False, "logging", "Use train/step everywhere.",
+       engine=_NOT_YET),
+    _f("--use-tensorboard", "bool", False, "logging", "Log to TensorBoard.",
+       engine=_NOT_YET),
+    _f("--tb-project-name", "str", None, "logging", "TensorBoard project.",
+       engine=_NOT_YET),
+    _f("--tb-experiment-name", "str", None, "logging", "TensorBoard experiment.",
+       engine=_NOT_YET),
+    _f("--use-mlflow", "bool", False, "logging", "Log to MLflow.",
+       engine=refused('MLflow logging is not implemented', '--use-wandb or --use-tensorboard')),
+    _f("--use-prometheus", "bool", False, "logging", "Expose Prometheus metrics.",
+       engine=refused(
+           "Prometheus metrics are not exported",
+           "the run's events.jsonl (`ppodeck tail --json`)")),
+    _f("--use-miles-dashboard", "bool", False, "logging", "Enable the miles dashboard.",
+       engine=refused('the miles dashboard is not started', 'the TUI monitor (`ppodeck attach`)')),
     _f("--ci-test", "bool", False, "logging",
-       "CI mode: weight-update, KL and log-prob checks inside the framework."),
-    _f("--ci-disable-kl-checker", "bool", False, "logging", "CI: skip the KL check."),
-    _f("--ci-disable-logprobs-checker", "bool", False, "logging", "CI: skip log-prob checks."),
+       "CI mode: weight-update, KL and log-prob checks inside the framework.",
+       engine=_NOT_YET),
+    _f("--ci-disable-kl-checker", "bool", False, "logging", "CI: skip the KL check.",
+       engine=_NOT_YET),
+    _f("--ci-disable-logprobs-checker", "bool", False, "logging", "CI: skip log-prob checks.",
+       engine=_NOT_YET),
     _f("--ci-disable-weight-update-checker", "bool", False, "logging",
-       "CI: skip the weight-update check."),
-    _f("--ci-save-grad-norm", "str", None, "logging", "CI: save grad norms to this path."),
-    _f("--ci-load-grad-norm", "str", None, "logging", "CI: compare grad norms to this path."),
+       "CI: skip the weight-update check.",
+       engine=_NOT_YET),
+    _f("--ci-save-grad-norm", "str", None, "logging", "CI: save grad norms to this path.",
+       engine=_NOT_YET),
+    _f("--ci-load-grad-norm", "str", None, "logging", "CI: compare grad norms to this path.",
+       engine=_NOT_YET),
 )
 
 _PPODECK = (
@@ -461,6 +651,8 @@ def _check_schema() -> None:
         assert flag.group in GROUPS, flag
         assert flag.name.startswith("--"), flag
         assert flag.kind != "choice" or flag.default is None or flag.default in flag.choices, flag
+        assert flag.engine.cls in ENGINE_CLASSES, flag
+        assert flag.engine.cls == "honoured" or flag.engine.reason, flag
 
 
 _check_schema()

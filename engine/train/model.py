@@ -34,32 +34,33 @@ class ModelShape:
     add_bias_linear: bool = False
     untie_embeddings: bool = False
     position_embedding_type: str = "rope"
+    # train-time only (the rollout runs the model in eval mode); Megatron's default is 0.1
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> ModelShape:
-        heads = int(args["num_attention_heads"])
-        hidden = int(args["hidden_size"])
-        groups = args.get("num_query_groups") if args.get("group_query_attention") else None
-        rope = args.get("use_rotary_position_embeddings") or args.get(
-            "position_embedding_type") == "rope"
+        """From resolve()d args: GQA groups, head dim, MLP width, sequence length and the
+        position embedding are already filled in there (miles' fallbacks)."""
         return cls(
             num_layers=int(args["num_layers"]),
-            hidden_size=hidden,
-            ffn_hidden_size=int(args.get("ffn_hidden_size") or 4 * hidden),
-            num_attention_heads=heads,
-            num_query_groups=int(groups or heads),
-            kv_channels=int(args.get("kv_channels") or hidden // heads),
+            hidden_size=int(args["hidden_size"]),
+            ffn_hidden_size=int(args["ffn_hidden_size"]),
+            num_attention_heads=int(args["num_attention_heads"]),
+            num_query_groups=int(args["num_query_groups"]),
+            kv_channels=int(args["kv_channels"]),
             vocab_size=int(args["vocab_size"]),
-            max_sequence_length=int(args.get("max_position_embeddings")
-                                    or args.get("seq_length") or 4096),
-            rotary_base=float(args.get("rotary_base") or 10000.0),
-            norm_epsilon=float(args.get("norm_epsilon") or 1e-5),
-            normalization=str(args.get("normalization") or "LayerNorm"),
-            swiglu=bool(args.get("swiglu")),
-            qk_layernorm=bool(args.get("qk_layernorm")),
-            add_bias_linear=not args.get("disable_bias_linear"),
-            untie_embeddings=bool(args.get("untie_embeddings_and_output_weights")),
-            position_embedding_type="rope" if rope else "learned_absolute",
+            max_sequence_length=int(args["max_position_embeddings"] or args["seq_length"]),
+            rotary_base=float(args["rotary_base"]),
+            norm_epsilon=float(args["norm_epsilon"]),
+            normalization=str(args["normalization"]),
+            swiglu=bool(args["swiglu"]),
+            qk_layernorm=bool(args["qk_layernorm"]),
+            add_bias_linear=not args["disable_bias_linear"],
+            untie_embeddings=bool(args["untie_embeddings_and_output_weights"]),
+            position_embedding_type=str(args["position_embedding_type"]),
+            attention_dropout=float(args["attention_dropout"]),
+            hidden_dropout=float(args["hidden_dropout"]),
         )
 
     def num_params(self) -> int:
@@ -97,8 +98,8 @@ def transformer_config(shape: ModelShape, parallel: Parallelism, *, bf16: bool,
         qk_layernorm=shape.qk_layernorm,
         add_bias_linear=shape.add_bias_linear,
         add_qkv_bias=shape.add_bias_linear,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
+        hidden_dropout=shape.hidden_dropout,
+        attention_dropout=shape.attention_dropout,
         tensor_model_parallel_size=parallel.tp,
         pipeline_model_parallel_size=parallel.pp,
         context_parallel_size=parallel.cp,

@@ -38,10 +38,12 @@ def codes(result) -> set[str]:
 
 # --- validate ----------------------------------------------------------------------------------
 
-def test_validate_seed_ok() -> None:
+def test_validate_seed_says_why_this_engine_cannot_run_it_here() -> None:
     result = run("validate", "qwen3-4b-ppo")
-    assert result.exit_code == 0, result.output
-    assert result.stdout.startswith("qwen3-4b-ppo: OK (0 errors, 2 warnings, 9 infos)")
+    assert result.exit_code == 1, result.output
+    assert result.stdout.startswith("qwen3-4b-ppo: INVALID (1 error, ")
+    assert "engine.context_parallel" in result.stdout
+    assert "--context-parallel-size 1 (world 4 = TP1 x PP2 -> DP 2" in result.stdout
     assert "world size 4 · DP 1" in result.stdout
 
 
@@ -128,7 +130,7 @@ def test_validate_from_command_stdin() -> None:
     result = run("validate", "tiny-cpu", "--from-command", "-", "--json", input=text)
     assert result.exit_code == 1
     found = codes(result)
-    assert {"ppo.kl_coef_nonzero", "argv.unknown_flag", "config.passthrough"} <= found
+    assert {"ppo.kl_coef_nonzero", "argv.unknown_flag", "engine.passthrough_ignored"} <= found
 
 
 # --- command -----------------------------------------------------------------------------------

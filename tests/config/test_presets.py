@@ -39,15 +39,37 @@ def test_builtins_present() -> None:
     assert {"qwen3-4b-ppo", "qwen3-4b-ppo-ci", "tiny-cpu", "smollm2-135m-cpu"} <= set(BUILTINS)
 
 
+SEED_COMMAND_ONLY = ("--accumulate-allreduce-grads-in-fp32", "--attention-backend",
+                     "--attention-softmax-in-fp32", "--balance-data")
+SEED_ON_CPU_INFOS = SEED_INFOS | {"engine.backend_auto", "engine.cpu_ranks"}
+
+
 def test_seed_validates_with_exactly_the_expected_issues(isolated_env: Path) -> None:
+    """miles' own config is clean; PPO Deck's engine refuses only its CP2 (no CP path)."""
     report = check(resolve_preset(load_preset("qwen3-4b-ppo")))
-    assert report.ok, report.errors
-    assert report.codes("info") == SEED_INFOS
-    assert report.codes("warning") == {"kl.ref_load_missing", "ckpt.hf_checkpoint_missing"}
+    assert not report.config_errors, report.errors
+    assert report.codes("error") == {"engine.context_parallel"}
+    assert report.codes("info") == SEED_ON_CPU_INFOS
+    assert report.codes("warning") == {"kl.ref_load_missing", "ckpt.hf_checkpoint_missing",
+                                       "engine.command_only"}
+    command_only = next(i for i in report.warnings if i.code == "engine.command_only")
+    assert command_only.flags == SEED_COMMAND_ONLY
     prepare_seed_files(isolated_env / "home")
     report = check(resolve_preset(load_preset("qwen3-4b-ppo")))
-    assert report.codes("warning") == set() and report.codes("error") == set()
-    assert report.codes("info") == SEED_INFOS
+    assert report.codes("warning") == {"engine.command_only"}
+    assert report.codes("error") == {"engine.context_parallel"}
+    assert report.codes("info") == SEED_ON_CPU_INFOS
+
+
+def test_seed_without_cp_runs_on_a_four_gpu_machine(isolated_env: Path) -> None:
+    """With CP 1 (DP 2) the seed passes on 4 GPUs with sglang: every other flag is honoured."""
+    from .conftest import GPU_MACHINE
+
+    prepare_seed_files(isolated_env / "home")
+    config = resolve_preset(load_preset("qwen3-4b-ppo")).with_values(context_parallel_size=1)
+    report = check(config, GPU_MACHINE)
+    assert report.ok, report.errors
+    assert report.codes("warning") == {"engine.command_only"}
 
 
 def test_seed_derived_matches_the_example() -> None:
@@ -100,8 +122,9 @@ def test_ci_preset_deltas(isolated_env: Path) -> None:
     assert not {"load", "save", "save_interval"} & set(ci.values)
     prepare_seed_files(isolated_env / "home")
     report = check(ci)
-    assert report.ok and not report.warnings
-    assert report.codes("info") == SEED_INFOS - {"ppo.critic_save_fallback"}
+    assert not report.config_errors and report.codes("error") == {"engine.context_parallel"}
+    assert report.codes("warning") == {"engine.command_only"}
+    assert report.codes("info") == SEED_ON_CPU_INFOS - {"ppo.critic_save_fallback"}
 
 
 def test_tiny_cpu_is_clean() -> None:

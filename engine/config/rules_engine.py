@@ -1,0 +1,240 @@
+"""engine.* rules: the config judged against the engine that will run it, on this machine.
+
+"What validates is what runs" (ARCHITECTURE.md): every flag is classed in the schema
+(`Flag.engine`) as honoured, refused or command-only. A refused flag set away from its default is
+an error; command-only flags set away from their defaults are named in one warning; honoured
+flags whose engine supports only some values get a rule here. Machine facts (GPUs, CUDA,
+transformer-engine, sglang) come in a `Machine` so that check() stays pure and fast: the live
+one is probed once per process, tests pass their own.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from dataclasses import dataclass
+
+from engine.config.issues import Out
+from engine.config.issues import add as _issue
+from engine.config.issues import fl as _fl
+from engine.config.schema import BY_DEST, DEFAULTS, FLAGS
+
+ESTIMATORS_RUN = ("ppo", "grpo")
+POSITION_EMBEDDINGS_RUN = ("rope", "learned_absolute")
+# The rule-based rewards of engine/rollout/rewards.py (a test keeps the two equal), each also
+# accepted with the "boxed_" prefix.
+RM_TYPES = ("copy-digit", "deepscaler", "math")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the machine that will run the driver offers, as far as a config can depend on it."""
+
+    gpus: int  # visible GPUs (CUDA_VISIBLE_DEVICES respected)
+    transformer_engine: bool  # importable
+    sglang: bool  # importable
+
+    @property
+    def cuda(self) -> bool:
+        return self.gpus > 0
+
+
+@functools.cache
+def this_machine() -> Machine:
+    """Probed once per process: find_spec only (nothing is imported), NVML or /proc for GPUs."""
+    from engine.machine import visible_gpus
+
+    return Machine(gpus=visible_gpus(), transformer_engine=_importable("transformer_engine"),
+                   sglang=_importable("sglang"))
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _on_a_cluster(r: dict) -> bool:
+    """The driver joins a Ray cluster: this machine's GPUs and packages are not the ones used."""
+    return bool(r["ray_address"] or os.environ.get("RAY_ADDRESS"))
+
+
+def _differs(dest: str, value: object) -> bool:
+    default = DEFAULTS[dest]
+    if isinstance(default, tuple) and isinstance(value, list | tuple):
+        return tuple(value) != default
+    return value != default
+
+
+def refused_flags(e: dict, s: set, out: Out) -> None:
+    for dest in sorted(s):
+        flag = BY_DEST[dest]
+        if flag.engine.cls != "refused" or not _differs(dest, e[dest]):
+            continue
+        nearest = f"; what runs instead: {flag.engine.nearest}" if flag.engine.nearest else ""
+        _issue(out, "error", "engine.refused", (dest,),
+               f"{flag.name} is refused by PPO Deck's engine: {flag.engine.reason}.",
+               f"drop {flag.name}{nearest}, or run the command with miles itself "
+               "(`ppodeck command`)")
+
+
+def command_only_flags(e: dict, s: set, out: Out) -> None:
+    dests = [d for d in sorted(s)
+             if BY_DEST[d].engine.cls == "command-only" and _differs(d, e[d])]
+    if not dests:
+        return
+    why = "; ".join(f"{_fl(d)}: {BY_DEST[d].engine.reason}" for d in dests)
+    _issue(out, "warning", "engine.command_only", tuple(dests),
+           f"kept in the miles command but ignored by PPO Deck's engine ({why}).",
+           "drop them to silence this, or run the command with miles itself (`ppodeck command`)")
+
+
+def passthrough_flags(flags: tuple[str, ...], out: Out) -> None:
+    if flags:
+        from engine.config.issues import Issue
+
+        out.append(Issue("warning", "engine.passthrough_ignored", flags,
+                         f"{len(flags)} flag(s) PPO Deck does not model are kept verbatim in the "
+                         "miles command, unvalidated, and ignored by PPO Deck's engine.",
+                         "drop them, or run the command with miles itself (`ppodeck command`)"))
+
+
+def _estimator(r: dict, out: Out) -> None:
+    est = r["advantage_estimator"]
+    if est not in ESTIMATORS_RUN:
+        _issue(out, "error", "engine.estimator", ("advantage_estimator",),
+               f"--advantage-estimator {est} is not implemented by PPO Deck's engine (it runs "
+               f"{' and '.join(ESTIMATORS_RUN)}).",
+               "use --advantage-estimator ppo (actor-critic, GAE) or grpo (group-normalized)")
+
+
+def _context_parallel(r: dict, m: Machine, out: Out) -> None:
+    cp = r["context_parallel_size"]
+    if cp == 1:
+        return
+    te = ("transformer-engine is importable here, but" if m.transformer_engine else
+          "it needs transformer-engine's context-parallel attention, which is not importable "
+          "here, and")
+    world, tp, pp = r["world_size"], r["tensor_model_parallel_size"], \
+        r["pipeline_model_parallel_size"]
+    dp = world // (tp * pp) if world % (tp * pp) == 0 else None
+    instead = (f"--context-parallel-size 1 (world {world} = TP{tp} x PP{pp} -> DP {dp}; "
+               "lower --max-tokens-per-gpu if a long response no longer fits)" if dp else
+               "--context-parallel-size 1 with a world size that TP x PP divides")
+    _issue(out, "error", "engine.context_parallel", ("context_parallel_size",),
+           f"--context-parallel-size {cp} cannot run on PPO Deck's engine: {te} the engine has "
+           "no context-parallel path (its sequences are not split across CP ranks).",
+           f"set {instead}; or run this command with miles itself on GPUs with "
+           "transformer-engine (`ppodeck command`)")
+
+
+def _lr_schedule(r: dict, out: Out) -> None:
+    if r["lr_decay_style"] == "WSD":
+        _issue(out, "error", "engine.lr_wsd", ("lr_decay_style",),
+               "--lr-decay-style WSD is not implemented by PPO Deck's engine.",
+               "use constant, linear, cosine or inverse-square-root")
+    if r["num_rollout"] is None and r["lr_decay_style"] != "constant" and \
+            r["lr_decay_iters"] is None:
+        _issue(out, "error", "engine.lr_decay_unknown_length",
+               ("lr_decay_style", "num_rollout", "lr_decay_iters"),
+               f"--lr-decay-style {r['lr_decay_style']} decays over num_rollout x samples // "
+               "global batch steps, but --num-rollout is not set.",
+               "set --num-rollout or --lr-decay-iters")
+
+
+def _model_shape(r: dict, out: Out) -> None:
+    kind = r["position_embedding_type"]
+    if kind not in POSITION_EMBEDDINGS_RUN:
+        _issue(out, "error", "engine.position_embedding", ("position_embedding_type",),
+               f"--position-embedding-type {kind} is not implemented by PPO Deck's engine.",
+               "use rope (or --use-rotary-position-embeddings) or learned_absolute")
+
+
+def _reward(r: dict, out: Out) -> None:
+    rm = r["rm_type"]
+    if rm is None:
+        return
+    base = rm.removeprefix("boxed_")
+    if base not in RM_TYPES:
+        _issue(out, "error", "engine.rm_type", ("rm_type",),
+               f"--rm-type {rm} is not a reward PPO Deck's rollout has (it has "
+               f"{', '.join(RM_TYPES)}, each also as boxed_<type>).",
+               "pick one of those, or run the command with miles itself")
+
+
+def _devices(r: dict, m: Machine, out: Out) -> None:
+    """GPU-only features against this machine; a cluster is checked at launch instead."""
+    if _on_a_cluster(r):
+        _issue(out, "info", "engine.cluster_checked_at_launch", ("ray_address",),
+               "the run joins a Ray cluster: its GPUs and packages are compared with the "
+               "layout when it launches, not here. The cluster must have this Python "
+               "environment (or a runtime_env) and storage shared for checkpoints.")
+        return
+    if r["rollout_backend"] == "sglang" and not m.sglang:
+        _issue(out, "error", "engine.sglang_missing", ("rollout_backend",),
+               "--rollout-backend sglang, but sglang is not importable here.",
+               "install sglang (GPU machines; see the README), or use --rollout-backend hf")
+    if r["rollout_backend"] == "sglang" and not m.cuda:
+        _issue(out, "error", "engine.sglang_needs_cuda", ("rollout_backend",),
+               "--rollout-backend sglang needs a GPU, and this machine has none visible.",
+               "use --rollout-backend hf (or auto) on CPU")
+    if r["rollout_backend"] == "auto":
+        picked = "sglang" if m.cuda and m.sglang else "hf"
+        _issue(out, "info", "engine.backend_auto", ("rollout_backend",),
+               f"--rollout-backend auto picks {picked} on this machine "
+               f"({'CUDA and sglang present' if picked == 'sglang' else _why_hf(m)}).")
+    _gpu_count(r, m, out)
+
+
+def _why_hf(m: Machine) -> str:
+    return "sglang is not importable" if m.cuda else "no GPU visible"
+
+
+def _gpu_count(r: dict, m: Machine, out: Out) -> None:
+    world = r["world_size"]
+    rollout = 0 if r["colocate"] or r["debug_train_only"] else (r["rollout_num_gpus"] or 0)
+    needed = world + rollout
+    if not m.cuda:
+        if world > 1:
+            _issue(out, "info", "engine.cpu_ranks", ("actor_num_gpus_per_node",),
+                   f"no GPU visible: the engine runs {world} training ranks as CPU processes "
+                   "over gloo.")
+        return
+    if needed > m.gpus:
+        parts = f"actor {world}" + (f" + rollout {rollout}" if rollout else "")
+        _issue(out, "error", "engine.gpus_missing",
+               ("actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus"),
+               f"the layout needs {needed} GPUs ({parts}) but this machine has {m.gpus} "
+               "visible.",
+               f"fit the layout to {m.gpus} GPU(s), or run on a Ray cluster (--ray-address)")
+
+
+def _precision(r: dict, s: set, m: Machine, out: Out) -> None:
+    if "bf16" in s and r["bf16"] and not m.cuda and not _on_a_cluster(r):
+        _issue(out, "error", "engine.bf16_needs_cuda", ("bf16",),
+               "--bf16: PPO Deck's engine trains in bf16 only on CUDA, and this machine has no "
+               "GPU visible (it would train in float32).",
+               "drop --bf16 to train in float32 on CPU, or run on a GPU machine")
+
+
+def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = None) -> None:
+    m = machine or this_machine()
+    refused_flags(e, s, out)
+    command_only_flags(e, s, out)
+    _estimator(r, out)
+    _context_parallel(r, m, out)
+    _lr_schedule(r, out)
+    _model_shape(r, out)
+    _reward(r, out)
+    _precision(r, s, m, out)
+    _devices(r, m, out)
+
+
+def engine_classes() -> dict[str, list[str]]:
+    """Flag names by engine class, in schema order (README table, `ppodeck flags`)."""
+    out: dict[str, list[str]] = {"honoured": [], "refused": [], "command-only": []}
+    for flag in FLAGS:
+        out[flag.engine.cls].append(flag.name)
+    return out

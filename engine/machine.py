@@ -1,0 +1,74 @@
+"""What this machine offers the run: its visible GPUs (LIGHT: no torch, no ray).
+
+`visible_gpus()` counts the GPUs a process started here can use: NVML when `pynvml`
+(nvidia-ml-py) imports and the driver answers, else the entries of /proc/driver/nvidia/gpus;
+then CUDA_VISIBLE_DEVICES narrows it the way CUDA does (the list stops at its first invalid
+entry, "" or -1 hides every GPU). check() compares it with the GPUs a layout needs, and the
+private local Ray declares exactly this many.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+PROC_GPUS = Path("/proc/driver/nvidia/gpus")
+
+
+@functools.cache
+def visible_gpus() -> int:
+    """GPUs this process may use (cached: the answer does not change while a process runs)."""
+    return count_visible(physical_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def physical_gpus() -> int:
+    """NVIDIA GPUs on this machine, whatever CUDA_VISIBLE_DEVICES says."""
+    count = _nvml_count()
+    return count if count is not None else _proc_count(PROC_GPUS)
+
+
+def count_visible(physical: int, cuda_visible_devices: str | None) -> int:
+    """How many of `physical` GPUs CUDA_VISIBLE_DEVICES leaves visible (CUDA's parsing)."""
+    if cuda_visible_devices is None:
+        return physical
+    seen: set[str] = set()
+    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
+        if not _valid_entry(entry, physical) or entry in seen:
+            break  # CUDA ignores everything from the first invalid (or repeated) entry on
+        seen.add(entry)
+    return len(seen)
+
+
+def _valid_entry(entry: str, physical: int) -> bool:
+    if entry.startswith(("GPU-", "MIG-")):
+        return physical > 0  # a UUID: present if the machine has GPUs at all
+    return entry.isdigit() and int(entry) < physical
+
+
+def _nvml_count() -> int | None:
+    """NVML's device count, or None when pynvml is missing or no NVIDIA driver answers."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - shutting down a half-initialised NVML
+            pass
+
+
+def _proc_count(root: Path) -> int:
+    try:
+        return sum(1 for entry in root.iterdir() if entry.is_dir())
+    except OSError:
+        return 0  # no NVIDIA driver: no GPUs

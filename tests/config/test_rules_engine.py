@@ -1,0 +1,140 @@
+"""engine.* rules: the config against the engine that will run it and the machine it runs on."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.config import check
+from engine.config import rules_engine as rules_engine_module
+from engine.config.rules_engine import RM_TYPES, Machine
+from engine.config.schema import BY_DEST, FLAGS
+
+from .conftest import CPU_MACHINE, GPU_MACHINE
+from .test_rules import config
+
+NO_SGLANG_GPU = Machine(gpus=1, transformer_engine=False, sglang=False)
+
+# (code, machine, changes that trip it, changes that pass it)
+CASES: list[tuple[str, Machine, dict[str, Any], dict[str, Any]]] = [
+    ("engine.refused", CPU_MACHINE, {"use_opsm": True}, {"use_opsm": False}),
+    ("engine.command_only", CPU_MACHINE, {"balance_data": True}, {"balance_data": False}),
+    ("engine.estimator", CPU_MACHINE, {"advantage_estimator": "gspo"},
+     {"advantage_estimator": "ppo"}),
+    ("engine.context_parallel", GPU_MACHINE,
+     {"context_parallel_size": 2, "actor_num_gpus_per_node": 2},
+     {"context_parallel_size": 1, "actor_num_gpus_per_node": 2}),
+    ("engine.lr_wsd", CPU_MACHINE, {"lr_decay_style": "WSD"}, {"lr_decay_style": "cosine"}),
+    ("engine.lr_decay_unknown_length", CPU_MACHINE,
+     {"lr_decay_style": "cosine", "num_rollout": None, "num_epoch": 1},
+     {"lr_decay_style": "cosine", "num_rollout": 10}),
+    ("engine.position_embedding", CPU_MACHINE,
+     {"use_rotary_position_embeddings": False, "position_embedding_type": "mrope"},
+     {"use_rotary_position_embeddings": False, "position_embedding_type": "learned_absolute"}),
+    ("engine.rm_type", CPU_MACHINE, {"rm_type": "dapo"}, {"rm_type": "boxed_math"}),
+    ("engine.sglang_missing", NO_SGLANG_GPU, {"rollout_backend": "sglang"},
+     {"rollout_backend": "hf"}),
+    ("engine.sglang_needs_cuda", CPU_MACHINE, {"rollout_backend": "sglang"},
+     {"rollout_backend": "hf"}),
+    ("engine.backend_auto", CPU_MACHINE, {"rollout_backend": "auto"}, {"rollout_backend": "hf"}),
+    ("engine.gpus_missing", NO_SGLANG_GPU, {"actor_num_gpus_per_node": 2},
+     {"actor_num_gpus_per_node": 1}),
+    ("engine.cpu_ranks", CPU_MACHINE, {"actor_num_gpus_per_node": 2},
+     {"actor_num_gpus_per_node": 1}),
+    ("engine.bf16_needs_cuda", CPU_MACHINE, {"bf16": True}, {}),
+    ("engine.cluster_checked_at_launch", CPU_MACHINE, {"ray_address": "10.0.0.1:6379"}, {}),
+]
+
+
+@pytest.mark.parametrize(("code", "machine", "trip", "ok"), CASES, ids=[c[0] for c in CASES])
+def test_engine_rule_trips_and_passes(code: str, machine: Machine, trip: dict[str, Any],
+                                      ok: dict[str, Any]) -> None:
+    assert code in check(config(**trip), machine).codes()
+    assert code not in check(config(**ok), machine).codes()
+
+
+def test_every_engine_rule_code_has_a_case() -> None:
+    source = Path(rules_engine_module.__file__).read_text()
+    found = set(re.findall(r'"(?:error|warning|info)",\s*"(engine\.[a-z0-9_]+)"', source))
+    found |= set(re.findall(r'Issue\("(?:error|warning|info)", "(engine\.[a-z0-9_]+)"', source))
+    found.add("engine.passthrough_ignored")  # tests/config/test_rules.py
+    assert found <= {c[0] for c in CASES} | {"engine.passthrough_ignored"}, found
+
+
+@pytest.mark.parametrize("flag", [f for f in FLAGS if f.engine.cls == "refused"],
+                         ids=lambda f: f.name)
+def test_every_refused_flag_is_an_error_when_set(flag: Any) -> None:  # noqa: ANN401
+    value = _non_default(flag)
+    report = check(config(**{flag.dest: value}), CPU_MACHINE)
+    refused = [i for i in report.errors if i.code == "engine.refused"]
+    assert [i.flags for i in refused] == [(flag.name,)], report.issues
+    assert flag.engine.reason in refused[0].message
+
+
+def _non_default(flag: Any) -> Any:  # noqa: ANN401
+    if flag.kind in ("bool", "tristate"):
+        return not flag.default
+    if flag.kind == "choice":
+        return next(c for c in flag.choices if c != flag.default)
+    if flag.kind == "list":
+        return ("a", "b")
+    if flag.kind == "int":
+        return (flag.default or 0) + 2
+    if flag.kind == "float":
+        return (flag.default or 0.0) + 0.5
+    return "/tmp/x"
+
+
+def test_command_only_flags_are_one_warning_naming_each() -> None:
+    report = check(config(balance_data=True, tool_key="t", qkv_format="bshd",
+                          use_dynamic_batch_size=False), CPU_MACHINE)
+    warning = next(i for i in report.warnings if i.code == "engine.command_only")
+    assert set(warning.flags) == {"--balance-data", "--tool-key", "--qkv-format"}
+    assert BY_DEST["tool_key"].engine.reason in warning.message
+
+
+def test_context_parallel_says_why_here_and_what_runs_instead() -> None:
+    values = {"context_parallel_size": 2, "actor_num_gpus_per_node": 4,
+              "pipeline_model_parallel_size": 2}
+    here = next(i for i in check(config(**values), CPU_MACHINE).errors
+                if i.code == "engine.context_parallel")
+    assert "not importable here" in here.message
+    assert "--context-parallel-size 1 (world 4 = TP1 x PP2 -> DP 2" in here.fix
+    with_te = next(i for i in check(config(**values), GPU_MACHINE).errors
+                   if i.code == "engine.context_parallel")
+    assert "transformer-engine is importable here" in with_te.message
+
+
+def test_gpus_missing_names_both_numbers() -> None:
+    report = check(config(actor_num_gpus_per_node=2, colocate=False, rollout_num_gpus=2),
+                   NO_SGLANG_GPU)
+    issue = next(i for i in report.errors if i.code == "engine.gpus_missing")
+    assert "needs 4 GPUs (actor 2 + rollout 2)" in issue.message
+    assert "has 1 visible" in issue.message
+
+
+def test_engine_errors_are_not_config_errors() -> None:
+    report = check(config(use_opsm=True, kl_coef=0.1), CPU_MACHINE)
+    assert {i.code for i in report.errors} >= {"engine.refused", "ppo.kl_coef_nonzero"}
+    assert {i.code for i in report.config_errors} == {"ppo.kl_coef_nonzero"}
+
+
+def test_rm_types_match_the_rollout_rewards() -> None:
+    from engine.rollout.rewards import REWARDS
+
+    assert set(RM_TYPES) == set(REWARDS)
+
+
+def test_the_live_machine_probe_imports_nothing_heavy() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from engine.config.rules_engine import this_machine; m = this_machine();"
+            " heavy = {'torch', 'ray', 'sglang', 'transformer_engine'} & set(sys.modules);"
+            " print(m.gpus >= 0, sorted(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "True []"
