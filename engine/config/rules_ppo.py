@@ -143,6 +143,26 @@ def _ppo_critic_only_steps(e: dict, r: dict, s: set, out: Out) -> None:
                "lower --num-critic-only-steps or raise --num-rollout")
 
 
+def _grpo_group_size(e: dict, r: dict, s: set, out: Out) -> None:
+    est, n = r["advantage_estimator"], r["n_samples_per_prompt"]
+    if est in ("grpo", "gspo") and n is not None and n < 2:
+        _issue(out, "error", "algo.grpo_needs_groups", ("advantage_estimator",
+                                                        "n_samples_per_prompt"),
+               f"--advantage-estimator {est} normalizes each reward within its prompt's group of "
+               f"--n-samples-per-prompt samples; with {n} sample per prompt every advantage is "
+               "0 and the policy never learns.",
+               "set --n-samples-per-prompt 4 (or more), or --advantage-estimator ppo")
+
+
+def _ref_update_interval(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["ref_update_interval"] is not None and not r["use_kl_loss"]:
+        _issue(out, "warning", "algo.ref_update_without_ref", ("ref_update_interval",
+                                                               "use_kl_loss"),
+               f"--ref-update-interval {r['ref_update_interval']} refreshes the KL reference "
+               "model, but without --use-kl-loss no reference model is kept: it does nothing.",
+               "add --use-kl-loss --kl-loss-coef <c>, or drop --ref-update-interval")
+
+
 # --- parallelism and placement -----------------------------------------------------------------
 
 def _parallel_divides(e: dict, r: dict, s: set, out: Out) -> None:
@@ -307,6 +327,7 @@ def _async(e: dict, r: dict, s: set, out: Out) -> None:
 
 PPO_AND_PLACEMENT_RULES = (
     _ppo_critic, _ppo_backend, _ppo_kl, _ppo_placement, _ppo_offload, _ppo_critic_fallbacks,
-    _ppo_critic_only_steps, _parallel_divides, _model_parallel_shape, _model_shape_required,
+    _ppo_critic_only_steps, _grpo_group_size, _ref_update_interval, _parallel_divides,
+    _model_parallel_shape, _model_shape_required,
     _rollout_engines, _colocate, _offload_flags, _debug_modes, _transfer_mode, _async,
 )

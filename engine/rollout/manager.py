@@ -13,10 +13,14 @@ import os
 import statistics
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine.rollout.types import GenOut, Prompt, RolloutBatch, Sample
+
+# miles: these estimators train on group-normalized rewards (train_data_conversion.py)
+GROUP_NORMALIZED = ("grpo", "gspo", "reinforce_plus_plus_baseline")
 
 
 class RolloutManager:
@@ -27,6 +31,9 @@ class RolloutManager:
         self.generator: Any = None
         self.backend: str | None = None
         self.last_trimmed = 0
+        self.eval_sets: list[Any] = []  # engine.rollout.evaluation.EvalSet, one per dataset
+        self.reused_batch: RolloutBatch | None = None  # --debug-train-only's one batch
+        self.weights_compared = False  # --ci-test: the first push is compared tensor by tensor
 
     # ---- setup --------------------------------------------------------------------------
     def init(self) -> dict[str, Any]:
@@ -55,14 +62,29 @@ class RolloutManager:
         self.source = PromptSource(prompts, shuffle=bool(self.args.get("rollout_shuffle")),
                                    seed=self._rollout_seed())
         self._check_rewards(prompts)
+        self.eval_sets = self._load_eval_sets(options, notes)
         shape = ModelShape.from_args(self.args)
         self._check_vocab(shape.vocab_size)
         self.backend, backend_note = pick_backend(self.args.get("rollout_backend") or "auto")
         notes.append(backend_note)
         self.generator = build_generator(self.backend, shape, arch_for(shape), self.args)
+        notes.extend(getattr(self.generator, "notes", []))  # e.g. SGLang engine start times
         return {"notes": notes, "backend": self.backend, "num_prompts": len(prompts),
                 "dropped_prompts": dropped, "prompt_data": str(prompt_data),
                 "tokenizer": str(tokenizer_path), "tokenizer_vocab": len(self.tokenizer)}
+
+    def _load_eval_sets(self, options: Any, notes: list[str]) -> list[Any]:  # noqa: ANN401
+        """--eval-prompt-data, read only when evaluation will run (miles: an --eval-interval,
+        and never under --debug-train-only)."""
+        if self.args["eval_interval"] is None or self.args["debug_train_only"]:
+            return []
+        from engine.rollout.evaluation import load_eval_sets
+
+        sets = load_eval_sets(self.args["eval_datasets"], self.tokenizer, options)
+        self._check_rewards([p for eval_set in sets for p in eval_set.prompts])
+        notes.extend(f"eval set {s.name!r}: {len(s.prompts)} prompts from {s.path}"
+                     for s in sets)
+        return sets
 
     def _check_required(self) -> None:
         for dest, flag in (("rollout_batch_size", "--rollout-batch-size"),
@@ -138,6 +160,8 @@ class RolloutManager:
 
     # ---- one rollout --------------------------------------------------------------------
     def generate(self, rollout_id: int) -> RolloutBatch:
+        if self.reused_batch is not None:  # --debug-train-only: no rollout metrics, as miles
+            return replace(self.reused_batch, metrics={})
         start = time.perf_counter()
         rbs = int(self.args["rollout_batch_size"])
         n = int(self.args.get("n_samples_per_prompt") or 1)
@@ -149,14 +173,58 @@ class RolloutManager:
         texts = self.tokenizer.batch_decode([o.response_ids for o in outs],
                                             skip_special_tokens=True)
         rewards = [self._reward(s.prompt, text) for s, text in zip(samples, texts, strict=True)]
+        train_rewards = self._post_process_rewards(samples, rewards)
         keep = self._trimmed_count(len(samples))
         self.last_trimmed = len(samples) - keep
-        batch = to_batch(samples[:keep], outs[:keep], rewards[:keep])
+        batch = to_batch(samples[:keep], outs[:keep], train_rewards[:keep])
         batch.metrics = rollout_metrics(outs[:keep], rewards[:keep], self.last_trimmed)
         response_tokens = sum(len(o.response_ids) for o in outs)
         batch.metrics["perf/rollout_time"] = time.perf_counter() - start
         batch.metrics["perf/tokens_per_sec"] = response_tokens / max(gen_seconds, 1e-9)
+        if self.args["debug_train_only"]:
+            self._keep_for_training_only(batch)
         return batch
+
+    def _keep_for_training_only(self, batch: RolloutBatch) -> None:
+        """--debug-train-only: this batch is the one every rollout trains on; the generator
+        is released (miles starts no engines; PPO Deck has no --load-debug-rollout-data)."""
+        self.reused_batch = batch
+        self.shutdown()
+
+    def eval(self, rollout_id: int) -> dict[str, float]:
+        """Eval rollouts of every --eval-prompt-data set with the current weights."""
+        from engine.rollout.evaluation import evaluate_set
+
+        metrics: dict[str, float] = {}
+        for eval_set in self.eval_sets:
+            metrics.update(evaluate_set(eval_set, self.args, self._generate_eval,
+                                        self._score, rollout_id))
+        return metrics
+
+    def _generate_eval(self, prompt_ids: list[list[int]], n: int, **sampling: Any) -> list[GenOut]:
+        return self.generator.generate(prompt_ids, n_samples=n, **self._token_ids(), **sampling)
+
+    def _score(self, prompt: Prompt, out: GenOut) -> float:
+        return self._reward(prompt, self.tokenizer.decode(out.response_ids,
+                                                          skip_special_tokens=True))
+
+    def _token_ids(self) -> dict[str, Any]:
+        eos = self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id
+        return {"eos_token_id": eos,
+                "pad_token_id": pad if pad is not None else (eos if eos is not None else 0)}
+
+    def _post_process_rewards(self, samples: Sequence[Sample],
+                              rewards: list[float]) -> list[float]:
+        """miles' train_data_conversion: group-normalized rewards for grpo (whole prompt groups,
+        before trimming); ppo keeps the raw ones. rollout/raw_reward stays raw."""
+        estimator = self.args["advantage_estimator"]
+        if estimator not in GROUP_NORMALIZED or not self.args["rewards_normalization"]:
+            return rewards
+        from engine.algo.grpo import group_normalized_rewards
+
+        std = self.args["grpo_std_normalization"] and estimator in ("grpo", "gspo")
+        return group_normalized_rewards(rewards, [s.group_index for s in samples], std)
 
     def _sampling_params(self, rollout_id: int) -> dict[str, Any]:
         eos = self.tokenizer.eos_token_id
@@ -204,22 +272,49 @@ class RolloutManager:
     # ---- weights and memory -------------------------------------------------------------
     def update_weights(self, hf_weights: Any) -> dict[str, Any]:  # noqa: ANN401
         """Load the actor's HF weights: a state dict, or the packed buffer the driver passes."""
-        from engine.rollout.weight_transfer import as_state_dict
+        from engine.rollout.weight_transfer import IpcWeights, as_loadable
 
         start = time.perf_counter()
-        size = self.generator.load_weights(as_state_dict(hf_weights))
-        return {"seconds": time.perf_counter() - start, "bytes": int(size)}
+        loadable = as_loadable(hf_weights)
+        compare = self.args["check_weight_update_equal"] and not self.weights_compared
+        if compare and hasattr(self.generator, "model"):
+            from engine.ci_checks import reset_tensors
+
+            reset_tensors(self.generator.model)
+        size = self.generator.load_weights(loadable)
+        path = "cuda-ipc" if isinstance(hf_weights, IpcWeights) else "host"
+        report = {"seconds": time.perf_counter() - start, "bytes": int(size), "path": path}
+        if self.args["check_weight_update_equal"]:
+            report["weight_check"] = self._weight_check(loadable, compare)
+        return report
+
+    def _weight_check(self, sent: Any, compare: bool) -> dict[str, Any]:  # noqa: ANN401
+        """--ci-test: the first push compared tensor by tensor, every push's digest."""
+        from engine.ci_checks import compare_loaded, digest
+
+        if not isinstance(sent, Mapping) or not hasattr(self.generator, "model"):
+            return {"skipped": f"the {self.backend} backend's weights cannot be read back"}
+        check: dict[str, Any] = {"digest": digest(sent)}
+        if compare:
+            self.weights_compared = True
+            check.update(compare_loaded(self.generator.model, sent))
+        return check
 
     def offload(self) -> dict[str, Any]:
-        return self.generator.offload()
+        return self.generator.offload() if self.generator is not None else released()
 
     def onload(self) -> dict[str, Any]:
-        return self.generator.onload()
+        return self.generator.onload() if self.generator is not None else released()
 
     def shutdown(self) -> None:
         if self.generator is not None:
             self.generator.shutdown()
             self.generator = None
+
+
+def released() -> dict[str, Any]:
+    """The offload report once the generator is gone (--debug-train-only): nothing moves."""
+    return {"noop": True, "bytes": 0, "seconds": 0.0, "where": "cpu"}
 
 
 def installed_file(value: Any) -> Any:  # noqa: ANN401
@@ -235,11 +330,10 @@ def installed_file(value: Any) -> Any:  # noqa: ANN401
 # --------------------------------------------------------------------------------------------
 def pick_backend(requested: str) -> tuple[str, str]:
     """(backend, note): auto is sglang only where CUDA and sglang exist (sglang_backend's rule)."""
-    import torch
+    from engine.rollout.sglang_backend import host_has_gpu, select_backend, sglang_importable
 
-    from engine.rollout.sglang_backend import select_backend, sglang_importable
-
-    return select_backend(requested, torch.cuda.is_available(), sglang_importable())
+    # this process may hold no GPU share (SGLang engines hold it): ask NVML, not torch
+    return select_backend(requested, host_has_gpu(), sglang_importable())
 
 
 def build_generator(backend: str, shape: Any, arch: str, args: Mapping[str, Any]) -> Any:  # noqa: ANN401
@@ -278,7 +372,7 @@ def to_batch(samples: Sequence[Sample], outs: Sequence[GenOut],
         prompt_lengths=[len(s.prompt.token_ids) for s in samples],
         response_lengths=[len(o.response_ids) for o in outs],
         loss_masks=[[1] * len(o.response_ids) for o in outs],  # miles: all ones over the response
-        rewards=[float(r) for r in rewards],  # PPO: raw, no group normalization
+        rewards=[float(r) for r in rewards],  # ppo: raw; grpo: group-normalized
         truncated=[o.truncated for o in outs],
         rollout_log_probs=[list(o.log_probs) for o in outs],
         sample_indices=[s.sample_index for s in samples],
@@ -297,5 +391,9 @@ def rollout_metrics(outs: Sequence[GenOut], rewards: Sequence[float],
         "rollout/response_len/max": float(max(lengths)),
         "rollout/response_len/min": float(min(lengths)),
         "rollout/truncated_ratio": sum(o.truncated for o in outs) / len(outs),
+        # the generator's log-probs, as the trainer's rollout/log_probs: a token mean per
+        # sample, averaged over samples (--ci-test compares the two)
+        "rollout/rollout_log_probs": statistics.fmean(
+            statistics.fmean(o.log_probs) for o in outs if o.log_probs),
         "rollout/trimmed_samples": float(trimmed),
     }

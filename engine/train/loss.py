@@ -3,8 +3,12 @@
 Scaling (spec 5.7): each loss is a sum over the micro-batch's samples of per-sample token means
 (`sum_of_sample_mean`), multiplied by num_microbatches * dp / gbs. Megatron divides by
 num_microbatches and DDP averages over DP, so the gradient is that of the mean over the global
-batch of per-sample token means, whatever the micro-batching or the DP size. Metrics are the
-unscaled sums; the worker adds them over micro-batches and DP ranks and divides by gbs.
+batch of per-sample token means, whatever the micro-batching or the DP size.
+With --calculate-per-token-loss the reducer is a plain token sum (`sum_of_tokens`) and the
+worker passes num_microbatches * dp / (trainable tokens of the global batch) as the scale: a
+mean over every token of the global batch, so long responses weigh more (miles' per-token path,
+where Megatron divides by the all-reduced token count). Metrics are the unscaled sums; the
+worker adds them over micro-batches and DP ranks and divides by the same denominator.
 """
 
 from __future__ import annotations
@@ -13,7 +17,15 @@ from collections.abc import Callable
 
 import torch
 
-from engine.algo import approx_kl, policy_loss, sum_of_sample_mean, value_loss
+from engine.algo import (
+    approx_kl,
+    policy_loss,
+    rollout_mismatch,
+    sum_of_sample_mean,
+    sum_of_tokens,
+    truncated_importance_weights,
+    value_loss,
+)
 from engine.train.batching import MicroBatch
 from engine.train.logprobs import response_values, token_log_probs
 from engine.train.settings import TrainSettings
@@ -44,19 +56,26 @@ def forward_log_probs(mb: MicroBatch, settings: TrainSettings) -> Callable[[torc
     return loss_func
 
 
+def reducer(settings: TrainSettings) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """miles' loss reducer: per-sample token means summed, or a token sum (per-token loss)."""
+    return sum_of_tokens if settings.calculate_per_token_loss else sum_of_sample_mean
+
+
 def critic_loss(mb: MicroBatch, settings: TrainSettings,
                 scale: float) -> Callable[[torch.Tensor], LossOut]:
     """Clipped value loss (no 0.5, no coefficient) against the GAE returns."""
+    reduce = reducer(settings)
+
     def loss_func(output: torch.Tensor) -> LossOut:
         device = output.device
         mask = mb.loss_mask.to(device)
         values = response_values(output, mb.response_index.to(device))
         out = value_loss(values, _on(device, mb, "old_values"), _on(device, mb, "returns"),
                          settings.value_clip)
-        loss = sum_of_sample_mean(out.loss, mask)
+        loss = reduce(out.loss, mask)
         metrics = {
             "train/critic-value_loss": loss.detach(),
-            "train/critic-value_clipfrac": sum_of_sample_mean(out.clipfrac, mask).detach(),
+            "train/critic-value_clipfrac": reduce(out.clipfrac, mask).detach(),
         }
         return loss * scale, metrics
     return loss_func
@@ -64,7 +83,11 @@ def critic_loss(mb: MicroBatch, settings: TrainSettings,
 
 def actor_loss(mb: MicroBatch, settings: TrainSettings,
                scale: float) -> Callable[[torch.Tensor], LossOut]:
-    """PPO clipped surrogate - entropy_coef * entropy + kl_loss_coef * KL(pi || ref) (spec 5.5)."""
+    """PPO clipped surrogate (times the TIS weights with --use-tis) - entropy_coef * entropy
+    + kl_loss_coef * KL(pi || ref) (spec 5.5). pi_old is `old_log_probs`: the trainer's
+    recomputed log-probs, or the rollout's with --use-rollout-logprobs (the worker decides)."""
+    reduce = reducer(settings)
+
     def loss_func(output: torch.Tensor) -> LossOut:
         device = output.device
         mask = mb.loss_mask.to(device)
@@ -72,30 +95,61 @@ def actor_loss(mb: MicroBatch, settings: TrainSettings,
         old_logp = _on(device, mb, "old_log_probs")
         pg = policy_loss(logp, old_logp, _on(device, mb, "advantages"), mask,
                          settings.eps_clip, settings.eps_clip_high, settings.eps_clip_c)
-        pg_loss = sum_of_sample_mean(pg.pg_loss, mask)
+        pg_tokens, metrics = pg.pg_loss, {}
+        if "rollout_log_probs" in mb.extras:
+            pg_tokens, metrics = _rollout_correction(pg_tokens, pg.ppo_kl, mb, mask, settings,
+                                                     reduce)
+        pg_loss = reduce(pg_tokens, mask)
         loss = pg_loss
         entropy_loss = pg_loss.new_zeros(())  # miles logs 0 when entropy is not computed
         if entropy is not None:
-            entropy_loss = sum_of_sample_mean(entropy, mask)
+            entropy_loss = reduce(entropy, mask)
             if settings.entropy_coef != 0.0:
                 loss = loss - settings.entropy_coef * entropy_loss
-        metrics = {
+        metrics.update({
             "train/pg_loss": pg_loss.detach(),
-            "train/pg_clipfrac": sum_of_sample_mean(pg.clipfrac, mask).detach(),
-            "train/ppo_kl": sum_of_sample_mean(pg.ppo_kl, mask).detach(),
+            "train/pg_clipfrac": reduce(pg.clipfrac, mask).detach(),
+            "train/ppo_kl": reduce(pg.ppo_kl, mask).detach(),
             "train/entropy_loss": entropy_loss.detach(),
-        }
+        })
         if settings.use_kl_loss:
             ratio = (logp - old_logp).exp() if settings.use_unbiased_kl else None
             kl = approx_kl(logp, _on(device, mb, "ref_log_probs"), settings.kl_loss_type,
                            importance_ratio=ratio, mask=mask)
-            kl_loss = sum_of_sample_mean(kl, mask)
+            kl_loss = reduce(kl, mask)
             if settings.kl_loss_coef != 0.0:
                 loss = loss + settings.kl_loss_coef * kl_loss
             metrics["train/kl_loss"] = kl_loss.detach()
         metrics["train/loss"] = loss.detach()
         return loss * scale, metrics
     return loss_func
+
+
+def _rollout_correction(pg_tokens: torch.Tensor, ppo_kl: torch.Tensor, mb: MicroBatch,
+                        mask: torch.Tensor, settings: TrainSettings,
+                        reduce: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """miles' train/rollout mismatch metrics, and with --use-tis the per-token policy loss
+    times clamp(exp(train_logp - rollout_logp), tis_clip_low, tis_clip).
+
+    train_logp is the trainer's recomputed pi_old (always computed here, also under
+    --use-rollout-logprobs, so the mismatch is measured rather than 0 as miles then logs it).
+    """
+    device = pg_tokens.device
+    train_logp = _on(device, mb, "train_log_probs")
+    rollout_logp = _on(device, mb, "rollout_log_probs")
+    abs_diff, kl = rollout_mismatch(train_logp, rollout_logp, mask)
+    metrics = {"train/train_rollout_logprob_abs_diff": reduce(abs_diff, mask).detach(),
+               "train/train_rollout_kl": reduce(kl, mask).detach()}
+    if not settings.use_tis:
+        return pg_tokens, metrics
+    tis = truncated_importance_weights(train_logp, rollout_logp, settings.tis_clip_low,
+                                       settings.tis_clip)
+    metrics.update({"train/tis": reduce(tis.ratio, mask).detach(),
+                    "train/tis_clipfrac": reduce(tis.clipfrac, mask).detach(),
+                    "train/tis_abs": reduce(tis.abs_dev, mask).detach(),
+                    "train/ois": reduce((-ppo_kl).exp(), mask).detach()})
+    return pg_tokens * tis.weights, metrics
 
 
 def _log_probs_and_entropy(output: torch.Tensor, mb: MicroBatch, settings: TrainSettings

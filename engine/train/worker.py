@@ -231,7 +231,7 @@ class TrainWorker:
         samples, steps = self._shard(batch)
         old_values = self._forward_only(samples, _values_loss_factory(), "values")
         extras: dict[str, Sequence[Any]] = {}
-        rollout_metrics: dict[str, float] = {}
+        rollout_metrics: dict[str, float | None] = {}
         if old_values is not None:
             from engine.algo import compute_gae, explained_variance
 
@@ -258,7 +258,8 @@ class TrainWorker:
     # actor
     # ----------------------------------------------------------------------------------------
     def train_actor(self, rollout_id: int, batch: Any,  # noqa: ANN401 - RolloutBatch
-                    values: dict[int, list[float]]) -> dict:
+                    values: dict[int, list[float]] | None) -> dict:
+        """`values`: the critic's, keyed by sample index (ppo); None without a critic (grpo)."""
         self._ensure_awake()
         samples, steps = self._shard(batch)
         ref_log_probs = None
@@ -266,45 +267,94 @@ class TrainWorker:
             with self._weights_swapped(self._ref_weights):
                 ref_log_probs = self._forward_only(samples, self._log_probs_factory(),
                                                    "log_probs")
-        old_log_probs = self._forward_only(samples, self._log_probs_factory(), "log_probs")
+        # recomputed even under --use-rollout-logprobs: TIS and the mismatch metrics need it
+        train_log_probs = self._forward_only(samples, self._log_probs_factory(), "log_probs")
         extras: dict[str, Sequence[Any]] = {}
-        rollout_metrics: dict[str, float] = {}
-        if old_log_probs is not None:  # the last PP stage: it computes the loss
-            advantages, rollout_metrics = self._advantages(samples, values, old_log_probs,
-                                                           ref_log_probs)
+        rollout_metrics: dict[str, float | None] = {}
+        if train_log_probs is not None:  # the last PP stage: it computes the loss
+            rollout_log_probs = _rollout_log_probs(batch, samples)
+            old_log_probs = train_log_probs
+            if self.settings.use_rollout_logprobs:
+                if rollout_log_probs is None:
+                    raise ValueError("--use-rollout-logprobs: the rollout batch carries no "
+                                     "log-probs from the rollout backend")
+                old_log_probs = rollout_log_probs
+            advantages, rollout_metrics = self._advantages(
+                samples, values, old_log_probs, ref_log_probs, rollout_log_probs)
             extras = {"old_log_probs": old_log_probs, "advantages": advantages}
+            if rollout_log_probs is not None:
+                extras["rollout_log_probs"] = rollout_log_probs
+                extras["train_log_probs"] = train_log_probs
             if ref_log_probs is not None:
                 extras["ref_log_probs"] = ref_log_probs
         from engine.train.loss import actor_loss
 
         step_metrics = self._train_steps(samples, steps, extras, actor_loss, "train/")
+        self._maybe_update_ref(rollout_id)
         logging = self._is_logging_rank()
         return {"step_metrics": step_metrics if logging else [],
                 "rollout_metrics": rollout_metrics if logging else {}}
 
-    def _advantages(self, samples: list[TrainSample], values: dict[int, list[float]],
-                    old_log_probs: list[torch.Tensor], ref_log_probs: list[torch.Tensor] | None
-                    ) -> tuple[list[torch.Tensor], dict[str, float]]:
-        """GAE from the critic's pre-update values (the critic's returns are the same), then
-        whitening over the DP group, then the trainer-side rollout metrics."""
-        from engine.algo import compute_gae, normalize_advantages
+    def _maybe_update_ref(self, rollout_id: int) -> None:
+        """--ref-update-interval N: the KL reference becomes the current actor after every N-th
+        rollout (miles: (rollout_id + 1) % N == 0, only when a ref model is kept)."""
+        interval = self.settings.ref_update_interval
+        if not interval or self._ref_weights is None or (rollout_id + 1) % interval:
+            return
+        self._ref_weights = weights.backup(self.model, into=self._ref_weights)
+        if self._is_logging_rank():
+            print(f"[ppodeck] updating the ref model at rollout {rollout_id} "
+                  f"(--ref-update-interval {interval})", file=sys.stderr, flush=True)
 
+    def _advantages(self, samples: list[TrainSample], values: dict[int, list[float]] | None,
+                    old_log_probs: list[torch.Tensor], ref_log_probs: list[torch.Tensor] | None,
+                    rollout_log_probs: list[torch.Tensor] | None
+                    ) -> tuple[list[torch.Tensor], dict[str, float | None]]:
+        """ppo: GAE from the critic's pre-update values (the critic's returns are the same);
+        grpo: the group-normalized reward on every token. Then whitening over the DP group,
+        then the trainer-side rollout metrics."""
+        from engine.algo import compute_gae, grpo_advantages, normalize_advantages
+
+        lengths = [x.response_len for x in samples]
+        mask = pad_rows([x.loss_mask for x in samples])
+        rewards = torch.tensor([x.reward for x in samples])
+        series: dict[str, torch.Tensor] = {}
+        if self.settings.use_critic:
+            padded_values = pad_rows(self._critic_values(samples, values))
+            advantages, returns = compute_gae(padded_values, rewards, mask, self.settings.gamma,
+                                              self.settings.lambd)
+            series = {"rollout/values": padded_values, "rollout/returns": returns}
+        else:
+            advantages = grpo_advantages(rewards, mask)
+            series = {"rollout/returns": advantages.clone()}
+        if self.settings.normalize_advantages:
+            advantages = normalize_advantages(advantages, mask, group=self._dp_group_or_none())
+        series.update({"rollout/advantages": advantages,
+                       "rollout/log_probs": pad_rows(old_log_probs)})
+        if ref_log_probs is not None:
+            series["rollout/ref_log_probs"] = pad_rows(ref_log_probs)
+        if rollout_log_probs is not None:
+            series["rollout/rollout_log_probs"] = pad_rows(rollout_log_probs)
+        metrics: dict[str, float | None] = dict(self._sample_means(series, mask))
+        metrics["rollout/rewards"] = self._mean_over_dp([x.reward for x in samples])
+        return unpad_rows(advantages, lengths), metrics
+
+    @staticmethod
+    def _critic_values(samples: list[TrainSample],
+                       values: dict[int, list[float]] | None) -> list[torch.Tensor]:
+        if values is None:
+            raise ValueError("--advantage-estimator ppo needs the critic's values")
         missing = [x.index for x in samples if x.index not in values]
         if missing:
             raise KeyError(f"no critic values for samples {missing[:5]} (of {len(missing)})")
-        lengths = [x.response_len for x in samples]
-        value_rows = [torch.tensor(values[x.index], dtype=torch.float32) for x in samples]
-        padded_values, mask = pad_rows(value_rows), pad_rows([x.loss_mask for x in samples])
-        rewards = torch.tensor([x.reward for x in samples])
-        advantages, returns = compute_gae(padded_values, rewards, mask, self.settings.gamma,
-                                          self.settings.lambd)
-        if self.settings.normalize_advantages:
-            advantages = normalize_advantages(advantages, mask, group=self._dp_group_or_none())
-        series = {"rollout/values": padded_values, "rollout/returns": returns,
-                  "rollout/advantages": advantages, "rollout/log_probs": pad_rows(old_log_probs)}
-        if ref_log_probs is not None:
-            series["rollout/ref_log_probs"] = pad_rows(ref_log_probs)
-        return unpad_rows(advantages, lengths), self._sample_means(series, mask)
+        return [torch.tensor(values[x.index], dtype=torch.float32) for x in samples]
+
+    def _mean_over_dp(self, numbers: list[float]) -> float:
+        stats = torch.tensor([sum(numbers), float(len(numbers))], dtype=torch.float64,
+                             device=device())
+        if self._dp_size > 1:
+            dist.all_reduce(stats, group=self._dp_group())
+        return (stats[0] / stats[1].clamp(min=1)).item()
 
     def _log_probs_factory(self) -> LossFactory:
         from engine.train.loss import forward_log_probs
@@ -376,13 +426,27 @@ class TrainWorker:
         for positions in steps:
             plan = self._plan(samples, positions, s.max_tokens_per_gpu)
             micro_batches = [build_micro_batch(samples, group, extras) for group in plan]
-            scale = len(micro_batches) * self._dp_size / s.global_batch_size
+            denominator = self._loss_denominator(samples, positions)
+            scale = len(micro_batches) * self._dp_size / denominator
             metrics.append(self._optimizer_step(
-                micro_batches, lambda mb, scale=scale: make_loss(mb, s, scale), prefix))
+                micro_batches, lambda mb, scale=scale: make_loss(mb, s, scale), prefix,
+                denominator))
         return metrics
 
+    def _loss_denominator(self, samples: list[TrainSample], positions: list[int]) -> float:
+        """What one optimizer step's loss is a mean over: its global batch of samples, or with
+        --calculate-per-token-loss its trainable tokens (each sample counts at least 1, as in
+        miles), summed over the DP ranks that share the step."""
+        if not self.settings.calculate_per_token_loss:
+            return float(self.settings.global_batch_size)
+        tokens = sum(max(float(samples[p].loss_mask.sum()), 1.0) for p in positions)
+        total = torch.tensor([tokens], dtype=torch.float64, device=device())
+        if self._dp_size > 1:
+            dist.all_reduce(total, group=self._dp_group())
+        return total.item()
+
     def _optimizer_step(self, micro_batches: list[MicroBatch], loss_factory: LossFactory,
-                        prefix: str) -> dict[str, float]:
+                        prefix: str, denominator: float) -> dict[str, float]:
         start = time.perf_counter()
         self.ddp.zero_grad_buffer()
         self.optimizer.zero_grad()
@@ -393,7 +457,8 @@ class TrainWorker:
                 self.scheduler.step(increment=self.settings.global_batch_size)
         # as miles logs it: the scheduler's lr after this step (the next step's lr)
         lrs = [self.scheduler.get_lr(group) for group in self.optimizer.param_groups]
-        metrics = self._reduce_step_metrics(outputs) if self._is_last_stage() else {}
+        metrics = (self._reduce_step_metrics(outputs, denominator) if self._is_last_stage()
+                   else {})
         metrics[prefix + "grad_norm"] = float(grad_norm) if grad_norm is not None else 0.0
         for i, lr in enumerate(lrs):
             metrics[f"{prefix}lr-pg_{i}"] = float(lr)
@@ -424,15 +489,16 @@ class TrainWorker:
                 forward_only=forward_only,
             )
 
-    def _reduce_step_metrics(self, outputs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    def _reduce_step_metrics(self, outputs: list[dict[str, torch.Tensor]],
+                             denominator: float) -> dict[str, float]:
         """miles' aggregation: sum over micro-batches, all-reduce over DP, divide by the step's
-        sample count (the global batch)."""
+        sample count (the global batch), or its token count under per-token loss."""
         keys = sorted(outputs[0])
         sums = torch.stack([sum(out[k].double() for out in outputs) for k in keys])
         sums = sums.to(device())
         if self._dp_size > 1:
             dist.all_reduce(sums, group=self._dp_group())
-        totals = (sums / self.settings.global_batch_size).tolist()
+        totals = (sums / denominator).tolist()
         return dict(zip(keys, totals, strict=True))
 
     def _sample_means(self, series: dict[str, torch.Tensor],
@@ -491,14 +557,16 @@ class TrainWorker:
             if asleep:
                 self.sleep()
 
-    def export_hf_weights(self) -> dict[str, torch.Tensor] | None:
-        """Full HF-named host tensors on global rank 0 (every rank must call), None elsewhere."""
+    def export_hf_weights(self, device: str = "cpu") -> dict[str, torch.Tensor] | None:
+        """Full HF-named tensors on `device` on global rank 0 (every rank must call), None
+        elsewhere."""
         if self.role != "actor":
             raise ValueError("only the actor's weights convert to HF (the critic has a value head)")
         if self._bridge is not None:
             return self._bridge_export()
         start = time.perf_counter()
-        state = self.gather_full_state_dict()  # asleep: the state comes back for the gather
+        # asleep: the state comes back for the gather
+        state = self.gather_full_state_dict(device)
         if state is None:
             return None
         from engine.train.convert import arch_for, mcore_to_hf
@@ -512,10 +580,20 @@ class TrainWorker:
 
     def export_hf_weights_packed(self) -> Any:  # noqa: ANN401
         """export_hf_weights() as one flat buffer for Ray (engine/rollout/weight_transfer.py)."""
-        from engine.rollout.weight_transfer import pack
+        from engine.rollout.weight_transfer import pack, pack_cuda_ipc, use_cuda_ipc
 
-        hf = self.export_hf_weights()
-        return None if hf is None else pack(hf)
+        ipc = use_cuda_ipc(self.args)
+        hf = self.export_hf_weights("cuda" if ipc else "cpu")
+        if hf is None:
+            return None
+        if ipc:
+            # colocated SGLang maps this buffer through CUDA IPC: keep it until the next export
+            self._ipc_buffer = None
+            packed, self._ipc_buffer = pack_cuda_ipc(hf)
+            print(f"[ppodeck] actor export: CUDA IPC bucket {packed.nbytes / 1e9:.2f} GB, "
+                  f"{packed.flatten_seconds:.3f} s", file=sys.stderr, flush=True)
+            return packed
+        return pack(hf)
 
     def _bridge_export(self) -> dict[str, torch.Tensor] | None:
         from engine.train.bridge import export_hf_weights
@@ -524,13 +602,13 @@ class TrainWorker:
             hf = export_hf_weights(self._bridge, self.model)
         return hf if torch.distributed.get_rank() == 0 else None
 
-    def gather_full_state_dict(self) -> dict[str, torch.Tensor] | None:
+    def gather_full_state_dict(self, device: str = "cpu") -> dict[str, torch.Tensor] | None:
         """The TP=1/PP=1 Megatron state dict (global layer numbers) on global rank 0."""
         from megatron.core import parallel_state as ps
 
         with self._awake(), device_scope():
             stage = weights.gather_tp(self.model, ps.get_tensor_model_parallel_group(),
-                                      self.settings.tp)
+                                      self.settings.tp, device)
         if self._dp_rank != 0 or self._tp_rank != 0:
             return None
         return weights.gather_pp_to_first(stage, ps.get_pipeline_model_parallel_group(),
@@ -587,6 +665,21 @@ class TrainWorker:
     def _is_logging_rank(self) -> bool:
         """miles' first-replica main rank: DP rank 0, TP rank 0, last PP stage."""
         return self._dp_rank == 0 and self._tp_rank == 0 and self._is_last_stage()
+
+
+def _rollout_log_probs(batch: Any, samples: list[TrainSample]  # noqa: ANN401
+                       ) -> list[torch.Tensor] | None:
+    """The rollout backend's per-token log-probs of this rank's samples, or None."""
+    if batch.rollout_log_probs is None:
+        return None
+    position = {int(index): p for p, index in enumerate(batch.sample_indices)}
+    rows = [torch.tensor(batch.rollout_log_probs[position[x.index]], dtype=torch.float32)
+            for x in samples]
+    for x, row in zip(samples, rows, strict=True):
+        if row.numel() != x.response_len:
+            raise ValueError(f"sample {x.index}: {row.numel()} rollout log-probs for "
+                             f"{x.response_len} response tokens")
+    return rows
 
 
 def _values_loss_factory() -> LossFactory:

@@ -28,7 +28,9 @@ def tiny_args(run_dir: Path, **overrides: Any) -> dict[str, Any]:  # noqa: ANN40
                 rollout_batch_size=16, n_samples_per_prompt=4, global_batch_size=24,
                 rollout_max_response_len=6, rollout_temperature=1.0, rollout_top_p=1.0,
                 rollout_top_k=-1, rollout_backend="auto", rm_type=None, hf_checkpoint=None,
-                prompt_data=None)
+                prompt_data=None, advantage_estimator="ppo", rewards_normalization=True,
+                grpo_std_normalization=True, eval_interval=None, eval_datasets=(),
+                debug_train_only=False, check_weight_update_equal=False)
     return {**args, **overrides}
 
 

@@ -257,7 +257,7 @@ def test_one_rank_round_returns_finite_metrics(one_rank: dict) -> None:
                 "train/lr-pg_0"} <= set(step)
     assert set(actor["rollout_metrics"]) == {"rollout/values", "rollout/returns",
                                              "rollout/advantages", "rollout/log_probs",
-                                             "rollout/ref_log_probs"}
+                                             "rollout/ref_log_probs", "rollout/rewards"}
     numbers = [v for s in critic["step_metrics"] + actor["step_metrics"] for v in s.values()]
     numbers += [*actor["rollout_metrics"].values(), *critic["rollout_metrics"].values()]
     assert all(math.isfinite(v) for v in numbers)

@@ -23,8 +23,12 @@ _PRELOAD = ["torch", "torch.distributed", "megatron.core", "megatron.core.models
 
 
 def tiny_args(**overrides: Any) -> dict[str, Any]:  # noqa: ANN401
-    """A 2-layer, hidden-64, vocab-32 Llama-like model and miles-style PPO settings."""
+    """A 2-layer, hidden-64, vocab-32 Llama-like model and miles-style PPO settings, resolved
+    (engine.config.resolve_values) as the driver hands them to the workers."""
+    from engine.config.resolve import resolve_values
+
     args: dict[str, Any] = {
+        "advantage_estimator": "ppo",
         "num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4,
         "group_query_attention": True, "num_query_groups": 2, "vocab_size": 32,
         "max_position_embeddings": 64, "swiglu": True, "normalization": "RMSNorm",
@@ -40,9 +44,10 @@ def tiny_args(**overrides: Any) -> dict[str, Any]:  # noqa: ANN401
         "gamma": 1.0, "lambd": 1.0, "normalize_advantages": True, "entropy_coef": 0.01,
         "use_kl_loss": True, "kl_loss_coef": 0.01, "kl_loss_type": "low_var_kl",
         "model_init": "random", "offload_train": False,
+        "attention_dropout": 0.0, "hidden_dropout": 0.0,
     }
     args.update(overrides)
-    return args
+    return resolve_values(args)
 
 
 def tiny_batch(num_samples: int = 8, seed: int = 0, reward: float | None = None,
