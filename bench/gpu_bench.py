@@ -35,6 +35,15 @@
     64-token prompts, 256 new tokens, Qwen3-0.6B shape, random init, bf16; plus how far the
     fast path's log-probs are from transformers' on the same tokens (teacher forcing).
 
+(d) SGLang (--only sglang; needs sglang importable, see bench/gpu_device_run.sh sglang): one
+    sglang.Engine as the backend starts it (engine/rollout/sglang_backend.py: triton attention,
+    CUDA graphs up to the batch, memory saver), Qwen3-0.6B shape, dummy weights then the hf
+    model's weights pushed; in the same run and on the same prompts as (c): rollout tok/s of
+    SGLang vs the hf backend (batch 64, 64-token prompts, 256 new tokens); the engine's start
+    time (SGLang's own log lines say how much of it is CUDA-graph capture); the colocated
+    weight push of the 1.19 GB model through CUDA IPC handles (flattened bucket) vs host
+    tensors; release/resume of its memory as NVML sees it.
+
 Every measurement is in its own try/except: one failure prints its traceback and the others
 still run; a final table is printed and the exit code is 0.
 """
@@ -482,6 +491,106 @@ def logprob_agreement(model, rows, plan: Plan, res: Results) -> None:  # noqa: A
 
 
 # --------------------------------------------------------------------------------------------
+# (d) SGLang
+# --------------------------------------------------------------------------------------------
+def sglang_args(plan: Plan, run_dir: str) -> dict:
+    """Resolved args of a one-GPU colocated run whose rollout is one batch of the bench."""
+    from engine.config.resolve import resolve_values
+
+    return {**resolve_values({}), "bf16": True, "colocate": True, "offload_rollout": True,
+            "actor_num_nodes": 1, "actor_num_gpus_per_node": 1, "rollout_num_gpus_per_engine": 1,
+            "rollout_batch_size": plan.gen_batch, "n_samples_per_prompt": 1,
+            "model_init": "random", "run_dir": run_dir,
+            # leave room for the hf backend's model and static KV cache in the same process
+            "sglang_mem_fraction_static": 0.4}
+
+
+def sglang_bench(plan: Plan, res: Results) -> None:
+    import tempfile
+
+    from engine.rollout import sglang_backend as sb
+    from engine.rollout.hf_backend import HFGenerator
+
+    args = sglang_args(plan, tempfile.mkdtemp(prefix="sglang-bench-"))
+    model_path, _ = sb.model_dir(plan.shape, "qwen3", args)
+    kwargs = {**sb.engine_kwargs(args, model_path, random_weights=True),
+              "log_level": "info"}  # SGLang's own lines time the CUDA-graph capture
+    engine = sb.SGLangEngineActor(kwargs)
+    info = engine.ready()
+    res.add("sglang", "engine start (sglang.Engine)", info["start_seconds"], "s",
+            f"import {info['import_seconds']:.1f} s; CUDA graphs to batch "
+            f"{info['cuda_graph_max_bs_decode']}, {info['attention_backend']} attention")
+    gen = sb.SGLangGenerator(plan.shape, "qwen3", args, engines=[engine])
+    try:
+        hf = HFGenerator(plan.shape, "qwen3", device=plan.device, dtype=plan.dtype)
+        tied = bool(hf.model.config.tie_word_embeddings)  # as convert.mcore_to_hf exports
+        state = {k: v.detach() for k, v in hf.model.state_dict().items()
+                 if not (tied and k == "lm_head.weight")}
+        with res.guard("sglang", "weight push"):
+            weight_push_bench(gen, state, res)
+        rows = torch.randint(10, plan.shape.vocab_size, (plan.gen_batch, plan.gen_prompt),
+                             generator=torch.Generator().manual_seed(1)).tolist()
+        with res.guard("sglang", "rollout tok/s"):
+            sglang_vs_hf_generate(gen, hf, rows, plan, res)
+        with res.guard("sglang", "release/resume"):
+            for name, call in (("release (offload)", gen.offload), ("resume (onload)",
+                                                                    gen.onload)):
+                report = call()
+                res.add("sglang", f"{name} GPU memory", report["bytes"] / 2**30, "GiB",
+                        f"{report['seconds']:.3f} s, NVML ({report['tags']})")
+    finally:
+        gen.shutdown()
+
+
+def weight_push_bench(gen, state: dict, res: Results) -> None:  # noqa: ANN001
+    """The colocated push: CUDA IPC handles of one flattened bucket vs host tensors."""
+    from engine.rollout.weight_transfer import pack_cuda_ipc
+
+    nbytes = sum(t.numel() * t.element_size() for t in state.values())
+    times, flatten = [], []
+    for _ in range(3):
+        handles, buffer = pack_cuda_ipc(state)
+        flatten.append(handles.flatten_seconds)
+        start = time.perf_counter()
+        gen.load_weights(handles)
+        times.append(time.perf_counter() - start)
+        del buffer
+    res.add("sglang", f"weight push CUDA IPC {nbytes / 1e9:.2f} GB", min(times), "s",
+            f"update_weights_from_tensor(flattened_bucket), best of 3 "
+            f"{[round(t, 3) for t in times]}; flatten+serialize {min(flatten):.3f} s; "
+            "goal <= 0.1 s")
+    host = {k: v.to("cpu") for k, v in state.items()}
+    start = time.perf_counter()
+    gen.load_weights(host)
+    res.add("sglang", f"weight push host tensors {nbytes / 1e9:.2f} GB",
+            time.perf_counter() - start, "s", "CPU tensors through SGLang's serializer")
+
+
+def sglang_vs_hf_generate(gen, hf, rows, plan: Plan, res: Results) -> None:  # noqa: ANN001
+    """Both backends as the rollout manager calls them, same prompts, sampling at T=1."""
+    def run(backend, max_new: int) -> int:  # noqa: ANN001
+        outs = backend.generate(rows, n_samples=1, temperature=1.0, top_p=1.0, top_k=-1,
+                                max_new_tokens=max_new, eos_token_id=None, pad_token_id=0,
+                                seed=0)
+        return sum(len(o.response_ids) for o in outs)
+
+    rates = {}
+    for name, backend in (("sglang", gen), ("hf", hf)):
+        run(backend, 8)  # warm-up (hf: CUDA-graph capture)
+        best = 0.0
+        for _ in range(3):
+            start = time.perf_counter()
+            tokens = run(backend, plan.gen_new)
+            seconds = time.perf_counter() - start
+            best = max(best, tokens / seconds)
+        rates[name] = best
+        res.add("sglang", f"{name} backend generate b={plan.gen_batch} new={plan.gen_new}", best,
+                "tok/s", f"best of 3, {tokens} tokens, prefill included")
+    res.add("sglang", "sglang / hf rollout tok/s", rates["sglang"] / rates["hf"], "x",
+            "same prompts, same run")
+
+
+# --------------------------------------------------------------------------------------------
 def environment(res: Results, plan: Plan) -> None:
     import importlib.metadata as md
 
@@ -501,13 +610,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes on CPU (checks the code paths in seconds)")
-    parser.add_argument("--only", choices=("train", "offload", "rollout"), action="append",
+    parser.add_argument("--only", choices=("train", "offload", "rollout", "sglang"),
+                        action="append",
                         help="run only these sections (repeatable)")
     parser.add_argument("--variant", choices=tuple(VARIANTS), action="append",
                         help="train variants to run (repeatable; default: all)")
     ns = parser.parse_args(argv)
     plan = Plan.make(ns.smoke)
-    sections = set(ns.only or ("train", "offload", "rollout"))
+    sections = set(ns.only or ("train", "offload", "rollout", "sglang"))
     res = Results()
     environment(res, plan)
     peak = 0.0
@@ -535,6 +645,9 @@ def main(argv: list[str] | None = None) -> int:
     if "rollout" in sections:
         with res.guard("rollout", "rollout"):
             rollout_bench(plan, res)
+    if "sglang" in sections and plan.device.type == "cuda":
+        with res.guard("sglang", "sglang"):
+            sglang_bench(plan, res)
     print("\n" + res.table(), flush=True)
     with contextlib.suppress(Exception):
         from engine.train.platform import shutdown_distributed

@@ -8,21 +8,80 @@
 # Usage there: bash bench/gpu_device_run.sh [e2e|bench|tests|profile|compile|setup]...
 #   (default: e2e bench tests; setup only installs the wheels)
 #   BENCH_ARGS='--only train' limits the bench's sections.
+# SGLang (issue 19; the wheel set comes from bench/make_sglang_wheels.sh, in parts):
+#   carry         join the parts this call brought (run(carry=[".carry/bin", ".carry/pNN"]));
+#                 once every part is in, the wheels are unpacked in /tmp/big
+#   sglang        install them (Ray & co., sglang 0.5.17 stripped, transformers 5.12.1 first on
+#                 PYTHONPATH) and compare ServerArgs' fields with tests/rollout's recorded list
+#   e2e-sglang    `ppodeck run qwen3-0.6b-ppo-1gpu --set rollout-backend=sglang` (6 rollouts:
+#                 5 PPO steps after the critic-only one); e2e-hf the same preset on hf
+#   breakdown     the two runs' phases side by side (bench/ppo_breakdown.py)
+#   sglang-tests  tests/gpu/test_sglang_gpu.py
 set -uo pipefail
 OUT=${OUT:-/tmp/ppodeck-gpu-out}
 mkdir -p "$OUT"
-# once per machine: steps may run side by side in two invocations after a first one
-if [ ! -e /tmp/site/.ppodeck-installed ]; then
+install_base() {  # once per machine: steps may run side by side in two invocations after one
+  [ -e /tmp/site/.ppodeck-installed ] && return 0
+  local wheels=.whl
+  [ -d /tmp/big/whl ] && wheels=/tmp/big/whl  # the carried parts hold the Ray wheels too
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+    --target /tmp/site "$wheels"/*.whl || exit 1
   touch /tmp/site/.ppodeck-installed
-fi
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled \
+}
+SITE=/tmp/site
+[ -e /tmp/tf/.ppodeck-installed ] && SITE=/tmp/tf:/tmp/site
+export PYTHONPATH=$SITE:$PWD PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled \
   RAY_USAGE_STATS_ENABLED=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   NVSHMEM_DISABLE_NVLS=1 PPODECK_RUNS_DIR=/tmp/ppodeck-runs
 steps=${*:-e2e bench tests}
+e2e_run() {  # NAME ARGS...: one ppodeck run; events, status and the log's tail into $OUT/NAME_*
+  local name=$1
+  shift
+  timeout "${E2E_TIMEOUT:-420}" python3 -m app run qwen3-0.6b-ppo-1gpu --yes "$@" 2>&1 | tail -40
+  run=$(ls -td /tmp/ppodeck-runs/*/ | head -1)
+  cp "$run/events.jsonl" "$OUT/${name}events.jsonl" 2>/dev/null
+  cp "$run/status.json" "$OUT/${name}status.json" 2>/dev/null
+  tail -300 "$run/driver.log" > "$OUT/${name}driver_log_tail.txt" 2>/dev/null
+}
 for step in $steps; do
+  [ "$step" = carry ] || install_base
   case $step in
+    carry)
+      for part in .carry/p*/; do bash .carry/bin/carry-parts join "$part" /tmp/big; done
+      bash .carry/bin/carry-parts status /tmp/big | tail -3 ;;
+    sglang)
+      if [ ! -e /tmp/tf/.ppodeck-installed ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+          --target /tmp/site /tmp/big/sglang/*.whl || exit 1
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+          --target /tmp/tf /tmp/big/tf/*.whl || exit 1
+        touch /tmp/tf/.ppodeck-installed
+      fi
+      export PYTHONPATH=/tmp/tf:/tmp/site:$PWD
+      python3 - <<'PY' 2>&1 | tee "$OUT/sglang_server_args.txt"
+import dataclasses, pathlib, time
+t = time.perf_counter()
+import sglang
+from sglang.srt.server_args import ServerArgs
+import transformers, torch
+print("sglang", sglang.__version__, "transformers", transformers.__version__, "torch",
+      torch.__version__, "import %.1fs" % (time.perf_counter() - t))
+real = [f.name for f in dataclasses.fields(ServerArgs)]
+kept = pathlib.Path("tests/rollout/sglang_server_args_0_5_17.txt").read_text().splitlines()
+kept = [x for x in kept if x and not x.startswith("#")]
+print("ServerArgs fields: %d real, %d recorded; only real: %s; only recorded: %s" % (
+    len(real), len(kept), sorted(set(real) - set(kept)), sorted(set(kept) - set(real))))
+PY
+      ;;
+    e2e-sglang) e2e_run sglang_ --set rollout-backend=sglang --set num-rollout=6 ;;
+    e2e-hf) e2e_run hf_ --set rollout-backend=hf --set num-rollout=6 ;;
+    breakdown) python3 bench/ppo_breakdown.py "$OUT/hf_events.jsonl" \
+        "$OUT/sglang_events.jsonl" 2>&1 | tee "$OUT/breakdown.txt" ;;
+    sglang-tests)
+      timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest tests/gpu/test_sglang_gpu.py -m gpu -v \
+        -p no:cacheprovider --timeout-method=thread > "$OUT/gpu_tests_sglang.log" 2>&1
+      grep -E "PASSED|FAILED|ERROR|Timeout|passed|failed|^E " "$OUT/gpu_tests_sglang.log" \
+        | head -60 ;;
     e2e)
       timeout 420 python3 -m app run qwen3-0.6b-ppo-1gpu --yes 2>&1 | tail -40
       run=$(ls -td /tmp/ppodeck-runs/*/ | head -1)

@@ -5,13 +5,20 @@ A dict of ~300 torch tensors goes through Ray's pickling tensor by tensor: on th
 numpy byte array travels out of band instead (pickle protocol 5): one copy into the object
 store, and the receiver maps it without copying. `unpack` gives torch views over that buffer;
 the backend's load copies them onto its device.
+
+Colocated SGLang engines take the other path miles takes: the actor flattens its HF-named
+tensors into one buffer on its own GPU and sends only CUDA IPC handles of it (SGLang's
+"flattened_bucket" payload of update_weights_from_tensor); the engine's scheduler maps that
+memory and copies device to device. Nothing crosses the host.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,3 +79,64 @@ def unpack(packed: PackedWeights) -> dict[str, torch.Tensor]:
 
 def as_state_dict(weights: Mapping[str, torch.Tensor] | PackedWeights) -> dict[str, torch.Tensor]:
     return unpack(weights) if isinstance(weights, PackedWeights) else dict(weights)
+
+
+@dataclass(frozen=True)
+class IpcWeights:
+    """CUDA IPC handles of one device buffer holding every HF-named tensor: SGLang's
+    MultiprocessingSerializer payload of {"flattened_tensor", "metadata"} (base64 text), a
+    few kB whatever the model size. Valid while the exporting process keeps the buffer."""
+
+    payload: str
+    nbytes: int
+    count: int
+    flatten_seconds: float
+
+
+def use_cuda_ipc(args: Mapping[str, Any]) -> bool:
+    """Whether the actor hands the rollout CUDA IPC handles instead of host bytes: SGLang
+    engines colocated on the actor's single GPU (one process's handles open on its device)."""
+    import importlib.util
+
+    if not args["colocate"] or not torch.cuda.is_available():
+        return False
+    if args["actor_num_nodes"] * args["actor_num_gpus_per_node"] != 1:
+        return False
+    from engine.rollout.sglang_backend import select_backend
+
+    try:
+        backend, _ = select_backend(args["rollout_backend"], True,
+                                    importlib.util.find_spec("sglang") is not None)
+    except ValueError:
+        return False
+    return backend == "sglang"
+
+
+def pack_cuda_ipc(state: Mapping[str, torch.Tensor]) -> tuple[IpcWeights, torch.Tensor]:
+    """(handles to send, the device buffer the caller must keep alive until they are used).
+
+    The tensors are copied once into one flat uint8 buffer on the current CUDA device (host
+    tensors come over in that copy); sglang's own serializer writes the handles with the
+    device's UUID, so the engine maps the right GPU whatever its CUDA_VISIBLE_DEVICES.
+    """
+    from sglang.srt.utils import MultiprocessingSerializer
+    from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
+    from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
+
+    start = time.perf_counter()
+    monkey_patch_torch_reductions()
+    device = torch.device("cuda", torch.cuda.current_device())
+    named = [(name, t.detach().to(device, non_blocking=True)) for name, t in state.items()]
+    bucket = FlattenedTensorBucket(named_tensors=named)
+    flat = bucket.get_flattened_tensor()
+    del named
+    torch.cuda.synchronize(device)  # the engine reads the buffer from another process
+    payload = MultiprocessingSerializer.serialize(
+        {"flattened_tensor": flat, "metadata": bucket.get_metadata()}, output_str=True)
+    weights = IpcWeights(payload, int(flat.numel()), len(state), time.perf_counter() - start)
+    return weights, flat
+
+
+def as_loadable(weights: Any) -> Any:  # noqa: ANN401
+    """What a backend's load_weights takes: IPC handles as they are, else a state dict."""
+    return weights if isinstance(weights, IpcWeights) else as_state_dict(weights)
