@@ -332,6 +332,43 @@ def command(
              f"for miles. See `ppodeck validate {preset}`.")
 
 
+@app.command()
+def flags(
+    search: Annotated[str | None, typer.Argument(
+        metavar="[SEARCH]", help="Only flags whose name, group, help or engine class contain "
+        "this text.")] = None,
+    as_json: JsonOption = False,
+    markdown: Annotated[bool, typer.Option(
+        "--markdown", help="Print the README's flags-by-class tables.")] = False,
+) -> None:
+    """Every flag: type, default, group, help, and how PPO Deck's engine treats it.
+
+    The engine class is honoured (the engine acts on it), refused (an error unless left at its
+    default, with the reason and what runs instead) or command-only (kept in the miles command,
+    ignored by this engine: a warning).
+
+    Example:
+
+    \b
+        ppodeck flags
+        ppodeck flags refused
+        ppodeck flags --json kl
+    """
+    from engine.config import reference
+
+    if markdown:
+        typer.echo(reference.markdown_table())
+        return
+    if as_json:
+        typer.echo(json.dumps({"flags": reference.flag_rows(search)}, indent=2))
+        return
+    lines = reference.text_lines(search)
+    if not lines:
+        _fail(f"no flag matches {search!r}. Fix: try a shorter search, or `ppodeck flags`.",
+              EXIT_USAGE)
+    typer.echo("\n".join(lines))
+
+
 # --- presets ---------------------------------------------------------------------------------
 
 def _preset_json(preset: Preset) -> dict[str, Any]:

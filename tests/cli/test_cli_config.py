@@ -297,3 +297,25 @@ def test_help_has_examples(command: str) -> None:
                                      "from-command"])
 def test_presets_help_has_examples(command: str) -> None:
     assert "Example:" in run("presets", command, "--help").stdout
+
+
+# --- flags -------------------------------------------------------------------------------------
+
+def test_flags_json_lists_every_flag_with_its_engine_class() -> None:
+    from engine.config.schema import FLAGS
+
+    result = run("flags", "--json")
+    assert result.exit_code == 0
+    rows = json.loads(result.stdout)["flags"]
+    assert len(rows) == len(FLAGS)
+    opsm = next(r for r in rows if r["name"] == "--use-opsm")
+    assert {"name", "type", "default", "group", "help", "engine", "reason"} <= set(opsm)
+    assert opsm["engine"] == "refused" and opsm["reason"]
+    assert {r["engine"] for r in rows} == {"honoured", "refused", "command-only"}
+
+
+def test_flags_search_and_no_match() -> None:
+    result = run("flags", "dual-clip")
+    assert result.exit_code == 0 and result.stdout.startswith("--eps-clip-c")
+    missing = run("flags", "no-such-flag-anywhere")
+    assert missing.exit_code == 2 and "no flag matches" in missing.stderr

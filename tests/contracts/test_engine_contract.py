@@ -82,3 +82,11 @@ KEYS = ("in_tuple_1", "in_tuple_2")
     keys = scan._keys_read(ast.parse(source))
     assert sorted(keys) == ["direct", "got", "in_tuple_1", "in_tuple_2", "on_self", "via_getter",
                             "x", "y"]
+
+
+def test_the_readme_table_is_generated_from_the_schema() -> None:
+    from engine.config.reference import README_BEGIN, README_END, markdown_table
+
+    readme = (scan.ROOT / "README.md").read_text()
+    start, end = readme.index(README_BEGIN), readme.index(README_END) + len(README_END)
+    assert readme[start:end] == markdown_table(), "regenerate: ppodeck flags --markdown"

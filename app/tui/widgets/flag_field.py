@@ -64,6 +64,19 @@ def build_control(flag: Flag, value: Any) -> Widget:
                  select_on_focus=False)
 
 
+ENGINE_CLASS_STYLE = {"honoured": "green", "refused": "bold red", "command-only": "yellow"}
+
+
+def engine_class_text(flag: Flag) -> Text:
+    """How PPO Deck's engine treats the flag, ahead of its help: "refused (why) · "."""
+    engine = flag.engine
+    text = Text(engine.cls, ENGINE_CLASS_STYLE[engine.cls])
+    if engine.reason:
+        text.append(f" ({engine.reason})", ENGINE_CLASS_STYLE[engine.cls])
+    text.append(" · ", "dim")
+    return text
+
+
 class FlagField(Widget):
     """A flag's name, control, reset button, help and inline issue."""
 
@@ -121,9 +134,10 @@ class FlagField(Widget):
                                 self.flag.name)
 
     def _detail_text(self) -> Text:
-        """Help, then the issue (if any) on its own line, in one widget per field."""
+        """Engine class, help, then the issue (if any) on its own line, in one widget."""
         extra = " Names code that will run." if self.flag.runs_code else ""
-        text = Text(self.flag.help + extra, "dim")
+        text = engine_class_text(self.flag)
+        text.append(self.flag.help + extra, "dim")
         if self.issue is not None:
             fix = f"  Fix: {self.issue.fix}" if self.issue.fix else ""
             icon = LEVEL_ICON.get(self.issue.level, "")
