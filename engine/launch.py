@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.config.resolve import TRACKER
 from engine.rundir import (
     ACTIVE_STATES,
     RunDir,
@@ -60,7 +61,6 @@ def prepare_run(
 
 # --- resume --------------------------------------------------------------------------------
 
-TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's; engine/train/checkpoint.py writes it
 SUPERSEDED_EVENTS = "events.superseded.jsonl"
 
 

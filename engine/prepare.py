@@ -34,8 +34,8 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 from engine.config.pypi_files import is_pypi_path, missing_message
+from engine.config.resolve import TRACKER
 
-TRACKER = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
 SOURCES_KEY = "sources"  # the sub-table of [provenance]
 RepoType = Literal["model", "dataset"]

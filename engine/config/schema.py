@@ -74,6 +74,8 @@ def command_only(reason: str) -> Engine:
     return Engine("command-only", reason)
 
 
+_SYNC_ONLY = refused("only miles' synchronous loop (train.py) is implemented", "")
+
 # A miles flag whose behaviour the engine does not have yet: refused until it does.
 _NOT_YET = refused("not implemented by PPO Deck's engine yet")
 
@@ -258,9 +260,27 @@ _PPO = (
        "Disable GRPO std normalization (no effect for ppo).",
        engine=_NOT_YET),
     _f("--fully-async", "bool", False, "ppo",
-       "Fully asynchronous rollouts (train_async.py). PPO Deck treats it as selecting the "
-       "async driver.",
+       "Fully asynchronous rollouts (train_async.py; miles' README: fully-async PPO requires "
+       "--use-rollout-logprobs).",
        engine=refused("only miles' synchronous loop (train.py) is implemented")),
+    # Newer miles (spec 3.6), after the snapshot the schema follows: known, so never passthrough.
+    _f("--async-max-concurrent-samples", "int", None, "ppo",
+       "Fully-async: samples in flight at once.", engine=_SYNC_ONLY),
+    _f("--rollout-submission-granularity", "str", None, "ppo",
+       "Fully-async: submit rollouts per sample or per group.", engine=_SYNC_ONLY),
+    _f("--max-weight-staleness", "int", None, "ppo",
+       "Fully-async: how many weight versions a sample may lag.", engine=_SYNC_ONLY),
+    _f("--colocate-memory-peak-device", "str", None, "cluster",
+       "Where the colocated memory peak is placed (newer miles).",
+       engine=refused("newer miles asserts it is not used with PPO: '--colocate-memory-peak-"
+                      "device gpu is not wired for the critic path'")),
+    _f("--deploy-component", "str", None, "cluster",
+       "Deploy one component of the run (newer miles).",
+       engine=refused("newer miles refuses '--deploy-component trainer' with a critic, and "
+                      "PPO Deck deploys the whole run")),
+    _f("--megatron-config", "str", None, "parallelism",
+       "Megatron trainer YAML (newer miles; it rejects a critic declared there).",
+       engine=refused("trainers are built from the flags; a YAML trainer config is not read")),
 )
 
 _DATA = (

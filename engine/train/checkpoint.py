@@ -35,9 +35,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from engine.config.resolve import TRACKER
 from engine.train.platform import device_scope, has_cuda
 
-TRACKER = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
 CHECKPOINT_VERSION = 3.0
 EXTRA_FILE = "ppodeck.json"
