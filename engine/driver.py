@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.ci_checks import CIChecks
 from engine.events import EventWriter
 from engine.rundir import RunDir, write_status
 from engine.telemetry import Telemetry
@@ -55,26 +56,36 @@ class Roles:
     critic: Any
     actor: Any
     placement: Any = None
+    initial_sync: dict[str, Any] | None = None  # the rollout's report of the first weight push
 
 
 def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
           start_rollout_id: int, rundir: RunDir) -> None:
     offload = bool(args["offload_train"])
+    announce_run_modes(args, tm)
+    ci = CIChecks(args, tm.log) if args["ci_test"] else None
+    if ci is not None:
+        ci.weight_push(roles.initial_sync or {}, actor_trained=False)
     for rollout_id in range(start_rollout_id, args["num_rollout"]):
+        if eval_before_training(args, rollout_id, start_rollout_id):
+            evaluate(roles, tm, rollout_id)
         with tm.phase("generate", rollout_id):
             batch = roles.rollout.generate(rollout_id)
         with tm.phase("rollout_offload", rollout_id):
             tm.offload("rollout", "offload", roles.rollout.offload())
 
-        with tm.phase("critic_train", rollout_id):
-            wake(roles.critic, tm, offload)
-            critic_out = roles.critic.train_critic(rollout_id, batch)
-            sleep(roles.critic, tm, offload)
+        critic_out = None  # grpo: no critic, advantages from the group-normalized rewards
+        if roles.critic is not None:
+            with tm.phase("critic_train", rollout_id):
+                wake(roles.critic, tm, offload)
+                critic_out = roles.critic.train_critic(rollout_id, batch)
+                sleep(roles.critic, tm, offload)
 
-        if rollout_id >= args["num_critic_only_steps"]:
+        if roles.actor is not None and actor_trains(args, rollout_id):
+            values = None if critic_out is None else critic_out["values"]
             with tm.phase("actor_train", rollout_id):
                 wake(roles.actor, tm, offload)
-                actor_out = roles.actor.train_actor(rollout_id, batch, critic_out["values"])
+                actor_out = roles.actor.train_actor(rollout_id, batch, values)
                 sleep(roles.actor, tm, offload)
         else:
             actor_out = None  # value-function warmup: the actor is not woken, trained or logged
@@ -85,12 +96,22 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
 
         with tm.phase("rollout_onload", rollout_id):
             tm.offload("rollout", "onload", roles.rollout.onload())
-        with tm.phase("update_weights", rollout_id):
-            sync_start = time.perf_counter()
-            loaded = roles.rollout.update_weights(roles.actor.export_hf_weights())
-            log_weight_sync(tm, loaded, time.perf_counter() - sync_start)
+        if push_due(args, rollout_id):
+            with tm.phase("update_weights", rollout_id):
+                sync_start = time.perf_counter()
+                loaded = roles.rollout.update_weights(roles.actor.export_hf_weights())
+                log_weight_sync(tm, loaded, time.perf_counter() - sync_start)
+            if ci is not None:
+                ci.weight_push(loaded, actor_trained=actor_out is not None)
+        elif roles.actor is not None and not args["debug_train_only"]:
+            log_push_skipped(args, tm, rollout_id)
 
-        report_rollout(args, tm, rollout_id, batch, critic_out, actor_out)
+        rollout_metrics = report_rollout(args, tm, rollout_id, batch, critic_out, actor_out)
+        if ci is not None:
+            ci.after_rollout(rollout_id, critic_out, actor_out, rollout_metrics,
+                             pushed=push_due(args, rollout_id))
+        if eval_after_rollout(args, rollout_id):
+            evaluate(roles, tm, rollout_id)
         if tm.writer.error:  # fail at this rollout, not silently at the end of the run
             raise EventsNotWritten(tm.writer.error)
         write_status(rundir, state="running", rollout_id=rollout_id,
@@ -99,6 +120,65 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             with tm.phase("save", rollout_id):  # a graceful stop keeps this rollout's training
                 save(args, roles, tm, rollout_id, offload)
         stop.check()
+
+
+def actor_trains(args: dict[str, Any], rollout_id: int) -> bool:
+    """False during --num-critic-only-steps, which only applies with a critic (miles)."""
+    return not args["use_critic"] or rollout_id >= args["num_critic_only_steps"]
+
+
+def push_due(args: dict[str, Any], rollout_id: int) -> bool:
+    """miles: weights go to the rollout side when (rollout_id + 1) % --update-weights-interval
+    is 0; never in the debug modes (no trainer, or no rollout engine, to push between)."""
+    if args["debug_rollout_only"] or args["debug_train_only"]:
+        return False
+    return (rollout_id + 1) % args["update_weights_interval"] == 0
+
+
+def log_push_skipped(args: dict[str, Any], tm: Telemetry, rollout_id: int) -> None:
+    interval = args["update_weights_interval"]
+    next_push = (rollout_id // interval + 1) * interval - 1
+    then = (f"next push after rollout {next_push}" if next_push < args["num_rollout"]
+            else "no further push in this run")
+    tm.log("info", f"weights not pushed after rollout {rollout_id} (--update-weights-interval "
+                   f"{interval}): the next rollout samples from older weights; {then}")
+
+
+def eval_before_training(args: dict[str, Any], rollout_id: int, start_rollout_id: int) -> bool:
+    """miles: with --eval-interval, once before the first rollout (also on resume) unless
+    --skip-eval-before-train; never under --debug-train-only."""
+    return (args["eval_interval"] is not None and rollout_id == start_rollout_id
+            and not args["skip_eval_before_train"] and not args["debug_train_only"])
+
+
+def eval_after_rollout(args: dict[str, Any], rollout_id: int) -> bool:
+    """miles' train.py: after every --eval-interval-th rollout (should_run_periodic_action)."""
+    interval = args["eval_interval"]
+    return (interval is not None and not args["debug_train_only"]
+            and (rollout_id + 1) % interval == 0)
+
+
+def evaluate(roles: Roles, tm: Telemetry, rollout_id: int) -> None:
+    """Eval rollouts with the rollout side's current weights; nothing trains on them."""
+    with tm.phase("eval", rollout_id):
+        metrics = roles.rollout.eval(rollout_id)
+    tm.metrics("eval/step", rollout_id, rollout_id, metrics)
+
+
+def announce_run_modes(args: dict[str, Any], tm: Telemetry) -> None:
+    """Say what the debug modes and a sparse weight push change in the loop below."""
+    if args["debug_rollout_only"]:
+        tm.log("info", "--debug-rollout-only: rollouts only; no actor or critic was built, and "
+                       "nothing is trained, saved or pushed")
+    if args["debug_train_only"]:
+        tm.log("warning", "--debug-train-only: PPO Deck has no --load-debug-rollout-data, so "
+                          "the first rollout's batch is generated once (initial weights) and "
+                          "every rollout trains on that same batch; the generator is then "
+                          "released, no weights are pushed and no eval runs")
+    if args["update_weights_interval"] > 1 and not args["debug_rollout_only"]:
+        interval = args["update_weights_interval"]
+        tm.log("info", f"--update-weights-interval {interval}: the rollout side gets the "
+                       f"actor's weights once every {interval} rollouts, not after each one")
 
 
 def wake(group: Any, tm: Telemetry, offload: bool) -> None:
@@ -116,7 +196,8 @@ def log_weight_sync(tm: Telemetry, loaded: dict | None, seconds: float) -> None:
     loaded = loaded or {}
     load = float(loaded.get("seconds", 0.0))
     tm.log("info", f"weight sync {seconds:.2f} s: actor export + transfer {seconds - load:.2f} s, "
-                   f"rollout load {load:.2f} s ({int(loaded.get('bytes', 0)) / 1e9:.2f} GB)")
+                   f"rollout load {load:.3f} s ({int(loaded.get('bytes', 0)) / 1e9:.2f} GB, "
+                   f"{loaded.get('path', 'host')})")
 
 
 def save_due(args: dict[str, Any], rollout_id: int) -> bool:
@@ -131,8 +212,8 @@ def save_due(args: dict[str, Any], rollout_id: int) -> bool:
 def save(args: dict[str, Any], roles: Roles, tm: Telemetry, rollout_id: int,
          offload: bool) -> None:
     """Each model is onloaded, saved, offloaded; the actor is skipped during warmup."""
-    groups = [roles.critic]
-    if rollout_id >= args["num_critic_only_steps"]:
+    groups = [] if roles.critic is None else [roles.critic]
+    if roles.actor is not None and actor_trains(args, rollout_id):
         groups.append(roles.actor)
     for group in groups:
         wake(group, tm, offload)
@@ -141,17 +222,22 @@ def save(args: dict[str, Any], roles: Roles, tm: Telemetry, rollout_id: int,
 
 
 def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: Any,
-                   critic_out: dict[str, Any], actor_out: dict[str, Any] | None) -> None:
-    steps = critic_out["step_metrics"]
-    for i, metrics in enumerate(steps):
-        tm.metrics("train/step", rollout_id * len(steps) + i, rollout_id, metrics, role="critic")
-    rollout_metrics = {**batch.metrics, **critic_out.get("rollout_metrics", {})}
+                   critic_out: dict[str, Any] | None, actor_out: dict[str, Any] | None
+                   ) -> dict[str, Any]:
+    rollout_metrics = dict(batch.metrics)
+    if critic_out is not None:
+        steps = critic_out["step_metrics"]
+        for i, metrics in enumerate(steps):
+            tm.metrics("train/step", rollout_id * len(steps) + i, rollout_id, metrics,
+                       role="critic")
+        rollout_metrics.update(critic_out.get("rollout_metrics", {}))
     if actor_out is not None:
         for i, metrics in enumerate(actor_out["step_metrics"]):
             step = rollout_id * len(actor_out["step_metrics"]) + i
             tm.metrics("train/step", step, rollout_id, metrics, role="actor")
         rollout_metrics.update(actor_out.get("rollout_metrics", {}))
     tm.metrics("rollout/step", rollout_id, rollout_id, rollout_metrics)
+    return rollout_metrics
 
 
 # --- process plumbing -------------------------------------------------------------------------
@@ -181,6 +267,7 @@ def run(rundir: RunDir) -> int:
     try:
         args = load_args(rundir)
         tm.status("running", num_rollout=args["num_rollout"])  # replays need N without status.json
+        tm.start_tracking(args)
         from engine.roles import start_roles
 
         roles, start_rollout_id = start_roles(args, tm)
