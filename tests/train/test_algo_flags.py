@@ -219,3 +219,33 @@ def test_ref_update_interval_copies_the_actor_into_the_ref(results: dict) -> Non
 def test_seed_zero_reaches_the_random_init(results: dict) -> None:
     assert results["settings_seed_6"] == results["settings_seed_7"] == 0
     assert results["same_seed_equal"] and not results["other_seed_equal"]
+
+
+# --------------------------------------------------------------- per-token loss over DP
+
+
+def _per_token_dp(rank: int, world: int, ports: list[int]) -> dict[str, Any]:
+    from engine.train.worker import TrainWorker
+
+    flags = {**PLAIN, "calculate_per_token_loss": True}
+    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], tiny_args(**flags))
+    critic.init()
+    out = {"critic": critic.train_critic(0, _batch())}
+    critic.shutdown()
+    return out
+
+
+@pytest.fixture(scope="module")
+def dp2(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return run_ranks(2, _per_token_dp, Path(tmp_path_factory.mktemp("dp2")), ports=1)
+
+
+def test_per_token_loss_counts_the_tokens_of_every_dp_rank(results: dict,
+                                                          dp2: list[dict]) -> None:
+    """Each DP rank holds 2 of the step's 4 samples: the token count is all-reduced, so the
+    value loss and its gradient step match one rank holding all 4."""
+    [logging] = [r["critic"] for r in dp2 if r["critic"]["step_metrics"]]
+    for step in range(2):
+        for key in ("train/critic-value_loss", "train/critic-grad_norm"):
+            want = results["critic_per_token"]["step_metrics"][step][key]
+            assert logging["step_metrics"][step][key] == pytest.approx(want, rel=1e-4), key
