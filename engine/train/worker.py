@@ -273,12 +273,13 @@ class TrainWorker:
         rollout_metrics: dict[str, float | None] = {}
         if train_log_probs is not None:  # the last PP stage: it computes the loss
             rollout_log_probs = _rollout_log_probs(batch, samples)
-            old_log_probs = train_log_probs
-            if self.settings.use_rollout_logprobs:
-                if rollout_log_probs is None:
-                    raise ValueError("--use-rollout-logprobs: the rollout batch carries no "
-                                     "log-probs from the rollout backend")
-                old_log_probs = rollout_log_probs
+            needs_rollout = self.settings.use_rollout_logprobs or self.settings.use_tis
+            if needs_rollout and rollout_log_probs is None:
+                flag = "--use-tis" if self.settings.use_tis else "--use-rollout-logprobs"
+                raise ValueError(f"{flag}: the rollout batch carries no log-probs from the "
+                                 "rollout backend")
+            old_log_probs = (rollout_log_probs if self.settings.use_rollout_logprobs
+                             else train_log_probs)
             advantages, rollout_metrics = self._advantages(
                 samples, values, old_log_probs, ref_log_probs, rollout_log_probs)
             extras = {"old_log_probs": old_log_probs, "advantages": advantages}
