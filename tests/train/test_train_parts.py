@@ -130,6 +130,28 @@ def test_critic_reads_its_own_lr_and_warmup() -> None:
     assert not actor.bf16 and TrainSettings.from_args("actor", args, 1, cuda=True).bf16
 
 
+def test_settings_take_resolved_values_as_they_are() -> None:
+    """No second defaults: seed 0 stays 0, the critic lr falls back to --lr in resolve() only,
+    and the algorithm flags arrive unchanged."""
+    args = tiny_args(seed=0, critic_lr=None, lr=2e-4, calculate_per_token_loss=True,
+                     use_tis=True, tis_clip=3.0, tis_clip_low=0.1, ref_update_interval=4,
+                     advantage_estimator="grpo", n_samples_per_prompt=4)
+    actor = TrainSettings.from_args("actor", args, 1, cuda=False)
+    critic = TrainSettings.from_args("critic", args, 1, cuda=False)
+    assert actor.seed == 0 and critic.lr == 2e-4
+    assert (actor.calculate_per_token_loss, actor.use_tis, actor.tis_clip, actor.tis_clip_low,
+            actor.ref_update_interval) == (True, True, 3.0, 0.1, 4)
+    assert actor.advantage_estimator == "grpo" and not actor.use_critic
+    assert actor.train_iters == args["train_iters"] == 10 * 8 * 4 // 4
+    with pytest.raises(KeyError):  # a partial dict is a caller bug, not a default
+        TrainSettings.from_args("actor", {"seed": 0}, 1, cuda=False)
+
+
+def test_check_refused_settings_are_asserted() -> None:
+    with pytest.raises(AssertionError, match="check"):
+        TrainSettings.from_args("actor", tiny_args(context_parallel_size=2), 2, cuda=False)
+
+
 def test_storage_offload_frees_and_restores_through_views() -> None:
     buffer = torch.arange(12, dtype=torch.float32)
     param_view, state = buffer[:6].view(2, 3), torch.full((4,), 2.5)
