@@ -228,21 +228,15 @@ _PPO = (
             engine=refused(
                 "only policy_loss is implemented for the actor",
                 "--loss-type policy_loss")),
-    _f("--ref-update-interval", "int", None, "ppo", "Copy actor -> ref every N rollouts.",
-       engine=refused("not implemented by PPO Deck's engine yet: the reference model stays fixed")),
-    _f("--use-rollout-logprobs", "bool", False, "ppo", "Use SGLang log-probs as pi_old.",
-       engine=refused(
-           "not implemented by PPO Deck's engine yet: pi_old is recomputed by the trainer")),
+    _f("--ref-update-interval", "int", None, "ppo", "Copy actor -> ref every N rollouts."),
+    _f("--use-rollout-logprobs", "bool", False, "ppo", "Use SGLang log-probs as pi_old."),
     _f("--keep-old-actor", "bool", False, "ppo", "Keep a copy of the old actor for pi_old.",
        engine=refused(
            "pi_old is recomputed by the actor right before its update, with the weights that "
            "generated the rollout")),
-    _f("--use-tis", "bool", False, "ppo", "Truncated importance sampling correction.",
-       engine=_NOT_YET),
-    _f("--tis-clip", "float", 2.0, "ppo", "TIS upper clip.",
-       engine=_NOT_YET),
-    _f("--tis-clip-low", "float", 0.0, "ppo", "TIS lower clip.",
-       engine=_NOT_YET),
+    _f("--use-tis", "bool", False, "ppo", "Truncated importance sampling correction."),
+    _f("--tis-clip", "float", 2.0, "ppo", "TIS upper clip."),
+    _f("--tis-clip-low", "float", 0.0, "ppo", "TIS lower clip."),
     _f("--custom-tis-function-path", "str", None, "ppo",
        "Python path of a custom TIS function.", runs_code=True,
        engine=refused('custom Python TIS functions are not run', '--use-tis')),
@@ -254,11 +248,9 @@ _PPO = (
     _f("--opsm-delta", "float", 1e-4, "ppo", "OPSM delta.",
        engine=refused('off-policy sequence masking is not implemented', '--use-tis')),
     _f("--disable-rewards-normalization", "bool", False, "ppo",
-       "Disable group reward normalization (no effect for ppo).",
-       engine=_NOT_YET),
+       "Disable group reward normalization (no effect for ppo)."),
     _f("--disable-grpo-std-normalization", "bool", False, "ppo",
-       "Disable GRPO std normalization (no effect for ppo).",
-       engine=_NOT_YET),
+       "Disable GRPO std normalization (no effect for ppo)."),
     _f("--fully-async", "bool", False, "ppo",
        "Fully asynchronous rollouts (train_async.py; miles' README: fully-async PPO requires "
        "--use-rollout-logprobs).",
@@ -410,8 +402,7 @@ _ACTOR = (
     _f("--adam-eps", "float", 1e-8, "actor", "Adam epsilon."),
     _f("--clip-grad", "float", 1.0, "actor", "Gradient norm clip."),
     _f("--seed", "int", 1234, "actor", "Training random seed."),
-    _f("--calculate-per-token-loss", "bool", False, "actor", "Average the loss per token.",
-       engine=refused("not implemented by PPO Deck's engine yet: the loss is a per-sample mean")),
+    _f("--calculate-per-token-loss", "bool", False, "actor", "Average the loss per token."),
     _f("--optimizer-cpu-offload", "bool", False, "actor", "Keep optimizer state on CPU.",
        engine=refused(
            "the optimizer state stays with its model; it moves to host memory between phases with"
