@@ -280,6 +280,7 @@ class RunProgress:
         self.phase = "starting"
         self.reward: float | None = None
         self.value_loss: float | None = None
+        self.evals: dict[str, float] = {}  # eval/<dataset> -> its latest mean reward
         self.state, self.detail = "starting", ""
         self.note = ""  # e.g. the Ctrl-C hint
 
@@ -292,6 +293,8 @@ class RunProgress:
             if isinstance(metrics, dict):  # a malformed event must not stop the view
                 self.reward = metrics.get(REWARD, self.reward)
                 self.value_loss = metrics.get(VALUE_LOSS, self.value_loss)
+                if event.get("step_key") == "eval/step":
+                    self.evals.update(eval_rewards(metrics))
         elif kind == "phase":
             name = str(event.get("name", "?"))
             self.phase = name if event.get("state") == "start" else f"{name} done"
@@ -302,10 +305,14 @@ class RunProgress:
     def rollout_text(self) -> str:
         return _rollout(self.rollout_id, self.num_rollout)
 
+    def eval_text(self) -> str:
+        return "  ".join(f"{key} {_num(value)}" for key, value in self.evals.items())
+
     def line(self) -> str:
         elapsed = _clock(time.monotonic() - self.started)
+        evals = f"  {self.eval_text()}" if self.evals else ""
         return (f"rollout {self.rollout_text()}  phase {self.phase}  reward {_num(self.reward)}  "
-                f"value loss {_num(self.value_loss)}  elapsed {elapsed}")
+                f"value loss {_num(self.value_loss)}{evals}  elapsed {elapsed}")
 
     def __rich__(self) -> Group:
         grid = Table.grid(padding=(0, 2))
@@ -319,8 +326,17 @@ class RunProgress:
         grid.add_row("phase", Text(self.phase))
         grid.add_row("reward", _num(self.reward))
         grid.add_row("value loss", _num(self.value_loss))
+        if self.evals:
+            grid.add_row("eval reward", self.eval_text())
         grid.add_row("elapsed", _clock(time.monotonic() - self.started))
         return Group(grid, Text(self.note, style="yellow")) if self.note else Group(grid)
+
+
+def eval_rewards(metrics: dict[str, Any]) -> dict[str, float]:
+    """eval/<dataset> (a dataset's mean reward), not eval/<dataset>/... nor the _ratio keys."""
+    return {k: v for k, v in metrics.items()
+            if k.startswith("eval/") and "/" not in k[5:] and not k.endswith("_ratio")
+            and isinstance(v, (int, float))}
 
 
 def _rollout(rollout_id: int | None, num_rollout: int | None) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 TERMINAL_STATES = frozenset({"stopped", "succeeded", "failed", "lost"})
+# miles' per-dataset eval keys that are not the dataset's reward: eval/<name>-truncated_ratio...
+EVAL_SIDE_SUFFIXES = ("_ratio", "-pass@")
 MODELS = ("actor", "critic", "rollout")
 
 
@@ -157,6 +159,7 @@ class RunState:
         self.series_capacity = series_capacity
         self.max_series = max_series
         self.series: dict[str, Series] = {}
+        self.eval_reward_keys: list[str] = []  # eval/<dataset>, in the order first seen
         self.events_seen = 0
         self.events_skipped = 0
         self.first_ts: float | None = None
@@ -227,6 +230,8 @@ class RunState:
         if isinstance(rollout_id, int) and rollout_id >= 0:
             self.rollout_id = max(self.rollout_id or 0, rollout_id)
         series = self.series
+        if event.get("step_key") == "eval/step":
+            self._note_eval_keys(metrics)
         for key, value in metrics.items():
             if not isinstance(value, (int, float)):
                 continue
@@ -236,6 +241,15 @@ class RunState:
                     continue
                 target = series[key] = Series(self.series_capacity)
             target.append(x, float(value))
+
+    def _note_eval_keys(self, metrics: Mapping[str, Any]) -> None:
+        """eval/<dataset> is a dataset's mean reward; eval/<dataset>/... and the _ratio keys
+        are not."""
+        for key in metrics:
+            name = key[len("eval/"):] if key.startswith("eval/") else ""
+            if (name and "/" not in name and key not in self.eval_reward_keys
+                    and not any(part in name for part in EVAL_SIDE_SUFFIXES)):
+                self.eval_reward_keys.append(key)
 
     def _on_phase(self, event: Mapping[str, Any]) -> None:
         name = str(event["name"])

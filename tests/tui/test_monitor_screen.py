@@ -48,6 +48,7 @@ async def test_attaching_to_a_recorded_run_fills_charts_and_offload_panel(
                               ("chart-reward", "rollout/raw_reward/max"),
                               ("chart-value-loss", "train/critic-value_loss"),
                               ("chart-policy", "train/ppo_kl"),
+                              ("chart-policy", "train/kl_loss"),  # the run had --use-kl-loss
                               ("chart-policy", "critic/explained_variance"),
                               ("chart-response-len", "rollout/response_len/mean")):
             assert charts[chart_id].plotted[key] == metric(key), key
@@ -117,6 +118,29 @@ async def test_replay_plays_a_recording() -> None:
         assert isinstance(screen, MonitorScreen) and screen.run_dir is None
         assert screen.state.events_seen == len(EVENTS_TINY.read_text().splitlines())
         assert screen.query_one(RunHeader).data.state == "succeeded"
+
+
+async def test_eval_sets_join_the_reward_chart(tmp_path: Path) -> None:
+    """Each eval dataset's reward (eval/<name>, not its _ratio or /response_len keys) becomes
+    a line of the reward chart, on the rollout axis."""
+    events = [{"v": 1, "ts": T0 + i, "kind": "metrics", "step_key": key, "step": step,
+               "rollout_id": step, "metrics": metrics}
+              for i, (key, step, metrics) in enumerate([
+                  ("rollout/step", 0, {"rollout/raw_reward": 0.1}),
+                  ("eval/step", 0, {"eval/held-out": 0.2, "eval/held-out-truncated_ratio": 0.5,
+                                    "eval/held-out/response_len/mean": 4.0}),
+                  ("eval/step", 2, {"eval/held-out": 0.6, "eval/aime": 0.0})])]
+    recording = tmp_path / "events.jsonl"
+    recording.write_text("".join(json.dumps(e) + "\n" for e in events))
+    messages: list = []
+    app = PPODeckApp(replay=str(recording), replay_speed=0)
+    async with app.run_test(size=SIZE, message_hook=messages.append) as pilot:
+        await wait_until(pilot, lambda: any(isinstance(m, TailEnded) for m in messages))
+        await pilot.pause()
+        chart = app.screen.query_one("#chart-reward", MetricChart)
+        assert [line.key for line in chart.lines][-2:] == ["eval/held-out", "eval/aime"]
+        assert chart.plotted["eval/held-out"] == ([0.0, 2.0], [0.2, 0.6])
+        assert "eval/held-out-truncated_ratio" not in chart.keys
 
 
 async def test_torn_and_bad_lines_become_warnings_not_crashes(tui_env: Path) -> None:

@@ -35,16 +35,19 @@ MAX_PENDING = 20_000  # events held by the reader while the UI applies the previ
 STATUS_EVERY_S = 1.0
 REPLAY_SECONDS = 30.0  # a recording replays in about this long, whatever its real length
 
+REWARD_CHART = "chart-reward"
+EVAL_COLORS = ("cyan", "yellow", "orange", "magenta", "blue")
 CHARTS = (
-    ("chart-reward", "reward by rollout: mean, min, max", (
+    (REWARD_CHART, "reward by rollout: mean, min, max (+ eval sets)", (
         Line("rollout/raw_reward", "mean", "green"),
         Line("rollout/raw_reward/min", "min", "gray"),
         Line("rollout/raw_reward/max", "max", "gray"))),
     ("chart-value-loss", "critic value loss by critic step", (
         Line("train/critic-value_loss", "value loss", "orange"),)),
-    ("chart-policy", "KL, clipfrac | entropy, expl. var (right)", (
+    ("chart-policy", "KL, clipfrac, kl_loss | entropy, expl. var (right)", (
         Line("train/ppo_kl", "ppo_kl", "red"),
         Line("train/pg_clipfrac", "clipfrac", "magenta"),
+        Line("train/kl_loss", "kl_loss", "blue"),  # logged only with --use-kl-loss
         Line("train/entropy_loss", "entropy", "cyan", right=True),
         Line("critic/explained_variance", "expl var", "yellow", right=True))),
     ("chart-response-len", "mean response length by rollout", (
@@ -57,8 +60,9 @@ HELP = """\
 ## Run monitor
 Reads the run directory only: closing this screen never stops the run.
 
-- Charts: mean reward with min/max, critic value loss, policy KL / clip fraction against
-  entropy / critic explained variance (right axis), mean response length.
+- Charts: mean reward with min/max and each eval set's reward (--eval-interval), critic
+  value loss, policy KL / clip fraction / KL loss (--use-kl-loss) against entropy / critic
+  explained variance (right axis), mean response length.
 - GPU / offload: where actor, critic and rollout weights live now, the last offload and
   onload (bytes, seconds, GB/s), memory per GPU including what torch does not see.
 - Timeline: one bar per rollout in miles order (gen, rollout offload, critic, actor, save,
@@ -258,6 +262,7 @@ class MonitorScreen(Screen[None]):
     def _refresh_all(self, changed: set[str]) -> None:
         self._refresh_header()
         if "metrics" in changed:
+            self._add_eval_lines()
             for chart in self.query(MetricChart):
                 chart.set_points({key: self.state.points(key) for key in chart.keys})
         if changed & {"offload", "gpu"}:
@@ -271,6 +276,15 @@ class MonitorScreen(Screen[None]):
             log_tail = self.query_one(LogTail)
             log_tail.append(self.state.new_logs(log_tail.shown_total), self.state.first_ts,
                             self.state.logs_total)
+
+    def _add_eval_lines(self) -> None:
+        """Each eval dataset's reward joins the reward chart once its first eval arrived."""
+        if not self.state.eval_reward_keys:
+            return
+        base = next(lines for chart_id, _, lines in CHARTS if chart_id == REWARD_CHART)
+        evals = tuple(Line(key, key, EVAL_COLORS[i % len(EVAL_COLORS)])
+                      for i, key in enumerate(self.state.eval_reward_keys))
+        self.query_one(f"#{REWARD_CHART}", MetricChart).set_lines(base + evals)
 
     def _refresh_header(self) -> None:
         s, now = self.state, self._now()

@@ -35,6 +35,12 @@ class MetricChart(PlotextPlot):
         super().on_mount()
         self._replot()
 
+    def set_lines(self, lines: tuple[Line, ...]) -> None:
+        """Series known only at run time (eval datasets); the next set_points draws them."""
+        if lines != self.lines:
+            self.lines = lines
+            self.plotted = {}
+
     def set_points(self, points: Mapping[str, SeriesPoints | None]) -> None:
         plotted = {key: (p.xs, p.means) for key, p in points.items() if p is not None and p.xs}
         if plotted == self.plotted:
