@@ -267,6 +267,9 @@ def run(rundir: RunDir) -> int:
     try:
         args = load_args(rundir)
         tm.status("running", num_rollout=args["num_rollout"])  # replays need N without status.json
+        from engine.preflight import preflight
+
+        preflight(args)  # a config the engine cannot take fails here, before Ray starts
         tm.start_tracking(args)
         from engine.roles import start_roles
 

@@ -1,0 +1,53 @@
+"""What validates is what runs: every config check() passes gets through the engine's start-up
+constructors (engine/preflight.py, which the driver runs before Ray), and what they refuse
+check() refuses first. The cases are the rule tests' passing configs and the built-in presets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine.config import RunConfig, check, resolve
+from engine.preflight import preflight
+from engine.presets import BUILTIN_DIR, load_preset, resolve_preset
+from tests.config import test_rules, test_rules_engine
+from tests.conftest import CPU_MACHINE
+
+PASSING = ([(f"rules:{code}", test_rules.config(**ok)) for code, _, ok in test_rules.CASES]
+           + [(f"engine:{code}", test_rules.config(**ok))
+              for code, machine, _, ok in test_rules_engine.CASES if machine == CPU_MACHINE])
+PRESETS = sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
+
+
+def _starts_or_is_refused(config: RunConfig) -> str:
+    report = check(config, CPU_MACHINE)
+    if not report.ok:
+        return "refused: " + ", ".join(sorted({i.code for i in report.errors}))
+    preflight(resolve(config), cuda=False)
+    return "starts"
+
+
+@pytest.mark.parametrize(("name", "config"), PASSING, ids=[c[0] for c in PASSING])
+def test_every_passing_rule_case_starts_or_is_refused(name: str, config: RunConfig) -> None:
+    assert _starts_or_is_refused(config)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_builtin_preset_starts_or_is_refused(preset: str) -> None:
+    outcome = _starts_or_is_refused(resolve_preset(load_preset(preset)))
+    expected: dict[str, Any] = {
+        "tiny-cpu": "starts", "smollm2-135m-cpu": "starts",
+        "qwen3-0.6b-ppo-1gpu": "refused: engine.bf16_needs_cuda",
+        "qwen3-4b-ppo": "refused: engine.context_parallel",
+        "qwen3-4b-ppo-ci": "refused: engine.context_parallel",
+    }
+    assert outcome == expected.get(preset, outcome)
+
+
+def test_preflight_fails_where_start_up_would() -> None:
+    """The seam is real: a shape Megatron rejects fails here, before any Ray process."""
+    args = resolve(test_rules.config(num_attention_heads=4, tensor_model_parallel_size=3,
+                                     actor_num_gpus_per_node=3))
+    with pytest.raises((ValueError, AssertionError)):
+        preflight(args, cuda=False)
