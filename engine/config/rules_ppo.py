@@ -8,6 +8,8 @@ from __future__ import annotations
 from engine.config.issues import Out
 from engine.config.issues import add as _issue
 from engine.config.issues import fl as _fl
+from engine.config.resolve import EVAL_FALLBACKS
+from engine.tracking_support import INSTALL_FIX, missing_extras, missing_message
 
 # miles' own message texts (spec §3.2, §3.6), quoted so users can search for them.
 MSG_MEGATRON_ONLY = "Shared Actor/Critic PPO requires the Megatron backend"
@@ -325,9 +327,76 @@ def _async(e: dict, r: dict, s: set, out: Out) -> None:
                "drop --colocate and give the rollout its own GPUs (--rollout-num-gpus)")
 
 
+# --- run-loop flags: evaluation, tracking, debug modes, weight push, CI (issue #14) ----------
+
+def _eval_flags(e: dict, r: dict, s: set, out: Out) -> None:
+    items = r["eval_prompt_data"] or ()
+    if len(items) % 2:
+        _issue(out, "error", "eval.prompt_data_pairs", ("eval_prompt_data",),
+               f"--eval-prompt-data takes NAME PATH pairs; got {len(items)} values.",
+               "e.g. --eval-prompt-data aime /data/aime.jsonl math500 /data/math500.jsonl")
+    if items and r["eval_interval"] is None:
+        _issue(out, "info", "eval.no_interval", ("eval_prompt_data", "eval_interval"),
+               "--eval-prompt-data is set but --eval-interval is not: no eval runs (miles "
+               "evaluates only every --eval-interval rollouts).",
+               "set --eval-interval N")
+    if r["eval_interval"] is None:
+        return
+    if r["debug_train_only"]:
+        _issue(out, "info", "eval.skipped_train_only", ("eval_interval", "debug_train_only"),
+               "--debug-train-only runs no eval (miles: no rollout engines to evaluate with).")
+        return
+    fallbacks = [f"{eval_dest.replace('_', '-')} {r[rollout_dest]}"
+                 for eval_dest, rollout_dest in EVAL_FALLBACKS if e[eval_dest] is None
+                 and eval_dest != "n_samples_per_eval_prompt"]
+    if fallbacks:
+        _issue(out, "info", "eval.rollout_fallbacks", ("eval_interval",),
+               "eval sampling takes the rollout's values where no --eval-* flag is set: "
+               + ", ".join(fallbacks) + ".")
+
+
+def _tracking(e: dict, r: dict, s: set, out: Out) -> None:
+    for flag in missing_extras(r):
+        _issue(out, "error", "tracking.extra_missing", (flag[2:].replace("-", "_"),),
+               missing_message(flag) + ".", INSTALL_FIX)
+    if r["use_wandb"] and not (r["wandb_key"] or r["wandb_mode"]):
+        _issue(out, "info", "tracking.wandb_offline", ("use_wandb", "wandb_key"),
+               "without --wandb-key (or WANDB_API_KEY in the driver's environment) wandb logs "
+               "offline into the run directory; `wandb sync` uploads it later.")
+    if r["use_tensorboard"] and not r["tb_project_name"]:
+        _issue(out, "info", "tracking.tb_dir", ("use_tensorboard", "tb_project_name"),
+               "no --tb-project-name: TensorBoard files go to <run dir>/tensorboard/<run id>/ "
+               "($TENSORBOARD_DIR wins; miles itself needs one of the two).")
+
+
+def _run_loop_modes(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["debug_train_only"] and not r["debug_rollout_only"]:
+        _issue(out, "warning", "debug.train_only_reuses_batch", ("debug_train_only",),
+               "PPO Deck has no --load-debug-rollout-data: --debug-train-only generates the "
+               "first rollout's batch once (initial weights) and trains every rollout on it; "
+               "no weights are pushed.",
+               "drop --debug-train-only to train on fresh rollouts")
+    interval = r["update_weights_interval"]
+    if interval is not None and interval > 1:
+        _issue(out, "info", "rollout.sparse_weight_push", ("update_weights_interval",),
+               f"weights reach the rollout side after every {interval}th rollout only; the "
+               "rollouts in between sample from older weights (off-policy).")
+    if r["ci_test"] and r["rollout_backend"] == "sglang" and r["check_weight_update_equal"]:
+        _issue(out, "warning", "ci.weight_check_unavailable",
+               ("ci_test", "rollout_backend"),
+               "--ci-test's weight-update check reads the hf backend's weights back; with "
+               "--rollout-backend sglang it is skipped (the other checks run).",
+               "add --ci-disable-weight-update-checker to say so explicitly")
+    if r["ci_save_grad_norm"] and r["ci_load_grad_norm"]:
+        _issue(out, "info", "ci.grad_norm_save_wins", ("ci_save_grad_norm", "ci_load_grad_norm"),
+               "both --ci-save-grad-norm and --ci-load-grad-norm are set: grad norms are saved, "
+               "not compared (miles).")
+
+
 PPO_AND_PLACEMENT_RULES = (
     _ppo_critic, _ppo_backend, _ppo_kl, _ppo_placement, _ppo_offload, _ppo_critic_fallbacks,
     _ppo_critic_only_steps, _grpo_group_size, _ref_update_interval, _parallel_divides,
     _model_parallel_shape, _model_shape_required,
     _rollout_engines, _colocate, _offload_flags, _debug_modes, _transfer_mode, _async,
+    _eval_flags, _tracking, _run_loop_modes,
 )
