@@ -53,6 +53,9 @@ class RolloutHandle:
     def update_weights(self, weights_ref: ray.ObjectRef) -> dict[str, Any]:
         return self._get(self.actor.update_weights.remote(weights_ref))
 
+    def eval(self, rollout_id: int) -> dict[str, float]:
+        return self._get(self.actor.eval.remote(rollout_id))
+
     def kill(self) -> None:
         ray.kill(self.actor, no_restart=True)
 
@@ -174,7 +177,8 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
             tm.offload("actor", "offload", actor.sleep())
         if args.get("offload_rollout"):
             tm.offload("rollout", "onload", rollout.onload())
-        rollout.update_weights(actor.export_hf_weights())
+        if not args["debug_train_only"]:  # miles: no push in the debug modes
+            roles.initial_sync = rollout.update_weights(actor.export_hf_weights())
     if use_gpu:
         tm.torch_reserved = lambda: torch_reserved_by_device([critic, actor])
     # miles takes the start rollout id from the critic (it is saved even during warmup)
