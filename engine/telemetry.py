@@ -83,6 +83,9 @@ class Telemetry:
         # walking the process tree for RSS costs ~2 ms: do it off the driver's critical path
         self._sampler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rss-sampler")
         self.tracking: Any = None  # engine.tracking.Tracking, set by start_tracking
+        # wandb/TensorBoard take ~1 ms a call (p99 5-8 ms, bench/tracking_bench.py): off the
+        # loop, in call order (one worker)
+        self._tracker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracking")
 
     def start_tracking(self, args: Mapping[str, Any]) -> None:
         """wandb / TensorBoard for this run's metrics; their libraries load only when on."""
@@ -119,6 +122,7 @@ class Telemetry:
     def close(self) -> None:
         """Finish pending memory samples and the trackers; call before closing the writer."""
         self._sampler.shutdown(wait=True)
+        self._tracker.shutdown(wait=True)
         if self.tracking is not None:
             self.tracking.finish()
             self.tracking = None
@@ -147,7 +151,7 @@ class Telemetry:
             self.writer.emit("metrics", step_key=step_key, step=step, rollout_id=rollout_id,
                              role=role, metrics=metrics)
             if self.tracking is not None:
-                self.tracking.log(step_key, step, metrics)
+                self._tracker.submit(self.tracking.log, step_key, step, metrics)
 
     def log(self, level: str, msg: str, source: str = "driver") -> None:
         self.writer.emit("log", level=level, source=source, msg=msg)
