@@ -488,8 +488,7 @@ _PARALLELISM = (
                 "the engine picks its attention kernel itself (transformer-engine when "
                 "importable on CUDA, SDPA otherwise)")),
     _f("--accumulate-allreduce-grads-in-fp32", "bool", False, "parallelism",
-       "Accumulate and all-reduce gradients in fp32.",
-       engine=command_only('the engine always accumulates and all-reduces gradients in fp32')),
+       "Accumulate and all-reduce gradients in fp32."),
     _f("--attention-softmax-in-fp32", "bool", False, "parallelism", "Softmax in fp32.",
        engine=command_only(
            "the engine's fused attention kernels compute the softmax in fp32 internally")),

@@ -8,11 +8,12 @@ from engine.train.settings import TrainSettings
 
 
 def wrap_ddp(model: torch.nn.Module, config, settings: TrainSettings):  # noqa: ANN001, ANN201
-    """Megatron's DistributedDataParallel: contiguous grad buffers in fp32, sync at step end."""
+    """Megatron's DistributedDataParallel: contiguous grad buffers (fp32 with
+    --accumulate-allreduce-grads-in-fp32, else the param dtype), sync at step end."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
     ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True,
+        grad_reduce_in_fp32=settings.grad_reduce_in_fp32,
         overlap_grad_reduce=False,
         use_distributed_optimizer=settings.use_distributed_optimizer,
     )

@@ -25,6 +25,7 @@ class TrainSettings:
     seed: int
     bf16: bool
     use_distributed_optimizer: bool
+    grad_reduce_in_fp32: bool  # --accumulate-allreduce-grads-in-fp32
     # batches
     global_batch_size: int
     micro_batch_size: int
@@ -102,6 +103,7 @@ class TrainSettings:
             seed=int(args["seed"]),
             bf16=bool(cuda and args["bf16"]),
             use_distributed_optimizer=bool(args["use_distributed_optimizer"]),
+            grad_reduce_in_fp32=bool(args["accumulate_allreduce_grads_in_fp32"]),
             global_batch_size=int(args["global_batch_size"]),
             micro_batch_size=int(args["micro_batch_size"]),
             use_dynamic_batch_size=bool(args["use_dynamic_batch_size"]),
