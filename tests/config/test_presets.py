@@ -39,7 +39,7 @@ def test_builtins_present() -> None:
     assert {"qwen3-4b-ppo", "qwen3-4b-ppo-ci", "tiny-cpu", "smollm2-135m-cpu"} <= set(BUILTINS)
 
 
-SEED_COMMAND_ONLY = ("--accumulate-allreduce-grads-in-fp32", "--attention-backend",
+SEED_COMMAND_ONLY = ("--attention-backend",
                      "--attention-softmax-in-fp32", "--balance-data")
 SEED_ON_CPU_INFOS = SEED_INFOS | {"engine.backend_auto", "engine.cpu_ranks"}
 
