@@ -2,13 +2,23 @@
 
 Layout follows miles (spec 3.4, 4.1): the actor group takes one bundle per rank, the critic
 group sits on the SAME bundles with fractional resources (it adds no bundles), and the
-rollout side takes max(actor GPUs, rollout GPUs) bundles under colocate.
+rollout side takes max(actor GPUs, rollout GPUs) bundles under colocate. Bundles are used in
+(node IP, GPU id) order, as miles reorders them, so a TP > 1 engine's GPUs are neighbours on
+one node.
+
+Two kinds of Ray: the private local one (no address anywhere: every visible GPU, bound to the
+loopback, rendezvous on 127.0.0.1) and an existing cluster (`--ray-address`, or RAY_ADDRESS as
+Ray documents it: ray.init() reads it; no num_cpus/num_gpus when connecting; rendezvous on rank
+0's node IP and a port free on that node).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,23 +32,54 @@ ACTOR_SHARE = 0.4
 CRITIC_SHARE = 0.4
 ROLLOUT_SHARE = 0.2
 
+# Test-only switch: N > 0 makes the run ask Ray for GPUs (bundles {"GPU": 1}, 0.4/0.4/0.2
+# shares) while every worker still computes on CPU; a private local Ray then declares N GPUs.
+# It lets CPU machines test placement on a (fake-)GPU cluster. Never set it for real runs.
+TEST_RAY_GPUS_ENV = "PPODECK_TEST_RAY_GPUS"
 
-def free_port() -> int:
+# Every cross-process wait is bounded; a timeout names the role, rank and call.
+PLACEMENT_TIMEOUT_S = 120.0   # the placement group's bundles reserved
+READY_TIMEOUT_S = 300.0       # a worker scheduled, its process up and its __init__ done
+PROBE_TIMEOUT_S = 60.0        # small tasks: bundle order, rendezvous port
+CALL_TIMEOUT_S = 4 * 3600.0   # one role call (init loads checkpoints, generate can be long)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
-def start_ray(address: str | None, num_gpus: int) -> None:
-    """Join `address`, or start a private local Ray bound to 127.0.0.1."""
+def declared_test_gpus() -> int:
+    raw = os.environ.get(TEST_RAY_GPUS_ENV, "").strip()
+    return int(raw) if raw.isdigit() else 0
+
+
+def joined_address(address: str | None) -> str | None:
+    """The cluster this run joins: --ray-address, else RAY_ADDRESS; None: a private local Ray."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def start_ray(address: str | None, num_bundles: int) -> str | None:
+    """Join the cluster, or start a private local Ray with every visible GPU.
+
+    Returns the joined address (None for the private local Ray).
+    """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address:
-        ray.init(address=address, log_to_driver=True)
-        return
+    joined = joined_address(address)
+    if joined:
+        # address=None lets ray.init read RAY_ADDRESS itself, exactly as Ray documents
+        ray.init(address=address or None, log_to_driver=True)
+        return joined
+    from engine.machine import visible_gpus
+
     loopback_only()
-    # CPU counts are logical slots for scheduling, not cores
-    ray.init(num_cpus=max(4, os.cpu_count() or 1), num_gpus=num_gpus,
+    gpus = declared_test_gpus() or visible_gpus()
+    # CPU counts are logical slots for scheduling, not cores; every bundle takes one.
+    # "local": a new Ray even when `ray start` left an address file (ray.init() would join it)
+    ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1, num_bundles), num_gpus=gpus,
              include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=True)
+    return None
 
 
 def loopback_only() -> None:
@@ -57,6 +98,26 @@ def loopback_only() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+class ClusterTooSmall(RuntimeError):
+    """The cluster lacks what the layout needs; str() names both numbers and a fix."""
+
+
+def check_capacity(num_bundles: int, use_gpu: bool, joined: str | None) -> None:
+    """Fail before placement (which would wait PLACEMENT_TIMEOUT_S for nothing)."""
+    have = ray.cluster_resources()
+    where = f"the Ray cluster at {joined}" if joined else "this machine's private Ray"
+    wanted = {"GPU": num_bundles} if use_gpu else {}
+    wanted["CPU"] = num_bundles
+    for resource, need in wanted.items():
+        got = have.get(resource, 0)
+        if got < need:
+            raise ClusterTooSmall(
+                f"the layout needs {need} {resource}s (one bundle of 1 {resource} per GPU of "
+                f"the actor{' and rollout' if resource == 'GPU' else ''}) but {where} has "
+                f"{got:g}. Fix: lower --actor-num-gpus-per-node / --rollout-num-gpus, or "
+                "use a cluster with more.")
+
+
 def bundle_layout(args: dict[str, Any]) -> tuple[int, int]:
     """(total bundles, rollout offset), miles' `_get_placement_group_layout`."""
     actor_gpus = args["actor_num_nodes"] * args["actor_num_gpus_per_node"]
@@ -70,16 +131,107 @@ def bundle_layout(args: dict[str, Any]) -> tuple[int, int]:
     return actor_gpus + rollout_gpus, actor_gpus
 
 
-def create_placement_group(num_bundles: int, use_gpu: bool) -> PlacementGroup:
+@dataclass(frozen=True)
+class Slot:
+    """One bundle as the roles see it: its index in the group, node and GPU."""
+
+    bundle: int
+    node_ip: str
+    node_id: str
+    gpu_id: int | None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The run's placement group, its bundles in miles' (node IP, GPU id) order."""
+
+    group: PlacementGroup
+    slots: tuple[Slot, ...]
+
+    def on(self, slot: int) -> PlacementGroupSchedulingStrategy:
+        return on_bundle(self.group, self.slots[slot].bundle)
+
+    def jsonable(self) -> list[dict[str, Any]]:
+        return [vars(s) for s in self.slots]
+
+    def runtime_env(self) -> dict[str, Any]:
+        """For the process that places the SGLang engines (the rollout manager): the bundle
+        order travels in its environment (it is not config, so not in its args)."""
+        return {"env_vars": {SLOTS_ENV: json.dumps(self.jsonable())}}
+
+
+SLOTS_ENV = "PPODECK_PLACEMENT_SLOTS"
+
+
+def slots_from_env() -> list[dict[str, Any]]:
+    """The bundle order `Placement.runtime_env` handed to this process."""
+    raw = os.environ.get(SLOTS_ENV)
+    if not raw:
+        raise RuntimeError(f"{SLOTS_ENV} is not set: this process was not started by "
+                           "engine/roles.py, so it does not know the bundle order")
+    return json.loads(raw)
+
+
+def create_placement_group(num_bundles: int, use_gpu: bool) -> Placement:
     bundle = {"GPU": 1, "CPU": 1} if use_gpu else {"CPU": 1}
     group = placement_group([dict(bundle) for _ in range(num_bundles)], strategy="PACK")
-    ray.get(group.ready(), timeout=120)
-    return group
+    try:
+        ray.get(group.ready(), timeout=PLACEMENT_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError as err:
+        remove_placement_group(group)
+        raise ClusterTooSmall(
+            f"Ray could not reserve {num_bundles} bundles of {bundle} within "
+            f"{PLACEMENT_TIMEOUT_S:.0f} s (cluster resources: {ray.cluster_resources()}, "
+            f"available: {ray.available_resources()}). Fix: free the cluster or ask for "
+            "fewer GPUs.") from err
+    return Placement(group, ordered_slots(group, use_gpu))
+
+
+def _where_am_i() -> tuple[str, str, int | None]:
+    ids = ray.get_gpu_ids()
+    return (ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id(),
+            int(ids[0]) if ids else None)
+
+
+def ordered_slots(group: PlacementGroup, use_gpu: bool) -> tuple[Slot, ...]:
+    """Probe each bundle once (miles' InfoActor) and sort by (node IP, node, GPU id)."""
+    probe = ray.remote(_where_am_i)
+    refs = [probe.options(num_cpus=0, num_gpus=1 if use_gpu else 0,
+                          scheduling_strategy=on_bundle(group, i)).remote()
+            for i in range(len(group.bundle_specs))]
+    found = ray.get(refs, timeout=PROBE_TIMEOUT_S)
+    slots = [Slot(i, ip, node, gpu) for i, (ip, node, gpu) in enumerate(found)]
+    return tuple(sorted(slots, key=lambda s: (_ip_key(s.node_ip), s.node_id,
+                                              -1 if s.gpu_id is None else s.gpu_id, s.bundle)))
+
+
+def _ip_key(ip: str) -> tuple[int, str]:
+    try:
+        return int(ipaddress.ip_address(ip)), ip
+    except ValueError:
+        return 0, ip
 
 
 def on_bundle(group: PlacementGroup, index: int) -> PlacementGroupSchedulingStrategy:
     return PlacementGroupSchedulingStrategy(placement_group=group,
                                             placement_group_bundle_index=index)
+
+
+def _node_ip_and_port() -> tuple[str, int]:
+    ip = ray.util.get_node_ip_address()
+    return ip, free_port(ip)
+
+
+def rendezvous(placement: Placement, private: bool) -> tuple[str, int]:
+    """(master address, port) for a role's torch.distributed world.
+
+    The private local Ray keeps the loopback (the store binds 127.0.0.1 only). On a cluster,
+    rank 0's node IP and a port free on that node, found by a task on rank 0's bundle.
+    """
+    if private:
+        return "127.0.0.1", free_port()
+    ref = ray.remote(_node_ip_and_port).options(num_cpus=0, scheduling_strategy=placement.on(0))
+    return tuple(ray.get(ref.remote(), timeout=PROBE_TIMEOUT_S))
 
 
 @dataclass
@@ -92,39 +244,69 @@ class WorkerFailure(RuntimeError):
         return f"{self.role} rank {self.rank} failed: {self.cause}"
 
 
+def wait_ready(role: str, workers: Sequence[Any], asks: str,
+               timeout: float | None = None) -> None:
+    """Every worker placed, started and constructed, or an error naming the first one that
+    is not (an unschedulable share would otherwise hang the first call forever)."""
+    timeout = READY_TIMEOUT_S if timeout is None else timeout
+    refs = [w.__ray_ready__.remote() for w in workers]
+    deadline = time.monotonic() + timeout
+    for rank, ref in enumerate(refs):
+        try:
+            ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+        except ray.exceptions.GetTimeoutError as err:
+            raise WorkerFailure(role, rank, f"not started within {timeout:.0f} s: it asks "
+                                f"{asks}; is the bundle already full? (available: "
+                                f"{ray.available_resources()})") from err
+        except ray.exceptions.RayError as err:
+            raise WorkerFailure(role, rank, f"did not start: {_first_line(err)}") from err
+
+
 class TrainGroup:
     """One Ray actor per rank; every rank forms the role's own torch.distributed world."""
 
-    def __init__(self, role: str, worker_cls: type, args: dict[str, Any], group: PlacementGroup,
-                 share: float, use_gpu: bool) -> None:
+    def __init__(self, role: str, worker_cls: type, args: dict[str, Any], placement: Placement,
+                 share: float, use_gpu: bool, private: bool = True) -> None:
         self.role = role
         world_size = args["actor_num_nodes"] * args["actor_num_gpus_per_node"]
-        port = free_port()
+        master_addr, port = rendezvous(placement, private)
         remote_cls = ray.remote(worker_cls)
+        gpus = share if use_gpu else 0
         self.workers = [
             remote_cls.options(
-                num_cpus=share, num_gpus=share if use_gpu else 0,
-                scheduling_strategy=on_bundle(group, rank),
+                num_cpus=share, num_gpus=gpus, scheduling_strategy=placement.on(rank),
                 name=None, max_restarts=0,
-            ).remote(role, rank, world_size, "127.0.0.1", port, args)
+            ).remote(role, rank, world_size, master_addr, port, args)
             for rank in range(world_size)
         ]
+        self.master = (master_addr, port)
+        wait_ready(role, self.workers, f"{share} CPU and {gpus} GPU of its bundle")
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call `method` on every rank and wait; a dead rank is named in the error."""
         refs = [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
-        return self.wait(refs)
+        return self.wait(refs, method)
 
     def call_per_rank(self, method: str, per_rank_args: Sequence[tuple]) -> list[Any]:
         refs = [getattr(w, method).remote(*a) for w, a in zip(self.workers, per_rank_args,
                                                                 strict=True)]
-        return self.wait(refs)
+        return self.wait(refs, method)
 
-    def wait(self, refs: list[ray.ObjectRef]) -> list[Any]:
+    def wait(self, refs: list[ray.ObjectRef], what: str = "a call",
+             timeout: float | None = None) -> list[Any]:
+        timeout = CALL_TIMEOUT_S if timeout is None else timeout
         results: list[Any] = [None] * len(refs)
         pending = {ref: rank for rank, ref in enumerate(refs)}
+        deadline = time.monotonic() + timeout
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1,
+                               timeout=max(0.0, deadline - time.monotonic()))
+            if not done:
+                self.kill()
+                rank = min(pending.values())
+                raise WorkerFailure(self.role, rank, f"{what} did not return within "
+                                    f"{timeout:.0f} s (ranks still busy: "
+                                    f"{sorted(pending.values())})")
             rank = pending.pop(done[0])
             try:
                 results[rank] = ray.get(done[0])
@@ -147,12 +329,14 @@ def _first_line(err: Exception) -> str:
     return f"{type(cause).__name__}: {cause}".splitlines()[0][:400]
 
 
-def shutdown(groups: Sequence[TrainGroup], group: PlacementGroup | None,
+def shutdown(groups: Sequence[TrainGroup], placement: Placement | None,
              extra: Sequence[Callable[[], None]] = ()) -> None:
+    """Our actors and placement group go; an existing cluster itself is never stopped
+    (ray.shutdown only disconnects from it)."""
     for train_group in groups:
         train_group.kill()
     for fn in extra:
         fn()
-    if group is not None:
-        remove_placement_group(group)
+    if placement is not None:
+        remove_placement_group(placement.group)
     ray.shutdown()

@@ -18,43 +18,51 @@ from engine.telemetry import Telemetry
 class RolloutHandle:
     role = "rollout"
 
-    def __init__(self, args: dict[str, Any], placement: Any, use_gpu: bool) -> None:
+    def __init__(self, args: dict[str, Any], placement: cluster.Placement, use_gpu: bool,
+                 sglang: bool) -> None:
         from engine.rollout.manager import RolloutManager
 
-        # SGLang engines take the rollout share of each bundle themselves (miles: 0.2 each);
-        # the hf generator runs inside the manager, so then the manager holds that share.
-        manager_gpus = cluster.ROLLOUT_SHARE if use_gpu and not uses_sglang(args, use_gpu) else 0
+        # SGLang engines take the rollout share of each bundle themselves (miles: 0.2 each), so
+        # the manager then asks nothing of bundle 0 (0.4 + 0.4 + 0.2 stays within 1); the hf
+        # generator runs inside the manager, which then holds that share.
+        share = 0 if sglang else cluster.ROLLOUT_SHARE
+        gpus = share if use_gpu else 0
         remote_cls = ray.remote(RolloutManager)
+        # the engines are placed from the manager's process: it gets the bundle order
         self.actor = remote_cls.options(
-            num_cpus=cluster.ROLLOUT_SHARE, num_gpus=manager_gpus,
-            scheduling_strategy=cluster.on_bundle(placement, 0), max_restarts=0,
+            num_cpus=share, num_gpus=gpus, scheduling_strategy=placement.on(0), max_restarts=0,
+            runtime_env=placement.runtime_env(),
         ).remote(args)
+        cluster.wait_ready("rollout", [self.actor], f"{share} CPU and {gpus} GPU of bundle 0")
 
-    def _get(self, ref: ray.ObjectRef) -> Any:
+    def _get(self, ref: ray.ObjectRef, what: str) -> Any:
         try:
-            return ray.get(ref)
+            return ray.get(ref, timeout=cluster.CALL_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError as err:
+            raise cluster.WorkerFailure("rollout", 0, f"{what} did not return within "
+                                        f"{cluster.CALL_TIMEOUT_S:.0f} s") from err
         except ray.exceptions.RayActorError as err:
             raise cluster.WorkerFailure("rollout", 0, "the rollout process died") from err
         except ray.exceptions.RayTaskError as err:
             raise cluster.WorkerFailure("rollout", 0, cluster._first_line(err)) from err
 
     def init(self) -> dict[str, Any]:
-        return self._get(self.actor.init.remote())
+        return self._get(self.actor.init.remote(), "init")
 
     def generate(self, rollout_id: int) -> Any:
-        return self._get(self.actor.generate.remote(rollout_id))
+        return self._get(self.actor.generate.remote(rollout_id), "generate")
 
     def offload(self) -> dict[str, Any]:
-        return self._get(self.actor.offload.remote())
+        return self._get(self.actor.offload.remote(), "offload")
 
     def onload(self) -> dict[str, Any]:
-        return self._get(self.actor.onload.remote())
+        return self._get(self.actor.onload.remote(), "onload")
 
     def update_weights(self, weights_ref: ray.ObjectRef) -> dict[str, Any]:
-        return self._get(self.actor.update_weights.remote(weights_ref))
+        return self._get(self.actor.update_weights.remote(weights_ref), "update_weights")
 
     def eval(self, rollout_id: int) -> dict[str, float]:
-        return self._get(self.actor.eval.remote(rollout_id))
+        return self._get(self.actor.eval.remote(rollout_id), "eval")
 
     def kill(self) -> None:
         ray.kill(self.actor, no_restart=True)
@@ -90,7 +98,7 @@ class TrainHandle:
     def export_hf_weights(self) -> ray.ObjectRef:
         """Rank 0's full HF state dict, left in the object store for the rollout side."""
         refs = [w.export_hf_weights_packed.remote() for w in self.group.workers]
-        self.group.wait(refs[1:])
+        self.group.wait(refs, "export_hf_weights_packed")
         return refs[0]
 
     def save(self, rollout_id: int) -> None:
@@ -152,16 +160,22 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
     from engine.train.platform import has_cuda
     from engine.train.worker import TrainWorker
 
-    use_gpu = has_cuda()
+    # the test-only switch asks Ray for GPUs while the workers compute on CPU (engine/cluster)
+    use_gpu = has_cuda() or cluster.declared_test_gpus() > 0
     with tm.phase("init", None):
-        cluster.start_ray(args.get("ray_address"), num_gpus=1 if use_gpu else 0)
         total_bundles, _offset = cluster.bundle_layout(args)
+        joined = cluster.start_ray(args["ray_address"], total_bundles)
+        tm.log("info", f"Ray: joined the cluster at {joined}" if joined else
+               "Ray: a private local Ray on 127.0.0.1 with every visible GPU", source="cluster")
+        cluster.check_capacity(total_bundles, use_gpu, joined)
         placement = cluster.create_placement_group(total_bundles, use_gpu)
-        rollout = RolloutHandle(args, placement, use_gpu)
+        log_placement(tm, placement)
+        rollout = RolloutHandle(args, placement, use_gpu, uses_sglang(args, has_cuda()))
+        private = joined is None
         critic = TrainHandle(cluster.TrainGroup("critic", TrainWorker, args, placement,
-                                                cluster.CRITIC_SHARE, use_gpu))
+                                                cluster.CRITIC_SHARE, use_gpu, private))
         actor = TrainHandle(cluster.TrainGroup("actor", TrainWorker, args, placement,
-                                               cluster.ACTOR_SHARE, use_gpu))
+                                               cluster.ACTOR_SHARE, use_gpu, private))
         roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
         for note in rollout.init().get("notes", []):
             tm.log("info", note, source="rollout")
@@ -186,6 +200,16 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
     return roles, start
 
 
+def log_placement(tm: Telemetry, placement: cluster.Placement) -> None:
+    """Which node and GPU each bundle got, in the order the roles use them."""
+    nodes = {s.node_id for s in placement.slots}
+    shown = ", ".join(f"{i}: {s.node_ip}" + ("" if s.gpu_id is None else f" GPU {s.gpu_id}")
+                      for i, s in enumerate(placement.slots))
+    tm.writer.emit("log", level="info", source="cluster",
+                   msg=f"placement: {len(placement.slots)} bundles on {len(nodes)} node(s) "
+                       f"({shown})", slots=placement.jsonable())
+
+
 def _pid(actor_self: Any) -> int:
     return os.getpid()
 
@@ -198,7 +222,8 @@ def log_worker_pids(tm: Telemetry, rollout: RolloutHandle, handles: list[TrainHa
         named.update({f"{handle.role}/{rank}": worker
                       for rank, worker in enumerate(handle.group.workers)})
     try:
-        found = ray.get([w.__ray_call__.remote(_pid) for w in named.values()], timeout=60)
+        found = ray.get([w.__ray_call__.remote(_pid) for w in named.values()],
+                        timeout=cluster.PROBE_TIMEOUT_S)
     except (ray.exceptions.RayError, TimeoutError) as err:  # the next call names the rank
         tm.log("warning", f"could not read the worker pids: {type(err).__name__}", "cluster")
         return

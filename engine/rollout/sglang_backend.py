@@ -50,6 +50,7 @@ NamedTensors = list[tuple[str, torch.Tensor]]
 # miles: actor 0.4 + critic 0.4 + one SGLang engine 0.2 of each colocated GPU
 ENGINE_GPU_SHARE = 0.2
 DEFAULT_BUCKET_BYTES = 512 << 20
+ENGINE_START_TIMEOUT_S = 1800.0  # an engine placed and its model loaded (big models: minutes)
 GROUP_NAME = "ppodeck_weight_sync"
 # SGLang's memory-saver tags (sglang.srt.constants GPU_MEMORY_TYPE_*)
 TAG_WEIGHTS, TAG_KV_CACHE, TAG_CUDA_GRAPH = "weights", "kv_cache", "cuda_graph"
@@ -418,16 +419,26 @@ def _ray_base_gpu_id() -> int:
 
 
 class RayEngine:
-    """A Ray actor handle of SGLangEngineActor with blocking methods (EngineLike)."""
+    """A Ray actor handle of SGLangEngineActor with blocking methods (EngineLike); every wait
+    is bounded and a timeout names the engine (engine/cluster.py CALL_TIMEOUT_S)."""
 
-    def __init__(self, handle: Any) -> None:  # noqa: ANN401
-        self.handle = handle
+    def __init__(self, handle: Any, index: int = 0) -> None:  # noqa: ANN401
+        self.handle, self.index = handle, index
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
+        remote = getattr(self.handle, method)
+        return lambda *a, **k: self._get(method, remote.remote(*a, **k))
+
+    def _get(self, method: str, ref: Any) -> Any:  # noqa: ANN401
         import ray
 
-        remote = getattr(self.handle, method)
-        return lambda *a, **k: ray.get(remote.remote(*a, **k))
+        from engine.cluster import CALL_TIMEOUT_S
+
+        try:
+            return ray.get(ref, timeout=CALL_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError as err:
+            raise SGLangError(f"rollout engine {self.index}: {method} did not return within "
+                              f"{CALL_TIMEOUT_S:.0f} s") from err
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,7 +470,13 @@ class EngineLayout:
         return self.first_bundle + engine * self.tp_size
 
     def gpus_per_actor(self) -> float:
-        return ENGINE_GPU_SHARE if self.colocate else float(self.tp_size)
+        """miles: an engine actor holds 0.2 of the bundle of its first GPU, colocated or not;
+        a TP > 1 engine's other GPUs are the next tp - 1 bundles, used by its TP processes."""
+        return ENGINE_GPU_SHARE
+
+    def span(self, engine: int) -> range:
+        """The slots (bundles in miles' (node IP, GPU id) order) whose GPUs the engine uses."""
+        return range(self.bundle(engine), self.bundle(engine) + self.tp_size)
 
 
 class SGLangGenerator:
@@ -572,17 +589,39 @@ def start_engines(shape: Any, arch: str, args: Mapping[str, Any],  # noqa: ANN40
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    from engine.cluster import slots_from_env, wait_ready
+
+    # bundles in miles' order (engine/roles.py passes them); a TP > 1 engine sees every GPU of
+    # its node and starts at its first bundle's GPU (base_gpu_id from Ray, see _ray_base_gpu_id)
+    slots = slots_from_env()
     env = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"} if layout.tp_size > 1 else {}
     remote_cls = ray.remote(SGLangEngineActor)
-    engines = []
+    handles = []
     for i, k in enumerate(kwargs):
+        check_engine_span(i, [slots[s] for s in layout.span(i)])
         strategy = PlacementGroupSchedulingStrategy(
-            placement_group=placement, placement_group_bundle_index=layout.bundle(i))
-        engines.append(RayEngine(remote_cls.options(
+            placement_group=placement, placement_group_bundle_index=slots[layout.bundle(i)][
+                "bundle"])
+        handles.append(remote_cls.options(
             num_cpus=ENGINE_GPU_SHARE, num_gpus=layout.gpus_per_actor(),
             scheduling_strategy=strategy, runtime_env={"env_vars": env},
-            max_restarts=0).remote(k)))
-    return engines
+            max_restarts=0).remote(k))
+    wait_ready("rollout engine", handles, f"{ENGINE_GPU_SHARE} CPU and "
+               f"{layout.gpus_per_actor()} GPU of its first bundle", ENGINE_START_TIMEOUT_S)
+    return [RayEngine(h, i) for i, h in enumerate(handles)]
+
+
+def check_engine_span(engine: int, span: Sequence[Mapping[str, Any]]) -> None:
+    """A TP > 1 engine needs its GPUs on one node, numbered one after another."""
+    nodes = {slot["node_id"] for slot in span}
+    if len(nodes) > 1:
+        raise SGLangError(f"rollout engine {engine} would span {len(nodes)} nodes (bundles "
+                          f"{[s['bundle'] for s in span]}): give each node a multiple of "
+                          "--rollout-num-gpus-per-engine GPUs")
+    gpu_ids = [slot["gpu_id"] for slot in span]
+    if None not in gpu_ids and gpu_ids != list(range(gpu_ids[0], gpu_ids[0] + len(span))):
+        raise SGLangError(f"rollout engine {engine}: its GPUs {gpu_ids} are not consecutive; "
+                          "SGLang takes base_gpu_id .. base_gpu_id + tp - 1")
 
 
 def _current_placement_group() -> Any:  # noqa: ANN401

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LIGHT = ["app.cli", "engine.config", "engine.presets", "engine.events", "engine.rundir",
-         "engine.launch"]
+         "engine.launch", "engine.machine", "engine.jobs"]
 HEAVY = ["torch", "ray", "megatron", "sglang", "transformers", "datasets", "textual"]
 
 PROBE = """

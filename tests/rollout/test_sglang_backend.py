@@ -442,7 +442,7 @@ def test_in_process_engines_get_documented_kwargs(monkeypatch, tmp_path) -> None
     ({"colocate": True, "actor_num_gpus_per_node": 4, "rollout_num_gpus_per_engine": 2},
      2, [0, 2], 0.2),
     ({"colocate": False, "actor_num_gpus_per_node": 2, "rollout_num_gpus": 4,
-      "rollout_num_gpus_per_engine": 2}, 2, [2, 4], 2.0),
+      "rollout_num_gpus_per_engine": 2}, 2, [2, 4], 0.2),  # miles: 0.2 of its first bundle
 ])
 def test_engine_layout(args, engines, bundles, share) -> None:
     layout = sb.EngineLayout.from_args({"actor_num_nodes": 1, **args})
