@@ -1,0 +1,342 @@
+"""Ray Jobs: submit a run to a cluster and keep its local run directory up to date.
+
+LIGHT at import (the Ray Job SDK is imported inside the functions that use it).
+
+Three parts, each a plain function:
+- `submit()` (the launcher's side): `JobSubmissionClient.submit_job` with the driver as the
+  entrypoint, the run id as submission_id, metadata naming the preset and its config hash, and
+  a runtime_env carrying the `engine` package (py_modules) and the environment variables. Then
+  a local follower process keeps the run directory current; status.json records the job.
+- `python -m engine.jobs run --run-id ID` (the job's entrypoint, on the cluster): writes the
+  config it was given into a run directory there and runs the driver in this process, while a
+  thread prints every event line to stdout as `PPODECK_EVENT <seq> <json>`.
+- `python -m engine.jobs follow --run-dir D` (the follower, local): reads the job's log stream
+  (`tail_job_logs`, reconnecting while `get_job_status` is not terminal; after each reconnect
+  the whole log so far is read first) and appends each event exactly once, by its sequence
+  number, to the local events.jsonl; the job's final state ends up in status.json.
+
+Auth: headers for the Jobs API come from PPODECK_RAY_JOB_HEADERS (a JSON object, e.g.
+{"Authorization": "Bearer ..."}), never from a file in the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from engine.rundir import FINAL_STATES, RunDir, read_status, update_status, write_status
+
+HEADERS_ENV = "PPODECK_RAY_JOB_HEADERS"
+# the cluster's Python for the entrypoint ("python" on the cluster's PATH unless set)
+SUBMIT_PYTHON_ENV = "PPODECK_SUBMIT_PYTHON"
+CONFIG_ENV = "PPODECK_JOB_CONFIG"
+EVENT_PREFIX = "PPODECK_EVENT "
+TERMINAL_JOB = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "stopped"}
+ENGINE_DIR = Path(__file__).resolve().parent
+RECONNECT_S = 1.0
+
+
+class JobError(Exception):
+    """str() is the user-facing message, with a fix."""
+
+
+def auth_headers(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    raw = (os.environ if environ is None else environ).get(HEADERS_ENV)
+    if not raw:
+        return None
+    try:
+        headers = json.loads(raw)
+    except ValueError as exc:
+        raise JobError(f"{HEADERS_ENV} is not JSON ({exc}); set it to an object such as "
+                       '{"Authorization": "Bearer TOKEN"}') from exc
+    if not isinstance(headers, dict):
+        raise JobError(f"{HEADERS_ENV} must be a JSON object of header names to values")
+    return {str(k): str(v) for k, v in headers.items()}
+
+
+def client(address: str) -> Any:  # noqa: ANN401 - ray.job_submission.JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address, headers=auth_headers())
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise JobError(f"cannot reach the Ray Jobs API at {address}: {exc}. Fix: pass the "
+                       "dashboard address (http://HEAD:8265) of a running cluster; an auth "
+                       f"token goes in {HEADERS_ENV}.") from exc
+
+
+def config_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def entrypoint(run_id: str, environ: Mapping[str, str] | None = None) -> str:
+    python = (os.environ if environ is None else environ).get(SUBMIT_PYTHON_ENV) or "python"
+    return f"{python} -m engine.jobs run --run-id {run_id}"
+
+
+# PPODECK_* variables that only mean something on this machine (or carry the auth token)
+_LOCAL_ONLY = {"PPODECK_RUNS_DIR", "PPODECK_HOME", "PPODECK_CONFIG_DIR", "PPODECK_PRESET_PATH",
+               "PPODECK_STATE_DIR", SUBMIT_PYTHON_ENV, HEADERS_ENV, "PPODECK_DRIVER_MODULE"}
+
+
+def forwarded_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The engine's switches set here (PPODECK_FUSED, PPODECK_TEST_RAY_GPUS, ...) and the HF
+    offline switches travel with the job; the launcher names them before submitting."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items()
+            if (k.startswith("PPODECK_") and k not in _LOCAL_ONLY)
+            or k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+
+
+def runtime_env(config_text: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """The code (the engine package) and the variables the driver needs on the cluster."""
+    return {"py_modules": [str(ENGINE_DIR)],
+            "env_vars": {"PYTHONUNBUFFERED": "1", **env, CONFIG_ENV: config_text}}
+
+
+def submit(rundir: RunDir, preset_name: str, address: str,
+           env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Submit the run (its config.toml) as a Ray job and start the local follower."""
+    config_text = rundir.config_toml.read_text()
+    jobs = client(address)
+    try:
+        jobs.submit_job(entrypoint=entrypoint(rundir.id), submission_id=rundir.id,
+                        runtime_env=runtime_env(config_text, env or {}),
+                        metadata={"ppodeck_preset": preset_name,
+                                  "ppodeck_config_hash": config_hash(config_text)})
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise JobError(f"the cluster at {address} refused the job: {exc}") from exc
+    write_status(rundir, state="starting", detail=f"submitted to {address}",
+                 job={"address": address, "submission_id": rundir.id, "status": "PENDING"},
+                 started=time.time())
+    return start_follower(rundir)
+
+
+def start_follower(rundir: RunDir) -> subprocess.Popen[bytes]:
+    """The local process that mirrors the job into the run directory; it stands for the
+    driver in status.json (pid), so `runs ls` sees a run whose follower died as lost."""
+    with open(rundir.driver_log, "ab") as log:
+        popen = subprocess.Popen(  # an argv list; its own session: closing a terminal is fine
+            [sys.executable, "-m", "engine.jobs", "follow", "--run-dir",
+             str(rundir.path.resolve())], cwd=ENGINE_DIR.parent, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    import socket
+
+    write_status(rundir, pid=popen.pid, pgid=popen.pid, host=socket.gethostname())
+    return popen
+
+
+def stop(rundir: RunDir, status: Mapping[str, Any]) -> str:
+    """`ppodeck stop` for a submitted run: the Jobs API stops it (Ray signals the driver)."""
+    job = status["job"]
+    try:
+        stopped = client(job["address"]).stop_job(job["submission_id"])
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        return f"could not stop job {job['submission_id']} at {job['address']}: {exc}"
+    update_status(rundir, lambda s: s if s.get("state") in FINAL_STATES else
+                  {**s, "state": "stopping", "detail": "stop requested through the Jobs API"})
+    if not stopped:
+        return f"job {job['submission_id']} had already ended; nothing to stop"
+    return f"asked the cluster at {job['address']} to stop job {job['submission_id']}"
+
+
+# ------------------------------------------------------------------- the job's entrypoint
+
+
+def run_job(run_id: str) -> int:
+    """On the cluster: a run directory from the submitted config, the driver in this process,
+    and every event echoed to stdout (the log stream) with its sequence number."""
+    from engine import driver
+
+    root = Path(os.environ.get("PPODECK_RUNS_DIR") or Path(tempfile.gettempdir()) /
+                "ppodeck-jobs")
+    rundir = RunDir(root / run_id)
+    rundir.path.mkdir(parents=True, exist_ok=True)
+    rundir.config_toml.write_text(os.environ[CONFIG_ENV])
+    print(f"ppodeck: job run directory {rundir.path}", flush=True)
+    done = threading.Event()
+    relay = threading.Thread(target=relay_events, args=(rundir.events_jsonl, done, _emit),
+                             daemon=True)
+    relay.start()
+    try:
+        return driver.run(rundir)
+    finally:
+        done.set()
+        relay.join(timeout=30)
+
+
+def _emit(seq: int, line: str) -> None:
+    sys.stdout.write(f"{EVENT_PREFIX}{seq} {line}\n")
+    sys.stdout.flush()
+
+
+def relay_events(path: Path, done: threading.Event, emit: Callable[[int, str], None],
+                 poll_s: float = 0.05) -> int:
+    """Emit each complete line of `path` once, numbered from 0, until `done` and drained."""
+    seq, offset, pending = 0, 0, b""
+    while True:
+        finished = done.is_set()
+        try:
+            with open(path, "rb") as file:
+                file.seek(offset)
+                chunk = file.read()
+        except FileNotFoundError:
+            chunk = b""
+        offset += len(chunk)
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            if line.strip():
+                emit(seq, line.decode(errors="replace"))
+                seq += 1
+        if finished:
+            return seq
+        time.sleep(poll_s)
+
+
+# ---------------------------------------------------------------------------- the follower
+
+
+class EventMirror:
+    """Appends relayed events to the local events.jsonl exactly once, in order."""
+
+    def __init__(self, rundir: RunDir) -> None:
+        self.rundir = rundir
+        self.next_seq = _count_lines(rundir.events_jsonl)
+        self.partial = ""
+        self.gaps = 0
+
+    def feed(self, text: str) -> int:
+        """Take a piece of the job's log (lines may be cut anywhere); returns events added."""
+        *lines, self.partial = (self.partial + text).split("\n")
+        return self.apply(lines)
+
+    def apply(self, lines: Iterable[str]) -> int:
+        added: list[str] = []
+        for line in lines:
+            seq, event = parse_event_line(line)
+            if seq is None or seq < self.next_seq + len(added):
+                continue  # a log line, or an event already mirrored (a re-read after reconnect)
+            if seq > self.next_seq + len(added):
+                self.gaps += 1  # never skip one: the next full read of the log fills it
+                break
+            added.append(event)
+        if added:
+            with open(self.rundir.events_jsonl, "a") as out:
+                out.writelines(e + "\n" for e in added)
+            self.next_seq += len(added)
+            self._status_from(added)
+        return len(added)
+
+    def reset_partial(self) -> None:
+        self.partial = ""
+
+    def _status_from(self, events: list[str]) -> None:
+        fields: dict[str, Any] = {}
+        for raw in events:
+            event = json.loads(raw)
+            if event.get("kind") == "status" and event.get("state"):
+                fields.update(state=event["state"], detail=event.get("detail", ""))
+            if isinstance(event.get("rollout_id"), int):
+                fields["rollout_id"] = event["rollout_id"]
+        if fields:
+            write_status(self.rundir, **fields)
+
+
+def complete_lines(text: str) -> list[str]:
+    """The lines of a log read so far, without a last line still being written."""
+    lines = text.split("\n")
+    return lines[:-1]
+
+
+def parse_event_line(line: str) -> tuple[int | None, str]:
+    if not line.startswith(EVENT_PREFIX):
+        return None, ""
+    seq, _, event = line[len(EVENT_PREFIX):].partition(" ")
+    return (int(seq), event) if seq.isdigit() and event else (None, "")
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as file:
+            return sum(1 for line in file if line.strip())
+    except FileNotFoundError:
+        return 0
+
+
+def follow(rundir: RunDir, poll_s: float = RECONNECT_S) -> str:
+    """Mirror the job until it is terminal; returns the final local state."""
+    import asyncio
+
+    job = read_status(rundir)["job"]
+    jobs = client(job["address"])
+    mirror = EventMirror(rundir)
+    while True:
+        status = _job_status(jobs, job["submission_id"], rundir)
+        # catch up on everything logged so far (covers a cut stream), then tail the rest
+        mirror.reset_partial()
+        mirror.apply(complete_lines(jobs.get_job_logs(job["submission_id"])))
+        if status in TERMINAL_JOB:
+            return finish(rundir, jobs, job["submission_id"], status)
+        try:
+            asyncio.run(_tail(jobs, job["submission_id"], mirror))
+        except Exception as exc:  # noqa: BLE001 - a dropped stream: reconnect below
+            print(f"log stream interrupted ({type(exc).__name__}: {exc}); reconnecting",
+                  flush=True)
+        time.sleep(poll_s)
+
+
+async def _tail(jobs: Any, submission_id: str, mirror: EventMirror) -> None:  # noqa: ANN401
+    mirror.reset_partial()
+    gaps = mirror.gaps
+    async for chunk in jobs.tail_job_logs(submission_id):
+        mirror.feed(chunk)
+        if mirror.gaps > gaps:
+            return  # the stream skipped something: reconnect, reading the whole log first
+
+
+def _job_status(jobs: Any, submission_id: str, rundir: RunDir) -> str:  # noqa: ANN401
+    status = str(jobs.get_job_status(submission_id)).rsplit(".", 1)[-1]
+    update_status(rundir, lambda s: {**s, "job": {**s.get("job", {}), "status": status}})
+    return status
+
+
+def finish(rundir: RunDir, jobs: Any, submission_id: str, job_status: str) -> str:  # noqa: ANN401
+    """The job's end decides the local final state; the driver's own words (its last status
+    event) are kept when it recorded one."""
+    info = jobs.get_job_info(submission_id)
+    local = read_status(rundir)
+    state = local.get("state") if local.get("state") in FINAL_STATES else None
+    if state is None or (job_status == "STOPPED" and state != "stopped"):
+        state = TERMINAL_JOB[job_status]
+        detail = info.message or f"job {job_status.lower()}"
+        write_status(rundir, state=state, detail=detail, ended=time.time())
+    else:
+        write_status(rundir, ended=local.get("ended") or time.time())
+    return state
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.jobs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run").add_argument("--run-id", required=True)
+    sub.add_parser("follow").add_argument("--run-dir", required=True, type=Path)
+    ns = parser.parse_args(argv)
+    if ns.command == "run":
+        return run_job(ns.run_id)
+    state = follow(RunDir(ns.run_dir))
+    print(f"job mirrored to {ns.run_dir}: {state}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
