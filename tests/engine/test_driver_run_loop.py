@@ -110,12 +110,11 @@ def test_a_failed_ci_check_fails_the_run_with_that_detail(tmp_path: Path,
     """Through driver.run(): status failed, the detail says which check and the numbers."""
     import engine.driver as driver
     import engine.roles as roles_module
-    from engine.config import RunConfig
     from engine.launch import prepare_run
+    from engine.presets import load_preset, resolve_preset
 
-    config = RunConfig().with_values(
-        num_rollout=2, rollout_batch_size=1, global_batch_size=1, ci_test=True,
-        num_critic_only_steps=0, ci_disable_kl_checker=False)
+    config = resolve_preset(load_preset("tiny-cpu")).with_values(
+        num_rollout=2, ci_test=True, num_critic_only_steps=0)
     rundir = prepare_run(config, "test", run_dir=tmp_path / "run")
     stand_ins = driver.Roles(rollout=EvalRollout(), critic=FakeTrainer("critic"),
                              actor=KlActor("actor"))
