@@ -172,31 +172,34 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
         log_placement(tm, placement)
         rollout = RolloutHandle(args, placement, use_gpu, uses_sglang(args, has_cuda()))
         private = joined is None
-        critic = TrainHandle(cluster.TrainGroup("critic", TrainWorker, args, placement,
-                                                cluster.CRITIC_SHARE, use_gpu, private))
-        actor = TrainHandle(cluster.TrainGroup("actor", TrainWorker, args, placement,
-                                               cluster.ACTOR_SHARE, use_gpu, private))
+        critic = (TrainHandle(cluster.TrainGroup("critic", TrainWorker, args, placement,
+                                                 cluster.CRITIC_SHARE, use_gpu, private))
+                  if args["use_critic"] and not args["debug_rollout_only"] else None)  # grpo: none
+        actor = (TrainHandle(cluster.TrainGroup("actor", TrainWorker, args, placement,
+                                                cluster.ACTOR_SHARE, use_gpu, private))
+                 if not args["debug_rollout_only"] else None)  # miles: no training models
         roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
         for note in rollout.init().get("notes", []):
             tm.log("info", note, source="rollout")
         if args.get("offload_rollout"):
             # miles: the generator's memory goes before the trainers allocate theirs
             tm.offload("rollout", "offload", rollout.offload())
-        critic_info, actor_info = critic.init(), actor.init()
-        log_worker_pids(tm, rollout, [critic, actor])
-        for note in critic_info[0].get("notes", []) + actor_info[0].get("notes", []):
+        trainers = [h for h in (critic, actor) if h is not None]
+        infos = [h.init() for h in trainers]
+        log_worker_pids(tm, rollout, trainers)
+        for note in [n for info in infos for n in info[0].get("notes", [])]:
             tm.log("info", note, source="train")
         if args["offload_train"]:
-            tm.offload("critic", "offload", critic.sleep())
-            tm.offload("actor", "offload", actor.sleep())
+            for handle in trainers:
+                tm.offload(handle.role, "offload", handle.sleep())
         if args.get("offload_rollout"):
             tm.offload("rollout", "onload", rollout.onload())
-        if not args["debug_train_only"]:  # miles: no push in the debug modes
+        if actor is not None and not args["debug_train_only"]:  # miles: no push in debug modes
             roles.initial_sync = rollout.update_weights(actor.export_hf_weights())
     if use_gpu:
-        tm.torch_reserved = lambda: torch_reserved_by_device([critic, actor])
+        tm.torch_reserved = lambda: torch_reserved_by_device(trainers)
     # miles takes the start rollout id from the critic (it is saved even during warmup)
-    start = int(critic_info[0].get("start_rollout_id", 0))
+    start = int(infos[0][0].get("start_rollout_id", 0)) if infos else 0
     return roles, start
 
 
@@ -239,5 +242,5 @@ def stop_roles(roles: Any) -> None:
     if roles is None:
         ray.shutdown()
         return
-    groups = [roles.critic.group, roles.actor.group]
+    groups = [h.group for h in (roles.critic, roles.actor) if h is not None]
     cluster.shutdown(groups, roles.placement, extra=[roles.rollout.kill])
