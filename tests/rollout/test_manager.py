@@ -22,16 +22,18 @@ TINY_MODEL = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attenti
 
 
 def tiny_args(run_dir: Path, **overrides: Any) -> dict[str, Any]:  # noqa: ANN401
+    """The resolved args the driver hands the manager (every key, miles' fallbacks applied)."""
+    from engine.config.resolve import resolve_values
+
     args = dict(TINY_MODEL, synthetic_task="copy-digit", synthetic_num_prompts=64,
                 run_dir=str(run_dir), input_key="prompt", label_key="label",
                 metadata_key="metadata", rollout_shuffle=True, rollout_seed=42,
                 rollout_batch_size=16, n_samples_per_prompt=4, global_batch_size=24,
                 rollout_max_response_len=6, rollout_temperature=1.0, rollout_top_p=1.0,
                 rollout_top_k=-1, rollout_backend="auto", rm_type=None, hf_checkpoint=None,
-                prompt_data=None, advantage_estimator="ppo", rewards_normalization=True,
-                grpo_std_normalization=True, eval_interval=None, eval_datasets=(),
-                debug_train_only=False, check_weight_update_equal=False)
-    return {**args, **overrides}
+                prompt_data=None, advantage_estimator="ppo")
+    values = {k: v for k, v in {**args, **overrides}.items() if v is not None}
+    return resolve_values(values)
 
 
 @pytest.fixture(scope="module")
