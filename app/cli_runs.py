@@ -124,6 +124,13 @@ def run(
                                  help="Continue a stopped, failed or lost run from its last "
                                       "checkpoint (it needs --save), in the same directory.")
     ] = None,
+    submit: Annotated[
+        str | None, typer.Option("--submit", metavar="ADDRESS",
+                                 help="Submit the run to a Ray cluster as a Ray job (the "
+                                      "dashboard address, http://HEAD:8265); its events reach "
+                                      "the local run directory from the job's log stream. "
+                                      "Auth headers: $PPODECK_RAY_JOB_HEADERS (JSON).")
+    ] = None,
 ) -> None:
     """Launch a PPO run from a preset and follow its progress.
 
@@ -138,6 +145,7 @@ def run(
         ppodeck run ./my-preset.toml --detach
         ppodeck run tiny-cpu --detach && ppodeck runs ls
         ppodeck run --resume 250101-120000-tiny-cpu-1a2b
+        ppodeck run tiny-cpu --submit http://127.0.0.1:8265 --detach
     """
     if resume is not None:
         if preset is not None or run_dir is not None:
@@ -155,7 +163,12 @@ def run(
     if not trusted:
         _confirm_code_flags(config, yes, trust)
     if resume is not None:
+        if submit is not None:
+            _fail("--resume runs here; --submit starts new runs on a cluster. Drop one.",
+                  EXIT_USAGE)
         popen = _relaunch(rundir, config)
+    elif submit is not None:
+        rundir, popen = _submit(config, preset_name, run_dir, submit)
     else:
         rundir, popen = _launch(config, preset_name, run_dir)
     if detach:
@@ -264,6 +277,29 @@ def _launch(
     except (LaunchError, OSError) as exc:
         write_status(rundir, state="failed", detail=f"driver did not start: {exc}")
         _fail(f"could not start the driver for run {rundir.id}: {exc}", EXIT_FAILED)
+
+
+def _submit(
+    config: RunConfig, preset_name: str, run_dir: Path | None, address: str
+) -> tuple[RunDir, subprocess.Popen[bytes]]:
+    """A Ray job on the cluster at `address`; the returned process mirrors it locally."""
+    from engine.jobs import JobError, forwarded_env, submit
+    from engine.launch import LaunchError, prepare_run, secret_env
+
+    try:
+        rundir = prepare_run(config, preset_name, run_dir)
+    except (LaunchError, OSError) as exc:
+        _fail(f"could not create the run directory: {exc}", EXIT_INVALID)
+    env = {**forwarded_env(), **secret_env(config)}
+    if env:
+        _err(f"the job gets these variables from here: {', '.join(sorted(env))}")
+    try:
+        popen = submit(rundir, preset_name, address, env)
+    except JobError as exc:
+        write_status(rundir, state="failed", detail=f"not submitted: {exc}")
+        _fail(str(exc), EXIT_FAILED)
+    _err(f"submitted run {rundir.id} to {address} as Ray job {rundir.id}")
+    return rundir, popen
 
 
 # --------------------------------------------------------------------- attached progress view
@@ -481,7 +517,8 @@ def runs_ls(
     """
     infos = list_runs(root)
     if as_json:
-        typer.echo(json.dumps([{**asdict(i), "path": str(i.path)} for i in infos], indent=2))
+        typer.echo(json.dumps([{**asdict(i), "path": str(i.path), "job": _job_of(i)}
+                               for i in infos], indent=2))
         return
     if not infos:
         _err(f"no runs under {root or runs_root()}; start one with `ppodeck run PRESET`")
@@ -496,7 +533,7 @@ def _runs_table(infos: list[RunInfo]) -> Table:
     """Every column but detail keeps its full width; detail folds into what is left."""
     headers = ("id", "state", "preset", "rollout", "started")
     rows = [(i.id, i.state, i.preset, _rollout(i.rollout_id, i.num_rollout), _when(i.started),
-             i.detail) for i in infos]
+             _job_note(_job_of(i)) + i.detail) for i in infos]
     table = Table(box=None)
     for col, header in enumerate(headers):
         table.add_column(header, no_wrap=True,
@@ -505,6 +542,15 @@ def _runs_table(infos: list[RunInfo]) -> Table:
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def _job_of(info: RunInfo) -> dict[str, Any] | None:
+    """The Ray job of a submitted run, with the job status its follower last saw."""
+    return read_status(RunDir(info.path)).get("job")
+
+
+def _job_note(job: dict[str, Any] | None) -> str:
+    return f"[job {job.get('status', '?')} at {job.get('address')}] " if job else ""
 
 
 def _when(ts: float | None) -> str:

@@ -314,6 +314,10 @@ def stop_run(rundir: RunDir, force: bool = False) -> str:
     state, pgid = status.get("state"), status.get("pgid") or status.get("pid")
     if state not in ACTIVE_STATES:
         return f"run {rundir.id} is not running (state: {state}); nothing to stop"
+    if status.get("job"):  # submitted to a cluster: the Jobs API stops it, never a local kill
+        from engine.jobs import stop
+
+        return stop(rundir, status)
     if not isinstance(pgid, int):
         return f"run {rundir.id} is {state} but has no process recorded yet; try again shortly"
     sig = signal.SIGKILL if force else signal.SIGINT
