@@ -28,6 +28,7 @@ RESOLVED_INTO: dict[str, tuple[str, ...]] = {
     "eval_prompt_data": ("eval_datasets",),
     "group_query_attention": ("num_query_groups",),
     "use_rotary_position_embeddings": ("position_embedding_type",),
+    "ci_disable_weight_update_checker": ("check_weight_update_equal",),
 }
 DEFAULT_HOME = "~/.cache/ppodeck"
 

@@ -76,10 +76,6 @@ def command_only(reason: str) -> Engine:
 
 _SYNC_ONLY = refused("only miles' synchronous loop (train.py) is implemented", "")
 
-# A miles flag whose behaviour the engine does not have yet: refused until it does.
-_NOT_YET = refused("not implemented by PPO Deck's engine yet")
-
-
 @dataclass(frozen=True, slots=True)
 class Flag:
     """One command-line flag, as miles spells it."""
@@ -162,11 +158,9 @@ _CLUSTER = (
        "Stream optimizer state to NVMe.",
        engine=refused('streaming optimizer state to NVMe is not implemented', '--offload-train')),
     _f("--debug-rollout-only", "bool", False, "cluster",
-       "Only run rollouts (no training). Turns --colocate and both offloads off.",
-       engine=_NOT_YET),
+       "Only run rollouts (no training). Turns --colocate and both offloads off."),
     _f("--debug-train-only", "bool", False, "cluster",
-       "Only run training (no rollout engines).",
-       engine=_NOT_YET),
+       "Only run training (no rollout engines)."),
 )
 
 _CRITIC = (
@@ -324,22 +318,14 @@ _DATA = (
            "a trailing partial optimizer step is not trained: samples are trimmed to a multiple "
            "of --global-batch-size",
            "a --global-batch-size that divides the rollout")),
-    _f("--eval-prompt-data", "list", None, "data", "Eval datasets as NAME PATH pairs.",
-       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
-    _f("--eval-interval", "int", None, "data", "Evaluate every N rollouts.",
-       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
-    _f("--n-samples-per-eval-prompt", "int", 1, "data", "Samples per eval prompt.",
-       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
-    _f("--eval-max-response-len", "int", None, "data", "Max response length in eval.",
-       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
-    _f("--eval-top-k", "int", None, "data", "Top-k for eval sampling.",
-       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
-    _f("--eval-top-p", "float", None, "data", "Top-p for eval sampling.",
-       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
-    _f("--eval-temperature", "float", None, "data", "Temperature for eval sampling.",
-       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
-    _f("--skip-eval-before-train", "bool", False, "data", "Skip the eval before training.",
-       engine=refused("evaluation is not implemented by PPO Deck's engine yet")),
+    _f("--eval-prompt-data", "list", None, "data", "Eval datasets as NAME PATH pairs."),
+    _f("--eval-interval", "int", None, "data", "Evaluate every N rollouts."),
+    _f("--n-samples-per-eval-prompt", "int", 1, "data", "Samples per eval prompt."),
+    _f("--eval-max-response-len", "int", None, "data", "Max response length in eval."),
+    _f("--eval-top-k", "int", None, "data", "Top-k for eval sampling."),
+    _f("--eval-top-p", "float", None, "data", "Top-p for eval sampling."),
+    _f("--eval-temperature", "float", None, "data", "Temperature for eval sampling."),
+    _f("--skip-eval-before-train", "bool", False, "data", "Skip the eval before training."),
 )
 
 _ROLLOUT = (
@@ -355,9 +341,7 @@ _ROLLOUT = (
                 "only broadcast is implemented (CUDA tensors when colocated, an NCCL group "
                 "otherwise)",
                 "--update-weight-transfer-mode broadcast")),
-    _f("--update-weights-interval", "int", 1, "rollout", "Push weights every N rollouts.",
-       engine=refused(
-           "not implemented by PPO Deck's engine yet: weights are pushed after every rollout")),
+    _f("--update-weights-interval", "int", 1, "rollout", "Push weights every N rollouts."),
     _f("--pause-generation-mode", "str", "retract", "rollout",
        "How generation pauses during weight updates.",
        engine=command_only(
@@ -553,35 +537,21 @@ _SGLANG = (
 )
 
 _LOGGING = (
-    _f("--use-wandb", "bool", False, "logging", "Log to Weights & Biases.",
-       engine=_NOT_YET),
-    _f("--wandb-project", "str", None, "logging", "W&B project.",
-       engine=_NOT_YET),
-    _f("--wandb-group", "str", None, "logging", "W&B group.",
-       engine=_NOT_YET),
+    _f("--use-wandb", "bool", False, "logging", "Log to Weights & Biases."),
+    _f("--wandb-project", "str", None, "logging", "W&B project."),
+    _f("--wandb-group", "str", None, "logging", "W&B group."),
     _f("--wandb-key", "str", None, "logging", "W&B API key (secret: masked, never saved).",
-       secret=True,
-       engine=_NOT_YET),
-    _f("--wandb-host", "str", None, "logging", "W&B host.",
-       engine=_NOT_YET),
-    _f("--wandb-team", "str", None, "logging", "W&B team.",
-       engine=_NOT_YET),
-    _f("--wandb-dir", "str", None, "logging", "W&B local dir.",
-       engine=_NOT_YET),
-    _choice("--wandb-mode", ("online", "offline", "disabled"), None, "logging", "W&B mode.",
-            engine=_NOT_YET),
-    _f("--wandb-run-id", "str", None, "logging", "W&B run id.",
-       engine=_NOT_YET),
-    _f("--disable-wandb-random-suffix", "bool", False, "logging", "No random run-name suffix.",
-       engine=_NOT_YET),
-    _f("--wandb-always-use-train-step", "bool", False, "logging", "Use train/step everywhere.",
-       engine=_NOT_YET),
-    _f("--use-tensorboard", "bool", False, "logging", "Log to TensorBoard.",
-       engine=_NOT_YET),
-    _f("--tb-project-name", "str", None, "logging", "TensorBoard project.",
-       engine=_NOT_YET),
-    _f("--tb-experiment-name", "str", None, "logging", "TensorBoard experiment.",
-       engine=_NOT_YET),
+       secret=True),
+    _f("--wandb-host", "str", None, "logging", "W&B host."),
+    _f("--wandb-team", "str", None, "logging", "W&B team."),
+    _f("--wandb-dir", "str", None, "logging", "W&B local dir."),
+    _choice("--wandb-mode", ("online", "offline", "disabled"), None, "logging", "W&B mode."),
+    _f("--wandb-run-id", "str", None, "logging", "W&B run id."),
+    _f("--disable-wandb-random-suffix", "bool", False, "logging", "No random run-name suffix."),
+    _f("--wandb-always-use-train-step", "bool", False, "logging", "Use train/step everywhere."),
+    _f("--use-tensorboard", "bool", False, "logging", "Log to TensorBoard."),
+    _f("--tb-project-name", "str", None, "logging", "TensorBoard project."),
+    _f("--tb-experiment-name", "str", None, "logging", "TensorBoard experiment."),
     _f("--use-mlflow", "bool", False, "logging", "Log to MLflow.",
        engine=refused('MLflow logging is not implemented', '--use-wandb or --use-tensorboard')),
     _f("--use-prometheus", "bool", False, "logging", "Expose Prometheus metrics.",
@@ -591,19 +561,13 @@ _LOGGING = (
     _f("--use-miles-dashboard", "bool", False, "logging", "Enable the miles dashboard.",
        engine=refused('the miles dashboard is not started', 'the TUI monitor (`ppodeck attach`)')),
     _f("--ci-test", "bool", False, "logging",
-       "CI mode: weight-update, KL and log-prob checks inside the framework.",
-       engine=_NOT_YET),
-    _f("--ci-disable-kl-checker", "bool", False, "logging", "CI: skip the KL check.",
-       engine=_NOT_YET),
-    _f("--ci-disable-logprobs-checker", "bool", False, "logging", "CI: skip log-prob checks.",
-       engine=_NOT_YET),
+       "CI mode: weight-update, KL and log-prob checks inside the framework."),
+    _f("--ci-disable-kl-checker", "bool", False, "logging", "CI: skip the KL check."),
+    _f("--ci-disable-logprobs-checker", "bool", False, "logging", "CI: skip log-prob checks."),
     _f("--ci-disable-weight-update-checker", "bool", False, "logging",
-       "CI: skip the weight-update check.",
-       engine=_NOT_YET),
-    _f("--ci-save-grad-norm", "str", None, "logging", "CI: save grad norms to this path.",
-       engine=_NOT_YET),
-    _f("--ci-load-grad-norm", "str", None, "logging", "CI: compare grad norms to this path.",
-       engine=_NOT_YET),
+       "CI: skip the weight-update check."),
+    _f("--ci-save-grad-norm", "str", None, "logging", "CI: save grad norms to this path."),
+    _f("--ci-load-grad-norm", "str", None, "logging", "CI: compare grad norms to this path."),
 )
 
 _PPODECK = (

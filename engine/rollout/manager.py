@@ -146,9 +146,6 @@ class RolloutManager:
         """Fail at init, not mid-run, on an unknown rm type (or a custom RM we cannot run)."""
         from engine.rollout.rewards import get_reward_fn, resolve_rm_type
 
-        if self.args.get("custom_rm_path"):
-            raise NotImplementedError("--custom-rm-path is not supported by PPO Deck's built-in "
-                                      "rollout; use --rm-type (or metadata rm_type)")
         for rm_type in {resolve_rm_type(p.metadata, self.args.get("rm_type")) for p in prompts}:
             get_reward_fn(rm_type)
 
