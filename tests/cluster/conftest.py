@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +29,9 @@ class TestCluster:
     node_ids: tuple[str, ...]
 
 
-@pytest.fixture(scope="package")
-def ray_cluster() -> Iterator[TestCluster]:
+@contextmanager
+def two_node_cluster() -> Iterator[TestCluster]:
+    """A head (with the dashboard) and a worker node on 127.0.0.1; also used by bench/."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from ray._private.utils import get_ray_address_file
@@ -55,6 +57,12 @@ def ray_cluster() -> Iterator[TestCluster]:
     finally:
         cluster.shutdown()
         restore(address_file, previous)
+
+
+@pytest.fixture(scope="package")
+def ray_cluster() -> Iterator[TestCluster]:
+    with two_node_cluster() as cluster:
+        yield cluster
 
 
 def restore(address_file: Path, previous: str | None) -> None:

@@ -1,0 +1,137 @@
+"""Ray Jobs figures on a two-node Ray cluster started here (127.0.0.1, 2 declared GPUs a node).
+
+1. Submit -> first metric on the local screen: seconds from `ppodeck run tiny-cpu --submit`
+   until the first `metrics` event is in the local events.jsonl, against `ppodeck run
+   tiny-cpu --detach` (a private local Ray) until the same event.
+2. Events lost when the log stream is cut mid-run and reconnected: the local follower is
+   SIGKILLed while the job runs (its websocket dies with it) and started again; at the end the
+   local events.jsonl is compared line by line with the one the job wrote on the cluster.
+   Lost and duplicated must both be 0.
+3. With --tests: the slow cluster tests (tiny-cpu TP=2 DP=2 over both nodes vs one rank; a
+   submitted run followed to success and one stopped) through pytest.
+
+    .venv/bin/python bench/ray_jobs_bench.py [--rollouts 4] [--tests]
+
+Every process and the cluster are this script's own and are stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from engine.rundir import RunDir, pid_alive, read_status  # noqa: E402
+
+
+def cli_env(runs: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PPODECK_RUNS_DIR=str(runs), PPODECK_SUBMIT_PYTHON=sys.executable,
+               RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    return env
+
+
+def first_metric_seconds(rundir: RunDir, started: float, timeout: float = 300) -> float:
+    while time.monotonic() - started < timeout:
+        if rundir.events_jsonl.exists():
+            for line in rundir.events_jsonl.read_text().splitlines():
+                if '"kind": "metrics"' in line or '"kind":"metrics"' in line:
+                    return time.monotonic() - started
+        time.sleep(0.1)
+    raise TimeoutError(f"no metric from {rundir.id} within {timeout} s")
+
+
+def wait_final(rundir: RunDir, timeout: float = 600) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = read_status(rundir).get("state")
+        if state in ("succeeded", "failed", "stopped", "lost"):
+            return state
+        time.sleep(0.2)
+    return "timeout"
+
+
+def start_cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "app", *args], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def local_run(runs: Path, rollouts: int) -> float:
+    rundir = RunDir(runs / "local")
+    started = time.monotonic()
+    start_cli(["run", "tiny-cpu", "--set", f"num-rollout={rollouts}", "--run-dir",
+               str(rundir.path), "--detach", "--yes"], cli_env(runs)).wait()
+    seconds = first_metric_seconds(rundir, started)
+    print(f"local launch -> first metric: {seconds:.1f} s ({wait_final(rundir)})", flush=True)
+    return seconds
+
+
+def submitted_run(runs: Path, url: str, rollouts: int, cut_after_s: float | None) -> dict:
+    rundir = RunDir(runs / ("cut" if cut_after_s else "submitted"))
+    env = {**cli_env(runs), "PPODECK_TEST_RAY_GPUS": "1"}
+    started = time.monotonic()
+    start_cli(["run", "tiny-cpu", "--set", f"num-rollout={rollouts}", "--submit", url,
+               "--run-dir", str(rundir.path), "--detach", "--yes"], env).wait()
+    seconds = first_metric_seconds(rundir, started)
+    cuts = 0
+    if cut_after_s:
+        from engine.jobs import start_follower
+
+        time.sleep(cut_after_s)
+        follower = read_status(rundir)["pid"]
+        os.kill(follower, signal.SIGKILL)  # the log stream dies mid-run with its reader
+        while pid_alive(follower):
+            time.sleep(0.05)
+        before = len(rundir.events_jsonl.read_text().splitlines())
+        start_follower(rundir)  # reconnects: reads the whole log, then tails it
+        cuts = 1
+        print(f"cut the stream after {before} events; follower restarted", flush=True)
+    state = wait_final(rundir)
+    local = rundir.events_jsonl.read_text().splitlines()
+    remote_path = Path(tempfile.gettempdir()) / "ppodeck-jobs" / rundir.id / "events.jsonl"
+    remote = remote_path.read_text().splitlines()
+    lost = len([line for line in remote if line not in set(local)])
+    duplicated = len(local) - len(set(local))
+    return {"first_metric_s": seconds, "state": state, "events_local": len(local),
+            "events_job": len(remote), "lost": lost, "duplicated": duplicated,
+            "in_order": local == remote[:len(local)], "cuts": cuts}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rollouts", type=int, default=6)
+    parser.add_argument("--tests", action="store_true", help="also run the slow cluster tests")
+    ns = parser.parse_args()
+    from tests.cluster.conftest import two_node_cluster
+
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = Path(tmp)
+        local = local_run(runs, ns.rollouts)
+        with two_node_cluster() as cluster:
+            submitted = submitted_run(runs, cluster.dashboard_url, ns.rollouts, None)
+            print(f"submitted -> first metric: {submitted['first_metric_s']:.1f} s "
+                  f"({submitted['state']})", flush=True)
+            cut = submitted_run(runs, cluster.dashboard_url, ns.rollouts, cut_after_s=1.0)
+        print(json.dumps({"local_first_metric_s": round(local, 1),
+                          "submit_first_metric_s": round(submitted["first_metric_s"], 1),
+                          "submit_over_local": round(submitted["first_metric_s"] / local, 2),
+                          "cut_stream": cut}, indent=2))
+    code = 0 if cut["lost"] == 0 and cut["duplicated"] == 0 and cut["in_order"] else 1
+    if ns.tests:
+        tests = ["tests/cluster/test_multinode_run.py", "tests/cluster/test_jobs_submit.py"]
+        code |= subprocess.call([sys.executable, "-m", "pytest", "-q", "-m", "slow", *tests],
+                                cwd=REPO)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
