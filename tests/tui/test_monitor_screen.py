@@ -204,3 +204,26 @@ async def test_unknown_run_is_a_notification_and_the_runs_list() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen))
         assert any("no-such-run" in n.message for n in app._notifications)
+
+
+async def test_a_grpo_run_has_no_critic_charts(tmp_path: Path, recorded_run: Path) -> None:
+    """GRPO builds no critic: its value-loss chart and explained-variance line are not drawn."""
+    from app.tui.screens.monitor import run_uses_critic
+    from engine.presets import config_to_toml, load_preset, resolve_preset
+
+    ppo = resolve_preset(load_preset("tiny-cpu"))
+    runs = {"ppo": ppo, "grpo": ppo.with_values(advantage_estimator="grpo")}
+    for name, config in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.toml").write_text(
+            config_to_toml(config, name=name, description=""))
+    assert run_uses_critic(tmp_path / "ppo") and not run_uses_critic(tmp_path / "grpo")
+    assert run_uses_critic(None)  # a replay: unknown, so the charts stay
+    (recorded_run / "config.toml").write_text((tmp_path / "grpo" / "config.toml").read_text())
+    app = PPODeckApp(attach=str(recorded_run))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
+        charts = {chart.id: chart for chart in app.screen.query(MetricChart)}
+        assert "chart-value-loss" not in charts
+        assert "critic/explained_variance" not in charts["chart-policy"].keys
+        assert "train/ppo_kl" in charts["chart-policy"].keys

@@ -54,6 +54,33 @@ CHARTS = (
         Line("rollout/response_len/mean", "mean len", "blue"),)),
 )
 
+CRITIC_CHARTS = ("chart-value-loss",)
+CRITIC_KEYS = ("critic/explained_variance",)
+
+
+def run_uses_critic(run_dir: Path | None) -> bool:
+    """From the run's resolved config.toml: GRPO builds no critic. True when unknown (a
+    replay, an unreadable config): the critic charts then simply stay empty."""
+    from engine.config import resolve
+    from engine.presets import PresetError, config_from_toml
+
+    path = run_dir / "config.toml" if run_dir is not None else None
+    if path is None or not path.is_file():
+        return True
+    try:
+        return bool(resolve(config_from_toml(path.read_text(), path))["use_critic"])
+    except (OSError, PresetError, ValueError):
+        return True
+
+
+def charts_for(uses_critic: bool) -> tuple:
+    """CHARTS, without the critic's charts and lines for a run without a critic (GRPO)."""
+    if uses_critic:
+        return CHARTS
+    return tuple((chart_id, title, tuple(line for line in lines if line.key not in CRITIC_KEYS))
+                 for chart_id, title, lines in CHARTS if chart_id not in CRITIC_CHARTS)
+
+
 VIEWS = (("charts", "Charts"), ("gpu", "GPU / offload"), ("timeline", "Timeline / log"))
 
 HELP = """\
@@ -107,7 +134,7 @@ class MonitorScreen(Screen[None]):
         yield ViewTabs(*VIEWS, id="view-tabs")
         with Grid(id="monitor-body"):
             with Grid(id="pane-charts", classes="pane -active"):
-                for chart_id, title, lines in CHARTS:
+                for chart_id, title, lines in charts_for(run_uses_critic(self.run_dir)):
                     yield MetricChart(title, lines, id=chart_id, classes="chart")
             with Vertical(id="pane-gpu", classes="pane"):
                 yield OffloadPanel(id="offload-panel")
