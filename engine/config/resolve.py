@@ -195,6 +195,8 @@ def _resolve_checkpoints(r: dict[str, Any]) -> None:
 
 
 def _resolve_batch(r: dict[str, Any]) -> None:
+    if r["max_prompt_len"] is None:  # the built-in rollout drops prompts past miles' limit
+        r["max_prompt_len"] = r["rollout_max_prompt_len"]
     if r["over_sampling_batch_size"] is None:
         r["over_sampling_batch_size"] = r["rollout_batch_size"]
     if r["log_probs_max_tokens_per_gpu"] is None:

@@ -283,12 +283,29 @@ def _data_source(e: dict, r: dict, s: set, out: Out) -> None:
         _issue(out, "error", "eval.interval_needs_data", ("eval_interval", "eval_prompt_data"),
                "--eval-interval is set but no eval datasets are given.",
                "set --eval-prompt-data NAME PATH or drop --eval-interval")
+    _chat_template_kwargs(r, out)
     ctx, prompt = r["rollout_max_context_len"], r["rollout_max_prompt_len"]
     if ctx is not None and prompt is not None and prompt > ctx - 1:
         _issue(out, "error", "rollout.prompt_exceeds_context",
                ("rollout_max_prompt_len", "rollout_max_context_len"),
                f"--rollout-max-prompt-len {prompt} must be <= --rollout-max-context-len - 1 "
                f"({ctx - 1}).", "lower --rollout-max-prompt-len")
+
+
+def _chat_template_kwargs(r: dict, out: Out) -> None:
+    import json
+
+    raw = r["apply_chat_template_kwargs"]
+    if raw in (None, ""):
+        return
+    try:
+        parsed = json.loads(raw)
+    except ValueError as err:
+        parsed = err
+    if not isinstance(parsed, dict):
+        _issue(out, "error", "data.chat_template_kwargs_json", ("apply_chat_template_kwargs",),
+               f"--apply-chat-template-kwargs must be a JSON object, got {raw!r}.",
+               """write it as JSON, e.g. '{"enable_thinking": false}'""")
 
 
 def _checkpoints(e: dict, r: dict, s: set, out: Out) -> None:

@@ -109,12 +109,12 @@ class PromptOptions:
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> PromptOptions:
         return cls(
-            input_key=args.get("input_key") or "input",
-            label_key=args.get("label_key"),
-            metadata_key=args.get("metadata_key") or "metadata",
+            input_key=args["input_key"],
+            label_key=args["label_key"],
+            metadata_key=args["metadata_key"],
             apply_chat_template=bool(args.get("apply_chat_template")),
             chat_template_kwargs=_parse_kwargs(args.get("apply_chat_template_kwargs")),
-            max_prompt_len=args.get("max_prompt_len") or args.get("rollout_max_prompt_len"),
+            max_prompt_len=args["max_prompt_len"],
         )
 
 

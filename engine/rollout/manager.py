@@ -65,7 +65,7 @@ class RolloutManager:
         self.eval_sets = self._load_eval_sets(options, notes)
         shape = ModelShape.from_args(self.args)
         self._check_vocab(shape.vocab_size)
-        self.backend, backend_note = pick_backend(self.args.get("rollout_backend") or "auto")
+        self.backend, backend_note = pick_backend(self.args["rollout_backend"])
         notes.append(backend_note)
         self.generator = build_generator(self.backend, shape, arch_for(shape), self.args)
         notes.extend(getattr(self.generator, "notes", []))  # e.g. SGLang engine start times
@@ -106,7 +106,7 @@ class RolloutManager:
             return str(self.args["prompt_data"]), str(hf_checkpoint)
         from engine.rollout.synthetic import DATA_FILE, prepare_synthetic_task
 
-        num = int(self.args.get("synthetic_num_prompts") or 256)
+        num = int(self.args["synthetic_num_prompts"])
         task_dir = prepare_synthetic_task(task, self._synthetic_dir(task, num), num,
                                           seed=self._rollout_seed())
         notes.append(f"synthetic task {task!r}: {num} prompts in {task_dir}")
@@ -139,8 +139,7 @@ class RolloutManager:
         return cache / f"{task}-{num}-{self._rollout_seed()}"
 
     def _rollout_seed(self) -> int:
-        seed = self.args.get("rollout_seed")
-        return 42 if seed is None else int(seed)
+        return int(self.args["rollout_seed"])
 
     def _check_rewards(self, prompts: Sequence[Prompt]) -> None:
         """Fail at init, not mid-run, on an unknown rm type (or a custom RM we cannot run)."""
@@ -161,7 +160,7 @@ class RolloutManager:
             return replace(self.reused_batch, metrics={})
         start = time.perf_counter()
         rbs = int(self.args["rollout_batch_size"])
-        n = int(self.args.get("n_samples_per_prompt") or 1)
+        n = int(self.args["n_samples_per_prompt"])
         prompts = self.source.prompts_at(rollout_id * rbs, rbs)
         samples = _expand(prompts, n)
         outs = self.generator.generate([p.token_ids for p in prompts], n_samples=n,
@@ -226,11 +225,10 @@ class RolloutManager:
     def _sampling_params(self, rollout_id: int) -> dict[str, Any]:
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
-        temperature = self.args.get("rollout_temperature")
         return {
-            "temperature": 1.0 if temperature is None else float(temperature),
-            "top_p": float(self.args.get("rollout_top_p") or 1.0),
-            "top_k": int(self.args.get("rollout_top_k") or -1),
+            "temperature": float(self.args["rollout_temperature"]),
+            "top_p": float(self.args["rollout_top_p"]),
+            "top_k": int(self.args["rollout_top_k"]),
             "max_new_tokens": int(self.args["rollout_max_response_len"]),
             "eos_token_id": eos,
             "pad_token_id": pad if pad is not None else (eos if eos is not None else 0),

@@ -46,6 +46,8 @@ def test_base_is_clean() -> None:
 # (code, changes that trip it, changes that pass it)
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("value.bad_type", {"lr": "abc"}, {"lr": 1e-3}),
+    ("data.chat_template_kwargs_json", {"apply_chat_template_kwargs": "{enable_thinking: 0}"},
+     {"apply_chat_template_kwargs": '{"enable_thinking": false}'}),
     ("config.unknown_key", {"not_a_flag": 1}, {}),
     ("value.not_positive", {"rollout_batch_size": 0}, {"rollout_batch_size": 16}),
     ("value.negative", {"lr": -1.0}, {"lr": 0.0}),
