@@ -293,3 +293,25 @@ async def test_launch_refuses_missing_inputs_before_anything_starts() -> None:
         await pilot.pause()
         assert app.screen is screen  # no confirm dialog, nothing prepared or started
         assert any("/nope/data.jsonl" in str(n.message) for n in app._notifications)
+
+
+async def test_the_launch_dialog_can_submit_to_a_ray_cluster(tui_env: Path, monkeypatch) -> None:
+    import engine.jobs as jobs
+
+    submitted: list[tuple[Path, str, str]] = []
+
+    def fake_submit(rundir, preset_name, address, env=None):
+        submitted.append((rundir.path, preset_name, address))
+        return None
+
+    monkeypatch.setattr(jobs, "submit", fake_submit)
+    app = PPODeckApp(preset="tui-ppo")
+    async with app.run_test(size=SIZE) as pilot:
+        await open_editor(pilot)
+        await pilot.press("ctrl+l")
+        await wait_until(pilot, lambda: app.screen.id == "confirm-launch")
+        app.screen.query_one("#submit-address", Input).value = "http://head:8265"
+        await pilot.click("#confirm")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "MonitorScreen")
+        assert [(p.parent, name, url) for p, name, url in submitted] == [
+            (tui_env / "runs", "tui-ppo", "http://head:8265")]

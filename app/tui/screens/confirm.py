@@ -1,4 +1,5 @@
-"""Modal dialogs: confirm launch (argv + run directory), confirm stop, save as preset, export."""
+"""Modal dialogs: confirm launch (argv + run directory, run here or submit to a Ray cluster),
+confirm stop, save as preset, export."""
 
 from __future__ import annotations
 
@@ -42,11 +43,50 @@ class ConfirmDialog(ModalScreen[bool]):
 
     @on(Button.Pressed, "#confirm")
     def action_confirm(self) -> None:
-        self.dismiss(True)
+        self.dismiss(self.confirmed_result())
+
+    def confirmed_result(self) -> bool:
+        return True
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
         self.dismiss(False)
+
+
+@dataclass(frozen=True)
+class LaunchChoice:
+    """What the launch dialog decided: run here (submit "") or submit to a Ray cluster."""
+
+    submit: str = ""
+
+
+class LaunchDialog(ConfirmDialog):
+    """Confirm a launch, with the choice to submit it to a Ray cluster as a Ray job instead
+    (the dashboard address; `ppodeck run --submit` does the same). Dismisses a LaunchChoice,
+    or False on cancel."""
+
+    DEFAULT_CSS = "LaunchDialog #submit-address { width: 1fr; }"
+
+    def __init__(self, title: str, body: RenderableType,
+                 dialog_id: str = "confirm-launch") -> None:
+        super().__init__(title, body, "Launch", "success", dialog_id=dialog_id)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.title_text, classes="dialog-title")
+            with VerticalScroll(classes="dialog-body"):
+                yield Static(self.body, id="dialog-text")
+            with Horizontal(classes="dialog-buttons"):
+                # one row with the buttons: the dialog keeps its height on small terminals
+                yield Input("", placeholder="empty: run here; or submit to a Ray cluster: "
+                            "http://HEAD:8265", id="submit-address",
+                            tooltip="Ray Jobs: the cluster's dashboard address. Auth headers "
+                                    "come from $PPODECK_RAY_JOB_HEADERS (JSON).")
+                yield Button("Cancel", id="cancel")
+                yield Button(self.confirm_label, id="confirm", variant="success")
+
+    def confirmed_result(self) -> LaunchChoice:  # type: ignore[override]
+        return LaunchChoice(submit=self.query_one("#submit-address", Input).value.strip())
 
 
 @dataclass(frozen=True)

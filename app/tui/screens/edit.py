@@ -23,7 +23,12 @@ from textual.widgets import Button, Collapsible, Footer, Input, Static
 from app.tui import drafts
 from app.tui.errors import guard
 from app.tui.messages import LaunchFailed, RunLaunched
-from app.tui.screens.confirm import ConfirmDialog, FieldSpec, FormDialog
+from app.tui.screens.confirm import (
+    FieldSpec,
+    FormDialog,
+    LaunchChoice,
+    LaunchDialog,
+)
 from app.tui.widgets.command_preview import CommandPreview, format_argv
 from app.tui.widgets.derived_panel import DerivedPanel
 from app.tui.widgets.flag_field import FieldIssue, FlagField
@@ -557,21 +562,27 @@ class EditScreen(Screen[None]):
         if code:  # confirming is the explicit consent to run it
             body.append("\n\nThis run will execute code named by the config:\n", "bold red")
             body.append("\n".join(f"  {flag} {value}" for flag, value in code))
-        self.app.push_screen(ConfirmDialog("Launch run", body, "Launch", "success",
-                                           dialog_id="confirm-launch"), self._launch_confirmed)
+        self.app.push_screen(LaunchDialog("Launch run", body), self._launch_confirmed)
 
-    def _launch_confirmed(self, confirmed: bool | None) -> None:
-        if confirmed:
+    def _launch_confirmed(self, choice: LaunchChoice | bool | None) -> None:
+        if isinstance(choice, LaunchChoice):
             self._flush_draft()
-            self.launch_worker(self.config, self.preset_name)
+            self.launch_worker(self.config, self.preset_name, choice.submit)
 
     @work(thread=True, exclusive=True, group="launch", exit_on_error=False)
-    def launch_worker(self, config: RunConfig, preset_name: str) -> None:
+    def launch_worker(self, config: RunConfig, preset_name: str, submit: str = "") -> None:
         from engine.launch import prepare_run, secret_env, start_driver
 
         try:
             rundir = prepare_run(config, preset_name)
-            popen = start_driver(rundir, env=secret_env(config))
+            if submit:  # a Ray job; the returned process mirrors it into the run directory
+                from engine.jobs import forwarded_env
+                from engine.jobs import submit as submit_job
+
+                popen = submit_job(rundir, preset_name, submit,
+                                   {**forwarded_env(), **secret_env(config)})
+            else:
+                popen = start_driver(rundir, env=secret_env(config))
         except Exception as exc:  # LaunchError, OSError...: a sentence, never a traceback
             self.post_message(LaunchFailed(str(exc) or repr(exc)))
             return
