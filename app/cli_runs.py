@@ -84,6 +84,18 @@ def _find(run_name: str) -> RunDir:
         _fail(str(exc), EXIT_USAGE)
 
 
+def _revive_follower(rundir: RunDir) -> None:
+    """A submitted run mirrors its Ray job through a local follower; restart it if it died."""
+    from engine.jobs import JobError, revive_follower
+
+    try:
+        if revive_follower(rundir):
+            _err(f"run {rundir.id} is a Ray job whose local follower had stopped; "
+                 "following it again (the whole job log is read first)")
+    except (JobError, OSError) as exc:
+        _err(f"run {rundir.id}: could not follow its Ray job again: {exc}")
+
+
 def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
     close = difflib.get_close_matches(word, candidates, n=1)
     return f"; did you mean {close[0]}?" if close else ""
@@ -588,6 +600,7 @@ def tail(
             _fail(f"--kind {kind}: unknown event kind{_did_you_mean(kind, EVENT_KINDS)} "
                   f"(kinds: {', '.join(EVENT_KINDS)})", EXIT_USAGE)
     rundir = _find(run_name)
+    _revive_follower(rundir)
     show = _printer(as_json, set(kinds or ()))
     if follow_:
         raise typer.Exit(_tail_follow(rundir, show))
@@ -747,6 +760,7 @@ def attach(run_name: RunArg) -> None:
         ppodeck attach 250101-120000-tiny-cpu
     """
     rundir = _find(run_name)
+    _revive_follower(rundir)
     try:
         from app.tui.app import run_tui
     except ImportError as exc:

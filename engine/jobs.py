@@ -136,6 +136,16 @@ def start_follower(rundir: RunDir) -> subprocess.Popen[bytes]:
     return popen
 
 
+def revive_follower(rundir: RunDir) -> bool:
+    """A submitted run whose follower died (reboot, kill) while the job may still run: start a
+    new one; it reads the whole job log first, so no event is lost or doubled."""
+    status = read_status(rundir)
+    if not status.get("job") or status.get("state") != "lost":
+        return False
+    start_follower(rundir)
+    return True
+
+
 def stop(rundir: RunDir, status: Mapping[str, Any]) -> str:
     """`ppodeck stop` for a submitted run: the Jobs API stops it (Ray signals the driver)."""
     job = status["job"]

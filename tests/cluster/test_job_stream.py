@@ -89,3 +89,14 @@ def test_entrypoint_and_environment_forwarding():
     env = jobs.forwarded_env({"PPODECK_FUSED": "0", "PPODECK_RUNS_DIR": "/r", "HOME": "/h",
                               jobs.HEADERS_ENV: "{}", "HF_HUB_OFFLINE": "1"})
     assert env == {"PPODECK_FUSED": "0", "HF_HUB_OFFLINE": "1"}
+
+
+def test_a_dead_follower_of_an_active_job_is_started_again(tmp_path, monkeypatch):
+    rundir = RunDir(tmp_path / "run")
+    rundir.path.mkdir()
+    started: list[RunDir] = []
+    monkeypatch.setattr(jobs, "start_follower", started.append)
+    write_status(rundir, state="running", pid=2**22 + 12345, job={"address": "http://h:8265"})
+    assert jobs.revive_follower(rundir) and started == [rundir]
+    write_status(rundir, state="succeeded")
+    assert not jobs.revive_follower(rundir) and len(started) == 1
