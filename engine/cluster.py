@@ -119,16 +119,9 @@ def check_capacity(num_bundles: int, use_gpu: bool, joined: str | None) -> None:
 
 
 def bundle_layout(args: dict[str, Any]) -> tuple[int, int]:
-    """(total bundles, rollout offset), miles' `_get_placement_group_layout`."""
-    actor_gpus = args["actor_num_nodes"] * args["actor_num_gpus_per_node"]
-    rollout_gpus = args.get("rollout_num_gpus") or actor_gpus
-    if args.get("debug_train_only"):
-        return actor_gpus, 0
-    if args.get("debug_rollout_only"):
-        return rollout_gpus, 0
-    if args.get("colocate"):
-        return max(actor_gpus, rollout_gpus), 0
-    return actor_gpus + rollout_gpus, actor_gpus
+    """(total bundles, rollout offset): miles' `_get_placement_group_layout`, computed once by
+    engine.config.resolve (check() refuses a layout without them)."""
+    return int(args["placement_bundles"]), int(args["rollout_bundle_offset"])
 
 
 @dataclass(frozen=True)

@@ -108,10 +108,7 @@ def derive_resolved(r: Mapping[str, Any]) -> Derived:
     samples = rbs * n if _positive(rbs, n) else None
     steps = samples // gbs if samples is not None and _positive(gbs) else None
     trimmed = samples % gbs if steps is not None else None
-    num_rollout = r["num_rollout"]
-    total_iters = (num_rollout * samples // gbs
-                   if steps is not None and type(num_rollout) is int and num_rollout >= 0
-                   else None)
+    total_iters = r["train_iters"] if steps is not None else None
     params = count_params(r)
     return Derived(
         world_size=world,
@@ -130,18 +127,8 @@ def derive_resolved(r: Mapping[str, Any]) -> Derived:
 
 
 def gpus_needed(r: Mapping[str, Any]) -> int | None:
-    """Placement-group bundles, as miles' _get_placement_group_layout (the critic adds none)."""
-    actor = r["world_size"]
-    rollout = r["rollout_num_gpus"]
-    if r["debug_train_only"]:
-        return actor
-    if rollout is None:
-        return None
-    if r["debug_rollout_only"]:
-        return rollout
-    if r["colocate"]:
-        return max(actor, rollout)
-    return actor + rollout
+    """Placement-group bundles of one GPU each (resolve(): miles' layout)."""
+    return r["placement_bundles"]
 
 
 def count_params(r: Mapping[str, Any]) -> int | None:

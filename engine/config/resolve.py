@@ -111,7 +111,7 @@ def resolve(config: RunConfig) -> dict[str, Any]:
     Extra keys beyond the schema dests: use_critic, with_ref, world_size, dp_size,
     model_parallel_size, rollout_engines, resume, critic_resume, load_requested, bf16,
     sglang_tp_size, compute_advantages_and_returns, rewards_normalization,
-    grpo_std_normalization, train_iters.
+    grpo_std_normalization, train_iters, placement_bundles, rollout_bundle_offset, ...
     """
     valid, _, _ = split_values(config)
     return resolve_values(valid)
@@ -150,6 +150,22 @@ def _resolve_placement(r: dict[str, Any]) -> None:
     gpus = r["rollout_num_gpus"]
     r["rollout_engines"] = gpus // per_engine if gpus is not None and per_engine > 0 else None
     r["sglang_tp_size"] = per_engine
+    r["placement_bundles"], r["rollout_bundle_offset"] = _bundle_layout(r)
+
+
+def _bundle_layout(r: dict[str, Any]) -> tuple[int | None, int]:
+    """(bundles of 1 GPU, index of the first rollout bundle): miles'
+    `_get_placement_group_layout`. The critic sits on the actor's bundles and adds none."""
+    actor, rollout = r["world_size"], r["rollout_num_gpus"]
+    if r["debug_train_only"]:
+        return actor, 0
+    if rollout is None:
+        return None, 0  # check() reports rollout.num_gpus_required
+    if r["debug_rollout_only"]:
+        return rollout, 0
+    if r["colocate"]:
+        return max(actor, rollout), 0
+    return actor + rollout, actor
 
 
 def _resolve_offload(r: dict[str, Any]) -> None:

@@ -193,9 +193,10 @@ def _why_hf(m: Machine) -> str:
 
 
 def _gpu_count(r: dict, m: Machine, out: Out) -> None:
-    world = r["world_size"]
-    rollout = 0 if r["colocate"] or r["debug_train_only"] else (r["rollout_num_gpus"] or 0)
-    needed = world + rollout
+    world, needed = r["world_size"], r["placement_bundles"]
+    if needed is None:
+        return  # no rollout GPUs: rollout.num_gpus_required
+    rollout = needed - world if needed > world else 0
     if not m.cuda:
         if world > 1:
             _issue(out, "info", "engine.cpu_ranks", ("actor_num_gpus_per_node",),

@@ -252,12 +252,7 @@ class RolloutManager:
         """miles drops the tail so every optimizer step gets a full global batch."""
         if self.args.get("disable_rollout_trim_samples"):
             return total
-        gbs = self.args.get("global_batch_size")
-        steps = self.args.get("num_steps_per_rollout")
-        if not gbs and steps:
-            gbs = total // int(steps)
-        if not gbs:
-            return total
+        gbs = self.args["global_batch_size"]  # resolve(): also from --num-steps-per-rollout
         keep = total // int(gbs) * int(gbs)
         if keep == 0:
             raise ValueError(f"a rollout has {total} samples, fewer than --global-batch-size "

@@ -111,7 +111,7 @@ def test_rewards_follow_the_reward_function(manager: RolloutManager) -> None:
 
 
 def test_update_weights_changes_generation_and_reports_bytes(tmp_path: Path) -> None:
-    mgr = RolloutManager(tiny_args(tmp_path, rollout_batch_size=4, global_batch_size=None))
+    mgr = RolloutManager(tiny_args(tmp_path, rollout_batch_size=4, global_batch_size=16))
     mgr.init()
     before = mgr.generate(0)
     model = mgr.generator.model
