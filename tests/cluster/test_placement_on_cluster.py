@@ -46,13 +46,13 @@ def fits(ray, placement: cluster.Placement, slot: int, **resources: float) -> bo
 KEEP: list = []  # handles kept alive: Ray ends an actor once no handle refers to it
 
 
-def place_roles(args: dict, placement: cluster.Placement) -> tuple[list[dict], list[dict]]:
-    actor = cluster.TrainGroup("actor", PlacementProbe, args, placement, cluster.ACTOR_SHARE,
-                               use_gpu=True, private=False)
-    critic = cluster.TrainGroup("critic", PlacementProbe, args, placement, cluster.CRITIC_SHARE,
-                                use_gpu=True, private=False)
-    KEEP.extend([actor, critic])
-    return actor.call("where"), critic.call("where")
+def place_roles(args: dict, placement: cluster.Placement,
+                roles: tuple[str, ...] = ("actor", "critic")) -> list[list[dict]]:
+    shares = {"actor": cluster.ACTOR_SHARE, "critic": cluster.CRITIC_SHARE}
+    groups = [cluster.TrainGroup(role, PlacementProbe, args, placement, shares[role],
+                                 use_gpu=True, private=False) for role in roles]
+    KEEP.extend(groups)
+    return [group.call("where") for group in groups]
 
 
 def start_engines(ray, args: dict, placement: cluster.Placement) -> list[dict]:
@@ -115,7 +115,7 @@ def test_disaggregated_two_gpu_engine_spans_neighbour_bundles(joined, ray_cluste
     placement = cluster.create_placement_group(total, use_gpu=True)
     try:
         slots = placement.slots
-        place_roles(args, placement)
+        place_roles(args, placement, ("actor",))  # the critic shares these bundles only
         (engine,) = start_engines(joined, args, placement)
         first = slots[offset]
         # miles: the engine holds 0.2 of its first bundle and sees the node's GPUs (Ray does
@@ -139,10 +139,10 @@ def test_a_cluster_too_small_is_refused_with_both_numbers(joined, ray_cluster):
 def test_an_unschedulable_worker_is_named_after_a_timeout(joined, monkeypatch):
     args = {"actor_num_nodes": 1, "actor_num_gpus_per_node": 1}
     placement = cluster.create_placement_group(1, use_gpu=True)
-    monkeypatch.setattr(cluster, "READY_TIMEOUT_S", 2.0)
     try:
         KEEP.append(cluster.TrainGroup("actor", PlacementProbe, args, placement, 0.6, True,
                                        False))
+        monkeypatch.setattr(cluster, "READY_TIMEOUT_S", 2.0)  # the first one started in time
         with pytest.raises(cluster.WorkerFailure, match=r"critic rank 0 failed: not started "
                                                         r"within 2 s: it asks 0.6 CPU and 0.6"):
             cluster.TrainGroup("critic", PlacementProbe, args, placement, 0.6, True, False)
