@@ -1,23 +1,23 @@
 """The `sglang` rollout backend: SGLang engines generate, the actor's HF weights are pushed in.
 
-NEVER RUN AGAINST A REAL SGLANG (sglang cannot be installed on any machine this project has:
-it pins torch 2.14 + CUDA and its kernels are too large to carry). What HAS run is every line
-here against a fake SGLang HTTP server that implements the documented request and response
-JSON (tests/rollout/test_sglang_backend.py), and the NCCL-group broadcaster over gloo on CPU.
-Never exercised against the real thing, so first suspects when it meets one:
-  1. `sglang.Engine(**engine_kwargs(...))`: the server-arg names (`skip_tokenizer_init`,
-     `load_format="dummy"`, `enable_memory_saver`, `base_gpu_id`, `random_seed`, `context_length`,
-     `max_running_requests`) are SGLang's ServerArgs fields as documented; versions rename things.
-  2. `sampling_seed` in sampling params (per-request seed; SGLang >= 0.5.x). Set
-     PPODECK_SGLANG_SAMPLING_SEED=0 to leave it out if an engine rejects it.
-  3. Weight push: `Engine.update_weights_from_tensor` with CPU tensors (SGLang's own test does
-     this); over HTTP, tensors are serialized with SGLang's MultiprocessingSerializer (CUDA IPC
-     for CUDA tensors, base64 for JSON) - this only works on the same host.
-  4. `release_memory_occupation` / `resume_memory_occupation` need `enable_memory_saver=True`
-     (and the torch_memory_saver package) at engine start.
-  5. Engines as Ray actors with 0.2 GPU when colocated (miles' layout); the rollout manager
-     then holds no GPU share itself (engine/roles.py: `uses_sglang`).
-  6. The NCCL weight broadcast (`DistributedWeightSync`) against SGLang's receiving side.
+What ran against a real sglang 0.5.17 (one H200, torch 2.11, the stripped wheel set of
+bench/make_sglang_wheels.sh; tests/gpu/test_sglang_gpu.py, bench/gpu_bench.py --only sglang,
+`ppodeck run qwen3-0.6b-ppo-1gpu --set rollout-backend=sglang`):
+  - `sglang.Engine(**engine_kwargs(...))` inside a Ray actor colocated with the actor and
+    critic (0.2 GPU), every keyword a ServerArgs field (tests/rollout keeps the field list);
+    triton attention (the wheel set strips FA3, SGLang's Hopper default);
+  - generate with log-probs; greedy tokens reproduce the reference model's up to bf16 ties;
+  - the colocated weight push: CUDA IPC handles of one flattened bucket
+    (weight_transfer.pack_cuda_ipc -> update_weights_from_tensor(load_format=
+    "flattened_bucket")): 1.19 GB in 0.02 s;
+  - release/resume of weights, KV cache and CUDA graphs (126 GiB freed, NVML), with miles'
+    order on resume (weights, push, then KV cache and graphs), and flush_cache's result.
+Not run: the HTTP client against a real server, TP > 1 engines, several engines, the NCCL
+`DistributedWeightSync` against SGLang's receiving side, a full 6-rollout PPO run after the
+resume-order fix (it ran two rollouts before it, and was cut by a timeout after it).
+Sampling seeds: SGLang 0.5.17 uses a request's `sampling_seed` only with
+--enable-deterministic-inference; without it sampling is not reproducible per seed (greedy
+is). PPODECK_SGLANG_SAMPLING_SEED=0 leaves the field out.
 
 Log-probs: SGLang returns log-probs of the sampling distribution after temperature (before
 top-p/top-k renormalization) unless SGLANG_RETURN_ORIGINAL_LOGPROB is set; with top_p=1 and
@@ -45,6 +45,7 @@ from typing import Any, Protocol
 import torch
 
 from engine.rollout.types import GenOut
+from engine.rollout.weight_transfer import IpcWeights
 
 NamedTensors = list[tuple[str, torch.Tensor]]
 # miles: actor 0.4 + critic 0.4 + one SGLang engine 0.2 of each colocated GPU
@@ -70,6 +71,16 @@ class SGLangUnavailable(ValueError):
 def sglang_importable() -> bool:
     """Whether `import sglang` could work, without importing it (that takes seconds)."""
     return importlib.util.find_spec("sglang") is not None
+
+
+def host_has_gpu() -> bool:
+    """A CUDA GPU on this host, also from a process Ray gave no GPU share (the rollout manager
+    of SGLang engines sees CUDA_VISIBLE_DEVICES=""): NVML ignores that variable."""
+    if torch.cuda.is_available():
+        return True
+    from engine.telemetry import nvml_devices
+
+    return bool(nvml_devices())
 
 
 def select_backend(requested: str, has_cuda: bool, sglang_importable: bool) -> tuple[str, str]:
@@ -218,27 +229,47 @@ class EngineLike(Protocol):
     def shutdown(self) -> None: ...
 
 
-def engine_kwargs(args: Mapping[str, Any], model_path: str, *, random_weights: bool,
-                  base_gpu_id: int | None = 0, rank: int = 0) -> dict[str, Any]:
-    """sglang.Engine(**kwargs) (= ServerArgs fields) for one rollout engine.
+def attention_backend() -> str:
+    """SGLang's Hopper default (fa3) lives in sglang-kernel's FA3 library, which the carried
+    wheel set strips (342 MB); triton needs no JIT. PPODECK_SGLANG_ATTENTION overrides
+    (flashinfer is ~10% faster but JIT-compiles with nvcc for ~2 minutes on first use)."""
+    return os.environ.get("PPODECK_SGLANG_ATTENTION", "triton")
 
-    base_gpu_id None: the engine actor asks Ray which GPU it got (multi-GPU engines).
+
+def decode_batch_per_engine(args: Mapping[str, Any], num_engines: int) -> int:
+    """The largest decode batch one engine sees in a rollout: CUDA graphs are captured up to
+    it (SGLang's default list goes far beyond, and its capture dominates the start time)."""
+    rows = int(args["rollout_batch_size"]) * int(args["n_samples_per_prompt"])
+    return max(1, -(-rows // max(1, num_engines)))
+
+
+def engine_kwargs(args: Mapping[str, Any], model_path: str, *, random_weights: bool,
+                  base_gpu_id: int | None = 0, rank: int = 0,
+                  num_engines: int = 1) -> dict[str, Any]:
+    """sglang.Engine(**kwargs) (= sglang 0.5.17 ServerArgs fields) for one rollout engine.
+
+    Reads the resolved args as they are (seed 0 stays 0). base_gpu_id None: the engine actor
+    asks Ray which GPU it got (multi-GPU engines).
     """
     kwargs: dict[str, Any] = {
         "model_path": model_path,
-        "tp_size": int(args.get("rollout_num_gpus_per_engine") or 1),
+        "tp_size": int(args["rollout_num_gpus_per_engine"]),
         "base_gpu_id": base_gpu_id,
-        "random_seed": int(args.get("seed") or 1234) + rank,
-        "dtype": "bfloat16" if args.get("bf16") else "auto",
+        "random_seed": int(args["seed"]) + rank,
+        "dtype": "bfloat16" if args["bf16"] else "auto",
         # we send token ids and read token ids: no tokenizer process needed
         "skip_tokenizer_init": True,
         # release/resume_memory_occupation need it (torch_memory_saver)
-        "enable_memory_saver": bool(args.get("offload_rollout")),
+        "enable_memory_saver": bool(args["offload_rollout"]),
+        "attention_backend": attention_backend(),
+        # flashinfer's sampling kernels JIT-compile on first use and refuse a sampling seed
+        "sampling_backend": "pytorch",
+        "cuda_graph_max_bs_decode": decode_batch_per_engine(args, num_engines),
         "log_level": "error",
     }
-    if args.get("sglang_mem_fraction_static") is not None:
+    if args["sglang_mem_fraction_static"] is not None:
         kwargs["mem_fraction_static"] = float(args["sglang_mem_fraction_static"])
-    if args.get("sglang_max_running_requests") is not None:
+    if args["sglang_max_running_requests"] is not None:
         kwargs["max_running_requests"] = int(args["sglang_max_running_requests"])
     if args.get("rollout_max_context_len"):
         kwargs["context_length"] = int(args["rollout_max_context_len"])
@@ -257,9 +288,20 @@ class SGLangEngineActor:
         kwargs = dict(engine_kwargs)
         if kwargs.get("base_gpu_id") is None:
             kwargs["base_gpu_id"] = _ray_base_gpu_id()
+        start = time.perf_counter()
         import sglang  # the only place sglang is imported
 
+        imported = time.perf_counter()
         self.engine = sglang.Engine(**kwargs)
+        self.start_info = {"import_seconds": imported - start,
+                           "start_seconds": time.perf_counter() - imported,
+                           "attention_backend": kwargs.get("attention_backend"),
+                           "cuda_graph_max_bs_decode": kwargs.get("cuda_graph_max_bs_decode"),
+                           "nvml_used_bytes": nvml_used_bytes()}
+
+    def ready(self) -> dict[str, Any]:
+        """How long the engine took to start, and NVML's used bytes just after."""
+        return dict(self.start_info)
 
     def generate(self, input_ids: list[list[int]], sampling_params: list[dict[str, Any]],
                  return_logprob: bool = True) -> list[dict[str, Any]]:
@@ -267,9 +309,11 @@ class SGLangEngineActor:
                                    return_logprob=return_logprob)
         return out if isinstance(out, list) else [out]
 
-    def update_weights_from_tensor(self, named_tensors: NamedTensors,
+    def update_weights_from_tensor(self, named_tensors: NamedTensors | list[str],
                                    load_format: str | None = None,
                                    flush_cache: bool = True) -> Any:  # noqa: ANN401
+        """Named tensors, or with load_format "flattened_bucket" one serialized flattened
+        bucket per TP rank (CUDA IPC handles: no weight bytes pass through this process)."""
         return _check_result("update_weights_from_tensor", self.engine.update_weights_from_tensor(
             named_tensors, load_format=load_format, flush_cache=flush_cache))
 
@@ -286,14 +330,20 @@ class SGLangEngineActor:
                              self.engine.update_weights_from_distributed(
                                  names, dtypes, shapes, group_name, flush_cache=flush_cache))
 
-    def release_memory_occupation(self, tags: list[str] | None = None) -> Any:  # noqa: ANN401
-        return self.engine.release_memory_occupation(tags=tags)
+    def release_memory_occupation(self, tags: list[str] | None = None) -> dict[str, Any]:
+        return self._measured(lambda: self.engine.release_memory_occupation(tags=tags))
 
-    def resume_memory_occupation(self, tags: list[str] | None = None) -> Any:  # noqa: ANN401
-        return self.engine.resume_memory_occupation(tags=tags)
+    def resume_memory_occupation(self, tags: list[str] | None = None) -> dict[str, Any]:
+        return self._measured(lambda: self.engine.resume_memory_occupation(tags=tags))
+
+    def _measured(self, call: Callable[[], Any]) -> dict[str, Any]:
+        """NVML's used bytes around the call: what SGLang really frees or takes back."""
+        before = nvml_used_bytes()
+        call()
+        return {"nvml_before_bytes": before, "nvml_after_bytes": nvml_used_bytes()}
 
     def flush_cache(self) -> Any:  # noqa: ANN401
-        return self.engine.flush_cache()
+        return _check_result("flush_cache", self.engine.flush_cache())
 
     def shutdown(self) -> None:
         engine, self.engine = getattr(self, "engine", None), None
@@ -362,8 +412,10 @@ class SGLangHTTPClient:
     def update_weights_from_tensor(self, named_tensors: NamedTensors,
                                    load_format: str | None = None,
                                    flush_cache: bool = True) -> Any:  # noqa: ANN401
-        # one payload per TP rank of the engine, as sglang.Engine does itself
-        serialized = [self.serializer(named_tensors) for _ in range(self.tp_size)]
+        # one payload per TP rank of the engine, as sglang.Engine does itself; a flattened
+        # bucket arrives serialized already (CUDA IPC handles, one payload per rank)
+        serialized = (list(named_tensors) if load_format == "flattened_bucket"
+                      else [self.serializer(named_tensors) for _ in range(self.tp_size)])
         return self._request("POST", "update_weights_from_tensor", {
             "serialized_named_tensors": serialized, "load_format": load_format,
             "flush_cache": flush_cache})
@@ -392,20 +444,35 @@ class SGLangHTTPClient:
     def flush_cache(self) -> Any:  # noqa: ANN401
         return self._request("POST", "flush_cache")
 
+    def ready(self) -> dict[str, Any]:
+        return {}  # the server's owner started it; nothing measured here
+
     def shutdown(self) -> None:
         self.session.close()  # the server's lifetime is its owner's business
 
 
 def _check_result(what: str, result: Any) -> Any:  # noqa: ANN401
-    """SGLang answers {"success": bool, "message": str} (or a (success, message) tuple)."""
+    """SGLang answers {"success": bool, "message": str}, a (success, message) tuple, or (the
+    Engine's flush_cache) an object with `success` and `message` attributes."""
     success, message = None, ""
     if isinstance(result, Mapping) and "success" in result:
         success, message = result["success"], result.get("message", "")
     elif isinstance(result, tuple) and len(result) >= 2 and isinstance(result[0], bool):
         success, message = result[0], result[1]
+    elif isinstance(getattr(result, "success", None), bool):
+        success, message = result.success, getattr(result, "message", "")
     if success is False:
         raise SGLangError(f"SGLang {what} failed: {message}")
     return result
+
+
+def nvml_used_bytes() -> int | None:
+    """NVML's used bytes summed over every GPU of the host (NVML ignores CUDA_VISIBLE_DEVICES):
+    while the engine releases or resumes, nothing else on them moves."""
+    from engine.telemetry import nvml_devices
+
+    devices = nvml_devices()
+    return None if devices is None else sum(d["used_bytes"] for d in devices)
 
 
 def _ray_base_gpu_id() -> int:
@@ -491,11 +558,15 @@ class SGLangGenerator:
                                 or DEFAULT_BUCKET_BYTES)
         if engines is None:
             # fail here, naming the flag, rather than deep inside an engine start
-            select_backend("sglang", torch.cuda.is_available(), sglang_importable())
+            select_backend("sglang", host_has_gpu(), sglang_importable())
         self.engines: list[EngineLike] = (list(engines) if engines is not None
                                           else start_engines(shape, arch, self.args, self.layout))
         self._pool = futures.ThreadPoolExecutor(max_workers=max(1, len(self.engines)),
                                                 thread_name_prefix="sglang")
+        self._deferred: list[str] = []  # tags resumed after the next push (see onload)
+        self.resumed_after_push: list[Any] = []
+        self.start_info = self._each(lambda e: e.ready())
+        self.notes = [start_note(i, info) for i, info in enumerate(self.start_info) if info]
 
     def _each(self, fn: Callable[[EngineLike], Any]) -> list[Any]:
         """Run `fn` on every engine at once; the first error wins."""
@@ -523,34 +594,57 @@ class SGLangGenerator:
         return to_gen_outs(results, eos_token_id, max_new_tokens)
 
     # ---- weights ------------------------------------------------------------------------
-    def load_weights(self, hf_state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Push HF-named tensors (engine/train/convert.py names) into every engine."""
+    def load_weights(self, hf_state_dict: Mapping[str, torch.Tensor] | IpcWeights) -> int:
+        """Push HF-named tensors (engine/train/convert.py names) into every engine; CUDA IPC
+        handles of the actor's flattened bucket (colocated) go to the engine as they are."""
+        if isinstance(hf_state_dict, IpcWeights):
+            payloads = [hf_state_dict.payload] * self.layout.tp_size
+            self._each(lambda e: e.update_weights_from_tensor(payloads, "flattened_bucket", True))
+            self._resume_deferred()
+            return hf_state_dict.nbytes
         named = [(name, t.detach().contiguous()) for name, t in hf_state_dict.items()]
         buckets = list(iter_buckets(named, self.bucket_bytes))
         for i, bucket in enumerate(buckets):
             last = i == len(buckets) - 1  # flush the prefix cache once, after the last bucket
             self._each(lambda e, b=bucket, f=last: e.update_weights_from_tensor(b, None, f))
+        self._resume_deferred()
         return sum(t.numel() * t.element_size() for _, t in named)
 
     # ---- memory -------------------------------------------------------------------------
     def offload(self) -> dict[str, Any]:
         """Release weights / KV cache / CUDA graphs before training (--offload-rollout)."""
-        if not self.args.get("offload_rollout"):
+        if not self.args["offload_rollout"]:
             return _noop_report("gpu")
         start = time.perf_counter()
-        self._each(lambda e: e.release_memory_occupation(self.offload_tags))
-        return {"noop": False, "bytes": 0, "seconds": time.perf_counter() - start,
-                "gbps": None, "where": "cpu", "tags": list(self.offload_tags)}
+        reports = self._each(lambda e: e.release_memory_occupation(self.offload_tags))
+        return memory_report(reports, time.perf_counter() - start, self.offload_tags,
+                             released=True)
 
     def onload(self) -> dict[str, Any]:
-        """Resume what offload released, then flush the (now stale) prefix cache."""
-        if not self.args.get("offload_rollout"):
+        """Resume what offload released, then flush the (now stale) prefix cache.
+
+        miles' order when the weights were released too: only the weights come back here; the
+        KV cache and CUDA graphs come back after the next push (load_weights), so the actor,
+        which wakes up to export its weights, never meets a full KV cache on its GPU (it did:
+        an OOM on the H200 with SGLang's default --sglang-mem-fraction-static)."""
+        if not self.args["offload_rollout"]:
             return _noop_report("gpu")
         start = time.perf_counter()
-        self._each(lambda e: e.resume_memory_occupation(self.offload_tags))
-        self._each(lambda e: e.flush_cache())
-        return {"noop": False, "bytes": 0, "seconds": time.perf_counter() - start,
-                "gbps": None, "where": "gpu", "tags": list(self.offload_tags)}
+        now = [TAG_WEIGHTS] if TAG_WEIGHTS in self.offload_tags else list(self.offload_tags)
+        self._deferred = [t for t in self.offload_tags if t not in now]
+        reports = self._each(lambda e: e.resume_memory_occupation(now))
+        if not self._deferred:
+            self._each(lambda e: e.flush_cache())
+        report = memory_report(reports, time.perf_counter() - start, now, released=False)
+        report["deferred_tags"] = list(self._deferred)
+        return report
+
+    def _resume_deferred(self) -> None:
+        """The KV cache and CUDA graphs, after the weights are in (see onload)."""
+        tags, self._deferred = self._deferred, []
+        if tags:
+            self.resumed_after_push = self._each(lambda e: e.resume_memory_occupation(tags))
+            self._each(lambda e: e.flush_cache())
 
     def shutdown(self) -> None:
         for engine in self.engines:
@@ -559,6 +653,32 @@ class SGLangGenerator:
             except Exception:  # noqa: BLE001 - best effort: the process may be gone already
                 pass
         self._pool.shutdown(wait=False)
+
+
+def memory_report(reports: Sequence[Mapping[str, Any] | None], seconds: float,
+                  tags: Sequence[str], *, released: bool) -> dict[str, Any]:
+    """An `offload` report from what NVML saw around release/resume: bytes freed (released)
+    or taken back (resumed). No bytes are copied (SGLang drops the memory; the weights come
+    back by the push), so no copy rate is claimed. Without NVML the bytes are unknown (0)."""
+    before = [r.get("nvml_before_bytes") for r in reports if r]
+    after = [r.get("nvml_after_bytes") for r in reports if r]
+    known = before and None not in before and None not in after
+    delta = (sum(before) - sum(after)) if known else 0
+    report: dict[str, Any] = {"noop": False, "bytes": max(0, delta if released else -delta),
+                              "seconds": seconds, "gbps": None,
+                              "where": "released" if released else "gpu", "tags": list(tags),
+                              "copied": False, "measured_by": "nvml" if known else None}
+    if known:
+        report["nvml_after_bytes"] = sum(after)
+    return report
+
+
+def start_note(index: int, info: Mapping[str, Any]) -> str:
+    used = info.get("nvml_used_bytes")
+    return (f"sglang engine {index}: started in {info['start_seconds']:.1f} s (import "
+            f"{info['import_seconds']:.1f} s; CUDA graphs up to batch "
+            f"{info['cuda_graph_max_bs_decode']}, {info['attention_backend']} attention)"
+            + ("" if used is None else f"; GPU memory used after start {used / 2**30:.1f} GiB"))
 
 
 def _noop_report(where: str) -> dict[str, Any]:
@@ -581,7 +701,8 @@ def start_engines(shape: Any, arch: str, args: Mapping[str, Any],  # noqa: ANN40
     """SGLang engines as Ray actors on the run's placement group (in-process without Ray)."""
     model_path, random_weights = model_dir(shape, arch, args)
     kwargs = [engine_kwargs(args, model_path, random_weights=random_weights, rank=i,
-                            base_gpu_id=None if layout.tp_size > 1 else 0)
+                            base_gpu_id=None if layout.tp_size > 1 else 0,
+                            num_engines=layout.num_engines)
               for i in range(layout.num_engines)]
     placement = _current_placement_group()
     if placement is None:

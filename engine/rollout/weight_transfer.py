@@ -98,7 +98,7 @@ def use_cuda_ipc(args: Mapping[str, Any]) -> bool:
     engines colocated on the actor's single GPU (one process's handles open on its device)."""
     import importlib.util
 
-    if not args["colocate"] or not torch.cuda.is_available():
+    if not torch.cuda.is_available() or not args["colocate"]:
         return False
     if args["actor_num_nodes"] * args["actor_num_gpus_per_node"] != 1:
         return False
@@ -118,6 +118,8 @@ def pack_cuda_ipc(state: Mapping[str, torch.Tensor]) -> tuple[IpcWeights, torch.
     The tensors are copied once into one flat uint8 buffer on the current CUDA device (host
     tensors come over in that copy); sglang's own serializer writes the handles with the
     device's UUID, so the engine maps the right GPU whatever its CUDA_VISIBLE_DEVICES.
+    That patch stays for the process: sglang's patched reduce_tensor then fails on CPU tensors
+    (IndexError, seen on the H200), so a process that called this sends only CUDA tensors.
     """
     from sglang.srt.utils import MultiprocessingSerializer
     from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions

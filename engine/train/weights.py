@@ -145,8 +145,10 @@ def _copy_into(param: torch.Tensor, value: torch.Tensor) -> None:
 # --------------------------------------------------------------------------------------------
 # gather
 # --------------------------------------------------------------------------------------------
-def gather_tp(model: torch.nn.Module, tp_group, tp_size: int) -> dict[str, torch.Tensor]:  # noqa: ANN001
-    """This PP stage's parameters in the full TP layout, global names, on the CPU.
+def gather_tp(model: torch.nn.Module, tp_group, tp_size: int,  # noqa: ANN001
+              device: str = "cpu") -> dict[str, torch.Tensor]:
+    """This PP stage's parameters in the full TP layout, global names, copied to `device`
+    (the CPU; "cuda" for the colocated CUDA IPC weight push).
 
     Every TP rank must call it (all-gathers); every rank gets the same result.
     """
@@ -160,7 +162,7 @@ def gather_tp(model: torch.nn.Module, tp_group, tp_size: int) -> dict[str, torch
             shards = [torch.empty_like(tensor) for _ in range(tp_size)]
             dist.all_gather(shards, tensor.contiguous(), group=tp_group)
             tensor = unshard_tensors(shards, layout)
-        out[global_name] = tensor.to("cpu", copy=True)
+        out[global_name] = tensor.to(device, copy=True)
     return out
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import torch
 
+from engine.config.resolve import resolve_values
 from engine.rollout import sglang_backend as sb
 from engine.rollout.types import GenOut
 from engine.train.model import ModelShape
@@ -127,9 +128,11 @@ def json_serializer(named: sb.NamedTensors) -> str:
     return json.dumps([[n, list(t.shape), sb.dtype_name(t.dtype)] for n, t in named])
 
 
-ARGS: dict[str, Any] = {"colocate": True, "actor_num_nodes": 1, "actor_num_gpus_per_node": 2,
-                        "rollout_num_gpus_per_engine": 1, "offload_rollout": True,
-                        "offload_rollout_level": ["kv_cache", "weight"]}
+# the resolved args the backend reads (engine.config.resolve), with this file's placement
+ARGS: dict[str, Any] = {**resolve_values({}), "colocate": True, "actor_num_nodes": 1,
+                        "actor_num_gpus_per_node": 2, "rollout_num_gpus_per_engine": 1,
+                        "offload_rollout": True, "offload_rollout_level": ["kv_cache", "weight"],
+                        "rollout_batch_size": 8, "n_samples_per_prompt": 4}
 SHAPE = ModelShape(num_layers=2, hidden_size=32, ffn_hidden_size=48, num_attention_heads=4,
                    num_query_groups=2, kv_channels=8, vocab_size=VOCAB, max_sequence_length=64,
                    normalization="RMSNorm", swiglu=True, qk_layernorm=True,
@@ -326,12 +329,24 @@ def test_offload_then_onload_releases_resumes_and_flushes(servers) -> None:
     gen = generator(servers)
     off, on = gen.offload(), gen.onload()
     tags = ["cuda_graph", "kv_cache", "weights"]
+    # miles' order: the weights come back first, the KV cache and CUDA graphs after the push
+    # (the actor wakes up on the same GPU to export; a full KV cache made it OOM on the H200)
     for server in servers:
-        assert server.paths() == ["release_memory_occupation", "resume_memory_occupation",
-                                  "flush_cache"]
-        assert server.calls[0][2] == {"tags": tags} and server.calls[1][2] == {"tags": tags}
-    assert off["where"] == "cpu" and on["where"] == "gpu"
+        assert server.paths() == ["release_memory_occupation", "resume_memory_occupation"]
+        assert server.calls[0][2] == {"tags": tags}
+        assert server.calls[1][2] == {"tags": ["weights"]}
+    assert on["deferred_tags"] == ["cuda_graph", "kv_cache"]
+    gen.load_weights(hf_state_dict())
+    for server in servers:
+        assert server.paths()[-2:] == ["resume_memory_occupation", "flush_cache"]
+        assert server.calls[-2][2] == {"tags": ["cuda_graph", "kv_cache"]}
+    gen.load_weights(hf_state_dict())  # nothing deferred any more
+    assert all(s.paths().count("resume_memory_occupation") == 2 for s in servers)
+    # SGLang drops the memory (nothing copied): "released", no copy rate; over HTTP there is
+    # no NVML reading of the server's GPU, so no bytes are claimed
+    assert off["where"] == "released" and on["where"] == "gpu"
     assert not off["noop"] and not on["noop"]
+    assert off["bytes"] == 0 and off["gbps"] is None and off["measured_by"] is None
 
 
 def test_offload_level_and_no_offload(servers) -> None:
@@ -373,10 +388,23 @@ def test_distributed_update_payloads(servers) -> None:
 # --------------------------------------------------------------------------------------------
 # the in-process engine (a stand-in `sglang` module) and the layout
 # --------------------------------------------------------------------------------------------
+# sglang 0.5.17's ServerArgs field names, recorded from the real package (see the file's header)
+SERVER_ARGS = frozenset(
+    line.strip() for line in (Path(__file__).with_name("sglang_server_args_0_5_17.txt")
+                              .read_text().splitlines()) if line.strip() and line[0] != "#")
+
+
 class StubEngine:
+    """sglang.Engine as far as the backend uses it; like the real one (ServerArgs is a
+    dataclass) it refuses keywords that are not ServerArgs fields."""
+
     made: list[StubEngine] = []
+    flush_ok = True
 
     def __init__(self, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - SERVER_ARGS)
+        if unknown:
+            raise TypeError(f"ServerArgs.__init__() got unexpected keyword arguments {unknown}")
         self.kwargs, self.calls = kwargs, []
         StubEngine.made.append(self)
 
@@ -398,6 +426,9 @@ class StubEngine:
 
     def flush_cache(self):
         self.calls.append(("flush_cache",))
+        # the real Engine answers a FlushCacheReqOutput (attributes, not a dict)
+        return SimpleNamespace(success=StubEngine.flush_ok,
+                               message="" if StubEngine.flush_ok else "pending requests")
 
     def shutdown(self):
         self.calls.append(("shutdown",))
@@ -418,6 +449,9 @@ def test_in_process_engines_get_documented_kwargs(monkeypatch, tmp_path) -> None
     assert kw["load_format"] == "dummy" and kw["skip_tokenizer_init"] is True
     assert kw["enable_memory_saver"] is True and kw["dtype"] == "bfloat16"
     assert kw["random_seed"] == 9 and kw["context_length"] == 96
+    # the stripped sglang-kernel has no FA3: triton unless PPODECK_SGLANG_ATTENTION says
+    assert kw["attention_backend"] == "triton" and kw["sampling_backend"] == "pytorch"
+    assert kw["cuda_graph_max_bs_decode"] == 32  # 8 prompts x 4 samples on one engine
     assert (Path(kw["model_path"]) / "config.json").is_file()
     config = json.loads((Path(kw["model_path"]) / "config.json").read_text())
     assert config["architectures"] == ["Qwen3ForCausalLM"] and config["vocab_size"] == VOCAB
@@ -430,8 +464,10 @@ def test_in_process_engines_get_documented_kwargs(monkeypatch, tmp_path) -> None
     gen.load_weights(hf_state_dict())
     gen.offload()
     gen.onload()
-    assert [c[0] for c in engine.calls[1:]][-3:] == ["release_memory_occupation",
-                                                     "resume_memory_occupation", "flush_cache"]
+    gen.load_weights(hf_state_dict())
+    assert [c[0] for c in engine.calls[1:]][-5:] == [
+        "release_memory_occupation", "resume_memory_occupation", "update_weights_from_tensor",
+        "resume_memory_occupation", "flush_cache"]
     gen.shutdown()
     assert engine.calls[-1] == ("shutdown",)
 
@@ -442,7 +478,7 @@ def test_in_process_engines_get_documented_kwargs(monkeypatch, tmp_path) -> None
     ({"colocate": True, "actor_num_gpus_per_node": 4, "rollout_num_gpus_per_engine": 2},
      2, [0, 2], 0.2),
     ({"colocate": False, "actor_num_gpus_per_node": 2, "rollout_num_gpus": 4,
-      "rollout_num_gpus_per_engine": 2}, 2, [2, 4], 0.2),  # miles: 0.2 of its first bundle
+      "rollout_num_gpus_per_engine": 2}, 2, [2, 4], 0.2),  # its other GPU: the next bundle
 ])
 def test_engine_layout(args, engines, bundles, share) -> None:
     layout = sb.EngineLayout.from_args({"actor_num_nodes": 1, **args})
@@ -534,3 +570,54 @@ def test_distributed_weight_sync_broadcasts_every_tensor() -> None:
         proc.join(timeout=30)
         if proc.is_alive():
             proc.kill()
+
+
+def test_stub_refuses_what_sglang_refuses() -> None:
+    with pytest.raises(TypeError, match="cuda_graph_max_bs"):
+        StubEngine(model_path="m", cuda_graph_max_bs=8)  # 0.5.17 spells it ..._decode
+    assert {"attention_backend", "enable_memory_saver", "random_seed"} <= SERVER_ARGS
+
+
+def test_engine_kwargs_read_resolved_args_as_they_are() -> None:
+    kw = sb.engine_kwargs({**ARGS, "seed": 0}, "/m", random_weights=False, rank=1,
+                          num_engines=2)
+    assert kw["random_seed"] == 1  # seed 0 is a seed, not "unset"
+    assert kw["cuda_graph_max_bs_decode"] == 16 and "load_format" not in kw
+    assert set(kw) <= SERVER_ARGS
+
+
+def test_in_process_flush_cache_failure_is_raised(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "sglang", SimpleNamespace(Engine=StubEngine))
+    monkeypatch.setattr(StubEngine, "flush_ok", False)
+    actor = sb.SGLangEngineActor({"model_path": "m", "base_gpu_id": 0})
+    with pytest.raises(sb.SGLangError, match="flush_cache failed: pending requests"):
+        actor.flush_cache()
+
+
+def test_release_resume_report_what_nvml_saw(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "sglang", SimpleNamespace(Engine=StubEngine))
+    readings = iter([5 << 30, 40 << 30, 2 << 30, 2 << 30, 38 << 30])
+    monkeypatch.setattr(sb, "nvml_used_bytes", lambda: next(readings))
+    StubEngine.made.clear()
+    actor = sb.SGLangEngineActor({"model_path": "m", "base_gpu_id": 0})
+    assert actor.ready()["nvml_used_bytes"] == 5 << 30
+    gen = sb.SGLangGenerator(SHAPE, "qwen3", {**ARGS, "actor_num_gpus_per_node": 1},
+                             engines=[actor])
+    assert "sglang engine 0: started in" in gen.notes[0]
+    off, on = gen.offload(), gen.onload()
+    assert off["bytes"] == 38 << 30 and off["where"] == "released" and off["copied"] is False
+    assert on["bytes"] == 36 << 30 and on["where"] == "gpu" and on["measured_by"] == "nvml"
+    assert off["gbps"] is None
+
+
+def test_ipc_weights_travel_as_a_flattened_bucket(servers) -> None:
+    from engine.rollout.weight_transfer import IpcWeights
+
+    gen = generator(servers, tp=2, rollout_num_gpus_per_engine=2)  # one payload per TP rank
+    handles = IpcWeights(payload="c2VyaWFsaXplZA==", nbytes=1234, count=3, flatten_seconds=0.0)
+    assert gen.load_weights(handles) == 1234
+    for server in servers:
+        ((_, path, body),) = server.calls
+        assert path == "update_weights_from_tensor"
+        assert body["load_format"] == "flattened_bucket" and body["flush_cache"] is True
+        assert body["serialized_named_tensors"] == [handles.payload] * 2
