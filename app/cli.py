@@ -680,6 +680,10 @@ if importlib.util.find_spec("app.cli_runs") is not None:
     from app import cli_runs
 
     cli_runs.register(app)
+if importlib.util.find_spec("app.cli_health") is not None:
+    from app import cli_health
+
+    cli_health.register(app)
 if importlib.util.find_spec("app.cli_prepare") is not None:
     from app import cli_prepare
 

@@ -41,7 +41,7 @@ from engine.config.schema import BY_DEST, BY_NAME, FLAGS, GROUP_TITLES, Flag
 SCHEMA_VERSION = 1
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "presets"
 TOP_KEYS = ("schema_version", "name", "description", "extends", "unset", "passthrough",
-            "provenance", "flags")
+            "provenance", "flags", "health")
 PROVENANCE_KEYS = ("author", "created", "tested_hardware", "gpus")
 Source = Literal["built-in", "user", "team", "file"]
 
@@ -67,6 +67,8 @@ class Preset:
     unset: tuple[str, ...] = ()  # dests dropped from the parent (extends)
     shadows: tuple[Path, ...] = ()  # same-name files further down the search path
     error: str | None = None  # set by list_presets() for a file that does not load
+    # [health]: thresholds of the run's health rules (engine/health.py), never flags
+    health: Mapping[str, Any] = field(default_factory=dict)
 
 
 # --- search path -----------------------------------------------------------------------------
@@ -225,10 +227,23 @@ def parse_preset_text(text: str, path: Path, source: Source = "file") -> Preset:
         flags[flag.dest] = _typed(flag, value, f"{_where(path, text, key, 'flags')}")
     return Preset(name=name, description=description, source=source, path=path,
                   extends=extends, provenance=MappingProxyType(dict(provenance)),
-                  flags=MappingProxyType(flags),
+                  flags=MappingProxyType(flags), health=_health_table(data, path, text),
                   passthrough=_str_list(data, "passthrough", path, text),
                   unset=tuple(_flag_for_key(k, path, text, "unset").dest
                               for k in _str_list(data, "unset", path, text)))
+
+
+def _health_table(data: dict, path: Path, text: str) -> Mapping[str, Any]:
+    from engine.health import HealthConfigError, parse_health_table
+
+    table = data.get("health", {})
+    if not isinstance(table, dict):
+        raise PresetError(f"{_where(path, text, 'health', None)}: health must be a table. "
+                          "Fix: write the thresholds under a [health] header.")
+    try:
+        return MappingProxyType(parse_health_table(table, f"{path} [health]"))
+    except HealthConfigError as exc:
+        raise PresetError(str(exc)) from None
 
 
 def _opt_str(data: dict, key: str, path: Path, text: str) -> str | None:

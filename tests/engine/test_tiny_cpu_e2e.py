@@ -100,3 +100,15 @@ def test_two_pipeline_stages_through_ray_match_one_rank(tiny_run, tmp_path):
     assert got.keys() == expected.keys() and len(got) >= 8
     for key, value in expected.items():
         assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def test_the_run_is_healthy_by_its_own_health_rules(tiny_run):
+    """No error-level health rule fires. The one expected warning is true: the copy-digit
+    reward never pays for EOS, so responses run to --rollout-max-response-len."""
+    from engine.health import judge_run
+
+    rundir, _status, _events = tiny_run
+    report = judge_run(rundir.path, write=False)
+    assert report.level != "error", [f.line() for f in report.findings]
+    assert {f.code for f in report.findings} <= {"health.truncation"}, report.findings
+    assert report.rollouts_judged == _status["num_rollout"]

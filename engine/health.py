@@ -1,0 +1,675 @@
+"""PPO health: rules judged from a run's event stream by a reader, never by the driver.
+
+miles documents what to watch (docs/user-guide/monitoring.md, "What to watch") and enforces
+none of it. Here each rule reads the metrics the engine already emits, per rollout, and fires a
+`Finding` (a stable code, the value, the threshold, the rollout, a fix) once when its condition
+starts to hold; it re-arms when the condition clears. Past runs can be judged the same way.
+
+Where findings go: `<run_dir>/health.jsonl`, one `health` event per finding, never into
+events.jsonl (the driver alone appends there). Several readers may judge the same run at once
+(`ppodeck health`, `tail`, `runs ls`, the TUI monitor): each finding has an id
+(`code[:metric]@rollout`) that is the same for every reader, and `record()` appends under an
+exclusive lock only the ids the file does not hold yet, so nothing is written twice.
+
+Thresholds default to miles' documented ones where it gives a number (clip fraction 0.5) and to
+PPO Deck's otherwise; a preset's `[health]` table overrides them (`parse_health_table`).
+LIGHT: stdlib only (plus engine.config / engine.presets, imported where needed).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from engine.events import SCHEMA_VERSION, encode_event, read_events
+
+HEALTH_FILE = "health.jsonl"
+HEALTH_SNAPSHOT = "health.toml"  # the [health] table of the preset a run was launched from
+LEVELS = ("ok", "warning", "error")
+
+# metric names, as the engine emits them (engine/train/loss.py, worker.py, rollout/manager.py)
+CLIPFRAC = "train/pg_clipfrac"
+KL_KEYS = ("train/kl_loss", "train/ppo_kl")
+ENTROPY = "train/entropy_loss"
+GRAD_NORM = "train/grad_norm"
+EXPLAINED_VAR = "critic/explained_variance"
+VALUE_LOSS = "train/critic-value_loss"
+TRUNCATED = "rollout/truncated_ratio"
+RESPONSE_LEN = "rollout/response_len/mean"
+REWARD = "rollout/raw_reward"
+LOGPROB_GAP = "train/train_rollout_logprob_abs_diff"
+LOSSES = ("train/loss", VALUE_LOSS)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Each rule's limits. Names match the `[health]` keys (with dashes instead of _)."""
+
+    clipfrac_max: float = 0.5  # miles: "> 0.5 means policy is moving fast -> drop LR"
+    kl_jump_factor: float = 5.0  # a rollout's KL above 5x the median of the ones before it
+    kl_jump_window: int = 5
+    kl_jump_floor: float = 0.05  # smaller KLs are noise, whatever the ratio (TRL stops at 0.1)
+    entropy_collapse_ratio: float = 0.1  # entropy below 10% of its first measured value ...
+    entropy_collapse_rollouts: int = 20  # ... within this many rollouts of the first actor step
+    grad_norm_clip_steps: int = 10  # consecutive actor steps with grad_norm >= --clip-grad
+    explained_variance_rollouts: int = 5  # consecutive rollouts with EV < 0 after the warmup
+    value_loss_factor: float = 10.0  # value loss above 10x the best rollout so far ...
+    value_loss_rollouts: int = 3  # ... for this many rollouts in a row
+    truncation_max: float = 0.5  # share of responses cut at --rollout-max-response-len
+    reward_flat_rollouts: int = 10
+    reward_flat_tolerance: float = 1e-3  # max - min of the rollout mean rewards in the window
+    logprob_gap_rollouts: int = 5  # rising in each of these rollouts ...
+    logprob_gap_factor: float = 2.0  # ... to at least 2x where the climb started
+    hang_minutes: float = 30.0  # no new event while the driver is alive
+    disable: tuple[str, ...] = ()  # rule codes not to judge, e.g. ["health.reward_flat"]
+
+
+class HealthConfigError(ValueError):
+    """A bad `[health]` table; str() names the key and the fix."""
+
+
+def parse_health_table(table: Mapping[str, Any], where: str = "[health]") -> dict[str, Any]:
+    """Validate a preset's `[health]` table; returns {field: value} (only what it sets)."""
+    known = {f.name.replace("_", "-"): f for f in fields(Thresholds)}
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        spec = known.get(key) or known.get(str(key).replace("_", "-"))
+        if spec is None:
+            raise HealthConfigError(f"{where}: unknown key {key!r}. Fix: use one of "
+                                    f"{', '.join(sorted(known))}.")
+        out[spec.name] = _typed_threshold(spec.name, value, where, key)
+    return out
+
+
+def _typed_threshold(name: str, value: Any, where: str, key: str) -> Any:
+    default = getattr(Thresholds(), name)
+    if name == "disable":
+        codes = {rule.code for rule in RULES}
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise HealthConfigError(f"{where}: {key} must be a list of rule codes.")
+        unknown = [v for v in value if v not in codes]
+        if unknown:
+            raise HealthConfigError(f"{where}: {key}: unknown rule {unknown[0]!r}. Fix: use "
+                                    f"one of {', '.join(sorted(codes))}.")
+        return tuple(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise HealthConfigError(f"{where}: {key} must be a number (default {default}).")
+    if isinstance(default, int) and (value != int(value) or value < 1):
+        raise HealthConfigError(f"{where}: {key} must be a whole number >= 1 "
+                                f"(default {default}).")
+    if value < 0 or not math.isfinite(value):
+        raise HealthConfigError(f"{where}: {key} must be a finite number >= 0.")
+    return int(value) if isinstance(default, int) else float(value)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the rules need from the run's resolved config."""
+
+    clip_grad: float | None = 1.0
+    num_critic_only_steps: int = 0
+    rollout_max_response_len: int | None = None
+    use_critic: bool = True
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> RunFacts:
+        return cls(clip_grad=args["clip_grad"],
+                   num_critic_only_steps=int(args["num_critic_only_steps"] or 0),
+                   rollout_max_response_len=args["rollout_max_response_len"],
+                   use_critic=bool(args["use_critic"]))
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    level: str  # warning | error
+    metric: str
+    value: float
+    threshold: float
+    rollout_id: int | None
+    message: str
+    fix: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.code}:{self.metric}@{self.rollout_id}"
+
+    def to_event(self, ts: float | None = None) -> dict[str, Any]:
+        return {"v": SCHEMA_VERSION, "ts": time.time() if ts is None else ts, "kind": "health",
+                "id": self.id, **asdict(self)}
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> Finding:
+        return cls(**{f.name: event[f.name] for f in fields(cls)})
+
+    def line(self) -> str:
+        where = "" if self.rollout_id is None else f" rollout {self.rollout_id}:"
+        return f"{self.level} {self.code}{where} {self.message}. Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    level: str
+    title: str
+
+
+RULES = (
+    Rule("health.clipfrac_high", "warning", "clip fraction too high"),
+    Rule("health.kl_jump", "warning", "KL jumped against its recent level"),
+    Rule("health.entropy_collapse", "warning", "entropy collapsing"),
+    Rule("health.grad_norm_at_clip", "warning", "grad norm at the clip"),
+    Rule("health.explained_variance_negative", "error", "critic explains no variance"),
+    Rule("health.value_loss_diverging", "error", "value loss diverging"),
+    Rule("health.nonfinite_loss", "error", "loss is NaN or infinite"),
+    Rule("health.truncation", "warning", "responses cut at the max length"),
+    Rule("health.reward_flat", "warning", "reward flat"),
+    Rule("health.logprob_gap_climbing", "warning", "rollout/train log-prob gap climbing"),
+    Rule("health.hang", "error", "no new event while the driver is alive"),
+)
+BY_CODE = {rule.code: rule for rule in RULES}
+
+
+@dataclass
+class _Rollout:
+    """The metric values of one rollout (every step of it), by name."""
+
+    rollout_id: int
+    values: dict[str, list[float]] = field(default_factory=dict)
+    nonfinite: set[str] = field(default_factory=set)
+
+    def add(self, metrics: Mapping[str, Any]) -> None:
+        for key, value in metrics.items():
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.values.setdefault(key, []).append(float(value))
+            elif value is None and key in LOSSES:
+                self.nonfinite.add(key)  # the writer turns NaN/inf into null
+
+    def mean(self, key: str) -> float | None:
+        values = self.values.get(key)
+        return statistics.fmean(values) if values else None
+
+
+class HealthJudge:
+    """Feed it event batches in order; it returns the findings each batch made fire.
+
+    A rollout is judged once an event of a later rollout arrives (its metrics come from
+    several processes, in any order), or at `finish()` when the run has ended.
+    """
+
+    def __init__(self, thresholds: Thresholds | None = None, facts: RunFacts | None = None
+                 ) -> None:
+        self.t = thresholds or Thresholds()
+        self.facts = facts or RunFacts()
+        self.findings: list[Finding] = []
+        self.active: dict[str, Finding] = {}  # id prefix (code:metric) -> the finding, live
+        self.rollouts_judged = 0
+        self.last_event_ts: float | None = None
+        self.last_rollout_id: int | None = None
+        self._open: dict[int, _Rollout] = {}
+        self._history: dict[str, deque[float]] = {}  # per-rollout means, newest last
+        self._grad_at_clip = 0
+        self._entropy_first: tuple[int, float] | None = None
+        self._ev_below = 0
+        self._value_loss_best: float | None = None
+        self._value_loss_above = 0
+        self._seen_ids: set[str] = set()
+
+    # ---- ingest -----------------------------------------------------------------------------
+
+    def feed(self, events: Iterable[Mapping[str, Any]]) -> list[Finding]:
+        fired: list[Finding] = []
+        for event in events:
+            try:
+                fired += self._feed_one(event)
+            except (AttributeError, TypeError, ValueError, KeyError):
+                continue  # a malformed event is tail's to report, not a health problem
+        return fired
+
+    def _feed_one(self, event: Mapping[str, Any]) -> list[Finding]:
+        ts = event.get("ts")
+        if isinstance(ts, (int, float)):
+            self.last_event_ts = float(ts)
+        rollout_id = event.get("rollout_id")
+        if not isinstance(rollout_id, int) or isinstance(rollout_id, bool) or rollout_id < 0:
+            return []
+        self.last_rollout_id = max(self.last_rollout_id or 0, rollout_id)
+        fired = self._close_before(rollout_id)
+        if event.get("kind") == "metrics" and isinstance(event.get("metrics"), dict):
+            metrics = event["metrics"]
+            self._open.setdefault(rollout_id, _Rollout(rollout_id)).add(metrics)
+            if GRAD_NORM in metrics:
+                fired += self._grad_norm_step(metrics[GRAD_NORM], rollout_id)
+        return fired
+
+    def finish(self) -> list[Finding]:
+        """The run ended: judge the rollouts still open."""
+        return self._close_before(None)
+
+    def _close_before(self, rollout_id: int | None) -> list[Finding]:
+        fired: list[Finding] = []
+        for rid in sorted(self._open):
+            if rollout_id is not None and rid >= rollout_id:
+                break
+            fired += self._judge_rollout(self._open.pop(rid))
+        return fired
+
+    # ---- per-rollout rules -------------------------------------------------------------------
+
+    def _judge_rollout(self, r: _Rollout) -> list[Finding]:
+        self.rollouts_judged += 1
+        means = {key: r.mean(key) for key in r.values}
+        checks = [
+            self._nonfinite(r),
+            self._clipfrac(r.rollout_id, means.get(CLIPFRAC)),
+            *(self._kl_jump(r.rollout_id, key, means.get(key)) for key in KL_KEYS),
+            self._entropy(r.rollout_id, means.get(ENTROPY)),
+            self._explained_variance(r.rollout_id, r.values.get(EXPLAINED_VAR)),
+            self._value_loss(r.rollout_id, means.get(VALUE_LOSS)),
+            self._truncation(r.rollout_id, means.get(TRUNCATED), means.get(RESPONSE_LEN)),
+            self._reward_flat(r.rollout_id, means.get(REWARD)),
+            self._logprob_gap(r.rollout_id, means.get(LOGPROB_GAP)),
+        ]
+        return [f for group in checks for f in group]
+
+    def _nonfinite(self, r: _Rollout) -> list[Finding]:
+        out = []
+        for key in sorted(r.nonfinite):
+            out += self._set("health.nonfinite_loss", key, r.rollout_id, True, math.nan, 0.0,
+                             f"{key} was NaN or infinite",
+                             "lower --lr (and --critic-lr), check --clip-grad, look for "
+                             "empty responses or rewards out of range")
+        return out
+
+    def _clipfrac(self, rid: int, value: float | None) -> list[Finding]:
+        if value is None:
+            return []
+        limit = self.t.clipfrac_max
+        return self._set("health.clipfrac_high", CLIPFRAC, rid, value > limit, value, limit,
+                         f"{CLIPFRAC} {value:.3g} > {limit:g}: the policy moves too fast",
+                         "lower --lr, or take fewer optimizer steps per rollout "
+                         "(a larger --global-batch-size)")
+
+    def _kl_jump(self, rid: int, key: str, value: float | None) -> list[Finding]:
+        if value is None:
+            return []
+        history = self._history.setdefault(key, deque(maxlen=self.t.kl_jump_window))
+        level = abs(value)
+        fired: list[Finding] = []
+        if len(history) >= min(3, self.t.kl_jump_window):
+            recent = statistics.median(history)
+            limit = max(self.t.kl_jump_factor * recent, self.t.kl_jump_floor)
+            fired = self._set("health.kl_jump", key, rid, level > limit, level, limit,
+                              f"|{key}| {level:.3g} jumped above {self.t.kl_jump_factor:g}x "
+                              f"its recent median {recent:.3g}",
+                              "lower --lr; with --use-kl-loss raise --kl-loss-coef; check "
+                              "that the rollout weights were updated (weight sync log)")
+        history.append(level)
+        return fired
+
+    def _entropy(self, rid: int, value: float | None) -> list[Finding]:
+        if value is None or (self._entropy_first is None and value <= 0.0):
+            return []  # 0 from the start: the entropy is not computed (miles logs 0)
+        if self._entropy_first is None:
+            self._entropy_first = (rid, value)
+            return []
+        first_rid, first = self._entropy_first
+        limit = self.t.entropy_collapse_ratio * first
+        too_fast = rid - first_rid <= self.t.entropy_collapse_rollouts
+        return self._set("health.entropy_collapse", ENTROPY, rid, too_fast and value < limit,
+                         value, limit,
+                         f"{ENTROPY} {value:.3g} fell below {self.t.entropy_collapse_ratio:g}x "
+                         f"its first value {first:.3g} within {rid - first_rid} rollouts",
+                         "raise --entropy-coef, lower --lr, or raise --rollout-temperature")
+
+    def _grad_norm_step(self, value: Any, rid: int) -> list[Finding]:
+        clip = self.facts.clip_grad
+        if not clip or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return []
+        at_clip = value >= clip
+        self._grad_at_clip = self._grad_at_clip + 1 if at_clip else 0
+        n = self.t.grad_norm_clip_steps
+        return self._set("health.grad_norm_at_clip", GRAD_NORM, rid, self._grad_at_clip >= n,
+                         float(value), clip,
+                         f"{GRAD_NORM} >= --clip-grad {clip:g} for {self._grad_at_clip} "
+                         "steps in a row",
+                         "lower --lr, or raise --lr-warmup-iters; a larger --clip-grad only "
+                         "hides it", keep_active=at_clip)
+
+    def _explained_variance(self, rid: int, values: list[float] | None) -> list[Finding]:
+        if not values or not self.facts.use_critic or rid < self.facts.num_critic_only_steps:
+            return []  # null (undefined) neither counts nor resets
+        value = values[-1]
+        self._ev_below = self._ev_below + 1 if value < 0 else 0
+        n = self.t.explained_variance_rollouts
+        return self._set("health.explained_variance_negative", EXPLAINED_VAR, rid,
+                         self._ev_below >= n, value, 0.0,
+                         f"{EXPLAINED_VAR} {value:.3g} < 0 for {self._ev_below} rollouts after "
+                         "the critic-only warmup: the critic predicts worse than a constant",
+                         "raise --num-critic-only-steps, raise --critic-lr (or lower it if the "
+                         "value loss oscillates), check that --critic-load holds a value head")
+
+    def _value_loss(self, rid: int, value: float | None) -> list[Finding]:
+        if value is None:
+            return []
+        best = self._value_loss_best
+        self._value_loss_best = value if best is None else min(best, value)
+        if best is None:
+            return []
+        limit = self.t.value_loss_factor * best
+        above = value > limit and value > 0
+        self._value_loss_above = self._value_loss_above + 1 if above else 0
+        n = self.t.value_loss_rollouts
+        return self._set("health.value_loss_diverging", VALUE_LOSS, rid,
+                         self._value_loss_above >= n, value, limit,
+                         f"{VALUE_LOSS} {value:.3g} above {self.t.value_loss_factor:g}x its best "
+                         f"{best:.3g} for {self._value_loss_above} rollouts",
+                         "lower --critic-lr, set --value-clip, or check the reward scale")
+
+    def _truncation(self, rid: int, ratio: float | None, mean_len: float | None
+                    ) -> list[Finding]:
+        max_len = self.facts.rollout_max_response_len
+        if ratio is None and mean_len is not None and max_len:
+            ratio = 1.0 if mean_len >= max_len else None  # no ratio logged: pinned means all
+        if ratio is None:
+            return []
+        limit = self.t.truncation_max
+        return self._set("health.truncation", TRUNCATED, rid, ratio > limit, ratio, limit,
+                         f"{ratio:.0%} of responses were cut at --rollout-max-response-len "
+                         f"{max_len}",
+                         "raise --rollout-max-response-len, or reward shorter answers")
+
+    def _reward_flat(self, rid: int, value: float | None) -> list[Finding]:
+        if value is None:
+            return []
+        n = self.t.reward_flat_rollouts
+        history = self._history.setdefault(REWARD, deque(maxlen=n))
+        history.append(value)
+        if len(history) < n:
+            return []
+        spread = max(history) - min(history)
+        return self._set("health.reward_flat", REWARD, rid,
+                         spread <= self.t.reward_flat_tolerance, spread,
+                         self.t.reward_flat_tolerance,
+                         f"{REWARD} stayed at {value:.3g} (spread {spread:.2g}) for {n} rollouts",
+                         "check the reward function on a few samples (--debug-rollout-only); "
+                         "if the task is solved, stop the run; else raise "
+                         "--rollout-temperature or --n-samples-per-prompt")
+
+    def _logprob_gap(self, rid: int, value: float | None) -> list[Finding]:
+        if value is None:
+            return []
+        n = self.t.logprob_gap_rollouts
+        history = self._history.setdefault(LOGPROB_GAP, deque(maxlen=n + 1))
+        history.append(value)
+        if len(history) <= n:
+            return []
+        values = list(history)
+        rising = all(b > a for a, b in zip(values, values[1:], strict=False))
+        limit = self.t.logprob_gap_factor * values[0]
+        return self._set("health.logprob_gap_climbing", LOGPROB_GAP, rid,
+                         rising and value >= limit and value > 0, value, limit,
+                         f"{LOGPROB_GAP} rose for {n} rollouts, {values[0]:.3g} -> {value:.3g}",
+                         "check the weight sync to the rollout engines; set --use-tis to "
+                         "correct the mismatch; compare the rollout and train precisions")
+
+    # ---- time-based rule ----------------------------------------------------------------------
+
+    def check_hang(self, now: float, driver_alive: bool) -> list[Finding]:
+        """No new event for hang_minutes while the driver process is alive: a hang."""
+        if self.last_event_ts is None:
+            return []
+        silent_min = (now - self.last_event_ts) / 60.0
+        limit = self.t.hang_minutes
+        return self._set("health.hang", "events", self.last_rollout_id,
+                         driver_alive and silent_min > limit, silent_min, limit,
+                         f"no new event for {silent_min:.0f} min while the driver is alive",
+                         "look at driver.log and `py-spy dump` the driver; stop it with "
+                         "`ppodeck stop RUN --force` and resume with `ppodeck run --resume RUN`")
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+
+    def _set(self, code: str, metric: str, rid: int | None, firing: bool, value: float,
+             threshold: float, message: str, fix: str, keep_active: bool | None = None
+             ) -> list[Finding]:
+        """Fire once when `firing` starts; clear when it stops (or when keep_active is False)."""
+        key = f"{code}:{metric}"
+        if code in self.t.disable:
+            return []
+        if not firing:
+            if not keep_active:
+                self.active.pop(key, None)
+            return []
+        if key in self.active:
+            return []
+        rule = BY_CODE[code]
+        finding = Finding(code, rule.level, metric, _round(value), _round(threshold), rid,
+                          message, fix)
+        self.active[key] = finding
+        if finding.id in self._seen_ids:
+            return []
+        self._seen_ids.add(finding.id)
+        self.findings.append(finding)
+        return [finding]
+
+    def level(self) -> str:
+        return worst_level(self.findings)
+
+
+def _round(value: float) -> float:
+    return value if not math.isfinite(value) else float(f"{value:.6g}")
+
+
+def worst_level(findings: Iterable[Finding]) -> str:
+    levels = {f.level for f in findings}
+    return "error" if "error" in levels else "warning" if "warning" in levels else "ok"
+
+
+# --------------------------------------------------------------------------------------------
+# a run directory: thresholds, facts, judging, recording
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    run_id: str
+    state: str
+    level: str
+    findings: list[Finding]
+    active: list[Finding]
+    rollouts_judged: int
+    thresholds: Thresholds
+    thresholds_from: str
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run_id, "state": self.state, "level": self.level,
+                "rollouts_judged": self.rollouts_judged,
+                "findings": [{"id": f.id, **asdict(f), "active": f in self.active}
+                             for f in self.findings],
+                "thresholds": asdict(self.thresholds), "thresholds_from": self.thresholds_from,
+                "notes": self.notes}
+
+
+def run_thresholds(run_path: Path, preset_name: str | None) -> tuple[Thresholds, str]:
+    """The run's thresholds and where they came from (shown to the user).
+
+    The [health] table snapshot taken at launch (health.toml) wins; without one the table of
+    the preset the run names is used when that preset still loads; else the defaults.
+    """
+    import tomllib
+
+    snapshot = run_path / HEALTH_SNAPSHOT
+    if snapshot.is_file():
+        try:
+            table = tomllib.loads(snapshot.read_text()).get("health", {})
+            return replace(Thresholds(), **parse_health_table(table, str(snapshot))), \
+                str(snapshot)
+        except (OSError, tomllib.TOMLDecodeError, HealthConfigError) as exc:
+            return Thresholds(), f"defaults ({snapshot} unreadable: {exc})"
+    if preset_name:
+        table = preset_health_table(preset_name)
+        if table:
+            return replace(Thresholds(), **table), f"preset {preset_name} [health]"
+    return Thresholds(), "defaults"
+
+
+def preset_health_table(preset_name: str) -> dict[str, Any]:
+    """The merged [health] table of a preset and its parents; {} when it does not load."""
+    from engine.presets import PresetError, extends_chain, load_preset
+
+    try:
+        chain = extends_chain(load_preset(preset_name))
+    except (PresetError, OSError):
+        return {}
+    merged: dict[str, Any] = {}
+    for preset in chain:
+        merged.update(getattr(preset, "health", {}) or {})
+    return merged
+
+
+def snapshot_thresholds(run_path: Path, table: Mapping[str, Any]) -> None:
+    """Keep the preset's [health] table with the run (health.toml), so judging it later uses
+    the thresholds it was launched with."""
+    if not table:
+        return
+    lines = ["# [health] of the preset this run was launched from (ppodeck health)",
+             "[health]"]
+    for name, value in table.items():
+        key = name.replace("_", "-")
+        lines.append(f"{key} = {json.dumps(list(value) if isinstance(value, tuple) else value)}")
+    (run_path / HEALTH_SNAPSHOT).write_text("\n".join(lines) + "\n")
+
+
+def run_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
+    """RunFacts from the run's config.toml, resolved; defaults (and a note) if unreadable."""
+    from engine.config import resolve
+    from engine.presets import PresetError, config_from_toml
+
+    config_toml = run_path / "config.toml"
+    try:
+        config = config_from_toml(config_toml.read_text(), config_toml)
+        return RunFacts.from_args(resolve(config)), []
+    except (OSError, PresetError, KeyError, ValueError) as exc:
+        return RunFacts(), [f"{config_toml} unreadable ({exc}); --clip-grad 1.0, no warmup "
+                            "and a critic assumed"]
+
+
+def judge_run(run_path: Path, now: float | None = None, write: bool = True) -> HealthReport:
+    """Judge every event of the run; record the findings in health.jsonl (unless write=False)."""
+    from engine.rundir import ACTIVE_STATES, RunDir, driver_alive, read_status
+
+    rundir = RunDir(Path(run_path))
+    status = read_status(rundir)
+    thresholds, source = run_thresholds(rundir.path, status.get("preset"))
+    facts, notes = run_facts(rundir.path)
+    judge = HealthJudge(thresholds, facts)
+    try:
+        events, warnings = read_events(rundir.events_jsonl)
+    except FileNotFoundError:
+        events, warnings = [], [f"{rundir.events_jsonl} does not exist yet"]
+    judge.feed(events)
+    state = str(status.get("state") or "unknown")
+    if state in ACTIVE_STATES:
+        judge.check_hang(time.time() if now is None else now, driver_alive(rundir, status))
+    else:
+        judge.finish()
+    if write:
+        notes += record_or_note(rundir.path, judge.findings)
+    return HealthReport(rundir.id, state, judge.level(), list(judge.findings),
+                        list(judge.active.values()), judge.rollouts_judged, thresholds, source,
+                        notes + warnings)
+
+
+def record_or_note(run_path: Path, findings: list[Finding]) -> list[str]:
+    try:
+        record(run_path, findings)
+    except OSError as exc:
+        return [f"findings not recorded in {run_path / HEALTH_FILE}: {exc}"]
+    return []
+
+
+def record(run_path: Path, findings: Iterable[Finding]) -> list[Finding]:
+    """Append the findings health.jsonl does not hold yet; returns those written.
+
+    The exclusive lock spans read + append, so two readers judging the same run at once
+    (the TUI and `ppodeck health`) never write a finding twice.
+    """
+    findings = list(findings)
+    path = Path(run_path) / HEALTH_FILE
+    if not findings:
+        path.touch()  # its mtime says when the run was last judged (runs ls reads it)
+        return []
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.seek(0)
+            held = {_event_id(line) for line in handle.read().split(b"\n")}
+            new = [f for f in findings if f.id not in held]
+            if new:
+                handle.write(b"".join(encode_event(f.to_event()) for f in new))
+                handle.flush()
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    return new
+
+
+def _event_id(line: bytes) -> str | None:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event.get("id") if isinstance(event, dict) else None
+
+
+def recorded(run_path: Path) -> list[Finding]:
+    """The findings in health.jsonl (what readers judged so far)."""
+    path = Path(run_path) / HEALTH_FILE
+    try:
+        events, _ = read_events(path)
+    except FileNotFoundError:
+        return []
+    out = []
+    for event in events:
+        try:
+            out.append(Finding.from_event(event))
+        except (KeyError, TypeError):
+            continue
+    return out
+
+
+def run_level(run_path: Path) -> str:
+    """The health column of `runs ls`: judged again only when events.jsonl is newer than
+    health.jsonl (or there is none); "-" when the run has no events."""
+    run_path = Path(run_path)
+    events = run_path / "events.jsonl"
+    health = run_path / HEALTH_FILE
+    try:
+        events_mtime = events.stat().st_mtime
+    except FileNotFoundError:
+        return "-"
+    try:
+        fresh = health.stat().st_mtime >= events_mtime
+    except FileNotFoundError:
+        fresh = False
+    findings = recorded(run_path) if fresh else judge_run(run_path).findings
+    return summary(findings)
+
+
+def summary(findings: Iterable[Finding]) -> str:
+    """"ok", "2 warn", "1 error 3 warn"."""
+    findings = list(findings)
+    errors = sum(f.level == "error" for f in findings)
+    warnings = sum(f.level == "warning" for f in findings)
+    parts = ([f"{errors} error"] if errors else []) + ([f"{warnings} warn"] if warnings else [])
+    return " ".join(parts) or "ok"

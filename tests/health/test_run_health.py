@@ -1,0 +1,111 @@
+"""Judging a run directory: `ppodeck health` and its exit code, health.jsonl written once by
+concurrent readers, thresholds from the launch snapshot or the preset's [health] table."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from app import cli_health
+from engine.events import encode_event
+from engine.health import (
+    HEALTH_FILE,
+    judge_run,
+    record,
+    recorded,
+    run_level,
+    run_thresholds,
+    snapshot_thresholds,
+)
+from engine.launch import prepare_run
+from engine.presets import load_preset, resolve_preset
+from engine.rundir import RunDir, write_status
+from tests.health.streams import stream
+
+EV_NEGATIVE = {"critic/explained_variance": lambda r, s: -0.4}
+
+
+def make_run(root: Path, events: list[dict], state: str = "succeeded") -> RunDir:
+    config = resolve_preset(load_preset("tiny-cpu"))
+    rundir = prepare_run(config, "tiny-cpu", run_dir=root / f"run{len(list(root.glob('*')))}")
+    write_status(rundir, state=state)
+    rundir.events_jsonl.write_bytes(b"".join(encode_event(e) for e in events))
+    return rundir
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    app = typer.Typer()
+    cli_health.register(app)
+    app.command("noop")(lambda: None)  # two commands: typer keeps "health" as a subcommand
+    return app
+
+
+def test_health_exits_0_when_healthy_and_4_on_an_error(app, runs_dir) -> None:
+    runs_dir.mkdir()
+    healthy = make_run(runs_dir, stream(20))
+    sick = make_run(runs_dir, stream(20, bend=EV_NEGATIVE))
+    runner = CliRunner()
+    ok = runner.invoke(app, ["health", str(healthy.path)])
+    assert ok.exit_code == 0, ok.output
+    assert "OK" in ok.output and "20 rollouts judged" in ok.output
+    bad = runner.invoke(app, ["health", str(sick.path), "--json"])
+    assert bad.exit_code == 4
+    report = json.loads(bad.stdout)
+    assert report["level"] == "error"
+    (finding,) = report["findings"]
+    assert finding["code"] == "health.explained_variance_negative"
+    assert finding["rollout_id"] == 5 and finding["threshold"] == 0.0 and finding["fix"]
+    assert runner.invoke(app, ["health", "nope"]).exit_code == 2
+
+
+def test_findings_are_recorded_once_whoever_judges(runs_dir) -> None:
+    runs_dir.mkdir()
+    rundir = make_run(runs_dir, stream(30, bend=EV_NEGATIVE))
+    threads = [threading.Thread(target=judge_run, args=(rundir.path,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    judge_run(rundir.path)
+    lines = (rundir.path / HEALTH_FILE).read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["kind"] == "health"
+    assert [f.code for f in recorded(rundir.path)] == ["health.explained_variance_negative"]
+    assert record(rundir.path, recorded(rundir.path)) == []
+    assert (rundir.events_jsonl.read_bytes().count(b'"health"')) == 0  # never the driver's file
+
+
+def test_runs_ls_level_judges_once_then_reads_the_record(runs_dir) -> None:
+    runs_dir.mkdir()
+    rundir = make_run(runs_dir, stream(30, bend=EV_NEGATIVE))
+    assert run_level(rundir.path) == "1 error"
+    rundir.events_jsonl.write_text("")  # would judge "ok" if it were read again
+    os.utime(rundir.events_jsonl, (1, 1))
+    assert run_level(rundir.path) == "1 error"
+
+
+def test_thresholds_come_from_the_snapshot_then_the_preset(tmp_path) -> None:
+    thresholds, source = run_thresholds(tmp_path, "tiny-cpu")
+    assert source in ("defaults", "preset tiny-cpu [health]")
+    snapshot_thresholds(tmp_path, {"clipfrac_max": 0.3, "disable": ("health.reward_flat",)})
+    thresholds, source = run_thresholds(tmp_path, "tiny-cpu")
+    assert thresholds.clipfrac_max == 0.3 and thresholds.disable == ("health.reward_flat",)
+    assert source.endswith("health.toml")
+
+
+def test_a_preset_health_table_is_parsed_and_a_bad_one_refused(tmp_path) -> None:
+    from engine.presets import PresetError, read_preset_file
+
+    good = tmp_path / "p.toml"
+    good.write_text('name = "p"\n[flags]\nlr = 1e-6\n[health]\nclipfrac-max = 0.4\n')
+    assert dict(read_preset_file(good).health) == {"clipfrac_max": 0.4}
+    bad = tmp_path / "q.toml"
+    bad.write_text('name = "q"\n[health]\nlr = 0.4\n')
+    with pytest.raises(PresetError, match="unknown key 'lr'"):
+        read_preset_file(bad)
