@@ -554,8 +554,7 @@ class SGLangGenerator:
         self.shape, self.arch, self.args = shape, arch, dict(args)
         self.layout = EngineLayout.from_args(self.args)
         self.offload_tags = memory_tags(self.args.get("offload_rollout_level"))
-        self.bucket_bytes = int(self.args.get("sglang_weight_bucket_bytes")
-                                or DEFAULT_BUCKET_BYTES)
+        self.bucket_bytes = DEFAULT_BUCKET_BYTES  # host-tensor pushes only (not a miles flag)
         if engines is None:
             # fail here, naming the flag, rather than deep inside an engine start
             select_backend("sglang", host_has_gpu(), sglang_importable())
