@@ -1,4 +1,4 @@
-"""RunConfig <-> miles-style argv, and pasted shell command lines -> RunConfig.
+"""RunConfig <-> miles-style argv, and pasted launch scripts -> RunConfig.
 
 Unknown flags never vanish: they are kept verbatim in RunConfig.passthrough with a warning, and
 a near-miss of a known flag gets "did you mean --kl-coef?" in the fix.
@@ -7,9 +7,8 @@ a near-miss of a known flag gets "did you mean --kl-coef?" in the fix.
 from __future__ import annotations
 
 import difflib
-import re
-import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -168,121 +167,18 @@ def _missing_value(name: str) -> Issue:
 
 # --- pasted shell command lines ----------------------------------------------------------------
 
-_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|"
-                  r"\$([A-Za-z_][A-Za-z0-9_]*)")
-_SCRIPT_SUFFIXES = ("train.py", "train_async.py")
-
-
-def parse_command_line(text: str, env: Mapping[str, str] | None = None
+def parse_command_line(text: str, env: Mapping[str, str] | None = None, *,
+                       path: Path | None = None, miles_root: Path | None = None
                        ) -> tuple[RunConfig, list[Issue]]:
-    """Turn a pasted miles launch into a RunConfig.
+    """Turn a pasted miles launch (a command line or a whole launch script) into a RunConfig.
 
-    Accepts `python3 train.py ...`, `ray job submit ... -- python3 train.py ...`, bash with
-    backslash continuations, `NAME=value` and `NAME=( ... )` array assignments, and ${VARS} /
-    $VARS. Variables come from assignments in the text, then `env` (the CLI passes os.environ).
-    An unresolved variable is named in a warning and kept verbatim.
+    The text is read as bash reads it (engine.config.script_import; nothing runs): `python3
+    train.py ...`, `ray job submit ... -- python3 train.py ...`, arrays, `${VARS}`, `read -ra`,
+    miles' model args by name, and `source` of files next to `path`. Variables come from the
+    script, then `env` (the CLI passes os.environ). Anything unresolved is kept verbatim and
+    named in a warning with its line.
     """
-    joined = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    scalars: dict[str, str] = dict(env or {})
-    arrays: dict[str, list[str]] = {}
-    issues: list[Issue] = []
-    unresolved: list[str] = []
-    commands: list[str] = []
-    lines = joined.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        i += 1
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        match = _ASSIGN.match(line)
-        if match and match.group(2).lstrip().startswith("("):
-            body = match.group(2).lstrip()[1:]
-            while ")" not in _strip_comment(body) and i < len(lines):
-                body += "\n" + lines[i]
-                i += 1
-            body = _strip_comment_lines(body.rsplit(")", 1)[0])
-            arrays[match.group(1)] = _split(_expand(body, scalars, arrays, unresolved), issues)
-            continue
-        if match and _single_word(match.group(2)):
-            words = _split(_expand(match.group(2), scalars, arrays, unresolved), issues)
-            scalars[match.group(1)] = words[0] if words else ""
-            continue
-        commands.append(stripped)
-    argv = _find_train_argv(commands, scalars, arrays, unresolved, issues)
-    config, argv_issues = parse_argv(argv)
-    for name in dict.fromkeys(unresolved):
-        issues.append(Issue("warning", "command.unresolved_variable", (f"${name}",),
-                            f"${{{name}}} is not defined in the pasted text; kept verbatim.",
-                            f"define {name}=... above the command, or edit the value"))
-    return config, issues + argv_issues
+    from engine.config.script_import import import_script
 
-
-def _single_word(value: str) -> bool:
-    try:
-        return len(shlex.split(value, comments=True)) <= 1
-    except ValueError:
-        return False
-
-
-def _strip_comment(text: str) -> str:
-    return "\n".join(line.split("#", 1)[0] for line in text.splitlines())
-
-
-def _strip_comment_lines(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not line.strip().startswith("#"))
-
-
-def _expand(text: str, scalars: dict[str, str], arrays: dict[str, list[str]],
-            unresolved: list[str]) -> str:
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(4)
-        if name in arrays:
-            return " ".join(shlex.quote(v) for v in arrays[name])
-        if name in scalars:
-            return scalars[name]
-        if match.group(3) is not None:
-            return match.group(3)
-        unresolved.append(name)
-        return match.group(0)
-
-    return _VAR.sub(replace, text) if "$" in text else text
-
-
-def _split(text: str, issues: list[Issue]) -> list[str]:
-    try:
-        return shlex.split(text, comments=True)
-    except ValueError as exc:  # unbalanced quotes: fall back to whitespace
-        issues.append(Issue("warning", "command.unbalanced_quotes", (text[:40],),
-                            f"could not split {text[:40]!r}...: {exc}; split on spaces instead.",
-                            "check the quotes in the pasted command"))
-        return text.split()
-
-
-def _find_train_argv(commands: list[str], scalars: dict[str, str],
-                     arrays: dict[str, list[str]], unresolved: list[str],
-                     issues: list[Issue]) -> list[str]:
-    """The argv after train.py (or the whole text when it is just flags)."""
-    chosen: list[str] | None = None
-    for command in commands:
-        tokens = _split(_expand(command, scalars, arrays, unresolved), issues)
-        if "--" in tokens and tokens[:1] == ["ray"]:
-            tokens = tokens[tokens.index("--") + 1:]
-        for index, token in enumerate(tokens):
-            if token.endswith(_SCRIPT_SUFFIXES) or (
-                    token.endswith(".py") and index > 0 and "python" in tokens[0]):
-                chosen = tokens[index + 1:]
-                break
-        if chosen is not None:
-            return chosen
-    flat: list[str] = []
-    for command in commands:
-        flat += _split(_expand(command, scalars, arrays, unresolved), issues)
-    first_flag = next((k for k, t in enumerate(flat) if t.startswith("--")), None)
-    if first_flag:
-        issues.append(Issue("warning", "command.no_train_script", (flat[0],),
-                            f"no train.py found; ignoring {' '.join(flat[:first_flag])!r} before "
-                            "the first flag.", "paste the full `python3 train.py ...` command"))
-    return flat[first_flag:] if first_flag is not None else flat
+    report = import_script(text, env=env, path=path, miles_root=miles_root)
+    return report.config, report.issues

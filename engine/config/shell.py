@@ -320,12 +320,35 @@ class ScriptReader:
 
     def _array_items(self, node: Any, name: str) -> list[Word]:
         items: list[Word] = []
-        for child in node.named_children:
-            if child.type == "comment":
-                continue
-            origin = Origin("variable", name, self._file, self._line(child))
-            items += self._expand(child, origin, split=True)
+        for group in _glued([c for c in node.named_children if c.type != "comment"]):
+            origin = Origin("variable", name, self._file, self._line(group[0]))
+            items += self._expand_group(group, origin)
         return items
+
+    def _expand_group(self, group: list[Any], origin: Origin) -> list[Word]:
+        """Adjacent nodes are one shell word. tree-sitter-bash splits `http://$IP:$PORT/x`
+        after the second `$`; the bare `$` and the word after it are joined back here."""
+        if len(group) == 1:
+            return self._expand(group[0], origin, split=True)
+        pieces: list[Any] = []
+        for node in group:
+            pieces += node.children if node.type == "concatenation" else [node]
+        fields = _Fields(origin)
+        index = 0
+        while index < len(pieces):
+            piece = pieces[index]
+            following = pieces[index + 1] if index + 1 < len(pieces) else None
+            name = re.match(r"[A-Za-z_]\w*", self._text(following)) if (
+                piece.type == "$" and following is not None and following.type == "word"
+            ) else None
+            if name is not None:
+                self._variable(name.group(0), None, piece, fields, quoted=False)
+                fields.add(_unescape_word(self._text(following)[name.end():]))
+                index += 2
+                continue
+            self._expand_into(piece, fields, quoted=False)
+            index += 1
+        return fields.words()
 
     def _declare(self, node: Any) -> None:
         export = self._text(node.children[0]) == "export" if node.children else False
@@ -372,11 +395,11 @@ class ScriptReader:
         if name_node is None:
             return []
         words = self._expand(name_node, self._o(self._line(node)), split=True)
-        for child in node.children:
-            if child.type in ("command_name", "variable_assignment", "comment") or \
-                    child.type.endswith("redirect"):
-                continue
-            words += self._expand(child, self._o(self._line(child)), split=True)
+        arguments = [c for c in node.children
+                     if c.type not in ("command_name", "variable_assignment", "comment")
+                     and not c.type.endswith("redirect")]
+        for group in _glued(arguments):
+            words += self._expand_group(group, self._o(self._line(group[0])))
         return words
 
     def _read_builtin(self, args: list[Word], redirects: list[Any], node: Any) -> None:
@@ -628,8 +651,10 @@ class ScriptReader:
             return
         if var is None:
             text = self._text(node)
-            out.add(text, None, (Unresolved(text, self._file, self._line(node),
-                                            f"{name} is not defined", name),))
+            why = (f"the script's argument ${name} is not known without running it"
+                   if name.isdigit() or name in ("@", "*", "#") else f"{name} is not defined")
+            out.add(text, None, (Unresolved(text, self._file, self._line(node), why,
+                                            "" if name.isdigit() else name),))
             return
         if index in ("@", "*"):
             if quoted and index == "*":
@@ -667,6 +692,8 @@ class ScriptReader:
         name, index = self._name_index(children[0])
         operator = self._text(children[1]) if len(children) > 1 else ""
         default = children[2] if len(children) > 2 else None
+        if operator in (":?", "?"):  # fails when unset: read as a plain reference
+            operator, default = "", None
         if operator and operator not in (":-", "-", ":=", "=", ":+", "+"):
             var = self.vars.get(name)
             if var is None or any(w.unresolved for w in var.items):
@@ -704,14 +731,24 @@ class ScriptReader:
 
         helper = _model_args_call(known)
         if helper is not None:
+            name_word = next(w for w in words[0] if w.text == helper)
+            if name_word.unresolved:
+                return unresolved(f"the model name is not known ({name_word.unresolved[0].why})")
             if self.model_args is None:
                 return unresolved("model args helpers are not read here")
-            args_line, source = self.model_args(helper, self._exported_values())
+            env = {**self._exported_values(), **self._prefix_assignments(commands[0])}
+            args_line, source = self.model_args(helper, env)
             if args_line is None:
                 return unresolved(source)
             return args_line, Origin("model", f"{helper}: {source}", self._file, line), ()
         if unknown:
             return unresolved("it uses a value that is not known")
+        if text.startswith("$((") and text.endswith("))"):  # tree-sitter reads some $((..))
+            value, problems = self._arithmetic_text(text, line)  # as $( (..) )
+            return value, None, problems
+        pure = _pure_command(known[0]) if len(known) == 1 else None
+        if pure is not None:
+            return pure, None, ()
         if len(known) == 1 and known[0][:1] == ["dirname"]:
             args = [a for a in known[0][1:] if a != "--"]
             return (os.path.dirname(args[0]) or ".", None, ()) if args else unresolved(
@@ -723,10 +760,24 @@ class ScriptReader:
             return unresolved("the directory is relative to where the script runs")
         return unresolved("a command substitution is not run")
 
+    def _prefix_assignments(self, command: Any) -> dict[str, str]:
+        """`NAME=value cmd`: the environment cmd alone gets."""
+        values: dict[str, str] = {}
+        for child in command.children:
+            if child.type == "variable_assignment":
+                name, value = child.child_by_field_name("name"), child.child_by_field_name(
+                    "value")
+                if name is not None and value is not None:
+                    text = self._known_text(value)
+                    if text is not None:
+                        values[self._text(name)] = text
+        return values
+
     def _arithmetic(self, node: Any) -> tuple[str, tuple[Unresolved, ...]]:
-        text = self._text(node)
+        return self._arithmetic_text(self._text(node), self._line(node))
+
+    def _arithmetic_text(self, text: str, line: int) -> tuple[str, tuple[Unresolved, ...]]:
         body = text[3:-2]
-        line = self._line(node)
         missing: list[str] = []
 
         def value(match: re.Match[str]) -> str:
@@ -771,6 +822,17 @@ class ScriptReader:
 
 # --- small pure helpers ----------------------------------------------------------------------
 
+def _glued(nodes: list[Any]) -> list[list[Any]]:
+    """Sibling nodes with no blank between them, grouped (bash reads them as one word)."""
+    groups: list[list[Any]] = []
+    for node in nodes:
+        if groups and groups[-1][-1].end_byte == node.start_byte:
+            groups[-1].append(node)
+        else:
+            groups.append([node])
+    return groups
+
+
 def _close_paren(item: Any) -> int:
     for child in item.children:
         if child.type == ")":
@@ -787,6 +849,24 @@ def _simple_commands(nodes: list[Any]) -> list[Any]:
         elif node.type in ("list", "pipeline", "redirected_statement"):
             found += _simple_commands(node.named_children)
     return found
+
+
+def _pure_command(words: list[str]) -> str | None:
+    """The output of `seq`, `basename` and `echo` on known words: they read nothing else."""
+    name, args = (words[0], words[1:]) if words else ("", [])
+    if name == "echo" and not any(a.startswith("-") for a in args):
+        return " ".join(args)
+    if name == "basename" and args:
+        base = os.path.basename(args[0].rstrip("/"))
+        return base[:-len(args[1])] if len(args) > 1 and base.endswith(args[1]) else base
+    if name == "seq" and 1 <= len(args) <= 3 and all(re.fullmatch(r"-?\d+", a) for a in args):
+        numbers = [int(a) for a in args]
+        first, step, last = (1, 1, numbers[0]) if len(numbers) == 1 else (
+            (numbers[0], 1, numbers[1]) if len(numbers) == 2 else tuple(numbers))
+        if step == 0 or abs(last - first) // abs(step) > 10_000:
+            return None
+        return " ".join(str(n) for n in range(first, last + (1 if step > 0 else -1), step))
+    return None
 
 
 def _model_args_call(commands: list[list[str]]) -> str | None:
