@@ -29,6 +29,8 @@ RESOLVED_INTO: dict[str, tuple[str, ...]] = {
     "group_query_attention": ("num_query_groups",),
     "use_rotary_position_embeddings": ("position_embedding_type",),
     "ci_disable_weight_update_checker": ("check_weight_update_equal",),
+    "rollout_max_prompt_len": ("max_prompt_len",),
+    "num_steps_per_rollout": ("global_batch_size",),
 }
 DEFAULT_HOME = "~/.cache/ppodeck"
 
