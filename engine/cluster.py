@@ -273,14 +273,22 @@ class TrainGroup:
             for rank in range(world_size)
         ]
         self.master = (master_addr, port)
-        wait_ready(role, self.workers, f"{share} CPU and {gpus} GPU of its bundle")
+        self.asks = f"{share} CPU and {gpus} GPU of its bundle"
+        self.started = False  # checked at the first call, so all roles' processes start at once
+
+    def ensure_started(self) -> None:
+        if not self.started:
+            wait_ready(self.role, self.workers, self.asks)
+            self.started = True
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call `method` on every rank and wait; a dead rank is named in the error."""
+        self.ensure_started()
         refs = [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
         return self.wait(refs, method)
 
     def call_per_rank(self, method: str, per_rank_args: Sequence[tuple]) -> list[Any]:
+        self.ensure_started()
         refs = [getattr(w, method).remote(*a) for w, a in zip(self.workers, per_rank_args,
                                                                 strict=True)]
         return self.wait(refs, method)

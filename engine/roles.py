@@ -33,9 +33,13 @@ class RolloutHandle:
             num_cpus=share, num_gpus=gpus, scheduling_strategy=placement.on(0), max_restarts=0,
             runtime_env=placement.runtime_env(),
         ).remote(args)
-        cluster.wait_ready("rollout", [self.actor], f"{share} CPU and {gpus} GPU of bundle 0")
+        self.asks = f"{share} CPU and {gpus} GPU of bundle 0"
+        self.started = False  # checked at the first call, while the trainers start too
 
     def _get(self, ref: ray.ObjectRef, what: str) -> Any:
+        if not self.started:
+            cluster.wait_ready("rollout", [self.actor], self.asks)
+            self.started = True
         try:
             return ray.get(ref, timeout=cluster.CALL_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError as err:

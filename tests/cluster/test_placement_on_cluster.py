@@ -140,11 +140,14 @@ def test_an_unschedulable_worker_is_named_after_a_timeout(joined, monkeypatch):
     args = {"actor_num_nodes": 1, "actor_num_gpus_per_node": 1}
     placement = cluster.create_placement_group(1, use_gpu=True)
     try:
-        KEEP.append(cluster.TrainGroup("actor", PlacementProbe, args, placement, 0.6, True,
-                                       False))
+        actor = cluster.TrainGroup("actor", PlacementProbe, args, placement, 0.6, True, False)
+        KEEP.append(actor)
+        actor.call("where")
         monkeypatch.setattr(cluster, "READY_TIMEOUT_S", 2.0)  # the first one started in time
+        critic = cluster.TrainGroup("critic", PlacementProbe, args, placement, 0.6, True, False)
+        KEEP.append(critic)
         with pytest.raises(cluster.WorkerFailure, match=r"critic rank 0 failed: not started "
                                                         r"within 2 s: it asks 0.6 CPU and 0.6"):
-            cluster.TrainGroup("critic", PlacementProbe, args, placement, 0.6, True, False)
+            critic.call("where")  # the first call names the worker that cannot be placed
     finally:
         release(joined, placement)
