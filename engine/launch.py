@@ -81,6 +81,7 @@ def prepare_resume(rundir: RunDir, config: RunConfig) -> int:
     saved = last_checkpoint(rundir, config)
     if not config.is_set("load"):
         config = config.with_values(load=config.get("save"))
+    _check_checkpoints(rundir, config)  # before the run is touched
     superseded = split_events(rundir.events_jsonl, saved,
                               rundir.path / SUPERSEDED_EVENTS)
     _write_config(rundir, config, status.get("preset") or rundir.id)
@@ -90,6 +91,16 @@ def prepare_resume(rundir: RunDir, config: RunConfig) -> int:
         resumed_from=saved, superseded_events=superseded,
     )
     return saved + 1
+
+
+def _check_checkpoints(rundir: RunDir, config: RunConfig) -> None:
+    """The checkpoints the resumed run will load: trackers, iterations, actor/critic agree."""
+    from engine.config import resolve
+    from engine.resume_check import light_problems
+
+    problems = light_problems(resolve(config.with_values(run_dir=str(rundir.path))))
+    if problems:
+        raise LaunchError(f"run {rundir.id} cannot resume: " + "; ".join(problems))
 
 
 def last_checkpoint(rundir: RunDir, config: RunConfig) -> int:

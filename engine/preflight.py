@@ -23,6 +23,7 @@ def trainer_roles(args: Mapping[str, Any]) -> list[str]:
 def preflight(args: Mapping[str, Any], cuda: bool | None = None) -> list[str]:
     """Raise (ValueError, AssertionError, ...) where start-up would; return what it checked."""
     from engine import cluster
+    from engine.resume_check import check_or_raise
     from engine.rollout.data import PromptOptions
     from engine.rollout.manager import RolloutManager
     from engine.rollout.rewards import get_reward_fn
@@ -31,6 +32,7 @@ def preflight(args: Mapping[str, Any], cuda: bool | None = None) -> list[str]:
     from engine.train.settings import TrainSettings
 
     cuda = has_cuda() if cuda is None else cuda
+    check_or_raise(args)  # the checkpoints it will load, each problem with its directory + fix
     checked = [f"placement: {cluster.bundle_layout(dict(args))[0]} bundles"]
     shape = ModelShape.from_args(args)
     for role in trainer_roles(args):
@@ -43,4 +45,5 @@ def preflight(args: Mapping[str, Any], cuda: bool | None = None) -> list[str]:
     if args["rm_type"]:
         get_reward_fn(args["rm_type"])
     checked.append("rollout: batch, prompt options, reward")
+    checked.append("checkpoints: trackers, iterations, optimizer state, value head")
     return checked
