@@ -73,12 +73,30 @@ def _unknown_flag_issue(name: str) -> Issue:
         return Issue("warning", "argv.unknown_flag", (name,),
                      f"{name} is not a known flag; kept verbatim and passed through to miles.",
                      f"did you mean {guess}?")
+    if name.startswith("--sglang-"):
+        return _sglang_flag_issue(name)
     looks_miles = name.startswith(MILES_PREFIXES)
     why = "looks like a miles flag PPO Deck does not model" if looks_miles else \
         "is not a flag PPO Deck knows"
     return Issue("warning", "argv.unknown_flag", (name,),
                  f"{name} {why}; kept verbatim and passed through unvalidated.",
                  "check the spelling; keep it if miles accepts it")
+
+
+def _sglang_flag_issue(name: str) -> Issue:
+    """miles passes --sglang-X to SGLang's server argument X: check that X exists."""
+    from engine.config.sglang_server_args import SGLANG_VERSION, is_sglang_flag
+
+    stem = name.removeprefix("--sglang-")
+    if is_sglang_flag(name):
+        return Issue("warning", "argv.unknown_flag", (name,),
+                     f"{name} is SGLang's server argument --{stem} (sglang {SGLANG_VERSION}); "
+                     "kept verbatim for miles, and not used by PPO Deck's own SGLang engines.",
+                     "keep it if you run the command with miles; PPO Deck ignores it")
+    return Issue("warning", "argv.unknown_sglang_flag", (name,),
+                 f"{name} maps to --{stem}, which is not an SGLang {SGLANG_VERSION} server "
+                 "argument: miles would reject it.",
+                 "check the spelling against `python -m sglang.launch_server --help`")
 
 
 def _is_flag_token(token: str) -> bool:

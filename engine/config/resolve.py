@@ -272,7 +272,9 @@ def _resolve_eval(r: dict[str, Any]) -> None:
             r[eval_dest] = r[rollout_dest]
     r["eval_datasets"] = eval_datasets(r["eval_prompt_data"], r["run_dir"])
     # miles: --ci-test compares the rollout weights after the first push, except in the debug
-    # modes (no push there) and with --ci-disable-weight-update-checker
+    # modes (no push there) and with --ci-disable-weight-update-checker; the flag
+    # --check-weight-update-equal asks for the same comparison on its own
     r["check_weight_update_equal"] = bool(
-        r["ci_test"] and not r["ci_disable_weight_update_checker"]
+        (r["check_weight_update_equal"]
+         or (r["ci_test"] and not r["ci_disable_weight_update_checker"]))
         and not r["debug_rollout_only"] and not r["debug_train_only"])

@@ -591,9 +591,187 @@ _PPODECK = (
        "Max prompt tokens for the built-in rollout (longer prompts are dropped).", own=True),
 )
 
+# Flags real miles launch scripts use (issue #18: MoE and expert parallelism, LoRA, on-policy
+# distillation, model-shape extras, SGLang server arguments), with their miles / Megatron types
+# and defaults, so that check() says what this engine does with them instead of "unknown".
+_MOE = refused("MoE models are not implemented (dense GPTModel only)")
+_MLA = refused("multi-latent attention (DeepSeek/Kimi/GLM-5 style) is not implemented")
+_YARN = refused("YaRN rope scaling is not implemented")
+_LORA = refused("LoRA training is not implemented: the actor trains all its weights")
+_OPD = refused("on-policy distillation is not implemented")
+_SGLANG_TUNING = command_only("PPO Deck starts its SGLang engines with its own server arguments")
+_SGLANG_LAYOUT = refused("data-parallel attention / expert-parallel SGLang engines are not "
+                         "started: one engine per --rollout-num-gpus-per-engine GPUs",
+                         "--rollout-num-gpus-per-engine")
+_CUSTOM_CODE = refused("custom Python functions named on the command line are not run")
+
+_ROLLOUT_IMPORTED = (
+    _f("--update-weight-buffer-size", "int", 512 * 1024**2, "rollout",
+       "Bytes per bucket when pushing actor weights to the rollout engines.",
+       engine=command_only("the engine groups its weight pushes itself")),
+    _f("--custom-generate-function-path", "str", None, "rollout",
+       "Python path of a custom generate function.", runs_code=True, engine=_CUSTOM_CODE),
+    _f("--rollout-function-path", "str", None, "rollout",
+       "Python path of a custom rollout function.", runs_code=True, engine=_CUSTOM_CODE),
+    _f("--custom-reward-post-process-path", "str", None, "rollout",
+       "Python path of a reward post-processing function.", runs_code=True,
+       engine=_CUSTOM_CODE),
+    _f("--dynamic-sampling-filter-path", "str", None, "rollout",
+       "Python path of a dynamic-sampling filter (with --over-sampling-batch-size).",
+       runs_code=True, engine=_CUSTOM_CODE),
+    _f("--check-weight-update-equal", "bool", False, "rollout",
+       "Check that the rollout engines' weights equal the trainer's after the first push "
+       "(on under --ci-test)."),
+)
+
+_DATA_IMPORTED = (
+    _f("--eval-config", "str", None, "data",
+       "OmegaConf YAML/JSON of eval datasets (overrides --eval-prompt-data).",
+       engine=refused("eval datasets from a config file are not read", "--eval-prompt-data")),
+    _f("--eval-function-path", "str", None, "data",
+       "Python path of a custom eval rollout function.", runs_code=True,
+       engine=_CUSTOM_CODE),
+)
+
+_ACTOR_IMPORTED = (
+    _f("--lora-rank", "int", 0, "actor", "LoRA rank (0 = no LoRA).", engine=_LORA),
+    _f("--lora-alpha", "int", 16, "actor", "LoRA alpha (scaling).", engine=_LORA),
+    _f("--lora-dropout", "float", 0.0, "actor", "LoRA dropout.", engine=_LORA),
+    _f("--target-modules", "str", None, "actor",
+       "LoRA target modules: 'all-linear' or comma-separated module names.", engine=_LORA),
+)
+
+_PPO_IMPORTED = (
+    _f("--use-opd", "bool", False, "ppo", "On-policy distillation (needs --opd-type).",
+       engine=_OPD),
+    _choice("--opd-type", ("sglang", "megatron"), None, "ppo",
+            "Where teacher log-probs come from: an SGLang server or a Megatron teacher.",
+            engine=_OPD),
+    _f("--opd-kl-coef", "float", 1.0, "ppo", "On-policy distillation KL coefficient.",
+       engine=_OPD),
+    _f("--opd-teacher-load", "str", None, "ppo",
+       "Teacher checkpoint for --opd-type megatron.", engine=_OPD),
+)
+
+_PARALLELISM_IMPORTED = (
+    _f("--expert-model-parallel-size", "int", 1, "parallelism", "Expert parallel size (EP).",
+       engine=_MOE),
+    _f("--expert-tensor-parallel-size", "int", None, "parallelism",
+       "Tensor parallel size inside experts (Megatron default: TP).",
+       engine=command_only("it applies to MoE layers only, which this engine does not build")),
+    _f("--decoder-last-pipeline-num-layers", "int", None, "parallelism",
+       "Layers on the last pipeline stage (uneven PP split).",
+       engine=refused("layers are split evenly across pipeline stages",
+                      "a --pipeline-model-parallel-size that divides --num-layers")),
+)
+
+_MODEL_IMPORTED = (
+    _f("--rotary-percent", "float", 1.0, "model", "Share of the head dim that is rotated.",
+       engine=refused("partial rotary embeddings are not implemented", "--rotary-percent 1.0")),
+    _f("--add-qkv-bias", "bool", False, "model",
+       "Bias on the QKV projection only (Qwen2.5), with --disable-bias-linear.",
+       engine=refused("the engine builds QKV biases only together with every other linear "
+                      "bias (without --disable-bias-linear)")),
+    _f("--spec", "list", None, "model", "Custom Megatron layer spec: MODULE FUNCTION.",
+       runs_code=True, engine=refused("custom Megatron layer specs are not loaded")),
+    _f("--apply-layernorm-1p", "bool", False, "model", "LayerNorm with (1 + weight).",
+       engine=refused("zero-centred (1p) norms are not implemented")),
+    _f("--attention-output-gate", "bool", False, "model", "Gated attention output.",
+       engine=refused("gated attention output is not implemented")),
+    _f("--no-rope-fusion", "bool", False, "model", "Disable the fused RoPE kernel.",
+       engine=command_only("the engine picks its RoPE kernel itself")),
+    _f("--use-rope-scaling", "bool", False, "model", "Llama 3 rope scaling.",
+       engine=refused("Llama 3 rope scaling is not implemented")),
+    _f("--rotary-scaling-factor", "float", 8.0, "model", "Rope scaling factor (Megatron 8.0).",
+       engine=refused("rope scaling is not implemented")),
+    _f("--mtp-num-layers", "int", None, "model", "Multi-token prediction layers.",
+       engine=refused("multi-token prediction layers are not built")),
+    _f("--multi-latent-attention", "bool", False, "model", "Multi-latent attention (MLA).",
+       engine=_MLA),
+    _f("--q-lora-rank", "int", None, "model", "MLA query low-rank dim.", engine=_MLA),
+    _f("--kv-lora-rank", "int", 32, "model", "MLA key/value low-rank dim.", engine=_MLA),
+    _f("--qk-head-dim", "int", 128, "model", "MLA QK head dim.", engine=_MLA),
+    _f("--qk-pos-emb-head-dim", "int", 64, "model", "MLA rotary QK head dim.", engine=_MLA),
+    _f("--v-head-dim", "int", 128, "model", "MLA value head dim.", engine=_MLA),
+    _f("--rope-type", "str", None, "model", "Rope type for MLA (rope or yarn).", engine=_YARN),
+    _f("--original-max-position-embeddings", "int", None, "model",
+       "YaRN: original context length.", engine=_YARN),
+    _f("--beta-fast", "float", 32.0, "model", "YaRN beta fast.", engine=_YARN),
+    _f("--beta-slow", "float", 1.0, "model", "YaRN beta slow.", engine=_YARN),
+    _f("--mscale", "float", 1.0, "model", "YaRN mscale.", engine=_YARN),
+    _f("--mscale-all-dim", "float", 0.0, "model", "YaRN mscale over all dims.", engine=_YARN),
+    _f("--moe-layer-freq", "str", None, "model",
+       "Which layers are MoE: a list such as [0,1,1] or an expression.", engine=_MOE),
+    _f("--moe-shared-expert-intermediate-size", "int", None, "model",
+       "Shared expert hidden size.", engine=_MOE),
+    _f("--moe-shared-expert-gate", "bool", False, "model", "Gate on the shared expert.",
+       engine=_MOE),
+    _f("--moe-grouped-gemm", "bool", False, "model", "Grouped GEMM for experts.",
+       engine=_MOE),
+    _f("--moe-permute-fusion", "bool", False, "model", "Fused token permutation.",
+       engine=_MOE),
+    _f("--moe-enable-deepep", "bool", False, "model", "DeepEP token dispatch.", engine=_MOE),
+    _choice("--moe-router-score-function", ("softmax", "sigmoid"), "softmax", "model",
+            "Router score function.", engine=_MOE),
+    _f("--moe-router-pre-softmax", "bool", False, "model", "Softmax before top-k.",
+       engine=_MOE),
+    _f("--moe-router-dtype", "str", None, "model", "Router dtype (fp32, fp64).",
+       engine=_MOE),
+    _f("--moe-router-topk-scaling-factor", "float", None, "model", "Top-k score scaling.",
+       engine=_MOE),
+    _f("--moe-router-enable-expert-bias", "bool", False, "model",
+       "Aux-loss-free expert bias.", engine=_MOE),
+    _f("--moe-router-bias-update-rate", "float", 1e-3, "model", "Expert bias update rate.",
+       engine=_MOE),
+    _f("--moe-router-load-balancing-type", "str", "aux_loss", "model",
+       "Load balancing (aux_loss, seq_aux_loss, sinkhorn, none).", engine=_MOE),
+    _f("--moe-router-num-groups", "int", None, "model", "Group-limited routing groups.",
+       engine=_MOE),
+    _f("--moe-router-group-topk", "int", None, "model", "Groups chosen per token.",
+       engine=_MOE),
+    _f("--moe-aux-loss-coeff", "float", 0.0, "model", "Aux loss coefficient.", engine=_MOE),
+    _choice("--moe-token-dispatcher-type", ("allgather", "alltoall", "flex"), "allgather",
+            "model", "Token dispatcher.", engine=_MOE),
+    _choice("--moe-token-drop-policy", ("probs", "position"), "probs", "model",
+            "Token drop policy.", engine=_MOE),
+    _f("--use-rollout-routing-replay", "bool", False, "model",
+       "Replay the rollout's MoE routing in training (R3).", engine=_MOE),
+)
+
+_SGLANG_IMPORTED = (
+    _f("--sglang-cuda-graph-bs", "list", None, "sglang", "SGLang CUDA-graph batch sizes.",
+       engine=_SGLANG_TUNING),
+    _f("--sglang-cuda-graph-max-bs", "int", None, "sglang", "SGLang largest CUDA-graph batch.",
+       engine=_SGLANG_TUNING),
+    _f("--sglang-disable-cuda-graph", "bool", False, "sglang", "SGLang without CUDA graphs.",
+       engine=_SGLANG_TUNING),
+    _f("--sglang-attention-backend", "str", None, "sglang", "SGLang attention backend.",
+       engine=_SGLANG_TUNING),
+    _f("--sglang-chunked-prefill-size", "int", None, "sglang", "SGLang chunked prefill size.",
+       engine=_SGLANG_TUNING),
+    _f("--sglang-enable-deterministic-inference", "bool", False, "sglang",
+       "SGLang deterministic inference.", engine=_SGLANG_TUNING),
+    _f("--sglang-watchdog-timeout", "float", 300.0, "sglang", "SGLang watchdog timeout (s).",
+       engine=_SGLANG_TUNING),
+    _f("--sglang-decode-log-interval", "int", 40, "sglang", "SGLang decode log interval.",
+       engine=_SGLANG_TUNING),
+    _f("--sglang-server-concurrency", "int", 512, "sglang",
+       "Concurrent requests miles sends to each SGLang server.",
+       engine=command_only("the built-in rollout batches its requests itself")),
+    _f("--sglang-ep-size", "int", 1, "sglang", "SGLang expert parallel size.",
+       engine=_SGLANG_LAYOUT),
+    _f("--sglang-dp-size", "int", 1, "sglang", "SGLang data parallel size.",
+       engine=_SGLANG_LAYOUT),
+    _f("--sglang-enable-dp-attention", "bool", False, "sglang", "SGLang DP attention.",
+       engine=_SGLANG_LAYOUT),
+    _f("--sglang-enable-dp-lm-head", "bool", False, "sglang", "SGLang DP LM head.",
+       engine=_SGLANG_LAYOUT),
+)
+
 FLAGS: tuple[Flag, ...] = (
-    _CLUSTER + _ROLLOUT + _DATA + _ACTOR + _CRITIC + _PPO + _CHECKPOINT + _PARALLELISM + _MODEL
-    + _SGLANG + _LOGGING + _PPODECK
+    _CLUSTER + _ROLLOUT + _ROLLOUT_IMPORTED + _DATA + _DATA_IMPORTED + _ACTOR + _ACTOR_IMPORTED
+    + _CRITIC + _PPO + _PPO_IMPORTED + _CHECKPOINT + _PARALLELISM + _PARALLELISM_IMPORTED
+    + _MODEL + _MODEL_IMPORTED + _SGLANG + _SGLANG_IMPORTED + _LOGGING + _PPODECK
 )
 
 BY_DEST: dict[str, Flag] = {f.dest: f for f in FLAGS}

@@ -40,12 +40,19 @@ def test_round_trip_values() -> None:
 
 
 def test_unknown_flag_kept_with_did_you_mean() -> None:
-    cfg, issues = parse_argv(["--kl-coeff", "0.1", "--sglang-thing", "a", "b", "--lr", "2e-6"])
-    assert cfg.passthrough == ("--kl-coeff", "0.1", "--sglang-thing", "a", "b")
+    cfg, issues = parse_argv(["--kl-coeff", "0.1", "--custom-thing", "a", "b", "--lr", "2e-6"])
+    assert cfg.passthrough == ("--kl-coeff", "0.1", "--custom-thing", "a", "b")
     assert cfg.values == {"lr": 2e-6}
     [typo, other] = issues
     assert typo.flags == ("--kl-coeff",) and typo.fix == "did you mean --kl-coef?"
     assert typo.level == "warning" and "miles flag" in other.message
+
+
+def test_sglang_flags_checked_against_sglang_server_args() -> None:
+    _, issues = parse_argv(["--sglang-log-level", "info", "--sglang-log-levl", "info"])
+    [known, typo] = issues
+    assert known.code == "argv.unknown_flag" and "SGLang's server argument" in known.message
+    assert typo.code == "argv.unknown_sglang_flag" and "miles would reject" in typo.message
 
 
 def test_equals_form_and_bad_value_kept_as_text() -> None:
