@@ -7,10 +7,12 @@
    SIGKILLed while the job runs (its websocket dies with it) and started again; at the end the
    local events.jsonl is compared line by line with the one the job wrote on the cluster.
    Lost and duplicated must both be 0.
-3. With --tests: the slow cluster tests (tiny-cpu TP=2 DP=2 over both nodes vs one rank; a
+3. With --multinode: tiny-cpu with TP=2, DP=2 over both nodes against the one-rank run, the
+   largest difference of any logged loss.
+4. With --tests: the slow cluster tests (tiny-cpu TP=2 DP=2 over both nodes vs one rank; a
    submitted run followed to success and one stopped) through pytest.
 
-    .venv/bin/python bench/ray_jobs_bench.py [--rollouts 4] [--tests]
+    .venv/bin/python bench/ray_jobs_bench.py [--rollouts 6] [--multinode] [--tests]
 
 Every process and the cluster are this script's own and are stopped at the end.
 """
@@ -106,10 +108,26 @@ def submitted_run(runs: Path, url: str, rollouts: int, cut_after_s: float | None
             "in_order": local == remote[:len(local)], "cuts": cuts}
 
 
+def multinode_spread(runs: Path, address: str) -> dict:
+    """tiny-cpu on both nodes (TP=2, DP=2) against one rank: the largest loss difference."""
+    from tests.cluster.test_multinode_run import losses, run_on_cluster
+
+    one = run_on_cluster(runs / "one", address)
+    four = run_on_cluster(runs / "four", address, actor_num_nodes=2,
+                          actor_num_gpus_per_node=2, tensor_model_parallel_size=2)
+    pairs = list(zip(losses(one[1]), losses(four[1]), strict=True))
+    rel = [abs(b[3] - a[3]) / max(abs(a[3]), 1e-12) for a, b in pairs]
+    absolute = [abs(b[3] - a[3]) for a, b in pairs]
+    return {"states": [one[0]["state"], four[0]["state"]], "losses_compared": len(pairs),
+            "max_rel_diff": max(rel), "max_abs_diff": max(absolute)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rollouts", type=int, default=6)
     parser.add_argument("--tests", action="store_true", help="also run the slow cluster tests")
+    parser.add_argument("--multinode", action="store_true",
+                        help="also measure tiny-cpu TP=2 DP=2 over both nodes vs one rank")
     ns = parser.parse_args()
     from tests.cluster.conftest import two_node_cluster
 
@@ -121,10 +139,12 @@ def main() -> int:
             print(f"submitted -> first metric: {submitted['first_metric_s']:.1f} s "
                   f"({submitted['state']})", flush=True)
             cut = submitted_run(runs, cluster.dashboard_url, ns.rollouts, cut_after_s=1.0)
+            spread = multinode_spread(runs, cluster.address) if ns.multinode else None
         print(json.dumps({"local_first_metric_s": round(local, 1),
                           "submit_first_metric_s": round(submitted["first_metric_s"], 1),
                           "submit_over_local": round(submitted["first_metric_s"] / local, 2),
-                          "cut_stream": cut}, indent=2))
+                          "cut_stream": cut, "multinode_tp2_dp2_vs_one_rank": spread},
+                         indent=2))
     code = 0 if cut["lost"] == 0 and cut["duplicated"] == 0 and cut["in_order"] else 1
     if ns.tests:
         tests = ["tests/cluster/test_multinode_run.py", "tests/cluster/test_jobs_submit.py"]

@@ -44,6 +44,7 @@ EVENT_PREFIX = "PPODECK_EVENT "
 TERMINAL_JOB = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "stopped"}
 ENGINE_DIR = Path(__file__).resolve().parent
 RECONNECT_S = 1.0
+GIVE_UP_S = 600.0  # the follower stops after this long without an answer from the cluster
 
 
 class JobError(Exception):
@@ -272,7 +273,11 @@ def parse_event_line(line: str) -> tuple[int | None, str]:
     if not line.startswith(EVENT_PREFIX):
         return None, ""
     seq, _, event = line[len(EVENT_PREFIX):].partition(" ")
-    return (int(seq), event) if seq.isdigit() and event else (None, "")
+    try:  # a garbled line is skipped; the sequence gap then makes the next full read fill it
+        whole = seq.isdigit() and isinstance(json.loads(event), dict)
+    except ValueError:
+        whole = False
+    return (int(seq), event) if whole else (None, "")
 
 
 def _count_lines(path: Path) -> int:
@@ -288,20 +293,29 @@ def follow(rundir: RunDir, poll_s: float = RECONNECT_S) -> str:
     import asyncio
 
     job = read_status(rundir)["job"]
-    jobs = client(job["address"])
+    submission_id = job["submission_id"]
     mirror = EventMirror(rundir)
+    jobs, unreachable_since = None, None
     while True:
-        status = _job_status(jobs, job["submission_id"], rundir)
-        # catch up on everything logged so far (covers a cut stream), then tail the rest
-        mirror.reset_partial()
-        mirror.apply(complete_lines(jobs.get_job_logs(job["submission_id"])))
-        if status in TERMINAL_JOB:
-            return finish(rundir, jobs, job["submission_id"], status)
         try:
-            asyncio.run(_tail(jobs, job["submission_id"], mirror))
-        except Exception as exc:  # noqa: BLE001 - a dropped stream: reconnect below
-            print(f"log stream interrupted ({type(exc).__name__}: {exc}); reconnecting",
-                  flush=True)
+            jobs = jobs or client(job["address"])
+            status = _job_status(jobs, submission_id, rundir)
+            # catch up on everything logged so far (covers a cut stream), then tail the rest
+            mirror.reset_partial()
+            mirror.apply(complete_lines(jobs.get_job_logs(submission_id)))
+            unreachable_since = None
+            if status in TERMINAL_JOB:
+                return finish(rundir, jobs, submission_id, status)
+            asyncio.run(_tail(jobs, submission_id, mirror))
+        except Exception as exc:  # noqa: BLE001 - a dropped stream or cluster: retry below
+            print(f"job {submission_id}: {type(exc).__name__}: {exc}; reconnecting", flush=True)
+            unreachable_since = unreachable_since or time.monotonic()
+            if time.monotonic() - unreachable_since > GIVE_UP_S:
+                write_status(rundir, state="lost", ended=time.time(),
+                             detail=f"no answer from the cluster at {job['address']} for "
+                                    f"{GIVE_UP_S:.0f} s; the job may still run there: "
+                                    f"`ppodeck attach {rundir.id}` follows it again")
+                return "lost"
         time.sleep(poll_s)
 
 
@@ -325,7 +339,8 @@ def finish(rundir: RunDir, jobs: Any, submission_id: str, job_status: str) -> st
     event) are kept when it recorded one."""
     info = jobs.get_job_info(submission_id)
     local = read_status(rundir)
-    state = local.get("state") if local.get("state") in FINAL_STATES else None
+    recorded = ("succeeded", "failed", "stopped")  # by the driver itself ("lost" was ours)
+    state = local.get("state") if local.get("state") in recorded else None
     if state is None or (job_status == "STOPPED" and state != "stopped"):
         state = TERMINAL_JOB[job_status]
         detail = info.message or f"job {job_status.lower()}"

@@ -100,3 +100,51 @@ def test_a_dead_follower_of_an_active_job_is_started_again(tmp_path, monkeypatch
     assert jobs.revive_follower(rundir) and started == [rundir]
     write_status(rundir, state="succeeded")
     assert not jobs.revive_follower(rundir) and len(started) == 1
+
+
+class FakeJobs:
+    """The Jobs API as the follower sees it: each stream ends mid-line with a dropped
+    connection, the job then ends; get_job_logs returns everything logged so far."""
+
+    def __init__(self, log: str) -> None:
+        self.log, self.written, self.calls = log, len(log) // 3, 0
+
+    def get_job_status(self, _id: str) -> str:
+        return "SUCCEEDED" if self.written >= len(self.log) else "RUNNING"
+
+    def get_job_logs(self, _id: str) -> str:
+        return self.log[:self.written]
+
+    async def tail_job_logs(self, _id: str):
+        self.calls += 1
+        yield self.log[:self.written]
+        before, self.written = self.written, min(len(self.log),
+                                                 self.written + len(self.log) // 3 + 5)
+        yield self.log[before:self.written]  # ends mid-line, then the connection drops
+        raise ConnectionError("websocket closed")
+
+    def get_job_info(self, _id: str):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(message="Job finished successfully.")
+
+
+def test_follow_mirrors_a_job_through_dropped_streams(tmp_path, monkeypatch):
+    rundir = RunDir(tmp_path)
+    write_status(rundir, state="starting", job={"address": "http://h:8265",
+                                                "submission_id": "r1", "status": "PENDING"})
+    log = job_log(40) + f"{jobs.EVENT_PREFIX}40 " + json.dumps(
+        {"v": 1, "kind": "status", "state": "succeeded", "detail": "all rollouts done"}) + "\n"
+    fake = FakeJobs(log)
+    monkeypatch.setattr(jobs, "client", lambda address: fake)
+    assert jobs.follow(rundir, poll_s=0) == "succeeded"
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e.get("i") for e in events[:-1]] == list(range(40)) and fake.calls >= 2
+    status = read_status(rundir)
+    assert status["state"] == "succeeded" and status["job"]["status"] == "SUCCEEDED"
+    assert status["detail"] == "all rollouts done"  # the driver's own words are kept
+
+
+def test_a_garbled_event_line_is_never_written():
+    assert jobs.parse_event_line(f"{jobs.EVENT_PREFIX}3 " + '{"kind": "met') == (None, "")
+    assert jobs.parse_event_line(f"{jobs.EVENT_PREFIX}3 " + event(3)) == (3, event(3))
