@@ -7,6 +7,7 @@ Exit codes: 0 ok, 2 usage (unknown run), 4 an error-level health rule fired (`he
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
@@ -79,3 +80,54 @@ def _print_report(report) -> None:  # noqa: ANN001 - engine.health.HealthReport,
     if not report.findings:
         typer.echo("  no rule fired")
 
+
+
+# ---------------------------------------------------------------- tail and runs ls (cli_runs)
+
+
+class TailJudge:
+    """Judges the events `tail` prints, as it prints them; each finding becomes a `health`
+    event shown after the event that made it fire, and is recorded in health.jsonl."""
+
+    def __init__(self, rundir: RunDir) -> None:
+        from engine.health import HealthJudge, run_facts, run_thresholds
+        from engine.rundir import read_status
+
+        self.rundir = rundir
+        thresholds, _ = run_thresholds(rundir.path, read_status(rundir).get("preset"))
+        self.judge = HealthJudge(thresholds, run_facts(rundir.path)[0])
+
+    def after(self, event: dict) -> list[dict]:
+        return self._events(self.judge.feed([event]))
+
+    def end(self) -> list[dict]:
+        """The run is over: judge its last rollout."""
+        return self._events(self.judge.finish())
+
+    def idle(self, driver_alive: bool) -> list[dict]:
+        import time
+
+        return self._events(self.judge.check_hang(time.time(), driver_alive))
+
+    def _events(self, findings: list) -> list[dict]:
+        from engine.health import record_or_note
+
+        for note in record_or_note(self.rundir.path, findings) if findings else []:
+            typer.echo(f"warning: {note}", err=True)
+        return [f.to_event() for f in findings]
+
+
+def format_health(event: dict) -> str:
+    where = "" if event.get("rollout_id") is None else f" rollout {event['rollout_id']}:"
+    return (f"{event.get('level')} {event.get('code')}{where} {event.get('message')}. "
+            f"Fix: {event.get('fix')}")
+
+
+def health_column(run_path: Path) -> str:
+    """`runs ls`: ok, "2 warn", "1 error 3 warn", or - without events."""
+    from engine.health import run_level
+
+    try:
+        return run_level(run_path)
+    except OSError:
+        return "?"

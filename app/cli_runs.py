@@ -44,10 +44,11 @@ if TYPE_CHECKING:
     import subprocess
     from collections.abc import Callable, Sequence
 
+    from app.cli_health import TailJudge
     from engine.config import RunConfig
 
 EXIT_INVALID, EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 1, 2, 3, 130
-EVENT_KINDS = ("metrics", "phase", "offload", "gpu", "status", "log")
+EVENT_KINDS = ("metrics", "phase", "offload", "gpu", "status", "log", "health")
 REWARD, VALUE_LOSS = "rollout/raw_reward", "train/critic-value_loss"
 _RUNS_HELP = f"Runs live under ${RUNS_DIR_ENV} (default ./runs)."
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
@@ -529,8 +530,8 @@ def runs_ls(
     """
     infos = list_runs(root)
     if as_json:
-        typer.echo(json.dumps([{**asdict(i), "path": str(i.path), "job": _job_of(i)}
-                               for i in infos], indent=2))
+        typer.echo(json.dumps([{**asdict(i), "path": str(i.path), "job": _job_of(i),
+                                "health": _health_of(i)} for i in infos], indent=2))
         return
     if not infos:
         _err(f"no runs under {root or runs_root()}; start one with `ppodeck run PRESET`")
@@ -543,9 +544,9 @@ def runs_ls(
 
 def _runs_table(infos: list[RunInfo]) -> Table:
     """Every column but detail keeps its full width; detail folds into what is left."""
-    headers = ("id", "state", "preset", "rollout", "started")
+    headers = ("id", "state", "preset", "rollout", "started", "health")
     rows = [(i.id, i.state, i.preset, _rollout(i.rollout_id, i.num_rollout), _when(i.started),
-             _job_note(_job_of(i)) + i.detail) for i in infos]
+             _health_of(i), _job_note(_job_of(i)) + i.detail) for i in infos]
     table = Table(box=None)
     for col, header in enumerate(headers):
         table.add_column(header, no_wrap=True,
@@ -559,6 +560,13 @@ def _runs_table(infos: list[RunInfo]) -> Table:
 def _job_of(info: RunInfo) -> dict[str, Any] | None:
     """The Ray job of a submitted run, with the job status its follower last saw."""
     return read_status(RunDir(info.path)).get("job")
+
+
+def _health_of(info: RunInfo) -> str:
+    """The worst health finding (`ppodeck health`); judged when the events changed."""
+    from app.cli_health import health_column
+
+    return health_column(info.path)
 
 
 def _job_note(job: dict[str, Any] | None) -> str:
@@ -601,9 +609,12 @@ def tail(
                   f"(kinds: {', '.join(EVENT_KINDS)})", EXIT_USAGE)
     rundir = _find(run_name)
     _revive_follower(rundir)
-    show = _printer(as_json, set(kinds or ()))
+    from app.cli_health import TailJudge
+
+    judge = TailJudge(rundir)  # health findings are shown after the event that fired them
+    show = _printer(as_json, set(kinds or ()), judge)
     if follow_:
-        raise typer.Exit(_tail_follow(rundir, show))
+        raise typer.Exit(_tail_follow(rundir, show, judge))
     try:
         events, warnings = read_events(rundir.events_jsonl)
     except FileNotFoundError:
@@ -613,18 +624,29 @@ def tail(
         _err(f"warning: {warning}")
     for event in events:
         show(event)
+    if read_status(rundir).get("state") in FINAL_STATES:
+        for finding in judge.end():
+            show(finding)
 
 
-def _printer(as_json: bool, kinds: set[str]) -> Callable[[dict[str, Any]], None]:
-    def show(event: dict[str, Any]) -> None:
+def _printer(as_json: bool, kinds: set[str], judge: TailJudge | None = None
+             ) -> Callable[[dict[str, Any]], None]:
+    def emit(event: dict[str, Any]) -> None:
         if kinds and event["kind"] not in kinds:
             return
         typer.echo(json.dumps(event) if as_json else format_event(event))
 
+    def show(event: dict[str, Any]) -> None:
+        emit(event)
+        if judge is not None and event["kind"] != "health":
+            for finding in judge.after(event):
+                emit(finding)
+
     return show
 
 
-def _tail_follow(rundir: RunDir, show: Callable[[dict[str, Any]], None]) -> int:
+def _tail_follow(rundir: RunDir, show: Callable[[dict[str, Any]], None],
+                 judge: TailJudge) -> int:
     run_ended = threading.Event()
     next_check = 0.0
     try:
@@ -636,8 +658,13 @@ def _tail_follow(rundir: RunDir, show: Callable[[dict[str, Any]], None]) -> int:
                 next_check = time.monotonic() + 1.0
                 if _finished(rundir):
                     run_ended.set()
+                else:
+                    for finding in judge.idle(driver_alive(rundir, read_status(rundir))):
+                        show(finding)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    for finding in judge.end():
+        show(finding)
     return 0
 
 
@@ -716,8 +743,15 @@ def _gib(value: Any) -> str:
     return f"{value / 2**30:.2f} GiB" if isinstance(value, (int, float)) else "?"
 
 
+def _format_health(e: dict[str, Any]) -> str:
+    from app.cli_health import format_health
+
+    return format_health(e)
+
+
 _FORMATTERS = {"metrics": _format_metrics, "phase": _format_phase, "offload": _format_offload,
-               "gpu": _format_gpu, "status": _format_status, "log": _format_log}
+               "gpu": _format_gpu, "status": _format_status, "log": _format_log,
+               "health": _format_health}
 
 
 # ------------------------------------------------------------------------------ stop, attach

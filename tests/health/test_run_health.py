@@ -109,3 +109,23 @@ def test_a_preset_health_table_is_parsed_and_a_bad_one_refused(tmp_path) -> None
     bad.write_text('name = "q"\n[health]\nlr = 0.4\n')
     with pytest.raises(PresetError, match="unknown key 'lr'"):
         read_preset_file(bad)
+
+
+def test_tail_shows_health_lines_and_runs_ls_a_health_column(runs_dir) -> None:
+    from app import cli_runs
+
+    runs_dir.mkdir()
+    app = typer.Typer()
+    cli_runs.register(app)
+    sick = make_run(runs_dir, stream(12, bend=EV_NEGATIVE))
+    runner = CliRunner()
+    out = runner.invoke(app, ["tail", str(sick.path), "--kind", "health"])
+    assert out.exit_code == 0, out.output
+    (line,) = out.stdout.splitlines()
+    assert "health" in line and "error health.explained_variance_negative rollout 5:" in line
+    as_json = runner.invoke(app, ["tail", str(sick.path), "--json", "--kind", "health"])
+    assert json.loads(as_json.stdout)["code"] == "health.explained_variance_negative"
+    listed = runner.invoke(app, ["runs", "ls"])
+    assert "health" in listed.stdout.splitlines()[0] and "1 error" in listed.stdout
+    rows = json.loads(runner.invoke(app, ["runs", "ls", "--json"]).stdout)
+    assert rows[0]["health"] == "1 error"
