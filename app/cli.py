@@ -77,6 +77,10 @@ SetOption = Annotated[
                       "no-offload-train, offload-train=false. Repeatable."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+MilesRootOption = Annotated[Path | None, typer.Option(
+    "--miles-root", metavar="DIR",
+    help="A miles checkout: model names are read from its scripts/models (as text, never run) "
+         "before the built-in table.")]
 
 
 # --- small helpers ---------------------------------------------------------------------------
@@ -166,8 +170,14 @@ def apply_sets(config: RunConfig, sets: list[str] | None) -> RunConfig:
     return config
 
 
+def _script_path(source: str) -> Path | None:
+    """A script given as a path: its `source`d files are read from next to it."""
+    return None if source == "-" else Path(source).expanduser()
+
+
 def build_config(preset: str | None, sets: list[str] | None,
-                 from_command: str | None) -> tuple[RunConfig, list[Issue], str]:
+                 from_command: str | None, miles_root: Path | None = None
+                 ) -> tuple[RunConfig, list[Issue], str]:
     """Preset, then a pasted command line on top, then --set overrides."""
     issues: list[Issue] = []
     config = RunConfig()
@@ -176,7 +186,9 @@ def build_config(preset: str | None, sets: list[str] | None,
         config = _resolve(_load(preset))
         label = preset
     if from_command:
-        pasted, issues = parse_command_line(_read_text(from_command), env=os.environ)
+        pasted, issues = parse_command_line(_read_text(from_command), env=os.environ,
+                                            path=_script_path(from_command),
+                                            miles_root=miles_root)
         config = RunConfig({**config.values, **pasted.values},
                            config.passthrough + pasted.passthrough)
         label = from_command if not preset else f"{preset} + {from_command}"
@@ -264,6 +276,7 @@ def validate(
         help="A pasted miles launch command (file, or - for stdin), applied on top of PRESET.",
     )] = None,
     as_json: JsonOption = False,
+    miles_root: MilesRootOption = None,
 ) -> None:
     """Check a preset (plus overrides) against every rule and show the derived numbers.
 
@@ -278,7 +291,7 @@ def validate(
     """
     if preset is None and from_command is None:
         _fail("nothing to validate. Fix: pass a PRESET or --from-command FILE.", EXIT_USAGE)
-    config, parse_issues, label = build_config(preset, sets, from_command)
+    config, parse_issues, label = build_config(preset, sets, from_command, miles_root)
     report = check(config)
     issues = [*parse_issues, *report.issues]
     ok = not any(i.level == "error" for i in issues)
@@ -592,6 +605,21 @@ def _refuse_bad_values(config: RunConfig) -> None:
         raise typer.Exit(EXIT_INVALID)
 
 
+def annotate_flags(text: str, report: Any) -> str:
+    """Each flag of a preset written from a script gets the script's file and line."""
+    import tomlkit
+
+    doc = tomlkit.parse(text)
+    flags = doc.get("flags")
+    if flags is None:
+        return text
+    for key in list(flags.keys()):
+        where = report.flag_comment(f"--{key}")
+        if where is not None:
+            flags.item(key).comment(where)
+    return tomlkit.dumps(doc)
+
+
 @presets_app.command("from-command")
 def presets_from_command(
     source: Annotated[str, typer.Argument(metavar="FILE|-", help="Command text, - for stdin.")],
@@ -599,22 +627,34 @@ def presets_from_command(
     save: Annotated[bool, typer.Option(
         "--save", help="Save into the user presets dir instead of printing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    miles_root: MilesRootOption = None,
 ) -> None:
-    """Turn a pasted miles command line into a preset (printed, or saved with --save).
+    """Turn a miles launch script or pasted command line into a preset (printed, or saved
+    with --save).
 
-    Accepts `python3 train.py ...`, `ray job submit ... -- python3 train.py ...` and bash with
-    backslash continuations, VAR=value / VAR=( ... ) assignments and ${VARS}. Unresolved
-    variables and unknown flags are reported on stderr and kept verbatim.
+    The script is read as bash reads it, and nothing in it runs: `python3 train.py ...`,
+    `ray job submit ... -- python3 train.py ...`, arrays, ${VARS}, `read -ra`, multi-line
+    quoted JSON, `source` of files next to the script, and miles' model args by name
+    (`model_args_utils.py qwen3-4B`, `source scripts/models/qwen3-4B.sh`). The import report on
+    stderr says what was resolved and from where, what stayed unresolved (with its line), and
+    which flags are command-only or refused; each flag in the preset keeps its script line.
 
     Example:
 
     \b
         ppodeck presets from-command run-qwen3-4b-ppo.sh --name my-ppo --save
+        ppodeck presets from-command run-glm5.sh --miles-root ~/miles
         pbpaste | ppodeck presets from-command - > my-ppo.toml
     """
-    config, issues = parse_command_line(_read_text(source), env=os.environ)
+    from engine.config.script_import import import_script
+
+    imported = import_script(_read_text(source), env=os.environ, path=_script_path(source),
+                             miles_root=miles_root)
+    config, issues = imported.config, imported.issues
     for issue in issues:
         _err(format_issue(issue))
+    for line in imported.lines():
+        _err(line)
     header = (f"{name}: imported from a miles command line ({source}).\n\n"
               f"Launch: ppodeck run {name}")
     unresolved = [i.flags[0] for i in issues if i.code == "command.unresolved_variable"]
@@ -623,8 +663,9 @@ def presets_from_command(
                    + ", ".join(unresolved))
         _err(f"ppodeck: edit the preset: {', '.join(unresolved)} are kept verbatim and a "
              "number flag holding one will not load until it is replaced by a value.")
-    text = config_to_toml(config, name=name, description=f"Imported from {source}",
-                          header_comment=header)
+    text = annotate_flags(config_to_toml(config, name=name,
+                                         description=f"Imported from {source}",
+                                         header_comment=header), imported)
     if not save:
         typer.echo(text, nl=False)
         return
