@@ -20,6 +20,8 @@ RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id pr
 
 def register(app: typer.Typer) -> None:
     app.command("health")(health)
+    app.command("compare")(compare)
+    app.command("plot")(plot)
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -80,6 +82,195 @@ def _print_report(report) -> None:  # noqa: ANN001 - engine.health.HealthReport,
     if not report.findings:
         typer.echo("  no rule fired")
 
+
+
+# ----------------------------------------------------------------------------------- compare
+
+RunsArg = Annotated[list[str], typer.Argument(metavar="RUN...",
+                                              help="Run ids, unique id prefixes, or paths.")]
+
+
+def compare(
+    run_names: RunsArg,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Compare runs: the resolved configs flag by flag (only the flags that differ), the mean
+    time of each phase, and the final and best values of the PPO diagnostics (per-rollout
+    means, aligned by rollout).
+
+    Example:
+
+    \b
+        ppodeck compare 250101-120000-tiny-cpu 250102-090000-tiny-cpu
+        ppodeck compare RUN_A RUN_B RUN_C --json | jq .diagnostics
+    """
+    from engine.runstats import load_run
+
+    if len(run_names) < 2:
+        _fail("compare needs at least two runs. Fix: ppodeck compare RUN RUN [RUN...] "
+              "(see `ppodeck runs ls`).", EXIT_USAGE)
+    runs = [load_run(find(name).path) for name in run_names]
+    for run in runs:
+        for note in run.notes:
+            typer.echo(f"note: {run.run_id}: {note}", err=True)
+    data = comparison(runs)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, default=str))
+        return
+    _print_comparison(data)
+
+
+def comparison(runs: list) -> dict:  # list[engine.runstats.RunStats]
+    from engine.runstats import DIAGNOSTICS, config_diff
+
+    phases = sorted({name for run in runs for name in run.phase_seconds})
+    diagnostics = {}
+    for metric in DIAGNOSTICS:
+        if not any(metric in run.series for run in runs):
+            continue
+        diagnostics[metric] = [
+            {"final": run.final(metric), "best": _best(run.best(metric)),
+             "rollouts": len(run.series.get(metric, ()))} for run in runs]
+    return {
+        "runs": [{"id": r.run_id, "path": str(r.path), "state": r.state,
+                  "wall_seconds": r.wall_seconds} for r in runs],
+        "config_diff": {flag: values for flag, values in config_diff(runs)},
+        "phase_mean_seconds": {
+            name: [_mean(run.phase_seconds.get(name)) for run in runs] for name in phases},
+        "diagnostics": diagnostics,
+    }
+
+
+def _best(best: tuple[int, float] | None) -> dict | None:
+    return None if best is None else {"rollout": best[0], "value": best[1]}
+
+
+def _mean(values: list[float] | None) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _print_comparison(data: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console.width = 200
+    ids = [r["id"] for r in data["runs"]]
+
+    def table(title: str, first: str) -> Table:
+        t = Table(title=title, title_justify="left", box=None)
+        t.add_column(first, no_wrap=True)
+        for run_id in ids:
+            t.add_column(run_id, overflow="fold")
+        return t
+
+    runs = table("runs", "")
+    runs.add_row("state", *(r["state"] for r in data["runs"]))
+    runs.add_row("wall time", *(_secs(r["wall_seconds"]) for r in data["runs"]))
+    console.print(runs)
+    flags = table("config: flags that differ", "flag")
+    for flag, values in data["config_diff"].items():
+        flags.add_row(flag, *(_val(v) for v in values))
+    if not data["config_diff"]:
+        flags.add_row("(same resolved config)", *("" for _ in ids))
+    console.print(flags)
+    phases = table("phase: mean seconds", "phase")
+    for name, values in data["phase_mean_seconds"].items():
+        phases.add_row(name, *(_secs(v) for v in values))
+    console.print(phases)
+    diag = table("PPO diagnostics: final (best @ rollout)", "metric")
+    for metric, cells in data["diagnostics"].items():
+        diag.add_row(metric, *(_cell(c) for c in cells))
+    console.print(diag)
+
+
+def _secs(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _val(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _cell(cell: dict) -> str:
+    final = "-" if cell["final"] is None else f"{cell['final']:.4g}"
+    best = cell["best"]
+    return final if best is None else f"{final} ({best['value']:.4g} @ {best['rollout']})"
+
+
+# -------------------------------------------------------------------------------------- plot
+
+# the monitor's charts: (title, [metric, ...]); several runs are overlaid, aligned by rollout
+CHARTS = (
+    ("reward", ["rollout/raw_reward"]),
+    ("value loss", ["train/critic-value_loss"]),
+    ("KL and clip fraction", ["train/ppo_kl", "train/kl_loss", "train/pg_clipfrac"]),
+    ("explained variance", ["critic/explained_variance"]),
+)
+PLOT_INSTALL = "pip install 'ppodeck[plot]'   (or: .venv/bin/pip install matplotlib)"
+
+
+def plot(
+    run_names: RunsArg,
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE.png|svg",
+                                      help="Picture to write; the suffix picks the format.")],
+) -> None:
+    """Draw the monitor's charts (reward, value loss, KL and clip fraction, explained
+    variance) for one or more runs, overlaid and aligned by rollout, into a PNG or SVG.
+
+    Needs matplotlib (the `plot` extra).
+
+    Example:
+
+    \b
+        ppodeck plot 250101-120000-tiny-cpu --out tiny.png
+        ppodeck plot RUN_A RUN_B --out compare.svg
+    """
+    from engine.runstats import load_run
+
+    if out.suffix.lower() not in (".png", ".svg"):
+        _fail(f"--out {out}: the picture must be .png or .svg", EXIT_USAGE)
+    runs = [load_run(find(name).path) for name in run_names]
+    try:
+        draw(runs, out)
+    except ImportError:
+        _fail(f"plot needs matplotlib, which is not installed. Fix: {PLOT_INSTALL}", EXIT_USAGE)
+    except OSError as exc:
+        _fail(f"could not write {out}: {exc.strerror or exc}", EXIT_USAGE)
+    typer.echo(str(out))
+
+
+def draw(runs: list, out: Path) -> None:  # list[engine.runstats.RunStats]
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
+    for ax, (title, metrics) in zip(axes.flat, CHARTS, strict=True):
+        drawn = 0
+        for run in runs:
+            for metric in metrics:
+                points = run.series.get(metric)
+                if not points:
+                    continue
+                label = run.run_id if len(metrics) == 1 else f"{run.run_id} {metric}"
+                ax.plot([p[0] for p in points], [p[1] for p in points], label=label,
+                        linewidth=1.2)
+                drawn += 1
+        ax.set_title(title)
+        ax.set_xlabel("rollout")
+        if drawn:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no data (no critic, or not logged)", ha="center",
+                    va="center", transform=ax.transAxes, color="gray")
+    fig.suptitle(", ".join(run.run_id for run in runs), fontsize=9)
+    fig.savefig(out)
+    plt.close(fig)
 
 
 # ---------------------------------------------------------------- tail and runs ls (cli_runs)

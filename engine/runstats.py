@@ -1,0 +1,126 @@
+"""Per-rollout series, phase times and a config diff of finished or running runs (LIGHT).
+
+`ppodeck compare` and `ppodeck plot` read runs through here: every metric is reduced to one
+value per rollout (the mean of its steps), so runs with different batch arithmetic line up by
+rollout id.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.events import read_events
+
+# the PPO diagnostics compare shows, and which way is better ("max", "min"; None: no best)
+DIAGNOSTICS: dict[str, str | None] = {
+    "rollout/raw_reward": "max",
+    "critic/explained_variance": "max",
+    "train/critic-value_loss": "min",
+    "train/critic-value_clipfrac": None,
+    "train/pg_clipfrac": None,
+    "train/ppo_kl": None,
+    "train/kl_loss": None,
+    "train/entropy_loss": None,
+    "train/grad_norm": None,
+    "rollout/response_len/mean": None,
+    "rollout/truncated_ratio": "min",
+    "train/train_rollout_logprob_abs_diff": "min",
+}
+
+
+@dataclass
+class RunStats:
+    run_id: str
+    path: Path
+    state: str = "unknown"
+    series: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    phase_seconds: dict[str, list[float]] = field(default_factory=dict)
+    wall_seconds: float | None = None
+    values: dict[str, Any] = field(default_factory=dict)  # resolved config, dest -> value
+    notes: list[str] = field(default_factory=list)
+
+    def final(self, metric: str) -> float | None:
+        points = self.series.get(metric)
+        return points[-1][1] if points else None
+
+    def best(self, metric: str) -> tuple[int, float] | None:
+        points, way = self.series.get(metric), DIAGNOSTICS.get(metric)
+        if not points or way is None:
+            return None
+        pick = max if way == "max" else min
+        return pick(points, key=lambda p: p[1])
+
+
+def rollout_series(events: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """metric -> [(rollout_id, mean of its values in that rollout)], by rollout id."""
+    sums: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for event in events:
+        rid, metrics = event.get("rollout_id"), event.get("metrics")
+        if event.get("kind") != "metrics" or not isinstance(rid, int) or \
+                not isinstance(metrics, dict) or event.get("step_key") == "eval/step":
+            continue
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                sums[key][rid].append(float(value))
+    return {key: [(rid, statistics.fmean(v)) for rid, v in sorted(by_rid.items())]
+            for key, by_rid in sums.items()}
+
+
+def phase_seconds(events: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = defaultdict(list)
+    for event in events:
+        seconds = event.get("seconds")
+        if event.get("kind") == "phase" and event.get("state") == "end" and \
+                isinstance(seconds, (int, float)):
+            out[str(event.get("name"))].append(float(seconds))
+    return dict(out)
+
+
+def load_run(path: Path) -> RunStats:
+    from engine.rundir import RunDir, read_status
+
+    rundir = RunDir(Path(path))
+    status = read_status(rundir)
+    stats = RunStats(rundir.id, rundir.path, str(status.get("state") or "unknown"))
+    try:
+        events, warnings = read_events(rundir.events_jsonl)
+    except FileNotFoundError:
+        events, warnings = [], [f"{rundir.events_jsonl} does not exist yet"]
+    stats.notes += warnings
+    stats.series = rollout_series(events)
+    stats.phase_seconds = phase_seconds(events)
+    stamps = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
+    stats.wall_seconds = stamps[-1] - stamps[0] if len(stamps) > 1 else None
+    stats.values, note = resolved_values(rundir.config_toml)
+    stats.notes += note
+    return stats
+
+
+def resolved_values(config_toml: Path) -> tuple[dict[str, Any], list[str]]:
+    from engine.config import resolve
+    from engine.presets import PresetError, config_from_toml
+
+    try:
+        config = config_from_toml(config_toml.read_text(), config_toml)
+    except (OSError, PresetError) as exc:
+        return {}, [f"{config_toml} unreadable: {exc}"]
+    return dict(resolve(config)), []
+
+
+def config_diff(runs: list[RunStats]) -> list[tuple[str, list[Any]]]:
+    """(--flag, [value per run]) for every schema flag whose resolved value differs."""
+    from engine.config.schema import FLAGS
+
+    rows = []
+    for flag in FLAGS:
+        if flag.secret or flag.dest == "run_dir":
+            continue
+        values = [run.values.get(flag.dest) for run in runs]
+        if any(v != values[0] for v in values[1:]):
+            rows.append((flag.name, values))
+    return rows
