@@ -95,7 +95,8 @@ def _sglang_flag_issue(name: str) -> Issue:
                      "keep it if you run the command with miles; PPO Deck ignores it")
     return Issue("warning", "argv.unknown_sglang_flag", (name,),
                  f"{name} maps to --{stem}, which is not an SGLang {SGLANG_VERSION} server "
-                 "argument: miles would reject it.",
+                 f"argument: miles would reject it with SGLang {SGLANG_VERSION} (a newer SGLang "
+                 "may have it).",
                  "check the spelling against `python -m sglang.launch_server --help`")
 
 
