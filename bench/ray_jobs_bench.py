@@ -62,16 +62,19 @@ def wait_final(rundir: RunDir, timeout: float = 600) -> str:
     return "timeout"
 
 
-def start_cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "app", *args], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def run_cli(args: list[str], env: dict[str, str]) -> None:
+    """`ppodeck ARGS --detach`: returns once the run is started; a refusal stops the bench."""
+    out = subprocess.run([sys.executable, "-m", "app", *args], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    if out.returncode:
+        raise SystemExit(f"ppodeck {' '.join(args)} failed ({out.returncode}):\n{out.stderr}")
 
 
 def local_run(runs: Path, rollouts: int) -> float:
     rundir = RunDir(runs / "local")
     started = time.monotonic()
-    start_cli(["run", "tiny-cpu", "--set", f"num-rollout={rollouts}", "--run-dir",
-               str(rundir.path), "--detach", "--yes"], cli_env(runs)).wait()
+    run_cli(["run", "tiny-cpu", "--set", f"num-rollout={rollouts}", "--run-dir",
+             str(rundir.path), "--detach", "--yes"], cli_env(runs))
     seconds = first_metric_seconds(rundir, started)
     print(f"local launch -> first metric: {seconds:.1f} s ({wait_final(rundir)})", flush=True)
     return seconds
@@ -81,8 +84,8 @@ def submitted_run(runs: Path, url: str, rollouts: int, cut_after_s: float | None
     rundir = RunDir(runs / ("cut" if cut_after_s else "submitted"))
     env = {**cli_env(runs), "PPODECK_TEST_RAY_GPUS": "1"}
     started = time.monotonic()
-    start_cli(["run", "tiny-cpu", "--set", f"num-rollout={rollouts}", "--submit", url,
-               "--run-dir", str(rundir.path), "--detach", "--yes"], env).wait()
+    run_cli(["run", "tiny-cpu", "--set", f"num-rollout={rollouts}", "--submit", url,
+             "--run-dir", str(rundir.path), "--detach", "--yes"], env)
     seconds = first_metric_seconds(rundir, started)
     cuts = 0
     if cut_after_s:
@@ -99,7 +102,7 @@ def submitted_run(runs: Path, url: str, rollouts: int, cut_after_s: float | None
         print(f"cut the stream after {before} events; follower restarted", flush=True)
     state = wait_final(rundir)
     local = rundir.events_jsonl.read_text().splitlines()
-    remote_path = Path(tempfile.gettempdir()) / "ppodeck-jobs" / rundir.id / "events.jsonl"
+    remote_path = Path(job_run_dir(rundir)) / "events.jsonl"
     remote = remote_path.read_text().splitlines()
     lost = len([line for line in remote if line not in set(local)])
     duplicated = len(local) - len(set(local))
@@ -120,6 +123,15 @@ def multinode_spread(runs: Path, address: str) -> dict:
     absolute = [abs(b[3] - a[3]) for a, b in pairs]
     return {"states": [one[0]["state"], four[0]["state"]], "losses_compared": len(pairs),
             "max_rel_diff": max(rel), "max_abs_diff": max(absolute)}
+
+
+def job_run_dir(rundir: RunDir) -> str:
+    """Where the job wrote its run directory on the cluster (it says so in its log)."""
+    from engine.jobs import client
+
+    log = client(read_status(rundir)["job"]["address"]).get_job_logs(rundir.id)
+    marker = "ppodeck: job run directory "
+    return next(line[len(marker):] for line in log.splitlines() if line.startswith(marker))
 
 
 def main() -> int:

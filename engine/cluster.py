@@ -41,6 +41,7 @@ TEST_RAY_GPUS_ENV = "PPODECK_TEST_RAY_GPUS"
 PLACEMENT_TIMEOUT_S = 120.0   # the placement group's bundles reserved
 READY_TIMEOUT_S = 300.0       # a worker scheduled, its process up and its __init__ done
 PROBE_TIMEOUT_S = 60.0        # small tasks: bundle order, rendezvous port
+CAPACITY_GRACE_S = 15.0       # nodes that just joined report their resources
 CALL_TIMEOUT_S = 4 * 3600.0   # one role call (init loads checkpoints, generate can be long)
 
 
@@ -102,12 +103,18 @@ class ClusterTooSmall(RuntimeError):
     """The cluster lacks what the layout needs; str() names both numbers and a fix."""
 
 
-def check_capacity(num_bundles: int, use_gpu: bool, joined: str | None) -> None:
-    """Fail before placement (which would wait PLACEMENT_TIMEOUT_S for nothing)."""
-    have = ray.cluster_resources()
-    where = f"the Ray cluster at {joined}" if joined else "this machine's private Ray"
+def check_capacity(num_bundles: int, use_gpu: bool, joined: str | None,
+                   grace_s: float = CAPACITY_GRACE_S) -> None:
+    """Fail before placement (which would wait PLACEMENT_TIMEOUT_S for nothing). Nodes that
+    just joined may not have reported their resources yet: they get `grace_s`."""
     wanted = {"GPU": num_bundles} if use_gpu else {}
     wanted["CPU"] = num_bundles
+    deadline = time.monotonic() + grace_s
+    have = ray.cluster_resources()
+    while any(have.get(k, 0) < n for k, n in wanted.items()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        have = ray.cluster_resources()
+    where = f"the Ray cluster at {joined}" if joined else "this machine's private Ray"
     for resource, need in wanted.items():
         got = have.get(resource, 0)
         if got < need:

@@ -172,7 +172,9 @@ def run_job(run_id: str) -> int:
     root = Path(os.environ.get("PPODECK_RUNS_DIR") or Path(tempfile.gettempdir()) /
                 "ppodeck-jobs")
     rundir = RunDir(root / run_id)
-    rundir.path.mkdir(parents=True, exist_ok=True)
+    if rundir.path.exists():  # an earlier job of this id on a machine that kept its temp dir
+        rundir = RunDir(root / f"{run_id}.{int(time.time())}")
+    rundir.path.mkdir(parents=True)
     rundir.config_toml.write_text(os.environ[CONFIG_ENV])
     print(f"ppodeck: job run directory {rundir.path}", flush=True)
     done = threading.Event()

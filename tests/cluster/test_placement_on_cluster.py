@@ -133,7 +133,7 @@ def test_disaggregated_two_gpu_engine_spans_neighbour_bundles(joined, ray_cluste
 
 def test_a_cluster_too_small_is_refused_with_both_numbers(joined, ray_cluster):
     with pytest.raises(cluster.ClusterTooSmall, match=r"needs 6 GPUs.* has 4\b"):
-        cluster.check_capacity(6, use_gpu=True, joined=ray_cluster.address)
+        cluster.check_capacity(6, use_gpu=True, joined=ray_cluster.address, grace_s=0)
 
 
 def test_an_unschedulable_worker_is_named_after_a_timeout(joined, monkeypatch):
