@@ -187,6 +187,8 @@ class RunState:
         # logs
         self.logs: deque[LogLine] = deque(maxlen=log_capacity)
         self.logs_total = 0
+        # PPO health findings (`health` events the monitor's reader judged, engine/health.py)
+        self.health: list[dict[str, Any]] = []
 
     # ---- ingest -----------------------------------------------------------------------------
 
@@ -197,6 +199,10 @@ class RunState:
         for event in events:
             try:
                 kind = event.get("kind")
+                if kind == "health":  # judged by the monitor's reader, not written by the run
+                    self._on_health(event)
+                    changed.add(kind)
+                    continue
                 handler = handlers.get(kind) if isinstance(kind, str) else None
                 if handler is None:
                     self.events_skipped += 1
@@ -321,6 +327,10 @@ class RunState:
         self.logs.append(LogLine(_num(event.get("ts")), str(event.get("level", "info")),
                                  str(event.get("source", "")), str(event.get("msg", ""))))
         self.logs_total += 1
+
+    def _on_health(self, event: Mapping[str, Any]) -> None:
+        if len(self.health) < 500:  # one per episode; a pathological run must stay bounded
+            self.health.append(dict(event))
 
     _handlers = {"metrics": _on_metrics, "phase": _on_phase, "offload": _on_offload,
                  "gpu": _on_gpu, "status": _on_status, "log": _on_log}

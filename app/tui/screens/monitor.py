@@ -22,6 +22,7 @@ from textual.worker import get_current_worker
 from app.tui.errors import guard
 from app.tui.messages import EventsArrived, RunStatusRead, TailEnded
 from app.tui.state import TERMINAL_STATES, RunState
+from app.tui.widgets.health import HealthPanel, HealthStrip
 from app.tui.widgets.log_tail import LogTail
 from app.tui.widgets.metric_chart import Line, MetricChart
 from app.tui.widgets.offload_panel import OffloadPanel
@@ -131,6 +132,7 @@ class MonitorScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
+        yield HealthStrip(id="health-strip")
         yield ViewTabs(*VIEWS, id="view-tabs")
         with Grid(id="monitor-body"):
             with Grid(id="pane-charts", classes="pane -active"):
@@ -141,6 +143,8 @@ class MonitorScreen(Screen[None]):
             with Vertical(id="pane-timeline", classes="pane"):
                 yield Static("phase timeline", classes="panel-title")
                 yield PhaseTimeline(id="phase-timeline")
+                yield Static("health", classes="panel-title")
+                yield HealthPanel(id="health-panel")
                 yield Static("log", classes="panel-title")
                 yield LogTail(id="log-tail")
         yield Footer()
@@ -202,7 +206,7 @@ class MonitorScreen(Screen[None]):
 
         rundir = RunDir(run_dir)
         worker = get_current_worker()
-        batcher = _Batcher(self)
+        batcher = _Batcher(self, _run_judge(run_dir), run_dir)
         last_status = 0.0
         final = False
         for batch in follow(rundir.events_jsonl, self.stop_reading, poll_s=POLL_S,
@@ -215,8 +219,10 @@ class MonitorScreen(Screen[None]):
                 status = read_status(rundir)
                 self.post_message(RunStatusRead(status))
                 final = status.get("state") in TERMINAL_STATES
+                batcher.check_hang(rundir, status, final)
             batcher.flush_if_due()
             if final and not batch:  # finished and fully read: nothing more will come
+                batcher.judge_last_rollout()
                 batcher.flush(force=True)
                 self.post_message(TailEnded(f"run {status.get('state')}"))
                 return
@@ -231,9 +237,10 @@ class MonitorScreen(Screen[None]):
 
     def _replay(self, path: Path) -> None:
         from engine.events import read_events
+        from engine.health import HealthJudge
 
         events, warnings = read_events(path)
-        batcher = _Batcher(self)
+        batcher = _Batcher(self, HealthJudge(), None)  # a recording: default thresholds
         batcher.warnings.extend(warnings)
         speed = self.replay_speed
         if speed is None:
@@ -249,6 +256,7 @@ class MonitorScreen(Screen[None]):
                 if self.stop_reading.wait(min(wait, FLUSH_S)):
                     return
             batcher.add([event])
+        batcher.judge_last_rollout()
         batcher.flush(force=True)
         self.post_message(TailEnded("replay finished"))
 
@@ -299,6 +307,9 @@ class MonitorScreen(Screen[None]):
         if "phase" in changed:
             self.query_one(PhaseTimeline).show(self.state.phases, self.state.phase_means(),
                                                self.state.clock(self._now()))
+        if changed & {"health", "status"}:
+            self.query_one(HealthStrip).show(self.state.health)
+            self.query_one(HealthPanel).show(self.state.health)
         if "log" in changed:
             log_tail = self.query_one(LogTail)
             log_tail.append(self.state.new_logs(log_tail.shown_total), self.state.first_ts,
@@ -322,6 +333,15 @@ class MonitorScreen(Screen[None]):
             num_rollout=total, phase=s.current_phase, elapsed=s.elapsed(now), eta=s.eta(now)))
 
 
+def _run_judge(run_dir: Path):  # noqa: ANN202 - engine.health.HealthJudge, imported late
+    """A judge with the run's thresholds ([health] of its preset) and config facts."""
+    from engine.health import HealthJudge, run_facts, run_thresholds
+    from engine.rundir import RunDir, read_status
+
+    thresholds, _ = run_thresholds(run_dir, read_status(RunDir(run_dir)).get("preset"))
+    return HealthJudge(thresholds, run_facts(run_dir)[0])
+
+
 class _Batcher:
     """Worker-side: collects events and posts them at most every FLUSH_S seconds.
 
@@ -330,8 +350,11 @@ class _Batcher:
     in bounded memory instead of piling up in the message queue.
     """
 
-    def __init__(self, screen: MonitorScreen) -> None:
+    def __init__(self, screen: MonitorScreen, judge=None, run_dir: Path | None = None  # noqa: ANN001
+                 ) -> None:
         self.screen = screen
+        self.judge = judge  # engine.health.HealthJudge: the monitor's reader judges health
+        self.run_dir = run_dir  # findings are recorded there (health.jsonl, each once)
         self.batch_applied, self.stop_reading = screen.batch_applied, screen.stop_reading
         self.pending: list[dict] = []
         self.warnings: list[str] = []
@@ -339,8 +362,32 @@ class _Batcher:
 
     def add(self, events: list[dict]) -> None:
         self.pending.extend(events)
+        if self.judge is not None:
+            self._findings(self.judge.feed(events))
         if len(self.pending) >= MAX_PENDING:
             self.flush(force=True)
+
+    def judge_last_rollout(self) -> None:
+        if self.judge is not None:
+            self._findings(self.judge.finish())
+
+    def check_hang(self, rundir, status: dict, final: bool) -> None:  # noqa: ANN001
+        from engine.rundir import driver_alive
+
+        if self.judge is not None and not final:
+            self._findings(self.judge.check_hang(time.time(), driver_alive(rundir, status)))
+
+    def _findings(self, findings: list) -> None:
+        """Health findings join the batch as `health` events, at the time of the event that
+        fired them; a run directory records them."""
+        if not findings:
+            return
+        ts = self.judge.last_event_ts
+        self.pending.extend(f.to_event(ts) for f in findings)
+        if self.run_dir is not None:
+            from engine.health import record_or_note
+
+            self.warnings.extend(record_or_note(self.run_dir, findings))
 
     def flush_if_due(self) -> None:
         if time.monotonic() - self.last_flush >= FLUSH_S:

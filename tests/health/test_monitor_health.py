@@ -1,0 +1,46 @@
+"""The monitor's reader judges health: a strip under the header, a panel of findings, and
+health.jsonl written once even when `ppodeck health` judged the run first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.tui.app import PPODeckApp
+from app.tui.messages import TailEnded
+from app.tui.screens.monitor import MonitorScreen
+from app.tui.widgets.health import HealthPanel, HealthStrip
+from engine.health import HEALTH_FILE, judge_run
+from tests.health.streams import stream
+from tests.health.test_run_health import EV_NEGATIVE, make_run
+from tests.tui.conftest import tui_env as tui_env  # the TUI tests' dirs and env
+from tests.tui.conftest import wait_until
+
+
+async def test_monitor_shows_and_records_health_findings(tui_env: Path) -> None:
+    rundir = make_run(tui_env / "runs", stream(12, bend=EV_NEGATIVE))
+    judge_run(rundir.path)  # a CLI judged first: the monitor must not write it again
+    messages: list = []
+    app = PPODeckApp(attach=str(rundir.path))
+    async with app.run_test(size=(160, 48), message_hook=messages.append) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
+        screen = app.screen
+        await wait_until(pilot, lambda: any(isinstance(m, TailEnded) for m in messages))
+        await pilot.pause()
+        strip = str(screen.query_one(HealthStrip).render())
+        assert "ERROR" in strip and "health.explained_variance_negative" in strip
+        (line,) = screen.query_one(HealthPanel).lines_text
+        assert line.startswith("r5 erro health.explained_variance_negative:") and "Fix:" in line
+        assert screen.state.events_seen == len(rundir.events_jsonl.read_text().splitlines())
+    records = (rundir.path / HEALTH_FILE).read_text().splitlines()
+    assert [json.loads(r)["code"] for r in records] == ["health.explained_variance_negative"]
+
+
+async def test_a_healthy_run_says_so(tui_env: Path) -> None:
+    rundir = make_run(tui_env / "runs", stream(8))
+    messages: list = []
+    app = PPODeckApp(attach=str(rundir.path))
+    async with app.run_test(size=(160, 48), message_hook=messages.append) as pilot:
+        await wait_until(pilot, lambda: any(isinstance(m, TailEnded) for m in messages))
+        await pilot.pause()
+        assert "health OK" in str(app.screen.query_one(HealthStrip).render())
