@@ -308,6 +308,24 @@ class TailJudge:
         return [f.to_event() for f in findings]
 
 
+def snapshot_preset_health(rundir: RunDir, preset: str) -> None:
+    """Keep the launching preset's [health] table with the run (health.toml), so `ppodeck
+    health` judges it later with the thresholds it was launched under."""
+    from engine.health import preset_health_table, snapshot_thresholds
+
+    table = preset_health_table(preset)
+    if not table:
+        return
+    try:
+        snapshot_thresholds(rundir.path, table)
+    except OSError as exc:
+        typer.echo(f"warning: the preset's [health] thresholds were not kept with the run "
+                   f"({exc}); `ppodeck health` will read the preset again", err=True)
+        return
+    typer.echo(f"health thresholds from the preset's [health]: "
+               f"{', '.join(f'{k}={v}' for k, v in table.items())}", err=True)
+
+
 def format_health(event: dict) -> str:
     where = "" if event.get("rollout_id") is None else f" rollout {event['rollout_id']}:"
     return (f"{event.get('level')} {event.get('code')}{where} {event.get('message')}. "

@@ -184,6 +184,10 @@ def run(
         rundir, popen = _submit(config, preset_name, run_dir, submit)
     else:
         rundir, popen = _launch(config, preset_name, run_dir)
+    if resume is None and preset is not None:
+        from app.cli_health import snapshot_preset_health
+
+        snapshot_preset_health(rundir, preset)
     if detach:
         typer.echo(rundir.id)
         _err(f"follow it with: ppodeck attach {rundir.id}   or   "

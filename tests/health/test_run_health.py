@@ -27,6 +27,7 @@ from engine.launch import prepare_run
 from engine.presets import load_preset, resolve_preset
 from engine.rundir import RunDir, write_status
 from tests.health.streams import stream
+from tests.runs.conftest import fake_driver as fake_driver  # the fake driver seam
 
 EV_NEGATIVE = {"critic/explained_variance": lambda r, s: -0.4}
 
@@ -129,3 +130,24 @@ def test_tail_shows_health_lines_and_runs_ls_a_health_column(runs_dir) -> None:
     assert "health" in listed.stdout.splitlines()[0] and "1 error" in listed.stdout
     rows = json.loads(runner.invoke(app, ["runs", "ls", "--json"]).stdout)
     assert rows[0]["health"] == "1 error"
+
+
+def test_run_keeps_the_preset_health_table_with_the_run(runs_dir, tmp_path, fake_driver
+                                                          ) -> None:
+    from app import cli_runs
+    from engine.rundir import read_status
+    from tests.runs.helpers import wait_for_state
+
+    app = typer.Typer()
+    cli_runs.register(app)
+    preset = tmp_path / "strict.toml"
+    preset.write_text('schema_version = 1\nname = "strict"\ndescription = ""\n'
+                      'extends = "tiny-cpu"\n[health]\nclipfrac-max = 0.2\n')
+    result = CliRunner().invoke(app, ["run", str(preset), "--detach"])
+    assert result.exit_code == 0, result.output
+    rundir = RunDir(runs_dir / result.stdout.strip())
+    fake_driver.append(read_status(rundir)["pid"])
+    assert "clipfrac_max=0.2" in result.stderr
+    thresholds, source = run_thresholds(rundir.path, "tiny-cpu")
+    assert thresholds.clipfrac_max == 0.2 and source.endswith("health.toml")
+    wait_for_state(rundir, "succeeded")
