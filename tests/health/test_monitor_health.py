@@ -44,3 +44,26 @@ async def test_a_healthy_run_says_so(tui_env: Path) -> None:
         await wait_until(pilot, lambda: any(isinstance(m, TailEnded) for m in messages))
         await pilot.pause()
         assert "health OK" in str(app.screen.query_one(HealthStrip).render())
+
+
+async def test_s_saves_a_screenshot_and_sub_second_phases_read_in_ms(tui_env: Path) -> None:
+    from app.tui.widgets.phase_timeline import PhaseTimeline, short_seconds
+
+    assert (short_seconds(0.49), short_seconds(2.54), short_seconds(37.2)) == (
+        "490ms", "3s", "37s")
+    rundir = make_run(tui_env / "runs", stream(3))
+    with open(rundir.events_jsonl, "a") as out:
+        for name, seconds in (("generate", 0.42), ("critic_train", 0.31)):
+            out.write(json.dumps({"v": 1, "ts": 1.8e9 + 40, "kind": "phase", "name": name,
+                                  "state": "end", "rollout_id": 2, "seconds": seconds}) + "\n")
+    messages: list = []
+    app = PPODeckApp(attach=str(rundir.path))
+    async with app.run_test(size=(160, 48), message_hook=messages.append) as pilot:
+        await wait_until(pilot, lambda: any(isinstance(m, TailEnded) for m in messages))
+        await pilot.pause()
+        legend = app.screen.query_one(PhaseTimeline)._legend().plain
+        assert "420ms" in legend and "310ms" in legend
+        await pilot.press("s")
+        await pilot.pause()
+    shots = list(rundir.path.glob("screenshot-*.svg"))
+    assert len(shots) == 1 and "<svg" in shots[0].read_text()[:500]

@@ -96,7 +96,8 @@ Reads the run directory only: closing this screen never stops the run.
 - Timeline: one bar per rollout in miles order (gen, rollout offload, critic, actor, save,
   weight sync, rollout onload).
 
-Keys: `1` `2` `3` switch views on small terminals, `x` stops the run, `r` lists runs.
+Keys: `1` `2` `3` switch views on small terminals, `x` stops the run, `r` lists runs, `s`
+saves a screenshot (SVG) into the run directory (the current directory for a replay).
 """
 
 
@@ -106,6 +107,7 @@ class MonitorScreen(Screen[None]):
         Binding("2", "view('gpu')", "GPU", show=False),
         Binding("3", "view('timeline')", "Timeline", show=False),
         Binding("x", "app.stop_run", "Stop run"),
+        Binding("s", "screenshot", "Screenshot"),
         Binding("r", "app.open_runs", "Runs"),
         Binding("escape", "app.back", "Back"),
     ]
@@ -186,6 +188,17 @@ class MonitorScreen(Screen[None]):
             self.notify(stop_run(RunDir(self.run_dir)), title="stop run")
         except OSError as exc:
             self.notify(f"could not stop {self.run_dir.name}: {exc}", severity="error")
+
+    def action_screenshot(self) -> None:
+        """The screen as SVG (Textual's export), for a report or an issue thread."""
+        where = self.run_dir if self.run_dir is not None else Path.cwd()
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        try:
+            path = self.app.save_screenshot(f"screenshot-{stamp}.svg", str(where))
+        except OSError as exc:
+            self.notify(f"could not save a screenshot in {where}: {exc}", severity="error")
+            return
+        self.notify(f"saved {path}", title="screenshot")
 
     def action_view(self, view_id: str) -> None:
         tabs = self.query_one(ViewTabs)

@@ -18,6 +18,11 @@ STYLE = {name: style for name, _, style in PHASES}
 SHORT = {name: short for name, short, _ in PHASES}
 
 
+def short_seconds(seconds: float) -> str:
+    """'490ms' below a second (sub-second phases read "0s" otherwise), else '12s'."""
+    return f"{seconds * 1000:.0f}ms" if seconds < 1.0 else f"{seconds:.0f}s"
+
+
 def _group_by_rollout(spans: Iterable[PhaseSpan]) -> dict[int, list[PhaseSpan]]:
     rollouts: dict[int, list[PhaseSpan]] = {}
     for span in spans:
@@ -61,7 +66,7 @@ class PhaseTimeline(Widget):
         for rid in recent:
             text.append("\n")
             text.append_text(self._bar(rid, width - 12, longest))
-            text.append(f" {totals[rid]:5.0f}s", "dim")
+            text.append(f" {short_seconds(totals[rid]):>6}", "dim")
         return text
 
     def _legend(self) -> Text:
@@ -71,7 +76,7 @@ class PhaseTimeline(Widget):
             if mean is None:
                 continue
             text.append("■", style)
-            text.append(f"{short} {mean:.0f}s ")
+            text.append(f"{short} {short_seconds(mean)} ")
         return text if text.plain else Text("phases (mean seconds)", "dim")
 
     def _bar(self, rollout_id: int, width: int, longest: float) -> Text:
