@@ -67,3 +67,30 @@ async def test_s_saves_a_screenshot_and_sub_second_phases_read_in_ms(tui_env: Pa
         await pilot.pause()
     shots = list(rundir.path.glob("screenshot-*.svg"))
     assert len(shots) == 1 and "<svg" in shots[0].read_text()[:500]
+
+
+async def test_runs_list_marks_runs_and_compares_them(tui_env: Path) -> None:
+    from app.tui.screens.compare import CompareScreen
+    from app.tui.screens.runs import RunsScreen
+    from app.tui.widgets.metric_chart import MetricChart
+
+    make_run(tui_env / "runs", stream(6))
+    make_run(tui_env / "runs", stream(9, bend={"rollout/raw_reward": lambda r, s: 0.5}))
+    app = PPODeckApp()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen))
+        runs = app.screen
+        await wait_until(pilot, lambda: len(runs.runs) == 2)
+        await pilot.press("c")
+        assert isinstance(app.screen, RunsScreen)  # fewer than two marked: a notification
+        await pilot.press("space", "down", "space", "c")
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        screen = app.screen
+        await wait_until(pilot, lambda: bool(screen.runs))
+        await pilot.pause()
+        plotted = screen.query_one("#compare-reward", MetricChart).plotted
+        assert sorted(len(xs) for xs, _ in plotted.values()) == [6, 9]
+        assert [0.5] * 9 in [ys for _, ys in plotted.values()]
+        diff = str(screen.query_one("#compare-diff").render())
+        assert "same" in diff

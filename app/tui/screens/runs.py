@@ -20,7 +20,8 @@ HELP = """\
 ## Runs
 Every run directory under the runs root ($PPODECK_RUNS_DIR or ./runs), newest first.
 `enter` attaches the monitor (full history, then live updates), `x` stops the selected run,
-`g` refreshes (the list also refreshes every few seconds).
+`g` refreshes (the list also refreshes every few seconds). `space` marks runs and `c` compares
+the marked ones (their charts overlaid by rollout, and the flags that differ).
 """
 
 
@@ -50,6 +51,8 @@ class RunsScreen(Screen[None]):
     BINDINGS = [
         Binding("enter", "attach", "Attach", show=True),
         Binding("x", "stop_run", "Stop run"),
+        Binding("space", "mark", "Mark"),
+        Binding("c", "compare", "Compare"),
         Binding("g", "refresh", "Refresh"),
         Binding("escape", "app.back", "Back"),
     ]
@@ -58,6 +61,7 @@ class RunsScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.runs: list[Any] = []
+        self.marked: set[str] = set()  # run paths to compare
 
     def compose(self) -> ComposeResult:
         yield Static("Runs", classes="panel-title")
@@ -103,7 +107,8 @@ class RunsScreen(Screen[None]):
         for run in self.runs:
             total = "?" if run.num_rollout is None else run.num_rollout
             done = "-" if run.rollout_id is None else run.rollout_id + 1
-            table.add_row(run.id, Text(run.state, STATE_STYLES.get(run.state, "")),
+            mark = "* " if str(run.path) in self.marked else ""
+            table.add_row(mark + run.id, Text(run.state, STATE_STYLES.get(run.state, "")),
                           run.preset or "-", f"{done}/{total}",
                           _started(run, getattr(self.app, "fixed_now", None)),
                           run.detail[:60], key=str(run.path))
@@ -130,6 +135,21 @@ class RunsScreen(Screen[None]):
         run = self._selected()
         if run is not None:
             self.post_message(RunChosen(Path(run.path)))
+
+    def action_mark(self) -> None:
+        run = self._selected()
+        if run is not None:
+            self.marked ^= {str(run.path)}
+            self._fill(self.query_one(DataTable))
+
+    def action_compare(self) -> None:
+        from app.tui.screens.compare import CompareScreen
+
+        chosen = [Path(r.path) for r in self.runs if str(r.path) in self.marked]
+        if len(chosen) < 2:
+            self.notify("mark at least two runs with space, then press c", severity="warning")
+            return
+        self.app.push_screen(CompareScreen(chosen))
 
     def action_stop_run(self) -> None:
         from app.tui.screens.confirm import ConfirmDialog
