@@ -543,12 +543,18 @@ def snapshot_thresholds(run_path: Path, table: Mapping[str, Any]) -> None:
     the thresholds it was launched with."""
     if not table:
         return
-    lines = ["# [health] of the preset this run was launched from (ppodeck health)",
-             "[health]"]
+    (run_path / HEALTH_SNAPSHOT).write_text(
+        "# [health] of the preset this run was launched from (ppodeck health)\n"
+        + health_toml(table))
+
+
+def health_toml(table: Mapping[str, Any]) -> str:
+    """A `[health]` TOML table for parsed thresholds ({field: value})."""
+    lines = ["[health]"]
     for name, value in table.items():
         key = name.replace("_", "-")
         lines.append(f"{key} = {json.dumps(list(value) if isinstance(value, tuple) else value)}")
-    (run_path / HEALTH_SNAPSHOT).write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def run_facts(run_path: Path) -> tuple[RunFacts, list[str]]:

@@ -489,9 +489,17 @@ def export_preset(preset: Preset, *, keep_extends: bool = False) -> str:
                               unset=preset.unset)
     header = (f"Exported from preset {preset.name!r} ({preset.source}: {preset.path}).\n"
               f"Launch: ppodeck run {preset.name}")
-    return config_to_toml(resolve_preset(preset), name=preset.name,
+    text = config_to_toml(resolve_preset(preset), name=preset.name,
                           description=preset.description, header_comment=header,
                           provenance=preset.provenance)
+    health: dict[str, Any] = {}
+    for link in extends_chain(preset):  # [health] resolved along extends, like [flags]
+        health.update(link.health)
+    if health:
+        from engine.health import health_toml
+
+        text += "\n" + health_toml(health)
+    return text
 
 
 @dataclass(frozen=True)

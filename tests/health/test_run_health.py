@@ -151,3 +151,15 @@ def test_run_keeps_the_preset_health_table_with_the_run(runs_dir, tmp_path, fake
     thresholds, source = run_thresholds(rundir.path, "tiny-cpu")
     assert thresholds.clipfrac_max == 0.2 and source.endswith("health.toml")
     wait_for_state(rundir, "succeeded")
+
+
+def test_a_standalone_export_keeps_the_health_table_of_the_chain(tmp_path) -> None:
+    from engine.presets import export_preset, parse_preset_text, read_preset_file
+
+    child = tmp_path / "child.toml"
+    child.write_text('name = "child"\nextends = "tiny-cpu"\n[health]\nhang-minutes = 90\n'
+                     'disable = ["health.truncation"]\n')
+    text = export_preset(read_preset_file(child))
+    again = parse_preset_text(text, tmp_path / "out.toml")
+    assert dict(again.health) == {"hang_minutes": 90.0, "disable": ("health.truncation",)}
+    assert again.extends is None and again.flags["num_layers"] == 2
