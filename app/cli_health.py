@@ -305,7 +305,7 @@ class TailJudge:
 
         for note in record_or_note(self.rundir.path, findings) if findings else []:
             typer.echo(f"warning: {note}", err=True)
-        return [f.to_event() for f in findings]
+        return [f.to_event(self.judge.last_event_ts) for f in findings]  # the firing time
 
 
 def snapshot_preset_health(rundir: RunDir, preset: str) -> None:
