@@ -10,6 +10,8 @@ cluster is the tests' own: it is shut down at the end, and the address file Ray 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ def two_node_cluster() -> Iterator[TestCluster]:
     """A head (with the dashboard) and a worker node on 127.0.0.1; also used by bench/."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from ray._private.utils import get_ray_address_file
+    from ray._private.utils import get_ray_address_file, write_ray_address
     from ray.cluster_utils import Cluster
 
     from engine.cluster import free_port, loopback_only
@@ -42,14 +44,18 @@ def two_node_cluster() -> Iterator[TestCluster]:
     loopback_only()  # both nodes and every process on 127.0.0.1, nothing on the network
     address_file = Path(get_ray_address_file(None))
     previous = address_file.read_text() if address_file.is_file() else None
+    # its own temp dir: the Jobs supervisor finds its cluster through the address file there
+    # (RAY_ADDRESS for the entrypoint); the machine-wide one is put back as it was
+    temp_dir = tempfile.mkdtemp(prefix="ppdrc-", dir="/tmp")  # short: socket paths live here
     dashboard_port = free_port()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": NODE_CPUS, "num_gpus": NODE_GPUS, "node_ip_address": "127.0.0.1",
-        "include_dashboard": True, "dashboard_host": "127.0.0.1",
+        "include_dashboard": True, "dashboard_host": "127.0.0.1", "temp_dir": temp_dir,
         "dashboard_port": dashboard_port, "object_store_memory": 200 << 20})
     try:
+        write_ray_address(cluster.address, temp_dir)
         restore(address_file, previous)
-        worker = cluster.add_node(num_cpus=NODE_CPUS, num_gpus=NODE_GPUS,
+        worker = cluster.add_node(num_cpus=NODE_CPUS, num_gpus=NODE_GPUS, temp_dir=temp_dir,
                                   node_ip_address="127.0.0.1", object_store_memory=200 << 20)
         cluster.wait_for_nodes()
         yield TestCluster(cluster.address, f"http://127.0.0.1:{dashboard_port}",
@@ -57,6 +63,7 @@ def two_node_cluster() -> Iterator[TestCluster]:
     finally:
         cluster.shutdown()
         restore(address_file, previous)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")
