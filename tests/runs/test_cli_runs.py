@@ -301,10 +301,11 @@ def test_a_preset_file_that_runs_code_needs_trust(app, runner, runs_dir, tmp_pat
     # --yes alone no longer allows it (issue #8): tests/reliability/test_safety.py has the rest
     preset = tmp_path / "shared.toml"
     preset.write_text('schema_version = 1\nname = "shared"\ndescription = ""\n'
-                      'extends = "tiny-cpu"\n[flags]\ncustom-rm-path = "evil.reward"\n')
+                      'extends = "tiny-cpu"\n'
+                      'passthrough = ["--custom-generate-function-path=evil.gen"]\n[flags]\n')
     result = runner.invoke(app, ["run", str(preset), "--detach"])
     assert result.exit_code == 1
-    assert "--custom-rm-path  evil.reward" in result.stderr
+    assert "--custom-generate-function-path  evil.gen" in result.stderr
     assert "--trust" in result.stderr
     result = runner.invoke(app, ["run", str(preset), "--detach", "--yes", "--trust"])
     assert result.exit_code == 0, result.output
