@@ -20,8 +20,9 @@ from tests.cluster.conftest import driver_env
 pytestmark = pytest.mark.slow
 
 ROLLOUTS = 3
-# float32 sums in another order (TP splits the matmuls, DP averages two halves)
-REL_TOL = 2e-3
+# float32 sums in another order (TP splits the matmuls, DP averages two halves); measured by
+# bench/ray_jobs_bench.py --multinode: 5.5e-6 relative at most over 28 losses
+REL_TOL = 1e-4
 
 
 def run_on_cluster(tmp: Path, address: str, **values) -> tuple[dict, list[dict], str]:
