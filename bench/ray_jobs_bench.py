@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,6 +136,18 @@ def job_run_dir(rundir: RunDir) -> str:
     return next(line[len(marker):] for line in log.splitlines() if line.startswith(marker))
 
 
+@contextmanager
+def ended_followers(runs: Path) -> Iterator[None]:
+    """However the bench ends, the local followers it started end too (by their pid)."""
+    try:
+        yield
+    finally:
+        for status_file in runs.glob("*/status.json"):
+            pid = json.loads(status_file.read_text()).get("pid")
+            if isinstance(pid, int) and pid_alive(pid) and "job" in status_file.read_text():
+                os.kill(pid, signal.SIGTERM)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rollouts", type=int, default=6)
@@ -143,7 +157,7 @@ def main() -> int:
     ns = parser.parse_args()
     from tests.cluster.conftest import two_node_cluster
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ended_followers(Path(tmp)):
         runs = Path(tmp)
         local = local_run(runs, ns.rollouts)
         with two_node_cluster() as cluster:
