@@ -74,7 +74,7 @@ def test_every_weight_sync_is_split_into_export_and_load(tiny_run):
     _rundir, status, events = tiny_run
     syncs = [e["msg"] for e in events if e["kind"] == "log" and "weight sync" in e["msg"]]
     assert len(syncs) == status["num_rollout"]
-    assert all("actor export + transfer" in m and "rollout load" in m and " GB)" in m
+    assert all("actor export + transfer" in m and "rollout load" in m and " GB, " in m
                for m in syncs)
 
 

@@ -15,7 +15,7 @@ from engine.rollout.manager import RolloutManager
 
 
 def resolved_tiny(run_dir: Path, **flags: Any) -> dict[str, Any]:  # noqa: ANN401
-    base = dict(synthetic_num_prompts=64, rollout_batch_size=8, global_batch_size=None,
+    base = dict(synthetic_num_prompts=64, rollout_batch_size=8, global_batch_size=32,
                 eval_interval=2, eval_prompt_data=["held-out", "${RUN_DIR}/data/copy-digit/"
                                                    "eval.jsonl"])
     config = resolve_preset(load_preset("tiny-cpu")).with_values(
