@@ -112,14 +112,12 @@ class TrainHandle:
         return self.group.call("memory")
 
 
-def uses_sglang(args: dict[str, Any], use_gpu: bool) -> bool:
-    import importlib.util
+def choose_backend(requested: str, use_gpu: bool) -> tuple[str, str]:
+    """The one place --rollout-backend auto becomes hf or sglang (with the note saying why);
+    the rollout manager and the placement then read the concrete choice."""
+    from engine.rollout.sglang_backend import host_has_gpu, select_backend, sglang_importable
 
-    from engine.rollout.sglang_backend import select_backend
-
-    backend, _note = select_backend(args.get("rollout_backend") or "auto", use_gpu,
-                                    importlib.util.find_spec("sglang") is not None)
-    return backend == "sglang"
+    return select_backend(requested, use_gpu or host_has_gpu(), sglang_importable())
 
 
 def logging_rank(outs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -161,6 +159,7 @@ def torch_reserved_by_device(handles: list[TrainHandle]) -> dict[str | int, int]
 def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
     """Ray, one placement group, rollout + critic + actor, initial sleep and weight sync."""
     from engine.driver import Roles
+    from engine.preflight import trainer_roles
     from engine.train.platform import has_cuda
     from engine.train.worker import TrainWorker
 
@@ -174,14 +173,17 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
         cluster.check_capacity(total_bundles, use_gpu, joined)
         placement = cluster.create_placement_group(total_bundles, use_gpu)
         log_placement(tm, placement)
-        rollout = RolloutHandle(args, placement, use_gpu, uses_sglang(args, has_cuda()))
+        backend, note = choose_backend(args["rollout_backend"], has_cuda())
+        tm.log("info", note, source="rollout")
+        args = {**args, "rollout_backend": backend}
+        rollout = RolloutHandle(args, placement, use_gpu, backend == "sglang")
         private = joined is None
-        critic = (TrainHandle(cluster.TrainGroup("critic", TrainWorker, args, placement,
-                                                 cluster.CRITIC_SHARE, use_gpu, private))
-                  if args["use_critic"] and not args["debug_rollout_only"] else None)  # grpo: none
-        actor = (TrainHandle(cluster.TrainGroup("actor", TrainWorker, args, placement,
-                                                cluster.ACTOR_SHARE, use_gpu, private))
-                 if not args["debug_rollout_only"] else None)  # miles: no training models
+        shares = {"critic": cluster.CRITIC_SHARE, "actor": cluster.ACTOR_SHARE}
+        # GRPO builds no critic; --debug-rollout-only no trainer at all (miles)
+        groups = {role: TrainHandle(cluster.TrainGroup(role, TrainWorker, args, placement,
+                                                       shares[role], use_gpu, private))
+                  for role in trainer_roles(args)}
+        critic, actor = groups.get("critic"), groups.get("actor")
         roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
         for note in rollout.init().get("notes", []):
             tm.log("info", note, source="rollout")

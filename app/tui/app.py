@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import on
 from textual.app import App
@@ -16,6 +16,9 @@ from textual.binding import Binding
 
 from app.tui.commands import DeckCommands
 from app.tui.messages import PresetChosen, RunChosen, RunLaunched
+
+if TYPE_CHECKING:
+    from engine.config import RunConfig
 
 
 class PPODeckApp(App[None]):
@@ -69,6 +72,17 @@ class PPODeckApp(App[None]):
                 self.open_picker()
             return
         self.push_screen(EditScreen(*loaded))
+
+    def open_paste(self) -> None:
+        """Paste a miles command or launch script; its import report; then the editor."""
+        from app.tui.screens.edit import EditScreen
+        from app.tui.screens.paste import PasteCommandScreen
+
+        def opened(config: RunConfig | None) -> None:
+            if config is not None:
+                self.push_screen(EditScreen(None, config, name="pasted"))
+
+        self.push_screen(PasteCommandScreen(), opened)
 
     def open_runs(self) -> None:
         from app.tui.screens.runs import RunsScreen
@@ -134,6 +148,9 @@ class PPODeckApp(App[None]):
 
     def action_open_runs(self) -> None:
         self.open_runs()
+
+    def action_paste_command(self) -> None:
+        self.open_paste()
 
     def action_back(self) -> None:
         if len(self.screen_stack) > 2:

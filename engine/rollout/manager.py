@@ -65,8 +65,10 @@ class RolloutManager:
         self.eval_sets = self._load_eval_sets(options, notes)
         shape = ModelShape.from_args(self.args)
         self._check_vocab(shape.vocab_size)
+        # the driver has chosen (engine/roles.py choose_backend); standalone use picks here
         self.backend, backend_note = pick_backend(self.args["rollout_backend"])
-        notes.append(backend_note)
+        if self.backend != self.args["rollout_backend"]:
+            notes.append(backend_note)
         self.generator = build_generator(self.backend, shape, arch_for(shape), self.args)
         notes.extend(getattr(self.generator, "notes", []))  # e.g. SGLang engine start times
         return {"notes": notes, "backend": self.backend, "num_prompts": len(prompts),

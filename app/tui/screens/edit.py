@@ -131,10 +131,11 @@ class EditScreen(Screen[None]):
     AUTO_FOCUS = "#flag-search"
 
     def __init__(self, preset: Preset | None, base: RunConfig, draft: RunConfig | None = None,
-                 draft_note: str = "") -> None:
+                 draft_note: str = "", name: str | None = None) -> None:
         super().__init__()
         self.preset = preset
-        self.preset_name = preset.name if preset is not None else "defaults"
+        # `name`: what the edits are drafted under without a preset (e.g. "pasted")
+        self.preset_name = preset.name if preset is not None else (name or "defaults")
         self.base = base
         self.config = draft if draft is not None else base
         self.restored_draft = draft is not None

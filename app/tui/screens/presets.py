@@ -99,6 +99,7 @@ class PresetPickerScreen(Screen[None]):
         Binding("d", "defaults", "Defaults"),
         Binding("ctrl+f,slash", "search", "Search", show=False),
         Binding("r", "app.open_runs", "Runs"),
+        Binding("i", "app.paste_command", "Import command"),
     ]
     HELP = HELP
 
@@ -109,7 +110,8 @@ class PresetPickerScreen(Screen[None]):
         self._filled_width = 0
 
     def compose(self) -> ComposeResult:
-        yield Static("Choose a preset  ·  type to search  ·  enter opens it in the editor",
+        yield Static("Choose a preset  ·  type to search  ·  enter opens it in the editor  ·  "
+                     "i imports a miles command or script",
                      id="picker-hint")
         yield Input(placeholder="fuzzy search presets", id="picker-search", compact=True)
         with Vertical(id="picker-body"):
@@ -225,7 +227,7 @@ class PresetPickerScreen(Screen[None]):
     def on_key(self, event: Any) -> None:
         # Typing a letter on the table starts a search (the table has no use for letters).
         if (self.focused is self.query_one(DataTable) and event.is_printable
-                and event.character and event.character not in "dr/"):
+                and event.character and event.character not in "dri/"):
             search = self.query_one("#picker-search", Input)
             search.focus()
             search.insert_text_at_cursor(event.character)

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static, Switch
@@ -36,6 +37,18 @@ class FieldIssue:
     fix: str = ""
 
 
+class FlagSelect(Select):
+    """Select whose first value survives a mount race: Textual 8.2's Select sets its value in
+    on_mount, and when its SelectCurrent has not composed its label yet (a busy machine, many
+    fields mounting at once) the update raised NoMatches and took the editor down."""
+
+    def _watch_value(self, value: Any) -> None:  # noqa: ANN401
+        try:
+            super()._watch_value(value)
+        except NoMatches:
+            self.call_after_refresh(self._watch_value, value)
+
+
 def _select_value(value: Any) -> Any:
     return Select.NULL if value is None else value
 
@@ -50,11 +63,11 @@ def build_control(flag: Flag, value: Any) -> Widget:
     if flag.kind == "bool":
         return Switch(value=bool(value), id=control_id, classes="flag-control")
     if flag.kind == "tristate":
-        return Select(TRISTATE_OPTIONS, prompt=f"unset ({_default_hint(flag)})",
+        return FlagSelect(TRISTATE_OPTIONS, prompt=f"unset ({_default_hint(flag)})",
                       value=_select_value(value), compact=True, id=control_id,
                       classes="flag-control")
     if flag.kind == "choice":
-        return Select(((c, c) for c in flag.choices), prompt=f"unset ({_default_hint(flag)})",
+        return FlagSelect(((c, c) for c in flag.choices), prompt=f"unset ({_default_hint(flag)})",
                       value=_select_value(value), compact=True, id=control_id,
                       classes="flag-control")
     input_type = {"int": "integer", "float": "number"}.get(flag.kind, "text")
