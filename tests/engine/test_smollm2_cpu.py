@@ -22,6 +22,10 @@ from engine.config.pypi_files import locate
 from engine.presets import load_preset, resolve_preset
 from tests.engine.helpers import driver_log_tail, metric_series, phase_starts, run_preset
 
+# ~4 min of a 2-core CI run: out of the default suite to keep CI under 20 minutes; run it with
+# `pytest -m slow tests/engine/test_smollm2_cpu.py` (tiny-cpu's e2e run stays in the default).
+pytestmark = pytest.mark.slow
+
 PRESET = "smollm2-135m-cpu"
 PER_STEP = ["generate", "rollout_offload", "critic_train", "actor_train", "rollout_onload",
             "update_weights"]
