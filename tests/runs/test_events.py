@@ -27,18 +27,25 @@ def test_events_carry_version_timestamp_and_kind(tmp_path: Path) -> None:
 
 
 def test_emit_returns_at_once_while_the_disk_is_slow(tmp_path, monkeypatch) -> None:
-    real_write = EventWriter._write
+    """A stalled filesystem never blocks emit(): all 10,000 emits return while every write
+    waits (a blocking emit would sit out the 60 s stall; no tight timing, so a busy CI machine
+    cannot fail it)."""
+    import threading
 
-    def slow_write(self, batch):
-        time.sleep(0.2)  # a slow or stalled filesystem
+    real_write = EventWriter._write
+    disk_back = threading.Event()
+
+    def stalled_write(self, batch):
+        disk_back.wait(timeout=60)
         real_write(self, batch)
 
-    monkeypatch.setattr(EventWriter, "_write", slow_write)
+    monkeypatch.setattr(EventWriter, "_write", stalled_write)
     writer = EventWriter(tmp_path / "events.jsonl", max_queue=20_000)
     start = time.perf_counter()
     for step in range(10_000):
         writer.emit("metrics", step_key="train/step", step=step, metrics={"train/loss": 0.1})
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 30  # returned during the stall, not after it
+    disk_back.set()
     writer.close()
     events, _ = read_events(tmp_path / "events.jsonl")
     assert [e["step"] for e in events] == list(range(10_000))
