@@ -14,10 +14,13 @@ import shlex
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
+from app.cli_common import EXIT_INVALID, EXIT_USAGE
+from app.cli_common import err as _err
+from app.cli_common import fail as _fail
 from engine.config import Issue, RunConfig, check, parse_command_line, to_argv
 from engine.config.argv import suggest
 from engine.config.derived import PHASES, ROLES
@@ -38,9 +41,6 @@ from engine.presets import (
     save_preset,
     user_preset_dir,
 )
-
-EXIT_INVALID = 1
-EXIT_USAGE = 2
 
 ENV_HELP = """\
 \b
@@ -84,15 +84,6 @@ MilesRootOption = Annotated[Path | None, typer.Option(
 
 
 # --- small helpers ---------------------------------------------------------------------------
-
-def _err(message: str) -> None:
-    typer.echo(message, err=True)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    _err(f"ppodeck: {message}")
-    raise typer.Exit(code)
-
 
 def _load(name: str) -> Preset:
     try:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
+from app.cli_common import EXIT_UNHEALTHY, EXIT_USAGE
+from app.cli_common import fail as _fail
 from engine.rundir import RunDir, RunNotFound, find_run
 
-EXIT_USAGE, EXIT_UNHEALTHY = 2, 4
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
 
 
@@ -22,11 +23,6 @@ def register(app: typer.Typer) -> None:
     app.command("health")(health)
     app.command("compare")(compare)
     app.command("plot")(plot)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"ppodeck: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def find(run_name: str) -> RunDir:

@@ -8,9 +8,12 @@ work (downloads in this process through huggingface_hub, the conversion in a sub
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from app.cli_common import EXIT_INVALID
+from app.cli_common import fail as _fail
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -18,7 +21,7 @@ if TYPE_CHECKING:
 
     from engine.prepare import Plan, Step
 
-EXIT_FAILED, EXIT_USAGE = 1, 2
+EXIT_PREPARE_FAILED = EXIT_INVALID  # README: 1 (a failed prepare), not a failed run's 3
 
 
 def register(app: typer.Typer) -> None:
@@ -61,34 +64,25 @@ def prepare(
     try:
         plan = plan_prepare(args, _sources(loaded))
     except PrepareError as exc:
-        _fail(str(exc), EXIT_FAILED)
+        _fail(str(exc), EXIT_PREPARE_FAILED)
     _show_plan(console, loaded.name, plan)
     if plan.problems:
-        _fail("\n".join(plan.problems), EXIT_FAILED)
+        _fail("\n".join(plan.problems), EXIT_PREPARE_FAILED)
     if not plan.todo:
         console.print("Everything is in place; nothing to do.")
         return
     reason = offline_reason(offline) if plan.downloads else None
     if reason:
-        _fail(offline_message(plan, reason), EXIT_FAILED)
+        _fail(offline_message(plan, reason), EXIT_PREPARE_FAILED)
     _confirm(plan, yes)
     try:
         _run(console, plan, args)
     except PrepareError as exc:
-        _fail(str(exc), EXIT_FAILED)
+        _fail(str(exc), EXIT_PREPARE_FAILED)
     console.print(f"[green]Ready:[/green] ppodeck run {preset}")
 
 
 # --------------------------------------------------------------------------------- helpers
-def _err(message: str) -> None:
-    typer.echo(message, err=True)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    _err(f"ppodeck: {message}")
-    raise typer.Exit(code)
-
-
 def _load(preset: str, sets: list[str] | None) -> tuple[Any, Any]:
     """(RunConfig with --set applied, the Preset), read exactly as `run` reads them."""
     from app.cli import preset_config
@@ -103,7 +97,7 @@ def _sources(loaded: Any) -> dict[str, Any]:  # noqa: ANN401
     try:
         return preset_sources(loaded)
     except (PrepareError, PresetError) as exc:
-        _fail(str(exc), EXIT_FAILED)
+        _fail(str(exc), EXIT_PREPARE_FAILED)
 
 
 def _show_plan(console: Console, name: str, plan: Plan) -> None:
@@ -126,9 +120,9 @@ def _confirm(plan: Plan, yes: bool) -> None:
         return
     what = ", ".join(step.source for step in downloads)
     if not sys.stdin.isatty():
-        _fail(f"this downloads {what}; pass --yes to allow it.", EXIT_FAILED)
+        _fail(f"this downloads {what}; pass --yes to allow it.", EXIT_PREPARE_FAILED)
     if not typer.confirm(f"Download {what}?", default=True, err=True):
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(EXIT_PREPARE_FAILED)
 
 
 def _run(console: Console, plan: Plan, args: dict[str, Any]) -> None:

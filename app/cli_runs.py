@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, Group
@@ -24,6 +24,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from app.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_USAGE
+from app.cli_common import err as _err
+from app.cli_common import fail as _fail
 from engine.events import follow, read_events
 from engine.rundir import (
     ACTIVE_STATES,
@@ -47,7 +50,6 @@ if TYPE_CHECKING:
     from app.cli_health import TailJudge
     from engine.config import RunConfig
 
-EXIT_INVALID, EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 1, 2, 3, 130
 EVENT_KINDS = ("metrics", "phase", "offload", "gpu", "status", "log", "health")
 REWARD, VALUE_LOSS = "rollout/raw_reward", "train/critic-value_loss"
 _RUNS_HELP = f"Runs live under ${RUNS_DIR_ENV} (default ./runs)."
@@ -67,15 +69,6 @@ def register(app: typer.Typer) -> None:
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-def _err(message: str) -> None:
-    typer.echo(message, err=True)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    _err(f"ppodeck: {message}")
-    raise typer.Exit(code)
 
 
 def _find(run_name: str) -> RunDir:

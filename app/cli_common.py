@@ -1,0 +1,22 @@
+"""What every ppodeck command shares: the exit codes and how a message reaches the user.
+
+Exit codes (README): 0 ok, 1 invalid config (and a failed `prepare`), 2 usage, 3 run failed,
+4 an error-level health rule fired, 130 interrupted. Data goes to stdout, diagnostics to stderr.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+
+EXIT_INVALID, EXIT_USAGE, EXIT_FAILED, EXIT_UNHEALTHY, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+
+
+def err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    err(f"ppodeck: {message}")
+    raise typer.Exit(code)
