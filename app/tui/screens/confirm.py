@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Footer, Input, Label, Static
 
 
 class ConfirmDialog(ModalScreen[bool]):
@@ -34,9 +34,10 @@ class ConfirmDialog(ModalScreen[bool]):
             with VerticalScroll(classes="dialog-body"):
                 yield Static(self.body, id="dialog-text")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Cancel", id="cancel")
-                yield Button(self.confirm_label, id="confirm",
+                yield Button("Cancel (esc)", id="cancel")
+                yield Button(f"{self.confirm_label} (ctrl+y)", id="confirm",
                              variant=self.variant)  # type: ignore[arg-type]
+        yield Footer()  # the dialog's own keys, not the screen's underneath
 
     def on_mount(self) -> None:
         self.query_one("#confirm", Button).focus()
@@ -74,7 +75,8 @@ class LaunchDialog(ConfirmDialog):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(self.title_text, classes="dialog-title")
-            with VerticalScroll(classes="dialog-body"):
+            # not in the focus chain: Tab from Launch goes to the address, where Enter launches
+            with VerticalScroll(classes="dialog-body", can_focus=False):
                 yield Static(self.body, id="dialog-text")
             with Horizontal(classes="dialog-buttons"):
                 # one row with the buttons: the dialog keeps its height on small terminals
@@ -82,11 +84,18 @@ class LaunchDialog(ConfirmDialog):
                             "http://HEAD:8265", id="submit-address",
                             tooltip="Ray Jobs: the cluster's dashboard address. Auth headers "
                                     "come from $PPODECK_RAY_JOB_HEADERS (JSON).")
-                yield Button("Cancel", id="cancel")
-                yield Button(self.confirm_label, id="confirm", variant="success")
+                yield Button("Cancel (esc)", id="cancel")
+                yield Button(f"{self.confirm_label} (ctrl+y)", id="confirm", variant="success")
+        yield Footer()
 
     def confirmed_result(self) -> LaunchChoice:  # type: ignore[override]
         return LaunchChoice(submit=self.query_one("#submit-address", Input).value.strip())
+
+    @on(Input.Submitted, "#submit-address")
+    def _address_entered(self, event: Input.Submitted) -> None:
+        """Enter in the address field launches, as Enter on the Launch button does."""
+        event.stop()
+        self.action_confirm()
 
 
 @dataclass(frozen=True)
