@@ -6,9 +6,12 @@ Exit codes (README): 0 ok, 1 invalid config (and a failed `prepare`), 2 usage, 3
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
+
+if TYPE_CHECKING:
+    from engine.rundir import RunDir
 
 EXIT_INVALID, EXIT_USAGE, EXIT_FAILED, EXIT_UNHEALTHY, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
@@ -20,3 +23,13 @@ def err(message: str) -> None:
 def fail(message: str, code: int) -> NoReturn:
     err(f"ppodeck: {message}")
     raise typer.Exit(code)
+
+
+def find_run_or_fail(run_name: str) -> RunDir:
+    """A run by id, unique id prefix or path; a usage error naming the candidates if not."""
+    from engine.rundir import RunNotFound, find_run
+
+    try:
+        return find_run(run_name)
+    except RunNotFound as exc:
+        fail(str(exc), EXIT_USAGE)

@@ -12,9 +12,9 @@ from typing import Annotated
 
 import typer
 
-from app.cli_common import EXIT_UNHEALTHY, EXIT_USAGE
+from app.cli_common import EXIT_UNHEALTHY, EXIT_USAGE, find_run_or_fail
 from app.cli_common import fail as _fail
-from engine.rundir import RunDir, RunNotFound, find_run
+from engine.rundir import RunDir
 
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
 
@@ -23,13 +23,6 @@ def register(app: typer.Typer) -> None:
     app.command("health")(health)
     app.command("compare")(compare)
     app.command("plot")(plot)
-
-
-def find(run_name: str) -> RunDir:
-    try:
-        return find_run(run_name)
-    except RunNotFound as exc:
-        _fail(str(exc), EXIT_USAGE)
 
 
 # ------------------------------------------------------------------------------------ health
@@ -57,7 +50,7 @@ def health(
     """
     from engine.health import judge_run
 
-    rundir = find(run_name)
+    rundir = find_run_or_fail(run_name)
     report = judge_run(rundir.path, write=not no_write)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
@@ -105,7 +98,7 @@ def compare(
     if len(run_names) < 2:
         _fail("compare needs at least two runs. Fix: ppodeck compare RUN RUN [RUN...] "
               "(see `ppodeck runs ls`).", EXIT_USAGE)
-    runs = [load_run(find(name).path) for name in run_names]
+    runs = [load_run(find_run_or_fail(name).path) for name in run_names]
     for run in runs:
         for note in run.notes:
             typer.echo(f"note: {run.run_id}: {note}", err=True)
@@ -229,7 +222,7 @@ def plot(
 
     if out.suffix.lower() not in (".png", ".svg"):
         _fail(f"--out {out}: the picture must be .png or .svg", EXIT_USAGE)
-    runs = [load_run(find(name).path) for name in run_names]
+    runs = [load_run(find_run_or_fail(name).path) for name in run_names]
     try:
         draw(runs, out)
     except ImportError:

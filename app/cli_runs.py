@@ -24,7 +24,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from app.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_USAGE
+from app.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_USAGE, find_run_or_fail
 from app.cli_common import err as _err
 from app.cli_common import fail as _fail
 from engine.events import follow, read_events
@@ -34,9 +34,7 @@ from engine.rundir import (
     RUNS_DIR_ENV,
     RunDir,
     RunInfo,
-    RunNotFound,
     driver_alive,
-    find_run,
     list_runs,
     read_status,
     runs_root,
@@ -69,13 +67,6 @@ def register(app: typer.Typer) -> None:
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-def _find(run_name: str) -> RunDir:
-    try:
-        return find_run(run_name)
-    except RunNotFound as exc:
-        _fail(str(exc), EXIT_USAGE)
 
 
 def _revive_follower(rundir: RunDir) -> None:
@@ -249,7 +240,7 @@ def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunD
     from app.cli import apply_sets
     from engine.presets import PresetError, config_from_toml
 
-    rundir = _find(run_name)
+    rundir = find_run_or_fail(run_name)
     try:
         config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
     except (OSError, PresetError) as exc:
@@ -604,7 +595,7 @@ def tail(
         if kind not in EVENT_KINDS:
             _fail(f"--kind {kind}: unknown event kind{_did_you_mean(kind, EVENT_KINDS)} "
                   f"(kinds: {', '.join(EVENT_KINDS)})", EXIT_USAGE)
-    rundir = _find(run_name)
+    rundir = find_run_or_fail(run_name)
     _revive_follower(rundir)
     from app.cli_health import TailJudge
 
@@ -772,7 +763,7 @@ def stop(
     """
     from engine.launch import stop_run
 
-    rundir = _find(run_name)
+    rundir = find_run_or_fail(run_name)
     try:
         typer.echo(stop_run(rundir, force=force))
     except OSError as exc:
@@ -790,7 +781,7 @@ def attach(run_name: RunArg) -> None:
     \b
         ppodeck attach 250101-120000-tiny-cpu
     """
-    rundir = _find(run_name)
+    rundir = find_run_or_fail(run_name)
     _revive_follower(rundir)
     try:
         from app.tui.app import run_tui

@@ -14,18 +14,14 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.engine_cpu import run as run_driver  # noqa: E402
 from engine.config import BY_NAME, check, coerce  # noqa: E402
-from engine.events import read_events  # noqa: E402
-from engine.launch import prepare_run, start_driver  # noqa: E402
 from engine.presets import load_preset, resolve_preset  # noqa: E402
-from engine.rundir import read_status  # noqa: E402
 
 WINDOW = 5  # rollouts averaged at each end
 
@@ -40,20 +36,13 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
 
 
 def run(preset: str, overrides: dict[str, Any]) -> tuple[list[dict], float, dict]:
+    """engine_cpu's real driver run, after check() accepts the config."""
     config = resolve_preset(load_preset(preset)).with_values(**overrides)
     report = check(config)
     if not report.ok:
         raise SystemExit(f"{overrides}: check() refuses it: "
                          + "; ".join(f"{i.code}: {i.message}" for i in report.errors))
-    with tempfile.TemporaryDirectory() as tmp:
-        rundir = prepare_run(config, preset, run_dir=Path(tmp) / "run")
-        start = time.perf_counter()
-        proc = start_driver(rundir, env={"RAY_AUTH_MODE": "disabled",
-                                         "RAY_USAGE_STATS_ENABLED": "0"})
-        proc.wait()
-        wall = time.perf_counter() - start
-        events, _ = read_events(rundir.events_jsonl)
-        return events, wall, read_status(rundir)
+    return run_driver(preset, overrides)
 
 
 def summarize(events: list[dict]) -> dict[str, Any]:

@@ -441,20 +441,6 @@ BUILTIN: dict[str, BuiltinModel] = {
         "--moe-permute-fusion --moe-aux-loss-coeff 0 --attention-output-gate "
         "--moe-shared-expert-gate --mtp-num-layers 1",
         first_k_dense=0),
-    "qwen3.5-35B-A3B_lora": BuiltinModel(
-        "--spec miles_plugins.models.qwen3_5 get_qwen3_5_spec --disable-bias-linear "
-        "--qk-layernorm --group-query-attention --num-attention-heads 16 --num-query-groups 2 "
-        "--kv-channels 256 --num-layers 40 --hidden-size 2048 --ffn-hidden-size 512 "
-        "--normalization RMSNorm --apply-layernorm-1p --position-embedding-type rope "
-        "--norm-epsilon 1e-6 --rotary-percent 0.25 --swiglu "
-        "--untie-embeddings-and-output-weights --vocab-size 248320 --rotary-base 10000000 "
-        "--moe-ffn-hidden-size 512 --moe-shared-expert-intermediate-size 512 "
-        "--moe-router-score-function softmax --moe-token-dispatcher-type alltoall "
-        "--moe-router-topk 8 --moe-layer-freq {moe_layer_freq} --num-experts 256 "
-        "--moe-grouped-gemm --moe-token-drop-policy probs --moe-router-dtype fp32 "
-        "--moe-permute-fusion --moe-aux-loss-coeff 0 --attention-output-gate "
-        "--moe-shared-expert-gate --mtp-num-layers 1",
-        first_k_dense=0),
     "qwen3.5-4B": BuiltinModel(
         "--spec miles_plugins.models.qwen3_5 get_qwen3_5_spec --disable-bias-linear "
         "--qk-layernorm --group-query-attention --num-attention-heads 16 --num-query-groups 4 "
@@ -663,3 +649,5 @@ BUILTIN: dict[str, BuiltinModel] = {
         "--moe-permute-fusion",
         reads_env=('MODEL_ARGS_NUM_LAYERS',), first_k_dense=3),
 }
+# miles' LoRA model file passes exactly its base model's arguments
+BUILTIN["qwen3.5-35B-A3B_lora"] = BUILTIN["qwen3.5-35B-A3B"]
