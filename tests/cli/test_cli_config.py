@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import app.cli as cli
+import app.cli.root as cli
 from app.cli import app
 
 runner = CliRunner()

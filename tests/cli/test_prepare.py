@@ -16,7 +16,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app.cli_prepare import register, rich_tqdm
+from app.cli.prepare import register, rich_tqdm
 from engine import prepare
 from engine.config.model import RunConfig
 from engine.config.resolve import resolve
@@ -103,7 +103,7 @@ def write_prompts(path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------
 def test_light_modules_import_no_heavy_packages() -> None:
-    code = ("import sys, app.cli_prepare, engine.prepare; "
+    code = ("import sys, app.cli.prepare, engine.prepare; "
             "heavy = [m for m in ('torch', 'ray', 'megatron', 'transformers', 'datasets', "
             "'huggingface_hub') if m in sys.modules]; print(heavy); sys.exit(bool(heavy))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,

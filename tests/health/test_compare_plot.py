@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app import cli_health
+from app.cli import health as cli_health
 from engine.events import encode_event
 from engine.launch import prepare_run
 from engine.presets import load_preset, resolve_preset

@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app import cli_health
+from app.cli import health as cli_health
 from engine.events import encode_event
 from engine.health import (
     HEALTH_FILE,
@@ -113,7 +113,7 @@ def test_a_preset_health_table_is_parsed_and_a_bad_one_refused(tmp_path) -> None
 
 
 def test_tail_shows_health_lines_and_runs_ls_a_health_column(runs_dir) -> None:
-    from app import cli_runs
+    from app.cli import runs as cli_runs
 
     runs_dir.mkdir()
     app = typer.Typer()
@@ -134,7 +134,7 @@ def test_tail_shows_health_lines_and_runs_ls_a_health_column(runs_dir) -> None:
 
 def test_run_keeps_the_preset_health_table_with_the_run(runs_dir, tmp_path, fake_driver
                                                           ) -> None:
-    from app import cli_runs
+    from app.cli import runs as cli_runs
     from engine.rundir import read_status
     from tests.runs.helpers import wait_for_state
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from app.cli import app as ppodeck
-from app.cli_runs import RunProgress, format_event
+from app.cli.runs import RunProgress, format_event
 from app.tui.state import RunState
 from engine.events import follow, read_events
 from tests.config.test_properties import command_tokens, preset_texts, set_items

@@ -15,7 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app import cli_runs
+from app.cli import runs as cli_runs
 from engine.launch import start_driver
 from engine.rundir import RunDir, create_run_dir, read_status, write_status
 from tests.runs.helpers import group_gone, wait_for_state

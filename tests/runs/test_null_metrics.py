@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from app.cli_runs import RunProgress
+from app.cli.runs import RunProgress
 from app.tui.state import RunState
 from engine.events import EventWriter, read_events
 

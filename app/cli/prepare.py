@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from app.cli_common import EXIT_INVALID
-from app.cli_common import fail as _fail
+from app.cli.common import EXIT_INVALID
+from app.cli.common import fail as _fail
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -85,7 +85,7 @@ def prepare(
 # --------------------------------------------------------------------------------- helpers
 def _load(preset: str, sets: list[str] | None) -> tuple[Any, Any]:
     """(RunConfig with --set applied, the Preset), read exactly as `run` reads them."""
-    from app.cli import preset_config
+    from app.cli.root import preset_config
 
     return preset_config(preset, sets)
 

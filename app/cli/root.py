@@ -18,9 +18,9 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli_common import EXIT_INVALID, EXIT_USAGE
-from app.cli_common import err as _err
-from app.cli_common import fail as _fail
+from app.cli.common import EXIT_INVALID, EXIT_USAGE
+from app.cli.common import err as _err
+from app.cli.common import fail as _fail
 from engine.config import Issue, RunConfig, check, parse_command_line, to_argv
 from engine.config.argv import suggest
 from engine.config.derived import PHASES, ROLES
@@ -708,15 +708,10 @@ def main() -> None:
         sys.exit(EXIT_INVALID)
 
 
-if importlib.util.find_spec("app.cli_runs") is not None:
-    from app import cli_runs
+from app.cli import health as cli_health  # noqa: E402
+from app.cli import prepare as cli_prepare  # noqa: E402
+from app.cli import runs as cli_runs  # noqa: E402
 
-    cli_runs.register(app)
-if importlib.util.find_spec("app.cli_health") is not None:
-    from app import cli_health
-
-    cli_health.register(app)
-if importlib.util.find_spec("app.cli_prepare") is not None:
-    from app import cli_prepare
-
-    cli_prepare.register(app)
+cli_runs.register(app)
+cli_health.register(app)
+cli_prepare.register(app)

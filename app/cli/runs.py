@@ -24,9 +24,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from app.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_USAGE, find_run_or_fail
-from app.cli_common import err as _err
-from app.cli_common import fail as _fail
+from app.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_USAGE, find_run_or_fail
+from app.cli.common import err as _err
+from app.cli.common import fail as _fail
 from engine.events import follow, read_events
 from engine.rundir import (
     ACTIVE_STATES,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import subprocess
     from collections.abc import Callable, Sequence
 
-    from app.cli_health import TailJudge
+    from app.cli.health import TailJudge
     from engine.config import RunConfig
 
 EVENT_KINDS = ("metrics", "phase", "offload", "gpu", "status", "log", "health")
@@ -169,7 +169,7 @@ def run(
     else:
         rundir, popen = _launch(config, preset_name, run_dir)
     if resume is None and preset is not None:
-        from app.cli_health import snapshot_preset_health
+        from app.cli.health import snapshot_preset_health
 
         snapshot_preset_health(rundir, preset)
     if detach:
@@ -185,14 +185,14 @@ def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
 
     Read by app.cli, so `run` and `validate` read presets and overrides the same way.
     """
-    from app.cli import preset_config
+    from app.cli.root import preset_config
 
     config, loaded = preset_config(preset, sets)
     return config, loaded.name, loaded.source == "built-in"
 
 
 def _check_or_exit(config: RunConfig) -> None:
-    from app.cli import format_issue
+    from app.cli.root import format_issue
     from engine.config import check
 
     report = check(config)
@@ -237,7 +237,7 @@ def _check_inputs_or_exit(config: RunConfig) -> None:
 
 def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunDir]:
     """The run's own config.toml with --set applied."""
-    from app.cli import apply_sets
+    from app.cli.root import apply_sets
     from engine.presets import PresetError, config_from_toml
 
     rundir = find_run_or_fail(run_name)
@@ -552,7 +552,7 @@ def _job_of(info: RunInfo) -> dict[str, Any] | None:
 
 def _health_of(info: RunInfo) -> str:
     """The worst health finding (`ppodeck health`); judged when the events changed."""
-    from app.cli_health import health_column
+    from app.cli.health import health_column
 
     return health_column(info.path)
 
@@ -597,7 +597,7 @@ def tail(
                   f"(kinds: {', '.join(EVENT_KINDS)})", EXIT_USAGE)
     rundir = find_run_or_fail(run_name)
     _revive_follower(rundir)
-    from app.cli_health import TailJudge
+    from app.cli.health import TailJudge
 
     judge = TailJudge(rundir)  # health findings are shown after the event that fired them
     show = _printer(as_json, set(kinds or ()), judge)
@@ -732,7 +732,7 @@ def _gib(value: Any) -> str:
 
 
 def _format_health(e: dict[str, Any]) -> str:
-    from app.cli_health import format_health
+    from app.cli.health import format_health
 
     return format_health(e)
 

@@ -12,8 +12,8 @@ from typing import Annotated
 
 import typer
 
-from app.cli_common import EXIT_UNHEALTHY, EXIT_USAGE, find_run_or_fail
-from app.cli_common import fail as _fail
+from app.cli.common import EXIT_UNHEALTHY, EXIT_USAGE, find_run_or_fail
+from app.cli.common import fail as _fail
 from engine.rundir import RunDir
 
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
