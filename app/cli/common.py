@@ -1,4 +1,5 @@
-"""What every ppodeck command shares: the exit codes and how a message reaches the user.
+"""What every ppodeck command shares: exit codes, how a message reaches the user, the `--set`
+option and how a preset and its overrides are read.
 
 Exit codes (README): 0 ok, 1 invalid config (and a failed `prepare`), 2 usage, 3 run failed,
 4 an error-level health rule fired, 130 interrupted. Data goes to stdout, diagnostics to stderr.
@@ -6,14 +7,35 @@ Exit codes (README): 0 ok, 1 invalid config (and a failed `prepare`), 2 usage, 3
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NoReturn
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+from engine.config import Issue, RunConfig
+from engine.config.argv import suggest
+from engine.config.model import coerce
+from engine.config.schema import BY_NAME
+from engine.presets import Preset, PresetError, UnknownPresetError, load_preset, resolve_preset
 
 if TYPE_CHECKING:
     from engine.rundir import RunDir
 
 EXIT_INVALID, EXIT_USAGE, EXIT_FAILED, EXIT_UNHEALTHY, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", metavar="FLAG=VALUE",
+                 help="Override a flag: kl-coef=0.1, --kl-coef=0.1, colocate, "
+                      "no-offload-train, offload-train=false. Repeatable."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+MilesRootOption = Annotated[Path | None, typer.Option(
+    "--miles-root", metavar="DIR",
+    help="A miles checkout: model names are read from its scripts/models (as text, never run) "
+         "before the built-in table.")]
+RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
 
 
 def err(message: str) -> None:
@@ -33,3 +55,101 @@ def find_run_or_fail(run_name: str) -> RunDir:
         return find_run(run_name)
     except RunNotFound as exc:
         fail(str(exc), EXIT_USAGE)
+
+
+# --- presets and --set ------------------------------------------------------------------------
+
+def load_or_fail(name: str) -> Preset:
+    try:
+        return load_preset(name)
+    except UnknownPresetError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except PresetError as exc:
+        fail(str(exc), EXIT_INVALID)
+
+
+def resolve_or_fail(preset: Preset) -> RunConfig:
+    try:
+        return resolve_preset(preset)
+    except PresetError as exc:
+        fail(str(exc), EXIT_INVALID)
+
+
+def preset_config(name: str, sets: list[str] | None) -> tuple[RunConfig, Preset]:
+    """A preset's resolved config with --set applied, and the preset: one reading for
+    `validate`, `run` and `prepare` (an unknown preset exits 2, a broken one 1)."""
+    preset = load_or_fail(name)
+    return apply_sets(resolve_or_fail(preset), sets), preset
+
+
+def parse_set(item: str) -> dict[str, Any]:
+    """One --set item -> {dest: value} (None = unset). typer.BadParameter on bad syntax."""
+    text = item.strip()
+    body = text[2:] if text.startswith("--") else text
+    name, eq, raw = body.partition("=")
+    name = name.strip().replace("_", "-")
+    if not name:
+        raise typer.BadParameter(f"{item!r}: expected FLAG=VALUE, e.g. kl-coef=0.1",
+                                 param_hint="--set")
+    flag = BY_NAME.get("--" + name)
+    if flag is None:
+        guess = suggest("--" + name)
+        hint = f" Did you mean {guess[2:]}?" if guess else ""
+        raise typer.BadParameter(f"unknown flag --{name}.{hint}", param_hint="--set")
+    negative = "--" + name == flag.negative
+    if flag.kind in ("bool", "tristate"):
+        value = True
+        if eq:
+            try:
+                value = coerce(flag, raw)
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--set") from None
+        value = value != negative
+        if flag.kind == "bool" and value is False:
+            return {flag.dest: None}
+        return {flag.dest: value}
+    if not eq:
+        raise typer.BadParameter(f"--{name} expects a value: --set {name}=VALUE",
+                                 param_hint="--set")
+    if flag.kind == "list":
+        return {flag.dest: tuple(raw.replace(",", " ").split()) or None}
+    try:
+        return {flag.dest: coerce(flag, raw)}
+    except ValueError:
+        return {flag.dest: raw}  # kept as text: check() reports it as an error naming the flag
+
+
+def apply_sets(config: RunConfig, sets: list[str] | None) -> RunConfig:
+    for item in sets or ():
+        config = config.with_values(**parse_set(item))
+    return config
+
+
+# --- input and output -------------------------------------------------------------------------
+
+def read_text(source: str) -> str:
+    """A file's text, or stdin for `-`; a usage error naming the file if it cannot be read."""
+    if source == "-":
+        return sys.stdin.read()
+    try:
+        return Path(source).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"{source}: cannot read the file ({exc}). Fix: check the path, or pass - to "
+             "read stdin.", EXIT_USAGE)
+
+
+def script_path(source: str) -> Path | None:
+    """A script given as a path: its `source`d files are read from next to it."""
+    return None if source == "-" else Path(source).expanduser()
+
+
+def format_issue(issue: Issue) -> str:
+    flags = f"  [{' '.join(issue.flags)}]" if issue.flags else ""
+    lines = [f"{issue.level:<8}{issue.code}{flags}", f"        {issue.message}"]
+    if issue.fix:
+        lines.append(f"        fix: {issue.fix}")
+    return "\n".join(lines)
+
+
+def count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"

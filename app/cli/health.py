@@ -12,11 +12,9 @@ from typing import Annotated
 
 import typer
 
-from app.cli.common import EXIT_UNHEALTHY, EXIT_USAGE, find_run_or_fail
+from app.cli.common import EXIT_UNHEALTHY, EXIT_USAGE, RunArg, find_run_or_fail
 from app.cli.common import fail as _fail
 from engine.rundir import RunDir
-
-RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -262,7 +260,7 @@ def draw(runs: list, out: Path) -> None:  # list[engine.runstats.RunStats]
     plt.close(fig)
 
 
-# ---------------------------------------------------------------- tail and runs ls (cli_runs)
+# --------------------------------------------------------------- tail and runs ls (cli/runs)
 
 
 class TailJudge:

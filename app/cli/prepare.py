@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from app.cli.common import EXIT_INVALID
+from app.cli.common import EXIT_INVALID, SetOption, preset_config
 from app.cli.common import fail as _fail
 
 if TYPE_CHECKING:
@@ -31,9 +31,7 @@ def register(app: typer.Typer) -> None:
 
 def prepare(
     preset: Annotated[str, typer.Argument(help="Preset name or .toml path.")],
-    sets: Annotated[list[str] | None, typer.Option(
-        "--set", "-s", metavar="FLAG=VALUE",
-        help="Override a flag, e.g. hf-checkpoint=/data/Qwen3-4B. Repeatable.")] = None,
+    sets: SetOption = None,
     offline: Annotated[bool, typer.Option(
         "--offline", help="Never contact the hub: only check and convert local files.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before downloading.")
@@ -85,8 +83,6 @@ def prepare(
 # --------------------------------------------------------------------------------- helpers
 def _load(preset: str, sets: list[str] | None) -> tuple[Any, Any]:
     """(RunConfig with --set applied, the Preset), read exactly as `run` reads them."""
-    from app.cli.root import preset_config
-
     return preset_config(preset, sets)
 
 

@@ -24,7 +24,18 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from app.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_USAGE, find_run_or_fail
+from app.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_USAGE,
+    RunArg,
+    SetOption,
+    apply_sets,
+    find_run_or_fail,
+    format_issue,
+    preset_config,
+)
 from app.cli.common import err as _err
 from app.cli.common import fail as _fail
 from engine.events import follow, read_events
@@ -51,7 +62,6 @@ if TYPE_CHECKING:
 EVENT_KINDS = ("metrics", "phase", "offload", "gpu", "status", "log", "health")
 REWARD, VALUE_LOSS = "rollout/raw_reward", "train/critic-value_loss"
 _RUNS_HELP = f"Runs live under ${RUNS_DIR_ENV} (default ./runs)."
-RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -92,12 +102,7 @@ def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
 def run(
     preset: Annotated[str | None, typer.Argument(
         metavar="PRESET", help="Preset name, or path to a preset .toml file.")] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", "-s", metavar="FLAG=VALUE",
-                     help="Override a flag: eps-clip=0.1, --eps-clip=0.1, colocate, "
-                          "no-offload-train, offload-train=false. Repeatable."),
-    ] = None,
+    set_: SetOption = None,
     run_dir: Annotated[
         Path | None,
         typer.Option("--run-dir", metavar="DIR",
@@ -183,16 +188,13 @@ def run(
 def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
     """The preset's config with --set applied, its name, and whether it is built in.
 
-    Read by app.cli, so `run` and `validate` read presets and overrides the same way.
+    Read by app.cli.common, so `run` and `validate` read presets and overrides the same way.
     """
-    from app.cli.root import preset_config
-
     config, loaded = preset_config(preset, sets)
     return config, loaded.name, loaded.source == "built-in"
 
 
 def _check_or_exit(config: RunConfig) -> None:
-    from app.cli.root import format_issue
     from engine.config import check
 
     report = check(config)
@@ -237,7 +239,6 @@ def _check_inputs_or_exit(config: RunConfig) -> None:
 
 def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunDir]:
     """The run's own config.toml with --set applied."""
-    from app.cli.root import apply_sets
     from engine.presets import PresetError, config_from_toml
 
     rundir = find_run_or_fail(run_name)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import app.cli.config as cli_config
 import app.cli.root as cli
 from app.cli import app
 
@@ -251,9 +252,7 @@ def test_bare_ppodeck_opens_tui(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_tui_missing_is_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = cli.importlib.util.find_spec
-    monkeypatch.setattr(cli.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "app.tui.app" else real(name, *a))
+    monkeypatch.setitem(sys.modules, "app.tui.app", None)  # importing it raises ImportError
     result = run("tui")
     assert result.exit_code == 1 and "TUI is not available" in result.stderr
 
@@ -263,7 +262,7 @@ def test_main_turns_crashes_into_one_line(isolated_env: Path, monkeypatch: pytes
     def boom(config):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(cli, "check", boom)
+    monkeypatch.setattr(cli_config, "check", boom)
     monkeypatch.setattr(sys, "argv", ["ppodeck", "validate", "tiny-cpu"])
     with pytest.raises(SystemExit) as exit_info:
         cli.main()

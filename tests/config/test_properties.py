@@ -15,7 +15,7 @@ import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.cli.root import apply_sets
+from app.cli.common import apply_sets
 from engine.config import FLAGS, RunConfig, check, parse_command_line
 from engine.presets import PresetError, parse_preset_text, resolve_preset
 

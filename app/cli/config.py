@@ -1,0 +1,197 @@
+"""The config nouns: `validate` (every rule and the derived numbers), `command` (the miles
+argv) and `flags` (every flag and how PPO Deck's engine treats it).
+
+Exit codes: 0 ok, 1 invalid config, 2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.cli.common import (
+    EXIT_INVALID,
+    EXIT_USAGE,
+    JsonOption,
+    MilesRootOption,
+    SetOption,
+    apply_sets,
+    count,
+    fail,
+    format_issue,
+    load_or_fail,
+    read_text,
+    resolve_or_fail,
+    script_path,
+)
+from app.cli.common import err as _err
+from engine.config import Issue, RunConfig, check, parse_command_line, to_argv
+from engine.config.derived import PHASES, ROLES
+
+
+def register(app: typer.Typer) -> None:
+    """Add validate, command and flags to the ppodeck app."""
+    app.command()(validate)
+    app.command()(command)
+    app.command()(flags)
+
+
+def build_config(preset: str | None, sets: list[str] | None,
+                 from_command: str | None, miles_root: Path | None = None
+                 ) -> tuple[RunConfig, list[Issue], str]:
+    """Preset, then a pasted command line on top, then --set overrides."""
+    issues: list[Issue] = []
+    config = RunConfig()
+    label = "(flags)"
+    if preset:
+        config = resolve_or_fail(load_or_fail(preset))
+        label = preset
+    if from_command:
+        pasted, issues = parse_command_line(read_text(from_command), env=os.environ,
+                                            path=script_path(from_command),
+                                            miles_root=miles_root)
+        config = RunConfig({**config.values, **pasted.values},
+                           config.passthrough + pasted.passthrough)
+        label = from_command if not preset else f"{preset} + {from_command}"
+    return apply_sets(config, sets), issues, label
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def format_derived(derived: Any) -> str:
+    d = derived
+    lines = [
+        "derived:",
+        f"  world size {_fmt(d.world_size)} · DP {_fmt(d.dp_size)} · rollout GPUs "
+        f"{_fmt(d.rollout_num_gpus)} · engines {_fmt(d.rollout_engines)} · GPUs needed "
+        f"{_fmt(d.gpus_needed)}",
+        f"  samples/rollout {_fmt(d.samples_per_rollout)} (trimmed {_fmt(d.samples_trimmed)})"
+        f" · optimizer steps/rollout: actor {_fmt(d.actor_steps_per_rollout)}, critic "
+        f"{_fmt(d.critic_steps_per_rollout)} · total train iters {_fmt(d.total_train_iters)}",
+        f"  params {_fmt(d.params)}",
+        "  memory GiB/GPU (rough)" + "".join(f"{role:>9}" for role in ROLES),
+    ]
+    for phase in PHASES:
+        row = d.memory_gib.get(phase, {})
+        lines.append(f"    {phase:<20}" + "".join(f"{_fmt(row.get(r)):>9}" for r in ROLES))
+    return "\n".join(lines)
+
+
+def validate(
+    preset: Annotated[str | None, typer.Argument(
+        metavar="PRESET", help="Preset name or .toml path.")] = None,
+    sets: SetOption = None,
+    from_command: Annotated[str | None, typer.Option(
+        "--from-command", metavar="FILE|-",
+        help="A pasted miles launch command (file, or - for stdin), applied on top of PRESET.",
+    )] = None,
+    as_json: JsonOption = False,
+    miles_root: MilesRootOption = None,
+) -> None:
+    """Check a preset (plus overrides) against every rule and show the derived numbers.
+
+    Exit codes: 0 no errors, 1 errors, 2 usage (unknown preset, bad --set syntax).
+
+    Example:
+
+    \b
+        ppodeck validate qwen3-4b-ppo
+        ppodeck validate tiny-cpu --set kl-coef=0.1 --json
+        ppodeck validate --from-command run-qwen3-4b-ppo.sh
+    """
+    if preset is None and from_command is None:
+        fail("nothing to validate. Fix: pass a PRESET or --from-command FILE.", EXIT_USAGE)
+    config, parse_issues, label = build_config(preset, sets, from_command, miles_root)
+    report = check(config)
+    issues = [*parse_issues, *report.issues]
+    ok = not any(i.level == "error" for i in issues)
+    if as_json:
+        typer.echo(json.dumps({"ok": ok, "issues": [i.as_dict() for i in issues],
+                               "derived": report.derived.as_dict()}, indent=2))
+    else:
+        counts = [sum(i.level == lvl for i in issues) for lvl in ("error", "warning", "info")]
+        typer.echo(f"{label}: {'OK' if ok else 'INVALID'} ({count(counts[0], 'error')}, "
+                   f"{count(counts[1], 'warning')}, {count(counts[2], 'info')})")
+        order = {"error": 0, "warning": 1, "info": 2}
+        for issue in sorted(issues, key=lambda i: order[i.level]):
+            typer.echo(format_issue(issue))
+        typer.echo(format_derived(report.derived))
+    raise typer.Exit(0 if ok else EXIT_INVALID)
+
+
+def command(
+    preset: Annotated[str, typer.Argument(metavar="PRESET", help="Preset name or .toml path.")],
+    sets: SetOption = None,
+    show_secrets: Annotated[bool, typer.Option(
+        "--show-secrets", help="Print secret values (e.g. --wandb-key) instead of ********.")
+    ] = False,
+    raw_paths: Annotated[bool, typer.Option(
+        "--raw-paths", help="Keep ${PPODECK_HOME} and ~ in paths instead of expanding them.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the exact miles-style argv of a preset (for `python3 train.py ...`).
+
+    Diagnostics go to stderr; the exit code is 1 when the config has errors.
+
+    Example:
+
+    \b
+        ppodeck command qwen3-4b-ppo
+        ppodeck command qwen3-4b-ppo --set num-rollout=3 --json
+    """
+    config, _, _ = build_config(preset, sets, None)
+    argv = to_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
+    typer.echo(json.dumps(argv) if as_json else shlex.join(argv))
+    report = check(config)
+    if report.config_errors:
+        _err(f"ppodeck: {preset} has {count(len(report.config_errors), 'error')}; see "
+             f"`ppodeck validate {preset}`.")
+        raise typer.Exit(EXIT_INVALID)
+    if report.errors:  # engine.* only: the command is still right for miles itself
+        _err(f"ppodeck: PPO Deck's engine cannot run {preset} as it is "
+             f"({', '.join(sorted({i.code for i in report.errors}))}); the command above is "
+             f"for miles. See `ppodeck validate {preset}`.")
+
+
+def flags(
+    search: Annotated[str | None, typer.Argument(
+        metavar="[SEARCH]", help="Only flags whose name, group, help or engine class contain "
+        "this text.")] = None,
+    as_json: JsonOption = False,
+    markdown: Annotated[bool, typer.Option(
+        "--markdown", help="Print the README's flags-by-class tables.")] = False,
+) -> None:
+    """Every flag: type, default, group, help, and how PPO Deck's engine treats it.
+
+    The engine class is honoured (the engine acts on it), refused (an error unless left at its
+    default, with the reason and what runs instead) or command-only (kept in the miles command,
+    ignored by this engine: a warning).
+
+    Example:
+
+    \b
+        ppodeck flags
+        ppodeck flags refused
+        ppodeck flags --json kl
+    """
+    from engine.config import reference
+
+    if markdown:
+        typer.echo(reference.markdown_table())
+        return
+    if as_json:
+        typer.echo(json.dumps({"flags": reference.flag_rows(search)}, indent=2))
+        return
+    lines = reference.text_lines(search)
+    if not lines:
+        fail(f"no flag matches {search!r}. Fix: try a shorter search, or `ppodeck flags`.",
+              EXIT_USAGE)
+    typer.echo("\n".join(lines))
