@@ -544,7 +544,7 @@ def sglang_bench(plan: Plan, res: Results) -> None:
 
 def weight_push_bench(gen, state: dict, res: Results) -> None:  # noqa: ANN001
     """The colocated push: CUDA IPC handles of one flattened bucket vs host tensors."""
-    from engine.rollout.weight_transfer import pack_cuda_ipc
+    from engine.train.weight_transfer import pack_cuda_ipc
 
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
     times, flatten = [], []

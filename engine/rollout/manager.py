@@ -264,7 +264,7 @@ class RolloutManager:
     # ---- weights and memory -------------------------------------------------------------
     def update_weights(self, hf_weights: Any) -> dict[str, Any]:  # noqa: ANN401
         """Load the actor's HF weights: a state dict, or the packed buffer the driver passes."""
-        from engine.rollout.weight_transfer import IpcWeights, as_loadable
+        from engine.train.weight_transfer import IpcWeights, as_loadable
 
         start = time.perf_counter()
         loadable = as_loadable(hf_weights)

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 import torch
 
 from engine.rollout.types import GenOut
-from engine.rollout.weight_transfer import IpcWeights
+from engine.train.weight_transfer import IpcWeights
 
 NamedTensors = list[tuple[str, torch.Tensor]]
 # miles: actor 0.4 + critic 0.4 + one SGLang engine 0.2 of each colocated GPU

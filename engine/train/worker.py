@@ -580,8 +580,8 @@ class TrainWorker:
         return hf
 
     def export_hf_weights_packed(self) -> Any:  # noqa: ANN401
-        """export_hf_weights() as one flat buffer for Ray (engine/rollout/weight_transfer.py)."""
-        from engine.rollout.weight_transfer import pack, pack_cuda_ipc, use_cuda_ipc
+        """export_hf_weights() as one flat buffer for Ray (engine/train/weight_transfer.py)."""
+        from engine.train.weight_transfer import pack, pack_cuda_ipc, use_cuda_ipc
 
         ipc = use_cuda_ipc(self.args)
         hf = self.export_hf_weights("cuda" if ipc else "cpu")

@@ -124,7 +124,7 @@ def test_generate_returns_tokens_and_log_probs(sglang_gen) -> None:
 
 
 def test_weight_push_changes_outputs_and_reproduces_the_actor(sglang_gen) -> None:
-    from engine.rollout.weight_transfer import pack_cuda_ipc
+    from engine.train.weight_transfer import pack_cuda_ipc
 
     rows = prompts(1)
     first, second = hf_actor(11), hf_actor(12)

@@ -612,7 +612,7 @@ def test_release_resume_report_what_nvml_saw(monkeypatch) -> None:
 
 
 def test_ipc_weights_travel_as_a_flattened_bucket(servers) -> None:
-    from engine.rollout.weight_transfer import IpcWeights
+    from engine.train.weight_transfer import IpcWeights
 
     gen = generator(servers, tp=2, rollout_num_gpus_per_engine=2)  # one payload per TP rank
     handles = IpcWeights(payload="c2VyaWFsaXplZA==", nbytes=1234, count=3, flatten_seconds=0.0)
