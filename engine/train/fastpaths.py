@@ -25,15 +25,13 @@ run log, so the user sees what replaced what.
 from __future__ import annotations
 
 import copy
-import os
 
 import torch
 import torch.nn.functional as F
 from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
 from engine.train.offload import inner_optimizers
-
-FUSED_ENV = "PPODECK_FUSED"
+from engine.train.platform import LAYERS_ENV, fused_enabled
 
 
 def foreach_l2_norm(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list,  # noqa: ARG001
@@ -65,11 +63,6 @@ def foreach_scale(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list, 
 
 def _default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-
-
-def fused_enabled() -> bool:
-    """PPODECK_FUSED=0 turns every fast path off (an escape hatch, and the bench's baseline)."""
-    return os.environ.get(FUSED_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def install_grad_kernels() -> list[str]:
@@ -214,7 +207,7 @@ def describe(model: torch.nn.Module, optimizer) -> list[str]:  # noqa: ANN001
     norms = {type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RMSNorm)}
     if "FusedRMSNorm" in norms:
         lines.append("RMSNorm: fused (compiled) forward and backward")
-    from engine.train.layer_compile import LAYERS_ENV, layers_compiled
+    from engine.train.layer_compile import layers_compiled
 
     if compiled := layers_compiled(model):
         lines.append(f"transformer layers: {compiled} compiled whole, one shared graph "

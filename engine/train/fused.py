@@ -20,7 +20,7 @@ rate at 8 x 1024 tokens, the GPU no longer waiting on the host between small ker
   fused_bias_swiglu.py, compiled by its jit_fuser) runs with `bias_activation_fusion=True`,
   `gated_linear_unit=True`, `activation_func=F.silu`, also without a bias.
 
-`PPODECK_FUSED=0` (engine/train/fastpaths.py's switch for every fast path) turns all of it
+`PPODECK_FUSED=0` (engine/train/platform.py's switch for every fast path) turns all of it
 off: the install/spec helpers change nothing and already-built modules run the eager maths.
 If compiling fails at a first call, that op runs its eager maths from then on and one warning
 names it.
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from engine.train.fastpaths import FUSED_ENV, fused_enabled
+from engine.train.platform import FUSED_ENV, fused_enabled
 
 if TYPE_CHECKING:
     from megatron.core.transformer.spec_utils import ModuleSpec

@@ -22,21 +22,12 @@ PPODECK_COMPILE_LAYERS=0 keeps the per-op fusion instead; PPODECK_FUSED=0 turns 
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
 import torch
 
-from engine.train.fastpaths import fused_enabled
-
-LAYERS_ENV = "PPODECK_COMPILE_LAYERS"
-
-
-def layer_compile_enabled() -> bool:
-    """The switch alone (model.py adds: CUDA, no transformer-engine, compile works)."""
-    off = os.environ.get(LAYERS_ENV, "1").strip().lower() in ("0", "false", "no", "off")
-    return fused_enabled() and not off
+from engine.train.platform import LAYERS_ENV
 
 
 class CompiledLayerCall:

@@ -137,7 +137,7 @@ def row_maths(rows: torch.Tensor, targets: torch.Tensor, temperature: float,
 
 def fused_rows_fn(flat: torch.Tensor) -> Callable | None:
     """The compiled `row_maths` when it applies (CUDA, TP=1, enabled), else None."""
-    from engine.train.fastpaths import fused_enabled
+    from engine.train.platform import fused_enabled
 
     if not (flat.is_cuda and fused_enabled() and _tp_world_size() == 1):
         return None

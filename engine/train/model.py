@@ -130,7 +130,7 @@ def fusion_mode() -> str:
     """'layers' (each TransformerLayer compiled whole, engine/train/layer_compile.py), 'ops'
     (compiled RoPE/RMSNorm/SwiGLU, engine/train/fused.py) or 'none' (CPU, TE, or turned off)."""
     from engine.train.attention import attention_choice
-    from engine.train.layer_compile import layer_compile_enabled
+    from engine.train.platform import layer_compile_enabled
 
     if not fused_layer_ops():
         return "none"

@@ -17,6 +17,26 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+# The fast-path switches (engine/train/fastpaths.py, fused.py, layer_compile.py read them):
+# environment escape hatches, and the GPU bench's baselines.
+FUSED_ENV = "PPODECK_FUSED"
+LAYERS_ENV = "PPODECK_COMPILE_LAYERS"
+
+
+def _switched_off(env: str) -> bool:
+    return os.environ.get(env, "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def fused_enabled() -> bool:
+    """PPODECK_FUSED=0 turns every fast path off (an escape hatch, and the bench's baseline)."""
+    return not _switched_off(FUSED_ENV)
+
+
+def layer_compile_enabled() -> bool:
+    """The switch alone (model.py adds: CUDA, no transformer-engine, compile works)."""
+    return fused_enabled() and not _switched_off(LAYERS_ENV)
+
+
 def has_transformer_engine() -> bool:
     """TE only counts with CUDA; a broken TE install raises anything, so catch everything."""
     if not has_cuda():
