@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.config.resolve import TRACKER
+from engine.files import atomic_write
 from engine.rundir import (
     ACTIVE_STATES,
     RunDir,
@@ -143,9 +144,7 @@ def split_events(path: Path, saved: int, superseded: Path) -> int:
         return 0
     with open(superseded, "ab") as out:
         out.writelines(line if line.endswith(b"\n") else line + b"\n" for line in moved)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(b"".join(keep))
-    os.replace(tmp, path)
+    atomic_write(path, b"".join(keep))
     return len(moved)
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import secrets
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from typing import Any, Literal
 
 from engine.config.model import RunConfig, coerce
 from engine.config.schema import BY_DEST, BY_NAME, FLAGS, GROUP_TITLES, Flag
+from engine.files import atomic_write
 
 SCHEMA_VERSION = 1
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "presets"
@@ -458,22 +458,10 @@ def update_toml(text: str, config: RunConfig, *, description: str | None = None)
 
 
 def save_preset(path: Path, text: str) -> None:
-    """Atomic write: a temp file in the same directory, fsync, then os.replace."""
+    """Atomic and durable: readers never see half a preset, and a crash keeps it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    # os.open with 0o666 keeps the user's umask: team preset dirs stay readable by the team
-    # (mkstemp would force 0600)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text, fsync=True)
 
 
 # --- sharing ---------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.files import atomic_write
+
 RUNS_DIR_ENV = "PPODECK_RUNS_DIR"
 ACTIVE_STATES = frozenset({"starting", "running", "stopping"})
 FINAL_STATES = frozenset({"stopped", "succeeded", "failed", "lost"})
@@ -149,17 +151,7 @@ def _read_raw(rundir: RunDir) -> dict[str, Any]:
 
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # os.open with 0o666 keeps the user's umask (mkstemp would force 0600)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w") as file:
-            json.dump(data, file, indent=2)
-            file.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, json.dumps(data, indent=2) + "\n")
 
 
 @contextmanager
