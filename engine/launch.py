@@ -117,7 +117,7 @@ def last_checkpoint(rundir: RunDir, config: RunConfig) -> int:
         raise LaunchError(f"run {rundir.id} was started without --save, so it has no "
                           "checkpoint to resume from. Start a new run (add --set save=... "
                           "--set save-interval=N to make the next one resumable).")
-    critic_dir = Path(resolved.get("critic_save") or f"{resolved['save']}_critic")
+    critic_dir = Path(resolved["critic_save"])  # resolve() names the `_critic` sibling once
     try:
         tag = (critic_dir / TRACKER).read_text().strip()
     except OSError:
