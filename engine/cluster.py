@@ -294,12 +294,6 @@ class TrainGroup:
         refs = [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
         return self.wait(refs, method)
 
-    def call_per_rank(self, method: str, per_rank_args: Sequence[tuple]) -> list[Any]:
-        self.ensure_started()
-        refs = [getattr(w, method).remote(*a) for w, a in zip(self.workers, per_rank_args,
-                                                                strict=True)]
-        return self.wait(refs, method)
-
     def wait(self, refs: list[ray.ObjectRef], what: str = "a call",
              timeout: float | None = None) -> list[Any]:
         timeout = CALL_TIMEOUT_S if timeout is None else timeout

@@ -42,7 +42,6 @@ SCHEMA_VERSION = 1
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "presets"
 TOP_KEYS = ("schema_version", "name", "description", "extends", "unset", "passthrough",
             "provenance", "flags", "health")
-PROVENANCE_KEYS = ("author", "created", "tested_hardware", "gpus")
 Source = Literal["built-in", "user", "team", "file"]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import App
@@ -196,8 +196,3 @@ def run_tui(preset: str | None = None, attach: str | None = None,
     """Open the TUI: the preset picker, or a preset in the editor, or a run's monitor."""
     app = PPODeckApp(preset=preset, attach=attach, replay=replay)
     app.run()
-
-
-def make_app(**kwargs: Any) -> PPODeckApp:
-    """One factory for the CLI, tests and the bench (posting's make_posting idiom)."""
-    return PPODeckApp(**kwargs)

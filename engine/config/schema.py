@@ -779,7 +779,6 @@ BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
 BY_NAME.update({f.negative: f for f in FLAGS if f.negative})
 
 DEFAULTS: dict[str, Any] = {f.dest: f.default for f in FLAGS}
-KIND_BY_DEST: dict[str, str] = {f.dest: f.kind for f in FLAGS}
 
 # Flags whose value is a filesystem path: resolve() expands ~ and ${PPODECK_HOME} in them.
 PATH_DESTS = frozenset({

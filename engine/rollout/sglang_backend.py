@@ -395,13 +395,6 @@ class SGLangHTTPClient:
             return False
         return True
 
-    def wait_healthy(self, timeout_s: float = 600.0, poll_s: float = 1.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not self.health():
-            if time.monotonic() > deadline:
-                raise SGLangError(f"SGLang at {self.base_url} not healthy after {timeout_s:.0f}s")
-            time.sleep(poll_s)
-
     def generate(self, input_ids: list[list[int]], sampling_params: list[dict[str, Any]],
                  return_logprob: bool = True) -> list[dict[str, Any]]:
         out = self._request("POST", "generate", {"input_ids": input_ids,

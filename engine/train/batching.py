@@ -51,10 +51,6 @@ class MicroBatch:
     def size(self) -> int:
         return len(self.samples)
 
-    @property
-    def padded_tokens(self) -> int:
-        return self.tokens.numel()
-
 
 def num_steps(num_samples: int, global_batch_size: int) -> int:
     """Optimizer steps in a rollout: the trailing partial global batch is dropped (miles)."""

@@ -96,13 +96,7 @@ def flag_matches(flag: Flag, query: str) -> bool:
 
 def masked_argv(config: RunConfig) -> list[str]:
     """to_argv with secret values replaced by a mask (never shown, never exported)."""
-    try:
-        return to_argv(config, show_secrets=False)
-    except TypeError:  # an older to_argv without the keyword: mask here
-        secret = {flag.name for flag in FLAGS if flag.secret}
-        argv = to_argv(config)
-        return [("********" if i and argv[i - 1] in secret else token)
-                for i, token in enumerate(argv)]
+    return to_argv(config, show_secrets=False)
 
 
 def _parse_issue(dest: str, message: str) -> PanelIssue:
