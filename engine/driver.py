@@ -245,8 +245,8 @@ def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: 
 
 def load_args(rundir: RunDir) -> dict[str, Any]:
     from engine.config import resolve
-    from engine.launch import restore_secrets
     from engine.presets import config_from_toml
+    from engine.run_secrets import restore_secrets
 
     config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
     # run_dir first: resolve() expands ${RUN_DIR} in --save/--load paths from it

@@ -3,7 +3,7 @@
 The driver runs as `python -m engine.driver --run-dir D` in its own process group, so a stop
 reaches every process it started, and closing the terminal or the TUI never stops the run.
 Secret flag values (schema `secret`, e.g. --wandb-key) are never written to the run directory:
-they reach the driver through the environment (`secret_env` / `restore_secrets`).
+they reach the driver through the environment (engine/run_secrets.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.config.resolve import TRACKER
 from engine.files import atomic_write
+from engine.run_secrets import without_secrets
 from engine.rundir import (
     ACTIVE_STATES,
     RunDir,
@@ -39,9 +40,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Test seam: run this module instead of engine.driver (tests point it at a fake driver).
 DRIVER_MODULE_ENV = "PPODECK_DRIVER_MODULE"
 DEFAULT_DRIVER_MODULE = "engine.driver"
-SECRET_ENV_PREFIX = "PPODECK_SECRET_"
-
-
 class LaunchError(Exception):
     """str() is the user-facing message, with a fix."""
 
@@ -244,38 +242,6 @@ def command_line(config: RunConfig) -> str:
     from engine.config import to_argv
 
     return shlex.join(to_argv(config, show_secrets=False))
-
-
-def without_secrets(config: RunConfig) -> RunConfig:
-    return config.with_values(**{dest: None for dest in _set_secret_dests(config)})
-
-
-def secret_env(config: RunConfig) -> dict[str, str]:
-    """Environment variables that carry the set secret flags to the driver."""
-    return {_secret_var(dest): str(config.get(dest)) for dest in _set_secret_dests(config)}
-
-
-def restore_secrets(config: RunConfig, environ: Mapping[str, str] | None = None) -> RunConfig:
-    """For the driver: put secret values from the environment back into the config."""
-    from engine.config import BY_DEST, coerce
-
-    environ = os.environ if environ is None else environ
-    values = {}
-    for flag in BY_DEST.values():
-        raw = environ.get(_secret_var(flag.dest))
-        if flag.secret and raw is not None:
-            values[flag.dest] = coerce(flag, raw)
-    return config.with_values(**values)
-
-
-def _secret_var(dest: str) -> str:
-    return f"{SECRET_ENV_PREFIX}{dest.upper()}"
-
-
-def _set_secret_dests(config: RunConfig) -> list[str]:
-    from engine.config import BY_DEST
-
-    return [dest for dest, flag in BY_DEST.items() if flag.secret and config.is_set(dest)]
 
 
 def start_driver(rundir: RunDir, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:

@@ -251,7 +251,8 @@ def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunD
 
 
 def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
-    from engine.launch import LaunchError, prepare_resume, secret_env, start_driver
+    from engine.launch import LaunchError, prepare_resume, start_driver
+    from engine.run_secrets import secret_env
 
     try:
         start = prepare_resume(rundir, config)
@@ -268,7 +269,8 @@ def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
 def _launch(
     config: RunConfig, preset_name: str, run_dir: Path | None
 ) -> tuple[RunDir, subprocess.Popen[bytes]]:
-    from engine.launch import LaunchError, prepare_run, secret_env, start_driver
+    from engine.launch import LaunchError, prepare_run, start_driver
+    from engine.run_secrets import secret_env
 
     try:
         rundir = prepare_run(config, preset_name, run_dir)
@@ -286,7 +288,8 @@ def _submit(
 ) -> tuple[RunDir, subprocess.Popen[bytes]]:
     """A Ray job on the cluster at `address`; the returned process mirrors it locally."""
     from engine.jobs import JobError, forwarded_env, submit
-    from engine.launch import LaunchError, prepare_run, secret_env
+    from engine.launch import LaunchError, prepare_run
+    from engine.run_secrets import secret_env
 
     try:
         rundir = prepare_run(config, preset_name, run_dir)

@@ -18,13 +18,11 @@ from engine.launch import (
     REPO_ROOT,
     LaunchError,
     prepare_run,
-    restore_secrets,
-    secret_env,
     start_driver,
     stop_run,
     wait_for_exit,
-    without_secrets,
 )
+from engine.run_secrets import restore_secrets, secret_env, without_secrets
 from engine.rundir import RunDir, read_status, write_status
 from tests.runs.helpers import group_gone, wait_for_state
 

@@ -447,8 +447,8 @@ class EditScreen(Screen[None]):
                 and tuple(self.config.passthrough) == tuple(self.base.passthrough))
 
     def _toml(self, name: str, description: str, header: str) -> str:
-        from engine.launch import without_secrets
         from engine.presets import config_to_toml
+        from engine.run_secrets import without_secrets
 
         return config_to_toml(without_secrets(self.config), name=name, description=description,
                               header_comment=header)
@@ -566,7 +566,8 @@ class EditScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="launch", exit_on_error=False)
     def launch_worker(self, config: RunConfig, preset_name: str, submit: str = "") -> None:
-        from engine.launch import prepare_run, secret_env, start_driver
+        from engine.launch import prepare_run, start_driver
+        from engine.run_secrets import secret_env
 
         try:
             rundir = prepare_run(config, preset_name)
