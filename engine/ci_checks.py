@@ -11,7 +11,8 @@ name and the numbers in the detail (and a `log` error event). As miles (spec §2
   rollout/log_probs == rollout/ref_log_probs (abs 1e-8), and rollout/log_probs is within 0.03
   of rollout/rollout_log_probs (the generator's own log-probs of the same tokens).
 - weight update (`--ci-disable-weight-update-checker`, off in the debug modes; miles'
-  check_weights snapshot / reset_tensors / compare): before the first push the rollout model's
+  check_weights snapshot / reset_tensors / compare; the rollout side's half is
+  engine/rollout/weight_check.py): before the first push the rollout model's
   tensors are zeroed; after it every tensor must equal what the actor sent, bit for bit. Then,
   after every rollout in which the actor trained, the pushed weights must differ from the
   previous push (the update reached the rollout side).
@@ -22,7 +23,6 @@ name and the numbers in the detail (and a `log` error event). As miles (spec §2
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -157,36 +157,3 @@ def check_grad_norms(args: Mapping[str, Any], role: str, rollout_id: int,
                             abs_tol=GRAD_NORM_ABS_TOL):
             fail("grad norm", f"{role} rollout {rollout_id} step {step_id}: {grad_norm:.6f} vs "
                  f"{expected:.6f} saved in {path}")
-
-
-# --------------------------------------------------------------------------------------------
-# rollout side (called inside the rollout manager, on its model)
-# --------------------------------------------------------------------------------------------
-def reset_tensors(model: Any) -> None:  # noqa: ANN401
-    """miles' reset_tensors: zero the rollout model, so a tensor the push misses shows."""
-    import torch
-
-    with torch.no_grad():
-        for tensor in model.state_dict().values():
-            tensor.zero_()
-
-
-def compare_loaded(model: Any, sent: Mapping[str, Any]) -> dict[str, Any]:  # noqa: ANN401
-    """Every tensor the rollout model holds against what was sent (cast to its dtype)."""
-    state = model.state_dict()
-    mismatched = [name for name, tensor in sent.items()
-                  if name not in state
-                  or not state[name].equal(tensor.to(state[name].device, state[name].dtype))]
-    return {"checked": len(sent), "mismatched": mismatched}
-
-
-def digest(tensors: Mapping[str, Any]) -> str:  # noqa: ANN401
-    """sha256 over names and bytes: equal digests mean bit-identical weights."""
-    import torch
-
-    hasher = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().contiguous().cpu()
-        hasher.update(name.encode())
-        hasher.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
-    return hasher.hexdigest()

@@ -4,7 +4,8 @@
 (nvidia-ml-py) imports and the driver answers, else the entries of /proc/driver/nvidia/gpus;
 then CUDA_VISIBLE_DEVICES narrows it the way CUDA does (the list stops at its first invalid
 entry, "" or -1 hides every GPU). check() compares it with the GPUs a layout needs, and the
-private local Ray declares exactly this many.
+private local Ray declares exactly this many. `nvml_devices()` reads each GPU's memory as NVML
+sees it (the driver's gpu events, the SGLang backend's free-memory check).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import Any
 
 PROC_GPUS = Path("/proc/driver/nvidia/gpus")
 
@@ -72,3 +74,44 @@ def _proc_count(root: Path) -> int:
         return sum(1 for entry in root.iterdir() if entry.is_dir())
     except OSError:
         return 0  # no NVIDIA driver: no GPUs
+
+
+_NVML_READY: bool | None = None
+
+
+def _nvml():  # noqa: ANN202
+    """pynvml, initialized once per process; None where there is no NVML (CPU machines)."""
+    global _NVML_READY
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    if _NVML_READY is None:
+        try:
+            pynvml.nvmlInit()
+            _NVML_READY = True
+        except pynvml.NVMLError:
+            _NVML_READY = False
+    return pynvml if _NVML_READY else None
+
+
+def nvml_devices() -> list[dict[str, Any]] | None:
+    """Per-GPU memory as NVML sees it: includes what torch cannot see (CUDA contexts, engines).
+
+    `used_bytes` is NVML's v1 "used", which also counts the driver's reserve on the device.
+    """
+    pynvml = _nvml()
+    if pynvml is None:
+        return None
+    try:
+        devices = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            devices.append({"index": index, "uuid": uuid if isinstance(uuid, str)
+                            else uuid.decode(), "used_bytes": int(info.used),
+                            "total_bytes": int(info.total)})
+        return devices
+    except pynvml.NVMLError:
+        return None

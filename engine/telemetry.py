@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from engine.events import EventWriter
+from engine.machine import nvml_devices
 
 
 def process_tree_rss(root_pid: int) -> int:
@@ -30,47 +31,6 @@ def process_tree_rss(root_pid: int) -> int:
         with contextlib.suppress(psutil.Error):
             total += proc.memory_info().rss
     return total
-
-
-_NVML_READY: bool | None = None
-
-
-def _nvml():  # noqa: ANN202
-    """pynvml, initialized once per process; None where there is no NVML (CPU machines)."""
-    global _NVML_READY
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    if _NVML_READY is None:
-        try:
-            pynvml.nvmlInit()
-            _NVML_READY = True
-        except pynvml.NVMLError:
-            _NVML_READY = False
-    return pynvml if _NVML_READY else None
-
-
-def nvml_devices() -> list[dict[str, Any]] | None:
-    """Per-GPU memory as NVML sees it: includes what torch cannot see (CUDA contexts, engines).
-
-    `used_bytes` is NVML's v1 "used", which also counts the driver's reserve on the device.
-    """
-    pynvml = _nvml()
-    if pynvml is None:
-        return None
-    try:
-        devices = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            uuid = pynvml.nvmlDeviceGetUUID(handle)
-            devices.append({"index": index, "uuid": uuid if isinstance(uuid, str)
-                            else uuid.decode(), "used_bytes": int(info.used),
-                            "total_bytes": int(info.total)})
-        return devices
-    except pynvml.NVMLError:
-        return None
 
 
 class Telemetry:

@@ -270,7 +270,7 @@ class RolloutManager:
         loadable = as_loadable(hf_weights)
         compare = self.args["check_weight_update_equal"] and not self.weights_compared
         if compare and hasattr(self.generator, "model"):
-            from engine.ci_checks import reset_tensors
+            from engine.rollout.weight_check import reset_tensors
 
             reset_tensors(self.generator.model)
         size = self.generator.load_weights(loadable)
@@ -282,7 +282,7 @@ class RolloutManager:
 
     def _weight_check(self, sent: Any, compare: bool) -> dict[str, Any]:  # noqa: ANN401
         """--ci-test: the first push compared tensor by tensor, every push's digest."""
-        from engine.ci_checks import compare_loaded, digest
+        from engine.rollout.weight_check import compare_loaded, digest
 
         if not isinstance(sent, Mapping) or not hasattr(self.generator, "model"):
             return {"skipped": f"the {self.backend} backend's weights cannot be read back"}

@@ -78,7 +78,7 @@ def host_has_gpu() -> bool:
     of SGLang engines sees CUDA_VISIBLE_DEVICES=""): NVML ignores that variable."""
     if torch.cuda.is_available():
         return True
-    from engine.telemetry import nvml_devices
+    from engine.machine import nvml_devices
 
     return bool(nvml_devices())
 
@@ -462,7 +462,7 @@ def _check_result(what: str, result: Any) -> Any:  # noqa: ANN401
 def nvml_used_bytes() -> int | None:
     """NVML's used bytes summed over every GPU of the host (NVML ignores CUDA_VISIBLE_DEVICES):
     while the engine releases or resumes, nothing else on them moves."""
-    from engine.telemetry import nvml_devices
+    from engine.machine import nvml_devices
 
     devices = nvml_devices()
     return None if devices is None else sum(d["used_bytes"] for d in devices)
