@@ -167,7 +167,7 @@ def stop(rundir: RunDir, status: Mapping[str, Any]) -> str:
 def run_job(run_id: str) -> int:
     """On the cluster: a run directory from the submitted config, the driver in this process,
     and every event echoed to stdout (the log stream) with its sequence number."""
-    from engine import driver
+    from engine.driver import ppo as driver
 
     root = Path(os.environ.get("PPODECK_RUNS_DIR") or Path(tempfile.gettempdir()) /
                 "ppodeck-jobs")

@@ -17,7 +17,7 @@ Hub ids live in the preset, next to the paths they fill, as `[provenance.sources
 Flags keep local paths (so the argv stays a valid miles command line); a flag whose path
 already holds the files never needs the hub. LIGHT module: stdlib and engine.config only;
 huggingface_hub is imported when a download really runs, torch/megatron only in the
-conversion subprocess (`python -m engine.prepare_worker`).
+conversion subprocess (`python -m engine.train.prepare_worker`).
 """
 
 from __future__ import annotations
@@ -344,7 +344,7 @@ def download(step: Step, *, tqdm_class: Any = None) -> Path:  # noqa: ANN401
 def convert(step: Step, args: Mapping[str, Any], *,
             on_message: Callable[[str], None] = lambda _m: None,
             log_path: Path | None = None) -> Path:
-    """Run the HF -> torch_dist conversion in `python -m engine.prepare_worker`.
+    """Run the HF -> torch_dist conversion in `python -m engine.train.prepare_worker`.
 
     The worker imports torch and megatron (seconds, GBs) so the CLI never does. Its log
     messages reach `on_message`; its stderr (megatron's warnings, a traceback) goes to
@@ -356,7 +356,7 @@ def convert(step: Step, args: Mapping[str, Any], *,
         log_path = Path(ppodeck_home()) / "logs" / "prepare-convert.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     model_flags = {k: args[k] for k in _MODEL_FLAGS if args.get(k) is not None}
-    cmd = [sys.executable, "-m", "engine.prepare_worker", "convert", "--hf-checkpoint",
+    cmd = [sys.executable, "-m", "engine.train.prepare_worker", "convert", "--hf-checkpoint",
            step.source, "--out", str(step.into), "--model-flags", json.dumps(model_flags)]
     result: dict[str, Any] = {}
     with open(log_path, "w") as log:

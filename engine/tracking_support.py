@@ -13,7 +13,7 @@ from typing import Any
 
 EXTRA = "tracking"
 INSTALL_FIX = "pip install 'ppodeck[tracking]'"
-# flag dest -> (flag name, the top-level module engine/tracking.py imports for it)
+# flag dest -> (flag name, the top-level module engine/driver/tracking.py imports for it)
 TRACKING_MODULES = {
     "use_wandb": ("--use-wandb", "wandb"),
     "use_tensorboard": ("--use-tensorboard", "tensorboardX"),

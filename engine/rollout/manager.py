@@ -65,7 +65,7 @@ class RolloutManager:
         self.eval_sets = self._load_eval_sets(options, notes)
         shape = ModelShape.from_args(self.args)
         self._check_vocab(shape.vocab_size)
-        # the driver has chosen (engine/roles.py choose_backend); standalone use picks here
+        # the driver has chosen (engine/driver/roles.py choose_backend); standalone use picks here
         self.backend, backend_note = pick_backend(self.args["rollout_backend"])
         if self.backend != self.args["rollout_backend"]:
             notes.append(backend_note)

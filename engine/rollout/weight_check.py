@@ -1,4 +1,4 @@
-"""--ci-test's weight-update check, the rollout side's half (engine/ci_checks.py is the
+"""--ci-test's weight-update check, the rollout side's half (engine/driver/ci_checks.py is the
 driver's): inside the rollout manager, on its model. As miles' check_weights: zero the model
 before the first push, compare what arrived with what was sent, digest every push.
 """

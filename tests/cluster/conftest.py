@@ -1,7 +1,7 @@
 """One two-node Ray cluster on this machine for every test in tests/cluster (package scope).
 
 Each node declares 2 GPUs as a resource (Ray hands out GPU ids 0 and 1 on each) while the work
-runs on CPU: the drivers started here set engine/cluster.py's test-only switch
+runs on CPU: the drivers started here set engine/driver/cluster.py's test-only switch
 PPODECK_TEST_RAY_GPUS. The head runs the dashboard, so the Ray Jobs API is there too. The
 cluster is the tests' own: it is shut down at the end, and the address file Ray writes for
 `ray.init()` is put back as it was at once, so nothing joins this cluster by accident.
@@ -39,7 +39,7 @@ def two_node_cluster() -> Iterator[TestCluster]:
     from ray._private.utils import get_ray_address_file, write_ray_address
     from ray.cluster_utils import Cluster
 
-    from engine.cluster import free_port, loopback_only
+    from engine.driver.cluster import free_port, loopback_only
 
     loopback_only()  # both nodes and every process on 127.0.0.1, nothing on the network
     address_file = Path(get_ray_address_file(None))

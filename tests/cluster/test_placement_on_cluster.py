@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from engine import cluster
+from engine.driver import cluster
 from engine.presets import load_preset, resolve_preset
 from tests.cluster.conftest import NODE_GPUS, worker_env
 from tests.cluster.probes import EngineStarter, PlacementProbe

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from engine.ci_checks import CIChecks, CIFailure, check_grad_norms, check_kl, check_logprobs
 from engine.config.resolve import resolve_values
+from engine.driver.ci_checks import CIChecks, CIFailure, check_grad_norms, check_kl, check_logprobs
 
 
 def args(**flags: Any) -> dict[str, Any]:  # noqa: ANN401

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.config.resolve import resolve_values
+from engine.driver.telemetry import Telemetry
 from engine.events import EventWriter, read_events
 from engine.rollout.types import RolloutBatch
 from engine.rundir import RunDir
-from engine.telemetry import Telemetry
 
 
 class FakeRollout:
@@ -59,7 +59,7 @@ class FakeTrainer:
 
 
 def _run(tmp_path: Path, estimator: str) -> tuple[list[dict], FakeTrainer | None, FakeTrainer]:
-    from engine.driver import Roles, StopFlag, train
+    from engine.driver.ppo import Roles, StopFlag, train
 
     args = resolve_values({"advantage_estimator": estimator, "n_samples_per_prompt": 2,
                            "rollout_batch_size": 1, "global_batch_size": 1, "num_rollout": 3,

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from engine.config.resolve import resolve_values
+from engine.driver.telemetry import Telemetry
 from engine.events import EventWriter, read_events
 from engine.rundir import RunDir, read_status
-from engine.telemetry import Telemetry
 from tests.engine.test_driver_estimators import FakeRollout, FakeTrainer
 
 
@@ -30,7 +30,7 @@ class KlActor(FakeTrainer):
 
 def run_loop(tmp_path: Path, actor: Any = "ppo", critic: Any = "ppo",  # noqa: ANN401
              **flags: Any) -> list[dict]:  # noqa: ANN401
-    from engine.driver import Roles, StopFlag, train
+    from engine.driver.ppo import Roles, StopFlag, train
 
     args = resolve_values({"n_samples_per_prompt": 1, "rollout_batch_size": 1,
                            "global_batch_size": 1, "num_rollout": 5,
@@ -98,7 +98,7 @@ def test_debug_train_only_trains_without_push_or_eval(tmp_path: Path) -> None:
 
 
 def test_a_failed_ci_check_names_the_check_and_the_numbers(tmp_path: Path) -> None:
-    from engine.ci_checks import CIFailure
+    from engine.driver.ci_checks import CIFailure
 
     with pytest.raises(CIFailure, match=r"kl check failed: train/ppo_kl = 2\.000e-03 at the "
                                         r"first step of rollout 0"):
@@ -108,8 +108,8 @@ def test_a_failed_ci_check_names_the_check_and_the_numbers(tmp_path: Path) -> No
 def test_a_failed_ci_check_fails_the_run_with_that_detail(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Through driver.run(): status failed, the detail says which check and the numbers."""
-    import engine.driver as driver
-    import engine.roles as roles_module
+    import engine.driver.ppo as driver
+    import engine.driver.roles as roles_module
     from engine.launch import prepare_run
     from engine.presets import load_preset, resolve_preset
 

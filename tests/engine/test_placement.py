@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import cluster
+from engine.driver import cluster
 
 A2 = {"actor_num_nodes": 1, "actor_num_gpus_per_node": 2}
 

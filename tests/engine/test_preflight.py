@@ -1,5 +1,5 @@
 """What validates is what runs: every config check() passes gets through the engine's start-up
-constructors (engine/preflight.py, which the driver runs before Ray), and what they refuse
+constructors (engine/driver/preflight.py, which the driver runs before Ray), and what they refuse
 check() refuses first. The cases are the rule tests' passing configs and the built-in presets."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from engine.config import RunConfig, check, resolve
-from engine.preflight import preflight
+from engine.driver.preflight import preflight
 from engine.presets import BUILTIN_DIR, load_preset, resolve_preset
 from tests.config import test_rules, test_rules_engine
 from tests.conftest import CPU_MACHINE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cluster import free_port
+from engine.driver.cluster import free_port
 
 
 @pytest.fixture

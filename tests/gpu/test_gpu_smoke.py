@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.cluster import free_port
+from engine.driver.cluster import free_port
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

@@ -104,7 +104,7 @@ def saved(tmp_path_factory):
     pytest.importorskip("megatron.core")
     import torch.distributed as dist
 
-    from engine.cluster import free_port
+    from engine.driver.cluster import free_port
     from engine.train.checkpoint import save_checkpoint
     from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
     from tests.train.test_checkpoint import build

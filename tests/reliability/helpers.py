@@ -17,8 +17,8 @@ from typing import Any
 
 import psutil
 
+from engine.driver.reaper import group_members, session_members
 from engine.events import read_events
-from engine.reaper import group_members, session_members
 from engine.rundir import RunDir, read_status
 
 REPO = Path(__file__).resolve().parents[2]

@@ -155,7 +155,7 @@ def test_secrets_are_masked_in_every_preview(isolated_config: Path) -> None:
 STAND_IN = textwrap.dedent("""
     import os, subprocess, sys, time
     from pathlib import Path
-    from engine.driver import start_reaper
+    from engine.driver.ppo import start_reaper
     from engine.rundir import RunDir, write_status
     rundir = RunDir(Path(sys.argv[sys.argv.index("--run-dir") + 1]))
     write_status(rundir, state="running", pid=os.getpid(), pgid=os.getpgid(0))

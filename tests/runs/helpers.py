@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from engine.reaper import group_members
+from engine.driver.reaper import group_members
 from engine.rundir import RunDir, read_status
 
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from engine.config import resolve
+from engine.driver.telemetry import Telemetry
+from engine.driver.tracking import axis_step, wandb_mode
 from engine.events import EventWriter, read_events
 from engine.presets import load_preset, resolve_preset
-from engine.telemetry import Telemetry
-from engine.tracking import axis_step, wandb_mode
 from engine.tracking_support import missing_extras, missing_message
 from tests.tracking.files import read_tensorboard_scalars, read_wandb_run
 

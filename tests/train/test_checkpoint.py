@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.cluster import free_port
+from engine.driver.cluster import free_port
 from engine.train.checkpoint import (
     CRITIC_HEAD_NOTE,
     RELEASE,

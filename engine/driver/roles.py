@@ -1,6 +1,6 @@
 """Driver-side handles for the three roles, hiding Ray refs and per-rank fan-out.
 
-`train()` in engine/driver.py calls plain methods on these; each one waits for every rank and
+`train()` in engine/driver/ppo.py calls plain methods on these; each one waits for every rank and
 turns a dead worker into an error that names the role and rank.
 """
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import ray
 
-from engine import cluster
-from engine.telemetry import Telemetry
+from engine.driver import cluster
+from engine.driver.telemetry import Telemetry
 
 
 class RolloutHandle:
@@ -158,8 +158,8 @@ def torch_reserved_by_device(handles: list[TrainHandle]) -> dict[str | int, int]
 
 def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
     """Ray, one placement group, rollout + critic + actor, initial sleep and weight sync."""
-    from engine.driver import Roles
-    from engine.preflight import trainer_roles
+    from engine.driver.ppo import Roles
+    from engine.driver.preflight import trainer_roles
     from engine.train.platform import has_cuda
     from engine.train.worker import TrainWorker
 

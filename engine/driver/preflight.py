@@ -22,7 +22,7 @@ def trainer_roles(args: Mapping[str, Any]) -> list[str]:
 
 def preflight(args: Mapping[str, Any], cuda: bool | None = None) -> list[str]:
     """Raise (ValueError, AssertionError, ...) where start-up would; return what it checked."""
-    from engine import cluster
+    from engine.driver import cluster
     from engine.resume_check import check_or_raise
     from engine.rollout.data import PromptOptions
     from engine.rollout.manager import RolloutManager

@@ -1,9 +1,9 @@
 """The driver's reaper: no Ray or worker process outlives the driver, even after a SIGKILL.
 
-`python -m engine.reaper --run-dir D --driver-pid P`, started by the driver (engine/driver.py
-`start_reaper`) with the read end of a pipe on stdin; the driver holds the write end until it
-exits. However the driver ends (return, crash, SIGKILL, OOM killer), the kernel closes that
-end and the reaper wakes up. It then:
+`python -m engine.driver.reaper --run-dir D --driver-pid P`, started by the driver
+(engine/driver/ppo.py `start_reaper`) with the read end of a pipe on stdin; the driver holds
+the write end until it exits. However the driver ends (return, crash, SIGKILL, OOM killer),
+the kernel closes that end and the reaper wakes up. It then:
 
 1. stops every process left in the driver's session (SIGTERM, then SIGKILL after a grace
    period). Why the session and not the process group: the launcher starts the driver with
@@ -143,7 +143,7 @@ def append_status_event(path: Path, state: str, detail: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.reaper")
+    parser = argparse.ArgumentParser(prog="python -m engine.driver.reaper")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--driver-pid", required=True, type=int)
     ns = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Heavy half of `ppodeck prepare`: `python -m engine.prepare_worker convert ...`.
+"""Heavy half of `ppodeck prepare`: `python -m engine.train.prepare_worker convert ...`.
 
 Speaks JSON lines on stdout so the CLI can draw progress without importing torch:
 {"msg": "..."} per stage, then {"done": "<out dir>"} or {"error": "..."}. Everything else
@@ -29,7 +29,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.prepare_worker")
+    parser = argparse.ArgumentParser(prog="python -m engine.train.prepare_worker")
     sub = parser.add_subparsers(dest="command", required=True)
     convert = sub.add_parser("convert", help="HF checkpoint -> Megatron torch_dist (release)")
     convert.add_argument("--hf-checkpoint", required=True)

@@ -1,7 +1,7 @@
 """What the driver tells the run directory: phases, metrics, offloads, memory, status.
 
 Every write goes through the non-blocking EventWriter, so telemetry never stalls a step.
-Metrics also go to wandb / TensorBoard (engine/tracking.py) when --use-wandb or
+Metrics also go to wandb / TensorBoard (engine/driver/tracking.py) when --use-wandb or
 --use-tensorboard is on.
 """
 
@@ -42,7 +42,7 @@ class Telemetry:
         self.torch_reserved = torch_reserved
         # walking the process tree for RSS costs ~2 ms: do it off the driver's critical path
         self._sampler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rss-sampler")
-        self.tracking: Any = None  # engine.tracking.Tracking, set by start_tracking
+        self.tracking: Any = None  # engine.driver.tracking.Tracking, set by start_tracking
         # wandb/TensorBoard take ~1 ms a call (p99 5-8 ms, bench/tracking_bench.py): off the
         # loop, in call order (one worker)
         self._tracker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracking")
@@ -51,7 +51,7 @@ class Telemetry:
         """wandb / TensorBoard for this run's metrics; their libraries load only when on."""
         if not (args["use_wandb"] or args["use_tensorboard"]):
             return
-        from engine.tracking import start_tracking
+        from engine.driver.tracking import start_tracking
 
         self.tracking = start_tracking(args, lambda level, msg: self.log(level, msg, "tracking"))
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.ci_checks import CIChecks
+from engine.driver.ci_checks import CIChecks
+from engine.driver.telemetry import Telemetry
 from engine.events import EventWriter
 from engine.rundir import RunDir, write_status
-from engine.telemetry import Telemetry
 
 
 class StopRequested(Exception):
@@ -267,11 +267,11 @@ def run(rundir: RunDir) -> int:
     try:
         args = load_args(rundir)
         tm.status("running", num_rollout=args["num_rollout"])  # replays need N without status.json
-        from engine.preflight import preflight
+        from engine.driver.preflight import preflight
 
         preflight(args)  # a config the engine cannot take fails here, before Ray starts
         tm.start_tracking(args)
-        from engine.roles import start_roles
+        from engine.driver.roles import start_roles
 
         roles, start_rollout_id = start_roles(args, tm)
         if start_rollout_id:
@@ -288,7 +288,7 @@ def run(rundir: RunDir) -> int:
         return finish(rundir, tm, "failed", f"{reason} (traceback in driver.log)", 1)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleanup must not be interrupted
-        from engine.roles import stop_roles
+        from engine.driver.roles import stop_roles
 
         stop_roles(roles)
         tm.close()
@@ -317,14 +317,14 @@ _reaper_pipe: list[int] = []
 
 
 def start_reaper(rundir: RunDir) -> subprocess.Popen[bytes] | None:
-    """engine/reaper.py: stops leftover Ray/worker processes once this process is gone, even
+    """engine/driver/reaper.py: stops leftover Ray/worker processes once this process is gone, even
     after a SIGKILL, and records why the run ended when this process could not."""
     read_end, write_end = os.pipe()
     try:
         reaper = subprocess.Popen(  # its own group: a stop sent to ours must not reach it
-            [sys.executable, "-m", "engine.reaper", "--run-dir", str(rundir.path),
+            [sys.executable, "-m", "engine.driver.reaper", "--run-dir", str(rundir.path),
              "--driver-pid", str(os.getpid())],
-            stdin=read_end, process_group=0, cwd=Path(__file__).resolve().parents[1],
+            stdin=read_end, process_group=0, cwd=Path(__file__).resolve().parents[2],
         )
     except OSError as exc:
         os.close(write_end)
@@ -342,7 +342,3 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True, type=Path)
     ns = parser.parse_args(argv)
     return run(RunDir(ns.run_dir))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

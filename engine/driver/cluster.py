@@ -168,7 +168,7 @@ def slots_from_env() -> list[dict[str, Any]]:
     raw = os.environ.get(SLOTS_ENV)
     if not raw:
         raise RuntimeError(f"{SLOTS_ENV} is not set: this process was not started by "
-                           "engine/roles.py, so it does not know the bundle order")
+                           "engine/driver/roles.py, so it does not know the bundle order")
     return json.loads(raw)
 
 
