@@ -1,4 +1,4 @@
-"""Ray at the edge: start or join the cluster, one placement group, role groups on its bundles.
+"""Ray at the edge: start or join the cluster, one placement group, its bundles in miles' order.
 
 Layout follows miles (spec 3.4, 4.1): the actor group takes one bundle per rank, the critic
 group sits on the SAME bundles with fractional resources (it adds no bundles), and the
@@ -262,79 +262,15 @@ def wait_ready(role: str, workers: Sequence[Any], asks: str,
             raise WorkerFailure(role, rank, f"did not start: {_first_line(err)}") from err
 
 
-class TrainGroup:
-    """One Ray actor per rank; every rank forms the role's own torch.distributed world."""
-
-    def __init__(self, role: str, worker_cls: type, args: dict[str, Any], placement: Placement,
-                 share: float, use_gpu: bool, private: bool = True) -> None:
-        self.role = role
-        world_size = args["actor_num_nodes"] * args["actor_num_gpus_per_node"]
-        master_addr, port = rendezvous(placement, private)
-        remote_cls = ray.remote(worker_cls)
-        gpus = share if use_gpu else 0
-        self.workers = [
-            remote_cls.options(
-                num_cpus=share, num_gpus=gpus, scheduling_strategy=placement.on(rank),
-                name=None, max_restarts=0,
-            ).remote(role, rank, world_size, master_addr, port, args)
-            for rank in range(world_size)
-        ]
-        self.master = (master_addr, port)
-        self.asks = f"{share} CPU and {gpus} GPU of its bundle"
-        self.started = False  # checked at the first call, so all roles' processes start at once
-
-    def ensure_started(self) -> None:
-        if not self.started:
-            wait_ready(self.role, self.workers, self.asks)
-            self.started = True
-
-    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """Call `method` on every rank and wait; a dead rank is named in the error."""
-        self.ensure_started()
-        refs = [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
-        return self.wait(refs, method)
-
-    def wait(self, refs: list[ray.ObjectRef], what: str = "a call",
-             timeout: float | None = None) -> list[Any]:
-        timeout = CALL_TIMEOUT_S if timeout is None else timeout
-        results: list[Any] = [None] * len(refs)
-        pending = {ref: rank for rank, ref in enumerate(refs)}
-        deadline = time.monotonic() + timeout
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1,
-                               timeout=max(0.0, deadline - time.monotonic()))
-            if not done:
-                self.kill()
-                rank = min(pending.values())
-                raise WorkerFailure(self.role, rank, f"{what} did not return within "
-                                    f"{timeout:.0f} s (ranks still busy: "
-                                    f"{sorted(pending.values())})")
-            rank = pending.pop(done[0])
-            try:
-                results[rank] = ray.get(done[0])
-            except ray.exceptions.RayActorError as err:
-                self.kill()
-                raise WorkerFailure(self.role, rank, "the worker process died "
-                                    f"({type(err).__name__})") from err
-            except ray.exceptions.RayTaskError as err:
-                self.kill()
-                raise WorkerFailure(self.role, rank, _first_line(err)) from err
-        return results
-
-    def kill(self) -> None:
-        for worker in self.workers:
-            ray.kill(worker, no_restart=True)
-
-
 def _first_line(err: Exception) -> str:
     cause = getattr(err, "cause", None) or err
     return f"{type(cause).__name__}: {cause}".splitlines()[0][:400]
 
 
-def shutdown(groups: Sequence[TrainGroup], placement: Placement | None,
+def shutdown(groups: Sequence[Any], placement: Placement | None,
              extra: Sequence[Callable[[], None]] = ()) -> None:
-    """Our actors and placement group go; an existing cluster itself is never stopped
-    (ray.shutdown only disconnects from it)."""
+    """Our actors (each group's kill()) and placement group go; an existing cluster itself
+    is never stopped (ray.shutdown only disconnects from it)."""
     for train_group in groups:
         train_group.kill()
     for fn in extra:

@@ -18,12 +18,16 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.driver.ci_checks import CIChecks
+from engine.driver.offload import sleep, wake
 from engine.driver.telemetry import Telemetry
 from engine.events import EventWriter
 from engine.rundir import RunDir, write_status
+
+if TYPE_CHECKING:
+    from engine.driver.roles import Roles
 
 
 class StopRequested(Exception):
@@ -48,15 +52,6 @@ class StopFlag:
     def check(self) -> None:
         if self.requested:
             raise StopRequested
-
-
-@dataclass
-class Roles:
-    rollout: Any
-    critic: Any
-    actor: Any
-    placement: Any = None
-    initial_sync: dict[str, Any] | None = None  # the rollout's report of the first weight push
 
 
 def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
@@ -179,16 +174,6 @@ def announce_run_modes(args: dict[str, Any], tm: Telemetry) -> None:
         interval = args["update_weights_interval"]
         tm.log("info", f"--update-weights-interval {interval}: the rollout side gets the "
                        f"actor's weights once every {interval} rollouts, not after each one")
-
-
-def wake(group: Any, tm: Telemetry, offload: bool) -> None:
-    if offload:
-        tm.offload(group.role, "onload", group.wake_up())
-
-
-def sleep(group: Any, tm: Telemetry, offload: bool) -> None:
-    if offload:
-        tm.offload(group.role, "offload", group.sleep())
 
 
 def log_weight_sync(tm: Telemetry, loaded: dict | None, seconds: float) -> None:

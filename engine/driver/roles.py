@@ -1,4 +1,4 @@
-"""Driver-side handles for the three roles, hiding Ray refs and per-rank fan-out.
+"""The three roles as the driver sees them: the rollout handle and one group per trainer.
 
 `train()` in engine/driver/ppo.py calls plain methods on these; each one waits for every rank and
 turns a dead worker into an error that names the role and rank.
@@ -7,12 +7,24 @@ turns a dead worker into an error that names the role and rank.
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from engine.driver import cluster
+from engine.driver.offload import sleep
 from engine.driver.telemetry import Telemetry
+
+
+@dataclass
+class Roles:
+    rollout: Any
+    critic: Any
+    actor: Any
+    placement: Any = None
+    initial_sync: dict[str, Any] | None = None  # the rollout's report of the first weight push
 
 
 class RolloutHandle:
@@ -72,44 +84,113 @@ class RolloutHandle:
         ray.kill(self.actor, no_restart=True)
 
 
-class TrainHandle:
-    """Actor or critic: the rank fan-out, with results merged the way the driver needs them."""
+class TrainGroup:
+    """Actor or critic: one Ray actor per rank, every rank in the role's own
+    torch.distributed world. One method per worker call; each calls every rank and waits."""
 
-    def __init__(self, group: cluster.TrainGroup) -> None:
-        self.group = group
-        self.role = group.role
+    def __init__(self, role: str, args: dict[str, Any], placement: cluster.Placement,
+                 share: float, use_gpu: bool, private: bool = True,
+                 worker_cls: type | None = None) -> None:
+        from engine.train.worker import TrainWorker
+
+        self.role = role
+        world_size = args["actor_num_nodes"] * args["actor_num_gpus_per_node"]
+        master_addr, port = cluster.rendezvous(placement, private)
+        remote_cls = ray.remote(worker_cls or TrainWorker)
+        gpus = share if use_gpu else 0
+        self.workers = [
+            remote_cls.options(
+                num_cpus=share, num_gpus=gpus, scheduling_strategy=placement.on(rank),
+                name=None, max_restarts=0,
+            ).remote(role, rank, world_size, master_addr, port, args)
+            for rank in range(world_size)
+        ]
+        self.master = (master_addr, port)
+        self.asks = f"{share} CPU and {gpus} GPU of its bundle"
+        self.started = False  # checked at the first call, so all roles' processes start at once
 
     def init(self) -> list[dict[str, Any]]:
-        return self.group.call("init")
+        self.ensure_started()
+        return self.wait([w.init.remote() for w in self.workers], "init")
 
     def wake_up(self) -> dict[str, Any]:
-        return merge_offload_reports(self.group.call("wake_up"))
+        self.ensure_started()
+        return merge_offload_reports(self.wait([w.wake_up.remote() for w in self.workers],
+                                               "wake_up"))
 
     def sleep(self) -> dict[str, Any]:
-        return merge_offload_reports(self.group.call("sleep"))
+        self.ensure_started()
+        return merge_offload_reports(self.wait([w.sleep.remote() for w in self.workers],
+                                               "sleep"))
 
-    def train_critic(self, rollout_id: int, batch: Any) -> dict[str, Any]:
-        outs = self.group.call("train_critic", rollout_id, ray.put(batch))
+    def train_critic(self, rollout_id: int, batch: Any) -> dict[str, Any]:  # noqa: ANN401
+        self.ensure_started()
+        batch_ref = ray.put(batch)
+        outs = self.wait([w.train_critic.remote(rollout_id, batch_ref) for w in self.workers],
+                         "train_critic")
         values: dict[int, list[float]] = {}
         for out in outs:
             values.update(out.get("values") or {})
         return {**logging_rank(outs), "values": values}
 
-    def train_actor(self, rollout_id: int, batch: Any, values: dict[int, list[float]]) -> dict:
-        outs = self.group.call("train_actor", rollout_id, ray.put(batch), ray.put(values))
+    def train_actor(self, rollout_id: int, batch: Any,  # noqa: ANN401
+                    values: dict[int, list[float]]) -> dict:
+        self.ensure_started()
+        batch_ref, values_ref = ray.put(batch), ray.put(values)
+        outs = self.wait([w.train_actor.remote(rollout_id, batch_ref, values_ref)
+                          for w in self.workers], "train_actor")
         return logging_rank(outs)
 
     def export_hf_weights(self) -> ray.ObjectRef:
         """Rank 0's full HF state dict, left in the object store for the rollout side."""
-        refs = [w.export_hf_weights_packed.remote() for w in self.group.workers]
-        self.group.wait(refs, "export_hf_weights_packed")
+        refs = [w.export_hf_weights_packed.remote() for w in self.workers]
+        self.wait(refs, "export_hf_weights_packed")
         return refs[0]
 
     def save(self, rollout_id: int) -> None:
-        self.group.call("save", rollout_id)
+        self.ensure_started()
+        self.wait([w.save.remote(rollout_id) for w in self.workers], "save")
 
     def memory(self) -> list[dict[str, Any]]:
-        return self.group.call("memory")
+        self.ensure_started()
+        return self.wait([w.memory.remote() for w in self.workers], "memory")
+
+    def ensure_started(self) -> None:
+        if not self.started:
+            cluster.wait_ready(self.role, self.workers, self.asks)
+            self.started = True
+
+    def wait(self, refs: list[ray.ObjectRef], what: str = "a call",
+             timeout: float | None = None) -> list[Any]:
+        """Every rank's result, in rank order; a dead or late rank is named in the error."""
+        timeout = cluster.CALL_TIMEOUT_S if timeout is None else timeout
+        results: list[Any] = [None] * len(refs)
+        pending = {ref: rank for rank, ref in enumerate(refs)}
+        deadline = time.monotonic() + timeout
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1,
+                               timeout=max(0.0, deadline - time.monotonic()))
+            if not done:
+                self.kill()
+                rank = min(pending.values())
+                raise cluster.WorkerFailure(self.role, rank, f"{what} did not return within "
+                                            f"{timeout:.0f} s (ranks still busy: "
+                                            f"{sorted(pending.values())})")
+            rank = pending.pop(done[0])
+            try:
+                results[rank] = ray.get(done[0])
+            except ray.exceptions.RayActorError as err:
+                self.kill()
+                raise cluster.WorkerFailure(self.role, rank, "the worker process died "
+                                            f"({type(err).__name__})") from err
+            except ray.exceptions.RayTaskError as err:
+                self.kill()
+                raise cluster.WorkerFailure(self.role, rank, cluster._first_line(err)) from err
+        return results
+
+    def kill(self) -> None:
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
 
 
 def choose_backend(requested: str, use_gpu: bool) -> tuple[str, str]:
@@ -145,23 +226,21 @@ def merge_offload_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def torch_reserved_by_device(handles: list[TrainHandle]) -> dict[str | int, int]:
+def torch_reserved_by_device(groups: list[TrainGroup]) -> dict[str | int, int]:
     """Keyed by GPU UUID where workers report it: Ray renumbers devices inside each actor."""
     totals: dict[str | int, int] = {}
-    for handle in handles:
-        for mem in handle.memory():
+    for group in groups:
+        for mem in group.memory():
             cuda = mem.get("cuda") or {}
             index = cuda.get("uuid") or int(cuda.get("device", 0))
             totals[index] = totals.get(index, 0) + int(cuda.get("reserved_bytes", 0))
     return totals
 
 
-def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
+def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Roles, int]:
     """Ray, one placement group, rollout + critic + actor, initial sleep and weight sync."""
-    from engine.driver.ppo import Roles
     from engine.driver.preflight import trainer_roles
     from engine.train.platform import has_cuda
-    from engine.train.worker import TrainWorker
 
     # the test-only switch asks Ray for GPUs while the workers compute on CPU (engine/cluster)
     use_gpu = has_cuda() or cluster.declared_test_gpus() > 0
@@ -180,8 +259,7 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
         private = joined is None
         shares = {"critic": cluster.CRITIC_SHARE, "actor": cluster.ACTOR_SHARE}
         # GRPO builds no critic; --debug-rollout-only no trainer at all (miles)
-        groups = {role: TrainHandle(cluster.TrainGroup(role, TrainWorker, args, placement,
-                                                       shares[role], use_gpu, private))
+        groups = {role: TrainGroup(role, args, placement, shares[role], use_gpu, private)
                   for role in trainer_roles(args)}
         critic, actor = groups.get("critic"), groups.get("actor")
         roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
@@ -190,14 +268,14 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
         if args.get("offload_rollout"):
             # miles: the generator's memory goes before the trainers allocate theirs
             tm.offload("rollout", "offload", rollout.offload())
-        trainers = [h for h in (critic, actor) if h is not None]
-        infos = [h.init() for h in trainers]
+        trainers = [g for g in (critic, actor) if g is not None]
+        infos = []
+        for group in trainers:  # miles: each starts asleep, before the next one allocates
+            infos.append(group.init())
+            sleep(group, tm, args["offload_train"])
         log_worker_pids(tm, rollout, trainers)
         for note in [n for info in infos for n in info[0].get("notes", [])]:
             tm.log("info", note, source="train")
-        if args["offload_train"]:
-            for handle in trainers:
-                tm.offload(handle.role, "offload", handle.sleep())
         if args.get("offload_rollout"):
             tm.offload("rollout", "onload", rollout.onload())
         if actor is not None and not args["debug_train_only"]:  # miles: no push in debug modes
@@ -223,13 +301,13 @@ def _pid(actor_self: Any) -> int:
     return os.getpid()
 
 
-def log_worker_pids(tm: Telemetry, rollout: RolloutHandle, handles: list[TrainHandle]) -> None:
+def log_worker_pids(tm: Telemetry, rollout: RolloutHandle, groups: list[TrainGroup]) -> None:
     """One `log` event naming each worker's PID ("critic/0": 1234): operators and the
     reliability tests find a rank's process from it (Ray gives each its own process group)."""
     named = {"rollout/0": rollout.actor}
-    for handle in handles:
-        named.update({f"{handle.role}/{rank}": worker
-                      for rank, worker in enumerate(handle.group.workers)})
+    for group in groups:
+        named.update({f"{group.role}/{rank}": worker
+                      for rank, worker in enumerate(group.workers)})
     try:
         found = ray.get([w.__ray_call__.remote(_pid) for w in named.values()],
                         timeout=cluster.PROBE_TIMEOUT_S)
@@ -248,5 +326,5 @@ def stop_roles(roles: Any) -> None:
     if roles is None:
         ray.shutdown()
         return
-    groups = [h.group for h in (roles.critic, roles.actor) if h is not None]
+    groups = [g for g in (roles.critic, roles.actor) if g is not None]
     cluster.shutdown(groups, roles.placement, extra=[roles.rollout.kill])

@@ -70,8 +70,7 @@ class TrainSettings:
     use_tis: bool
     tis_clip: float
     tis_clip_low: float
-    # lifecycle
-    offload_train: bool
+    # lifecycle (whether a trainer sleeps is the driver's decision: engine/driver/offload.py)
     model_init: str | None
     hf_checkpoint: str | None
     load: str | None
@@ -145,7 +144,6 @@ class TrainSettings:
             use_tis=bool(args["use_tis"]),
             tis_clip=float(args["tis_clip"]),
             tis_clip_low=float(args["tis_clip_low"]),
-            offload_train=bool(args["offload_train"]),
             model_init=args["model_init"],
             hf_checkpoint=args["hf_checkpoint"],
             load=args["critic_load" if is_critic else "load"],

@@ -121,8 +121,6 @@ class TrainWorker:
         loaded = self._load_checkpoints()
         if self.role == "actor" and s.use_kl_loss and self._ref_weights is None:
             self._ref_weights = weights.backup(self.model)  # the initial weights are the ref
-        if s.offload_train:
-            self.sleep()  # miles: trainers start asleep under --offload-train
         return {"num_params": self._count_params(),
                 "start_rollout_id": int(loaded.get("start_rollout_id", 0)),
                 "loaded_from": loaded.get("path"),
@@ -137,10 +135,10 @@ class TrainWorker:
         if not save_dir:
             flag = "--critic-save" if self.role == "critic" else "--save"
             raise ValueError(f"{flag} is not set: nowhere to save the {self.role}")
+        self._require_awake("save")
         start = time.perf_counter()
-        with self._awake():
-            path = save_checkpoint(save_dir, rollout_id, [self.ddp], self.optimizer,
-                                   self.scheduler, extra=extra or {})
+        path = save_checkpoint(save_dir, rollout_id, [self.ddp], self.optimizer,
+                               self.scheduler, extra=extra or {})
         return {"path": str(path), "seconds": time.perf_counter() - start}
 
     def shutdown(self) -> None:
@@ -227,7 +225,7 @@ class TrainWorker:
     # critic
     # ----------------------------------------------------------------------------------------
     def train_critic(self, rollout_id: int, batch: Any) -> dict:  # noqa: ANN401 - RolloutBatch
-        self._ensure_awake()
+        self._require_awake("train")
         samples, steps = self._shard(batch)
         old_values = self._forward_only(samples, _values_loss_factory(), "values")
         extras: dict[str, Sequence[Any]] = {}
@@ -260,7 +258,7 @@ class TrainWorker:
     def train_actor(self, rollout_id: int, batch: Any,  # noqa: ANN401 - RolloutBatch
                     values: dict[int, list[float]] | None) -> dict:
         """`values`: the critic's, keyed by sample index (ppo); None without a critic (grpo)."""
-        self._ensure_awake()
+        self._require_awake("train")
         samples, steps = self._shard(batch)
         ref_log_probs = None
         if self.settings.use_kl_loss:
@@ -542,9 +540,11 @@ class TrainWorker:
                     "where": "gpu"}
         return self._offloader.onload()
 
-    def _ensure_awake(self) -> None:
+    def _require_awake(self, what: str) -> None:
+        """The driver wakes a trainer before it trains or saves (engine/driver/offload.py)."""
         if self._offloader is not None and self._offloader.asleep:
-            self.wake_up()
+            raise RuntimeError(f"the {self.role} was asked to {what} while asleep: the driver "
+                               "wakes it first under --offload-train")
 
     @contextlib.contextmanager
     def _awake(self) -> Iterator[None]:

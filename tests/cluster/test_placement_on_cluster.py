@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from engine.driver import cluster
+from engine.driver.roles import TrainGroup
 from engine.presets import load_preset, resolve_preset
 from tests.cluster.conftest import NODE_GPUS, worker_env
 from tests.cluster.probes import EngineStarter, PlacementProbe
@@ -49,10 +50,16 @@ KEEP: list = []  # handles kept alive: Ray ends an actor once no handle refers t
 def place_roles(args: dict, placement: cluster.Placement,
                 roles: tuple[str, ...] = ("actor", "critic")) -> list[list[dict]]:
     shares = {"actor": cluster.ACTOR_SHARE, "critic": cluster.CRITIC_SHARE}
-    groups = [cluster.TrainGroup(role, PlacementProbe, args, placement, shares[role],
-                                 use_gpu=True, private=False) for role in roles]
+    groups = [TrainGroup(role, args, placement, shares[role], use_gpu=True, private=False,
+                         worker_cls=PlacementProbe) for role in roles]
     KEEP.extend(groups)
-    return [group.call("where") for group in groups]
+    return [where(group) for group in groups]
+
+
+def where(group: TrainGroup) -> list[dict]:
+    """Each rank's node and GPUs, asked of the probe that stands in for the train worker."""
+    group.ensure_started()
+    return group.wait([w.where.remote() for w in group.workers], "where")
 
 
 def start_engines(ray, args: dict, placement: cluster.Placement) -> list[dict]:
@@ -67,7 +74,7 @@ def start_engines(ray, args: dict, placement: cluster.Placement) -> list[dict]:
 
 def release(ray, placement: cluster.Placement) -> None:
     for handle in KEEP:
-        if isinstance(handle, cluster.TrainGroup):
+        if isinstance(handle, TrainGroup):
             handle.kill()
         else:
             ray.kill(handle)
@@ -140,14 +147,14 @@ def test_an_unschedulable_worker_is_named_after_a_timeout(joined, monkeypatch):
     args = {"actor_num_nodes": 1, "actor_num_gpus_per_node": 1}
     placement = cluster.create_placement_group(1, use_gpu=True)
     try:
-        actor = cluster.TrainGroup("actor", PlacementProbe, args, placement, 0.6, True, False)
+        actor = TrainGroup("actor", args, placement, 0.6, True, False, worker_cls=PlacementProbe)
         KEEP.append(actor)
-        actor.call("where")
+        where(actor)
         monkeypatch.setattr(cluster, "READY_TIMEOUT_S", 2.0)  # the first one started in time
-        critic = cluster.TrainGroup("critic", PlacementProbe, args, placement, 0.6, True, False)
+        critic = TrainGroup("critic", args, placement, 0.6, True, False, worker_cls=PlacementProbe)
         KEEP.append(critic)
         with pytest.raises(cluster.WorkerFailure, match=r"critic rank 0 failed: not started "
                                                         r"within 2 s: it asks 0.6 CPU and 0.6"):
-            critic.call("where")  # the first call names the worker that cannot be placed
+            where(critic)  # the first call names the worker that cannot be placed
     finally:
         release(joined, placement)

@@ -59,7 +59,8 @@ class FakeTrainer:
 
 
 def _run(tmp_path: Path, estimator: str) -> tuple[list[dict], FakeTrainer | None, FakeTrainer]:
-    from engine.driver.ppo import Roles, StopFlag, train
+    from engine.driver.ppo import StopFlag, train
+    from engine.driver.roles import Roles
 
     args = resolve_values({"advantage_estimator": estimator, "n_samples_per_prompt": 2,
                            "rollout_batch_size": 1, "global_batch_size": 1, "num_rollout": 3,

@@ -30,7 +30,8 @@ class KlActor(FakeTrainer):
 
 def run_loop(tmp_path: Path, actor: Any = "ppo", critic: Any = "ppo",  # noqa: ANN401
              **flags: Any) -> list[dict]:  # noqa: ANN401
-    from engine.driver.ppo import Roles, StopFlag, train
+    from engine.driver.ppo import StopFlag, train
+    from engine.driver.roles import Roles
 
     args = resolve_values({"n_samples_per_prompt": 1, "rollout_batch_size": 1,
                            "global_batch_size": 1, "num_rollout": 5,
@@ -116,7 +117,7 @@ def test_a_failed_ci_check_fails_the_run_with_that_detail(tmp_path: Path,
     config = resolve_preset(load_preset("tiny-cpu")).with_values(
         num_rollout=2, ci_test=True, num_critic_only_steps=0)
     rundir = prepare_run(config, "test", run_dir=tmp_path / "run")
-    stand_ins = driver.Roles(rollout=EvalRollout(), critic=FakeTrainer("critic"),
+    stand_ins = roles_module.Roles(rollout=EvalRollout(), critic=FakeTrainer("critic"),
                              actor=KlActor("actor"))
     monkeypatch.setattr(roles_module, "start_roles", lambda args, tm: (stand_ins, 0))
     monkeypatch.setattr(roles_module, "stop_roles", lambda roles: None)
