@@ -27,6 +27,8 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from engine.workers import SLOTS_ENV
+
 # per-bundle shares, as miles: actor 0.4 + critic 0.4 + rollout 0.2 = one GPU
 ACTOR_SHARE = 0.4
 CRITIC_SHARE = 0.4
@@ -37,12 +39,10 @@ ROLLOUT_SHARE = 0.2
 # It lets CPU machines test placement on a (fake-)GPU cluster. Never set it for real runs.
 TEST_RAY_GPUS_ENV = "PPODECK_TEST_RAY_GPUS"
 
-# Every cross-process wait is bounded; a timeout names the role, rank and call.
+# Every cross-process wait is bounded (the workers' own: engine/workers.py).
 PLACEMENT_TIMEOUT_S = 120.0   # the placement group's bundles reserved
-READY_TIMEOUT_S = 300.0       # a worker scheduled, its process up and its __init__ done
 PROBE_TIMEOUT_S = 60.0        # small tasks: bundle order, rendezvous port
 CAPACITY_GRACE_S = 15.0       # nodes that just joined report their resources
-CALL_TIMEOUT_S = 4 * 3600.0   # one role call (init loads checkpoints, generate can be long)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -160,18 +160,6 @@ class Placement:
         return {"env_vars": {SLOTS_ENV: json.dumps(self.jsonable())}}
 
 
-SLOTS_ENV = "PPODECK_PLACEMENT_SLOTS"
-
-
-def slots_from_env() -> list[dict[str, Any]]:
-    """The bundle order `Placement.runtime_env` handed to this process."""
-    raw = os.environ.get(SLOTS_ENV)
-    if not raw:
-        raise RuntimeError(f"{SLOTS_ENV} is not set: this process was not started by "
-                           "engine/driver/roles.py, so it does not know the bundle order")
-    return json.loads(raw)
-
-
 def create_placement_group(num_bundles: int, use_gpu: bool) -> Placement:
     bundle = {"GPU": 1, "CPU": 1} if use_gpu else {"CPU": 1}
     group = placement_group([dict(bundle) for _ in range(num_bundles)], strategy="PACK")
@@ -232,39 +220,6 @@ def rendezvous(placement: Placement, private: bool) -> tuple[str, int]:
         return "127.0.0.1", free_port()
     ref = ray.remote(_node_ip_and_port).options(num_cpus=0, scheduling_strategy=placement.on(0))
     return tuple(ray.get(ref.remote(), timeout=PROBE_TIMEOUT_S))
-
-
-@dataclass
-class WorkerFailure(RuntimeError):
-    role: str
-    rank: int
-    cause: str
-
-    def __str__(self) -> str:
-        return f"{self.role} rank {self.rank} failed: {self.cause}"
-
-
-def wait_ready(role: str, workers: Sequence[Any], asks: str,
-               timeout: float | None = None) -> None:
-    """Every worker placed, started and constructed, or an error naming the first one that
-    is not (an unschedulable share would otherwise hang the first call forever)."""
-    timeout = READY_TIMEOUT_S if timeout is None else timeout
-    refs = [w.__ray_ready__.remote() for w in workers]
-    deadline = time.monotonic() + timeout
-    for rank, ref in enumerate(refs):
-        try:
-            ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
-        except ray.exceptions.GetTimeoutError as err:
-            raise WorkerFailure(role, rank, f"not started within {timeout:.0f} s: it asks "
-                                f"{asks}; is the bundle already full? (available: "
-                                f"{ray.available_resources()})") from err
-        except ray.exceptions.RayError as err:
-            raise WorkerFailure(role, rank, f"did not start: {_first_line(err)}") from err
-
-
-def _first_line(err: Exception) -> str:
-    cause = getattr(err, "cause", None) or err
-    return f"{type(cause).__name__}: {cause}".splitlines()[0][:400]
 
 
 def shutdown(groups: Sequence[Any], placement: Placement | None,

@@ -16,6 +16,7 @@ import ray
 from engine.driver import cluster
 from engine.driver.offload import sleep
 from engine.driver.telemetry import Telemetry
+from engine.workers import CALL_TIMEOUT_S, WorkerFailure, first_line, wait_ready
 
 
 @dataclass
@@ -50,17 +51,17 @@ class RolloutHandle:
 
     def _get(self, ref: ray.ObjectRef, what: str) -> Any:
         if not self.started:
-            cluster.wait_ready("rollout", [self.actor], self.asks)
+            wait_ready("rollout", [self.actor], self.asks)
             self.started = True
         try:
-            return ray.get(ref, timeout=cluster.CALL_TIMEOUT_S)
+            return ray.get(ref, timeout=CALL_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError as err:
-            raise cluster.WorkerFailure("rollout", 0, f"{what} did not return within "
-                                        f"{cluster.CALL_TIMEOUT_S:.0f} s") from err
+            raise WorkerFailure("rollout", 0, f"{what} did not return within "
+                                f"{CALL_TIMEOUT_S:.0f} s") from err
         except ray.exceptions.RayActorError as err:
-            raise cluster.WorkerFailure("rollout", 0, "the rollout process died") from err
+            raise WorkerFailure("rollout", 0, "the rollout process died") from err
         except ray.exceptions.RayTaskError as err:
-            raise cluster.WorkerFailure("rollout", 0, cluster._first_line(err)) from err
+            raise WorkerFailure("rollout", 0, first_line(err)) from err
 
     def init(self) -> dict[str, Any]:
         return self._get(self.actor.init.remote(), "init")
@@ -157,13 +158,13 @@ class TrainGroup:
 
     def ensure_started(self) -> None:
         if not self.started:
-            cluster.wait_ready(self.role, self.workers, self.asks)
+            wait_ready(self.role, self.workers, self.asks)
             self.started = True
 
     def wait(self, refs: list[ray.ObjectRef], what: str = "a call",
              timeout: float | None = None) -> list[Any]:
         """Every rank's result, in rank order; a dead or late rank is named in the error."""
-        timeout = cluster.CALL_TIMEOUT_S if timeout is None else timeout
+        timeout = CALL_TIMEOUT_S if timeout is None else timeout
         results: list[Any] = [None] * len(refs)
         pending = {ref: rank for rank, ref in enumerate(refs)}
         deadline = time.monotonic() + timeout
@@ -173,19 +174,19 @@ class TrainGroup:
             if not done:
                 self.kill()
                 rank = min(pending.values())
-                raise cluster.WorkerFailure(self.role, rank, f"{what} did not return within "
-                                            f"{timeout:.0f} s (ranks still busy: "
-                                            f"{sorted(pending.values())})")
+                raise WorkerFailure(self.role, rank, f"{what} did not return within "
+                                    f"{timeout:.0f} s (ranks still busy: "
+                                    f"{sorted(pending.values())})")
             rank = pending.pop(done[0])
             try:
                 results[rank] = ray.get(done[0])
             except ray.exceptions.RayActorError as err:
                 self.kill()
-                raise cluster.WorkerFailure(self.role, rank, "the worker process died "
-                                            f"({type(err).__name__})") from err
+                raise WorkerFailure(self.role, rank, "the worker process died "
+                                    f"({type(err).__name__})") from err
             except ray.exceptions.RayTaskError as err:
                 self.kill()
-                raise cluster.WorkerFailure(self.role, rank, cluster._first_line(err)) from err
+                raise WorkerFailure(self.role, rank, first_line(err)) from err
         return results
 
     def kill(self) -> None:

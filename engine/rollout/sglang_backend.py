@@ -480,7 +480,7 @@ def _ray_base_gpu_id() -> int:
 
 class RayEngine:
     """A Ray actor handle of SGLangEngineActor with blocking methods (EngineLike); every wait
-    is bounded and a timeout names the engine (engine/driver/cluster.py CALL_TIMEOUT_S)."""
+    is bounded and a timeout names the engine (engine/workers.py CALL_TIMEOUT_S)."""
 
     def __init__(self, handle: Any, index: int = 0) -> None:  # noqa: ANN401
         self.handle, self.index = handle, index
@@ -492,7 +492,7 @@ class RayEngine:
     def _get(self, method: str, ref: Any) -> Any:  # noqa: ANN401
         import ray
 
-        from engine.driver.cluster import CALL_TIMEOUT_S
+        from engine.workers import CALL_TIMEOUT_S
 
         try:
             return ray.get(ref, timeout=CALL_TIMEOUT_S)
@@ -702,7 +702,7 @@ def start_engines(shape: Any, arch: str, args: Mapping[str, Any],  # noqa: ANN40
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from engine.driver.cluster import slots_from_env, wait_ready
+    from engine.workers import slots_from_env, wait_ready
 
     # bundles in miles' order (engine/driver/roles.py passes them); a TP > 1 engine sees every
     # GPU of its node and starts at its first bundle's GPU (base_gpu_id from Ray, see

@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from engine import workers
 from engine.driver import cluster
 from engine.driver.roles import TrainGroup
 from engine.presets import load_preset, resolve_preset
@@ -150,10 +151,10 @@ def test_an_unschedulable_worker_is_named_after_a_timeout(joined, monkeypatch):
         actor = TrainGroup("actor", args, placement, 0.6, True, False, worker_cls=PlacementProbe)
         KEEP.append(actor)
         where(actor)
-        monkeypatch.setattr(cluster, "READY_TIMEOUT_S", 2.0)  # the first one started in time
+        monkeypatch.setattr(workers, "READY_TIMEOUT_S", 2.0)  # the first one started in time
         critic = TrainGroup("critic", args, placement, 0.6, True, False, worker_cls=PlacementProbe)
         KEEP.append(critic)
-        with pytest.raises(cluster.WorkerFailure, match=r"critic rank 0 failed: not started "
+        with pytest.raises(workers.WorkerFailure, match=r"critic rank 0 failed: not started "
                                                         r"within 2 s: it asks 0.6 CPU and 0.6"):
             where(critic)  # the first call names the worker that cannot be placed
     finally:
