@@ -30,7 +30,7 @@ from app.cli.common import (
     script_path,
 )
 from app.cli.common import err as _err
-from engine.config import Issue, RunConfig, check, parse_command_line, to_argv
+from engine.config import Issue, RunConfig, check, to_argv
 from engine.config.derived import PHASES, ROLES
 
 
@@ -52,6 +52,8 @@ def build_config(preset: str | None, sets: list[str] | None,
         config = resolve_or_fail(load_or_fail(preset))
         label = preset
     if from_command:
+        from engine.config.script_import import parse_command_line
+
         pasted, issues = parse_command_line(read_text(from_command), env=os.environ,
                                             path=script_path(from_command),
                                             miles_root=miles_root)

@@ -1,8 +1,12 @@
-"""The pure config layer: flag schema, RunConfig, rules, derived values, resolution, argv."""
+"""The pure config layer: flag schema, RunConfig, rules, derived values, resolution, argv.
+
+A pasted launch command or script: engine.config.script_import.parse_command_line (loaded
+when used: its bash reader is the slowest module here to import).
+"""
 
 from __future__ import annotations
 
-from engine.config.argv import parse_argv, parse_command_line, to_argv
+from engine.config.argv import parse_argv, to_argv
 from engine.config.derived import Derived, derive
 from engine.config.model import RunConfig, coerce
 from engine.config.resolve import resolve
@@ -11,5 +15,5 @@ from engine.config.schema import BY_DEST, BY_NAME, FLAGS, Flag
 
 __all__ = [
     "Flag", "FLAGS", "BY_DEST", "BY_NAME", "RunConfig", "Issue", "Report", "Derived", "check",
-    "derive", "resolve", "to_argv", "parse_argv", "parse_command_line", "coerce",
+    "derive", "resolve", "to_argv", "parse_argv", "coerce",
 ]

@@ -7,8 +7,6 @@ a near-miss of a known flag gets "did you mean --kl-coef?" in the fix.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -182,22 +180,3 @@ def _coerce_or_text(flag: Any, raw: str) -> Any:
 def _missing_value(name: str) -> Issue:
     return Issue("error", "argv.missing_value", (name,), f"{name} expects a value, got none.",
                  f"write {name} VALUE")
-
-
-# --- pasted shell command lines ----------------------------------------------------------------
-
-def parse_command_line(text: str, env: Mapping[str, str] | None = None, *,
-                       path: Path | None = None, miles_root: Path | None = None
-                       ) -> tuple[RunConfig, list[Issue]]:
-    """Turn a pasted miles launch (a command line or a whole launch script) into a RunConfig.
-
-    The text is read as bash reads it (engine.config.script_import; nothing runs): `python3
-    train.py ...`, `ray job submit ... -- python3 train.py ...`, arrays, `${VARS}`, `read -ra`,
-    miles' model args by name, and `source` of files next to `path`. Variables come from the
-    script, then `env` (the CLI passes os.environ). Anything unresolved is kept verbatim and
-    named in a warning with its line.
-    """
-    from engine.config.script_import import import_script
-
-    report = import_script(text, env=env, path=path, miles_root=miles_root)
-    return report.config, report.issues

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.config.argv import parse_argv
 from engine.config.issues import Issue
 from engine.config.model import RunConfig
 from engine.config.shell import Command, Origin, ScriptReader, ShellRun, Unresolved, Word
@@ -103,10 +104,24 @@ def _short(names: list[str], limit: int = 12) -> str:
     return shown + (f" ... (+{len(names) - limit})" if len(names) > limit else "")
 
 
+def parse_command_line(text: str, env: Mapping[str, str] | None = None, *,
+                       path: Path | None = None, miles_root: Path | None = None
+                       ) -> tuple[RunConfig, list[Issue]]:
+    """Turn a pasted miles launch (a command line or a whole launch script) into a RunConfig.
+
+    The text is read as bash reads it (import_script below; nothing runs): `python3
+    train.py ...`, `ray job submit ... -- python3 train.py ...`, arrays, `${VARS}`, `read -ra`,
+    miles' model args by name, and `source` of files next to `path`. Variables come from the
+    script, then `env` (the CLI passes os.environ). Anything unresolved is kept verbatim and
+    named in a warning with its line.
+    """
+    report = import_script(text, env=env, path=path, miles_root=miles_root)
+    return report.config, report.issues
+
+
 def import_script(text: str, *, env: Mapping[str, str] | None = None,
                   path: Path | None = None, miles_root: Path | None = None) -> ImportReport:
     """Read a launch script (pasted text, or a file when `path` is given) into a RunConfig."""
-    from engine.config.argv import parse_argv
     from engine.config.miles_models import lookup
 
     script = path.name if path else "<pasted>"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from engine.config import parse_argv, parse_command_line, to_argv
+from engine.config import parse_argv, to_argv
+from engine.config.script_import import parse_command_line
 
 from .conftest import make_config
 

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.cli.common import apply_sets
-from engine.config import FLAGS, RunConfig, check, parse_command_line
+from engine.config import FLAGS, RunConfig, check
+from engine.config.script_import import parse_command_line
 from engine.presets import PresetError, parse_preset_text, resolve_preset
 
 QUICK = settings(max_examples=200, deadline=None,
