@@ -12,10 +12,11 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.fuzzy import Matcher
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from app.tui import drafts, fmt
 from app.tui.messages import PresetChosen
+from app.tui.widgets.footer import DeckFooter
 
 if TYPE_CHECKING:
     from engine.presets import Preset
@@ -118,7 +119,7 @@ class PresetPickerScreen(Screen[None]):
             yield DataTable(id="preset-table", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="preset-preview"):
                 yield Static("", id="preset-preview-text")
-        yield Footer()
+        yield DeckFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
