@@ -236,9 +236,11 @@ def parse_preset_text(text: str, path: Path, source: Source = "file") -> Preset:
 
 
 def _health_table(data: dict, path: Path, text: str) -> Mapping[str, Any]:
+    table = data.get("health", {})
+    if table == {}:  # most presets: engine.health (slow to import) is not needed to list them
+        return MappingProxyType({})
     from engine.health import HealthConfigError, parse_health_table
 
-    table = data.get("health", {})
     if not isinstance(table, dict):
         raise PresetError(f"{_where(path, text, 'health', None)}: health must be a table. "
                           "Fix: write the thresholds under a [health] header.")

@@ -109,6 +109,7 @@ class PresetPickerScreen(Screen[None]):
         self.presets: list[Preset] = []
         self.shown: list[Preset] = []
         self._filled_width = 0
+        self._previewed: Preset | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("Choose a preset  ·  type to search  ·  enter opens it in the editor  ·  "
@@ -191,6 +192,9 @@ class PresetPickerScreen(Screen[None]):
 
     def _show_preview(self) -> None:
         preset = self.selected
+        if preset is not None and preset is self._previewed:
+            return  # filling the table highlights the row it already previews
+        self._previewed = preset
         text: Any = preview(preset) if preset else Text("no preset matches", "dim")
         self.query_one("#preset-preview-text", Static).update(text)
 
