@@ -2,10 +2,17 @@
 
 root (the app, its top-level commands, the entry point) -> config, presets, runs, health,
 prepare (one noun each) -> common (exit codes, messages, --set, preset loading).
+`app` and `main` load app.cli.root on first use, so app.cli.common alone stays small.
 """
 
 from __future__ import annotations
 
-from app.cli.root import app, main
-
 __all__ = ["app", "main"]
+
+
+def __getattr__(name: str) -> object:
+    if name in __all__:
+        from app.cli import root
+
+        return getattr(root, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
