@@ -86,9 +86,11 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             with tm.phase("actor_train", rollout_id):
                 wake(roles.actor, tm, offload)
                 actor_out = roles.actor.train_actor(rollout_id, batch, values)
+                staged = stage_export(args, roles, rollout_id, offload)
                 sleep(roles.actor, tm, offload)
         else:
             actor_out = None  # value-function warmup: the actor is not woken, trained or logged
+            staged = None
 
         if save_due(args, rollout_id):
             with tm.phase("save", rollout_id):
@@ -99,8 +101,9 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
         if push_due(args, rollout_id):
             with tm.phase("update_weights", rollout_id):
                 sync_start = time.perf_counter()
-                loaded = roles.rollout.update_weights(roles.actor.export_hf_weights())
-                log_weight_sync(tm, loaded, time.perf_counter() - sync_start)
+                weights = staged.ref if staged is not None else roles.actor.export_hf_weights()
+                loaded = roles.rollout.update_weights(weights)
+                log_weight_sync(tm, loaded, time.perf_counter() - sync_start, staged)
             if ci is not None:
                 ci.weight_push(loaded, actor_trained=actor_out is not None)
         elif roles.actor is not None and not args["debug_train_only"]:
@@ -191,13 +194,40 @@ def sleep(group: Any, tm: Telemetry, offload: bool) -> None:
         tm.offload(group.role, "offload", group.sleep())
 
 
-def log_weight_sync(tm: Telemetry, loaded: dict | None, seconds: float) -> None:
-    """Split the weight sync into the actor's export + transfer and the rollout's load."""
+@dataclass(frozen=True)
+class StagedExport:
+    """The actor's HF export made at the end of actor_train, while its state is on the GPU."""
+
+    ref: Any  # the ray.ObjectRef update_weights hands to the rollout side
+    seconds: float
+
+
+def stage_export(args: dict[str, Any], roles: Roles, rollout_id: int,
+                 offload: bool) -> StagedExport | None:
+    """Export before the actor sleeps when a push is due: exporting later wakes the whole
+    train state (params, master weights, Adam moments) again only to read the params."""
+    if not offload or not push_due(args, rollout_id):
+        return None
+    start = time.perf_counter()
+    ref = roles.actor.export_hf_weights()
+    return StagedExport(ref, time.perf_counter() - start)
+
+
+def log_weight_sync(tm: Telemetry, loaded: dict | None, seconds: float,
+                    staged: StagedExport | None = None) -> None:
+    """Split the weight sync into the actor's export + transfer and the rollout's load, naming
+    the path it took (cuda_ipc or packed_host) in the message and the event."""
     loaded = loaded or {}
     load = float(loaded.get("seconds", 0.0))
-    tm.log("info", f"weight sync {seconds:.2f} s: actor export + transfer {seconds - load:.2f} s, "
-                   f"rollout load {load:.3f} s ({int(loaded.get('bytes', 0)) / 1e9:.2f} GB, "
-                   f"{loaded.get('path', 'host')})")
+    path = loaded.get("path", "packed_host")
+    where = ("" if staged is None else
+             f"; the export ran at the end of actor_train, awake: {staged.seconds:.3f} s")
+    tm.writer.emit("log", level="info", source="driver",
+                   msg=f"weight sync {seconds:.2f} s via {path}: actor export + transfer "
+                       f"{seconds - load:.2f} s, rollout load {load:.3f} s "
+                       f"({int(loaded.get('bytes', 0)) / 1e9:.2f} GB, {path}){where}",
+                   sync_path=path, sync_seconds=seconds, load_seconds=load,
+                   staged_export_seconds=None if staged is None else staged.seconds)
 
 
 def save_due(args: dict[str, Any], rollout_id: int) -> bool:

@@ -233,3 +233,38 @@ def memory_estimate(r: Mapping[str, Any], params: int | None
         out[phase] = {"actor": round(actor, 2), "critic": round(critic, 2),
                       "rollout": round(rollout, 2), "total": round(total, 2)}
     return out
+
+
+# ---- host memory under --offload-train (engine.host_memory) --------------------------------
+# What the offload keeps in pinned host memory per GPU (engine/train/offload.py
+# train_state_tensors: bf16 params, fp32 master weights and Adam m, v; grads are freed, not
+# copied), the actor's pinned reference and swap copies under --use-kl-loss
+# (engine/train/worker.py: weights.backup), and the hf rollout's offloaded bf16 weights.
+HOST_USABLE_FRACTION = 0.9  # the rest: the OS, each process's own memory, Ray's object store
+
+
+def _offloaded_state_bytes(r: Mapping[str, Any], params: int, role: str) -> float:
+    shard = params / (r["tensor_model_parallel_size"] * r["pipeline_model_parallel_size"])
+    optim = 0.0 if r["optimizer_cpu_offload"] else 12 * shard
+    if r["use_distributed_optimizer"]:
+        optim /= r["dp_size"]
+    ref_copies = 4 * shard if role == "actor" and r["use_kl_loss"] else 0.0
+    return 2 * shard + optim + ref_copies
+
+
+def host_offload_gib(r: Mapping[str, Any], params: int | None) -> dict[str, float] | None:
+    """Pinned host GiB on the first node (the one that also holds the hf rollout) while the
+    models sleep, by role and in total; None without --offload-train or a known shape."""
+    tp, pp, dp = (r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"],
+                  r["dp_size"])
+    if params is None or not r["offload_train"] or not _positive(tp, pp, dp):
+        return None
+    per_node = r["actor_num_gpus_per_node"]
+    actor = _offloaded_state_bytes(r, params, "actor") * per_node / GIB
+    critic = (_offloaded_state_bytes(r, params, "critic") * per_node / GIB
+              if r["use_critic"] else 0.0)
+    # auto picks hf wherever sglang is missing: counted, as the larger of the two
+    hf_rollout = r["rollout_backend"] != "sglang" and r["colocate"] and r["offload_rollout"]
+    rollout = 2 * params / GIB if hf_rollout else 0.0
+    return {"actor": actor, "critic": critic, "rollout": rollout,
+            "total": actor + critic + rollout}

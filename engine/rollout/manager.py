@@ -264,17 +264,20 @@ class RolloutManager:
     # ---- weights and memory -------------------------------------------------------------
     def update_weights(self, hf_weights: Any) -> dict[str, Any]:  # noqa: ANN401
         """Load the actor's HF weights: a state dict, or the packed buffer the driver passes."""
-        from engine.rollout.weight_transfer import IpcWeights, as_loadable
+        from engine.rollout.weight_transfer import as_loadable
+        from engine.train.ipc_sync import TorchIpcWeights, open_state, sync_path_of
 
         start = time.perf_counter()
-        loadable = as_loadable(hf_weights)
+        # a torch IPC handle maps the actor's device buffer: views copied in place below
+        loadable = (open_state(hf_weights) if isinstance(hf_weights, TorchIpcWeights)
+                    else as_loadable(hf_weights))
         compare = self.args["check_weight_update_equal"] and not self.weights_compared
         if compare and hasattr(self.generator, "model"):
             from engine.ci_checks import reset_tensors
 
             reset_tensors(self.generator.model)
         size = self.generator.load_weights(loadable)
-        path = "cuda-ipc" if isinstance(hf_weights, IpcWeights) else "host"
+        path = sync_path_of(hf_weights)
         report = {"seconds": time.perf_counter() - start, "bytes": int(size), "path": path}
         if self.args["check_weight_update_equal"]:
             report["weight_check"] = self._weight_check(loadable, compare)
