@@ -155,12 +155,13 @@ def visible_uuids() -> list[str]:
 
 
 def open_state(weights: TorchIpcWeights,
-               local_uuids: Callable[[], Sequence[str]] = visible_uuids
+               local_uuids: Callable[[], Sequence[str]] | None = None
                ) -> dict[str, torch.Tensor]:
     """Map the actor's buffer in this process: views by name over the actor's device memory.
     Drop them once copied, so the actor may free the buffer."""
     args = list(weights.rebuild_args)
-    args[_DEVICE_ARG] = local_device_index(weights.device_uuid, local_uuids())
+    uuids = (local_uuids or visible_uuids)()
+    args[_DEVICE_ARG] = local_device_index(weights.device_uuid, uuids)
     flat = weights.rebuild(*args)
     return views(flat, weights.slots)
 

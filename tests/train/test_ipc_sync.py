@@ -4,6 +4,7 @@ call (flat buffer, handle payload, device remap, in-place load) with the IPC sha
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -124,3 +125,25 @@ def test_each_payload_names_its_path() -> None:
     assert sync_path_of(IpcWeights(payload="", nbytes=0, count=0, flatten_seconds=0.0)) == CUDA_IPC
     assert sync_path_of(pack({"a": torch.zeros(2)})) == PACKED_HOST
     assert sync_path_of({"a": torch.zeros(2)}) == PACKED_HOST
+
+
+def test_rollout_manager_loads_ipc_handles_and_reports_the_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rollout actor's update_weights end to end, short of the CUDA mapping: the event
+    names cuda_ipc for handles and packed_host for the packed buffer."""
+    from engine.rollout.manager import RolloutManager
+    from tests.rollout.test_manager import tiny_args
+
+    mgr = RolloutManager(tiny_args(tmp_path, rollout_batch_size=4, global_batch_size=16))
+    mgr.init()
+    model = mgr.generator.model
+    state = {k: torch.randn_like(v) for k, v in model.state_dict().items()
+             if k != "lm_head.weight"}
+    handle, _flat = pack_torch_ipc(state, torch.device("cpu"), share=_fake_share,
+                                   uuid=lambda _: "GPU-0", synchronize=lambda _: None)
+    monkeypatch.setattr("engine.train.ipc_sync.visible_uuids", lambda: ["GPU-0"])
+    report = mgr.update_weights(handle)
+    assert report["path"] == CUDA_IPC and report["bytes"] == sum(t.nbytes for t in state.values())
+    assert torch.equal(model.model.embed_tokens.weight, state["model.embed_tokens.weight"])
+    assert mgr.update_weights(pack(state))["path"] == PACKED_HOST
+    mgr.shutdown()
