@@ -18,7 +18,7 @@ from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.fuzzy import Matcher
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Button, Collapsible, Footer, Input, Static
+from textual.widgets import Button, Collapsible, Input, Static
 
 from app.tui import drafts
 from app.tui.errors import guard
@@ -33,6 +33,7 @@ from app.tui.widgets.command_preview import CommandPreview, format_argv
 from app.tui.widgets.derived_panel import DerivedPanel
 from app.tui.widgets.flag_field import FieldIssue, FlagField
 from app.tui.widgets.flag_group import FlagGroup
+from app.tui.widgets.footer import DeckFooter
 from app.tui.widgets.issues_panel import IssuesPanel, PanelIssue
 from app.tui.widgets.view_tabs import ViewTabs
 from engine.config import BY_DEST, BY_NAME, FLAGS, Flag, Report, RunConfig, check, to_argv
@@ -171,7 +172,7 @@ class EditScreen(Screen[None]):
                     yield DerivedPanel(id="derived-panel")
                 with VerticalScroll(id="pane-command", classes="pane"):
                     yield CommandPreview(id="command-preview")
-        yield Footer()
+        yield DeckFooter()
 
     def _groups(self) -> list[FlagGroup]:
         issues = self._issues_by_dest()
