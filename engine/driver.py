@@ -103,6 +103,8 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
                 sync_start = time.perf_counter()
                 weights = staged.ref if staged is not None else roles.actor.export_hf_weights()
                 loaded = roles.rollout.update_weights(weights)
+                if loaded["path"] == "cuda_ipc":  # copied: the actor's device buffer can go
+                    roles.actor.release_export()
                 log_weight_sync(tm, loaded, time.perf_counter() - sync_start, staged)
             if ci is not None:
                 ci.weight_push(loaded, actor_trained=actor_out is not None)

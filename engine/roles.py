@@ -105,6 +105,10 @@ class TrainHandle:
         self.group.wait(refs, "export_hf_weights_packed")
         return refs[0]
 
+    def release_export(self) -> None:
+        """The rollout has copied the CUDA IPC push: the actor frees the buffer behind it."""
+        self.group.call("release_export")
+
     def save(self, rollout_id: int) -> None:
         self.group.call("save", rollout_id)
 

@@ -605,6 +605,13 @@ class TrainWorker:
             return packed
         return pack(hf)
 
+    def release_export(self) -> None:
+        """After the hf rollout copied the pushed weights (it holds no view of them anymore):
+        the flat buffer goes back to the allocator instead of staying through generate and
+        the critic's phase. SGLang's bucket stays until the next export, as before."""
+        if self.args["rollout_backend"] == "hf":
+            self._ipc_buffer = None
+
     def _bridge_export(self) -> dict[str, torch.Tensor] | None:
         from engine.train.bridge import export_hf_weights
 
