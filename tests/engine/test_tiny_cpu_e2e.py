@@ -76,6 +76,11 @@ def test_every_weight_sync_is_split_into_export_and_load(tiny_run):
     assert len(syncs) == status["num_rollout"]
     assert all("actor export + transfer" in m and "rollout load" in m and " GB, " in m
                for m in syncs)
+    # on CPU the path is host bytes; after the critic-only rollout 0 the export is staged
+    # while the actor is awake (driver.stage_export), and the event names the path
+    paths = [e["sync_path"] for e in events if e["kind"] == "log" and "sync_path" in e]
+    assert paths == ["packed_host"] * status["num_rollout"]
+    assert all("the export ran at the end of actor_train" in m for m in syncs[1:])
 
 
 def first_losses(events) -> dict[str, float]:
