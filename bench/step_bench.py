@@ -10,8 +10,9 @@ actor and the hf rollout share the GPU: engine/train/ipc_sync.py) and one with
 PPODECK_WEIGHT_SYNC=packed (host bytes through Ray, today's path elsewhere). From each run's
 events: the phase seconds averaged over the rollouts after the first two (rollout 0 is
 critic-only, the first actor/critic phases compile), the wall time per rollout (one rollout's
-first phase start to the next one's), and each weight sync's path, seconds, the rollout's
-load and the export staged at the end of actor_train. Printed as one table, runs as columns.
+first phase start to the next one's), and each weight sync's path and seconds: the actor's
+export (at the end of actor_train, awake), the transfer and the rollout's load (the sync's log
+event, engine/driver.py log_weight_sync). Printed as one table, runs as columns.
 """
 
 from __future__ import annotations
@@ -89,11 +90,11 @@ def summarize(events: list[dict]) -> dict[str, float | str | None]:
     later = syncs(events)[SKIP_ROLLOUTS:] or syncs(events)  # one per rollout, in order
     if later:
         out["sync path"] = ",".join(sorted({e["sync_path"] for e in later}))
-        out["sync seconds"] = statistics.fmean(e["sync_seconds"] for e in later)
-        out["sync: rollout load"] = statistics.fmean(e["load_seconds"] for e in later)
-        staged = [e["staged_export_seconds"] for e in later
-                  if e.get("staged_export_seconds") is not None]
-        out["sync: staged export"] = statistics.fmean(staged) if staged else None
+        for key, field in (("sync seconds", "sync_seconds"), ("sync: actor export",
+                                                               "export_seconds"),
+                           ("sync: transfer", "transfer_seconds"),
+                           ("sync: rollout load", "load_seconds")):
+            out[key] = statistics.fmean(e[field] for e in later)
     states = [e for e in events if e["kind"] == "status"]
     out["final state"] = states[-1]["state"] if states else None
     return out
@@ -101,7 +102,8 @@ def summarize(events: list[dict]) -> dict[str, float | str | None]:
 
 def table(columns: dict[str, dict]) -> str:
     keys = [k for k in (*PHASES, "wall per rollout", "sync path", "sync seconds",
-                        "sync: rollout load", "sync: staged export", "final state")
+                        "sync: actor export", "sync: transfer", "sync: rollout load",
+                        "final state")
             if any(k in c for c in columns.values())]
     lines = [f"{'s, mean over rollouts >= ' + str(SKIP_ROLLOUTS):<30}"
              + "".join(f"{name:>16}" for name in columns)]

@@ -462,6 +462,22 @@ def update_toml(text: str, config: RunConfig, *, description: str | None = None)
     return tomlkit.dumps(doc)
 
 
+def with_flag_comments(text: str, comment_for: Callable[[str], str | None]) -> str:
+    """`text` (a preset) with a trailing comment on each [flags] key that `comment_for` (given
+    the flag name, "--lr") answers: where an imported launch script set that flag."""
+    import tomlkit
+
+    doc = tomlkit.parse(text)
+    flags = doc.get("flags")
+    if flags is None:
+        return text
+    for key in list(flags.keys()):
+        comment = comment_for(f"--{key}")
+        if comment is not None:
+            flags.item(key).comment(comment)
+    return tomlkit.dumps(doc)
+
+
 def save_preset(path: Path, text: str) -> None:
     """Atomic write: a temp file in the same directory, fsync, then os.replace."""
     path = Path(path)

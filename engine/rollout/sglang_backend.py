@@ -268,7 +268,8 @@ def engine_kwargs(args: Mapping[str, Any], model_path: str, *, random_weights: b
         # prefill runs once per rollout on short prompts; capturing its graphs took 88 s of a
         # 136 s engine start on the H200, for no measurable rollout gain
         "disable_prefill_cuda_graph": True,
-        "log_level": "error",
+        # PPODECK_SGLANG_LOG_LEVEL=info shows where the engine start goes (driver.log)
+        "log_level": os.environ.get("PPODECK_SGLANG_LOG_LEVEL", "error"),
     }
     if args["sglang_mem_fraction_static"] is not None:
         kwargs["mem_fraction_static"] = float(args["sglang_mem_fraction_static"])

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from textual.binding import Binding
 from textual.widgets import Footer
 
 if TYPE_CHECKING:
     from textual.screen import Screen
 
-ShownKeys = tuple[tuple[str, str, bool, bool, str], ...]
+ShownKeys = tuple[tuple[Binding, bool, str], ...]
 
 
 def shown_keys(screen: Screen) -> ShownKeys:
-    """Everything the footer draws from: each active binding's key, text, state and tooltip."""
-    return tuple((binding.key, binding.description, binding.show, enabled, tooltip)
+    """Everything the footer draws from: each active binding (a frozen dataclass: key, text,
+    display, group, show), whether it is enabled, and its tooltip."""
+    return tuple((binding, enabled, tooltip)
                  for _node, binding, enabled, tooltip in screen.active_bindings.values())
 
 
