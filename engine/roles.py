@@ -206,6 +206,11 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
             tm.offload("rollout", "onload", rollout.onload())
         if actor is not None and not args["debug_train_only"]:  # miles: no push in debug modes
             roles.initial_sync = rollout.update_weights(actor.export_hf_weights())
+            path = roles.initial_sync["path"]
+            if path == "cuda_ipc":  # copied: the actor's device buffer can go
+                actor.release_export()
+            tm.log("info", f"initial weight push via {path} "
+                           f"({roles.initial_sync['bytes'] / 1e9:.2f} GB)", source="rollout")
     if use_gpu:
         tm.torch_reserved = lambda: torch_reserved_by_device(trainers)
     # miles takes the start rollout id from the critic (it is saved even during warmup)
