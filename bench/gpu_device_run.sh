@@ -21,7 +21,10 @@
 #   sync          tests/gpu/test_ipc_sync_gpu.py (CUDA IPC sync bit-exact, greedy tokens equal the
 #                 packed path's), then bench/step_bench.py: qwen3-0.6b-ppo-1gpu twice (CUDA IPC,
 #                 then PPODECK_WEIGHT_SYNC=packed), the phase breakdown side by side (~6 min)
-#   e2e-1.7b      `ppodeck run qwen3-1.7b-ppo-1gpu` (4 rollouts: 3 PPO steps)
+#   e2e-1.7b      `ppodeck run qwen3-1.7b-ppo-1gpu` (4 rollouts: 3 PPO steps) under
+#                 bench/preset_memory.py: NVML peak per phase vs check()'s estimate, pinned host
+#                 memory of the offloaded state vs engine.host_memory's figure, offload GB/s,
+#                 the step breakdown (its own device call: up to ~9 min)
 set -uo pipefail
 OUT=${OUT:-/tmp/ppodeck-gpu-out}
 mkdir -p "$OUT"
@@ -92,7 +95,9 @@ PY
         "$OUT/gpu_tests_ipc_sync.log" | head -30
       timeout 420 python3 bench/step_bench.py --num-rollout 5 --timeout 200 --out "$OUT" 2>&1 \
         | tee "$OUT/step_bench.log" ;;
-    e2e-1.7b) E2E_TIMEOUT=540 PRESET=qwen3-1.7b-ppo-1gpu e2e_run q17_ ;;
+    e2e-1.7b)
+      timeout 570 python3 bench/preset_memory.py qwen3-1.7b-ppo-1gpu --num-rollout 4 \
+        --timeout 540 --out "$OUT" 2>&1 | tee "$OUT/preset_memory_1_7b.log" ;;
     breakdown) python3 bench/ppo_breakdown.py "$OUT/hf_events.jsonl" \
         "$OUT/sglang_events.jsonl" 2>&1 | tee "$OUT/breakdown.txt" ;;
     sglang-tests)
