@@ -232,12 +232,15 @@ class _LineParser:
             event = json.loads(line.decode("utf-8"))  # decode first: loads() guesses UTF-16
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             reason = "is incomplete (torn write)" if torn else f"is not valid JSON ({_why(exc)})"
-            return self._skip(reason)
+            self._skip(reason)
+            return None
         if not isinstance(event, dict) or not isinstance(event.get("kind"), str):
-            return self._skip("is not an event (an object with a 'kind')")
+            self._skip("is not an event (an object with a 'kind')")
+            return None
         version = event.get("v", SCHEMA_VERSION)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
-            return self._skip_newer(version)
+            self._skip_newer(version)
+            return None
         return event
 
     def warnings(self) -> list[str]:
