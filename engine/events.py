@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from engine.vocabulary import Kind
+
 SCHEMA_VERSION = 1
 _MAX_LINE_WARNINGS = 20  # a corrupted file must not flood the screen
 _READ_CHUNK = 1 << 20
@@ -111,7 +113,7 @@ class EventWriter:
 
 def _drop_warning(dropped: int) -> dict[str, Any]:
     msg = f"{dropped} events were dropped because the event writer fell behind"
-    return {"v": SCHEMA_VERSION, "ts": time.time(), "kind": "log", "level": "warning",
+    return {"v": SCHEMA_VERSION, "ts": time.time(), "kind": Kind.LOG, "level": "warning",
             "source": "events", "msg": msg, "dropped": dropped}
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.events import SCHEMA_VERSION, encode_event, read_events
-from engine.vocabulary import Kind, Metric
+from engine.vocabulary import Kind, Metric, State
 
 HEALTH_FILE = "health.jsonl"
 HEALTH_SNAPSHOT = "health.toml"  # the [health] table of the preset a run was launched from
@@ -587,7 +587,7 @@ def judge_run(run_path: Path, now: float | None = None, write: bool = True) -> H
     except FileNotFoundError:
         events, warnings = [], [f"{rundir.events_jsonl} does not exist yet"]
     judge.feed(events)
-    state = str(status.get("state") or "unknown")
+    state = str(status.get("state") or State.UNKNOWN)
     if state in ACTIVE_STATES:
         judge.check_hang(time.time() if now is None else now, driver_alive(rundir, status))
     else:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.events import read_events
-from engine.vocabulary import PHASE_END, Kind, Metric, StepKey
+from engine.vocabulary import PHASE_END, Kind, Metric, State, StepKey
 
 # the PPO diagnostics compare shows, and which way is better ("max", "min"; None: no best)
 DIAGNOSTICS: dict[str, str | None] = {
@@ -38,7 +38,7 @@ DIAGNOSTICS: dict[str, str | None] = {
 class RunStats:
     run_id: str
     path: Path
-    state: str = "unknown"
+    state: str = State.UNKNOWN
     series: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     phase_seconds: dict[str, list[float]] = field(default_factory=dict)
     wall_seconds: float | None = None
@@ -87,7 +87,7 @@ def load_run(path: Path) -> RunStats:
 
     rundir = RunDir(Path(path))
     status = read_status(rundir)
-    stats = RunStats(rundir.id, rundir.path, str(status.get("state") or "unknown"))
+    stats = RunStats(rundir.id, rundir.path, str(status.get("state") or State.UNKNOWN))
     try:
         events, warnings = read_events(rundir.events_jsonl)
     except FileNotFoundError:
