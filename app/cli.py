@@ -598,17 +598,9 @@ def _refuse_bad_values(config: RunConfig) -> None:
 
 def annotate_flags(text: str, report: Any) -> str:
     """Each flag of a preset written from a script gets the script's file and line."""
-    import tomlkit
+    from engine.presets import with_flag_comments
 
-    doc = tomlkit.parse(text)
-    flags = doc.get("flags")
-    if flags is None:
-        return text
-    for key in list(flags.keys()):
-        where = report.flag_comment(f"--{key}")
-        if where is not None:
-            flags.item(key).comment(where)
-    return tomlkit.dumps(doc)
+    return with_flag_comments(text, report.flag_comment)
 
 
 @presets_app.command("from-command")

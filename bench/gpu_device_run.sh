@@ -42,6 +42,9 @@ e2e_run() {  # NAME ARGS...: one ppodeck run; events, status and the log's tail 
   cp "$run/events.jsonl" "$OUT/${name}events.jsonl" 2>/dev/null
   cp "$run/status.json" "$OUT/${name}status.json" 2>/dev/null
   tail -300 "$run/driver.log" > "$OUT/${name}driver_log_tail.txt" 2>/dev/null
+  # the sglang engine's own start-up lines (PPODECK_SGLANG_LOG_LEVEL=info): where its start goes
+  grep -E "Load weight|KV Cache|Capture|cuda graph|Memory pool|memory pool|Init torch|max_total|\
+compil|ready|took" "$run/driver.log" | head -60 > "$OUT/${name}engine_start.txt" 2>/dev/null
 }
 for step in $steps; do
   [ "$step" = carry ] || install_base
@@ -73,7 +76,8 @@ print("ServerArgs fields: %d real, %d recorded; only real: %s; only recorded: %s
     len(real), len(kept), sorted(set(real) - set(kept)), sorted(set(kept) - set(real))))
 PY
       ;;
-    e2e-sglang) e2e_run sglang_ --set rollout-backend=sglang --set num-rollout=6 ;;
+    e2e-sglang) PPODECK_SGLANG_LOG_LEVEL=${PPODECK_SGLANG_LOG_LEVEL:-info} e2e_run sglang_ \
+        --set rollout-backend=sglang --set num-rollout=6 ;;
     e2e-hf) e2e_run hf_ --set rollout-backend=hf --set num-rollout=6 ;;
     breakdown) python3 bench/ppo_breakdown.py "$OUT/hf_events.jsonl" \
         "$OUT/sglang_events.jsonl" 2>&1 | tee "$OUT/breakdown.txt" ;;

@@ -1,11 +1,17 @@
 """TUI benchmarks: time to first paint, event -> panel lag, memory after a 1M-event run.
 
-    .venv/bin/python bench/tui_bench.py                    # all three
+    .venv/bin/python bench/tui_bench.py                    # all four
     .venv/bin/python bench/tui_bench.py --only lag --seconds 10
+    .venv/bin/python bench/tui_bench.py --only pty --compare /tmp/before   # before vs after
 
 Each figure is printed next to its goal as a ratio (< 1.0 meets the goal).
 - paint: a fresh `python` process, from just before it is spawned until the preset
   picker's first frame has been composited (headless driver: no terminal I/O).
+- pty: what a user waits for: bare `ppodeck` (its console entry point) in a 130x40
+  pseudo-terminal, from just before the spawn until the preset list's rows have been
+  written to the terminal (the bytes, escape codes stripped, hold the last preset's row).
+  `--compare DIR` runs another checkout (e.g. `git worktree add /tmp/before HEAD~3`)
+  alternately with this one in the same sitting, so load from other work hits both alike.
 - lag: a writer thread appends events to a running run's events.jsonl at --rate events/s;
   each event's `ts` is its write time, and lag = when the monitor finished applying it to
   RunState *and* redrawing the widgets, minus that ts.
@@ -17,15 +23,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import importlib.util
 import json
 import os
+import re
+import select
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,13 +59,22 @@ def _report(name: str, value: float, goal: float, unit: str, extra: str = "") ->
           f"ratio {value / goal:5.2f}  {'OK' if value <= goal else 'MISS'}  {extra}")
 
 
-def _env(tmp: Path) -> dict[str, str]:
+def _env(tmp: Path, tree: Path = REPO) -> dict[str, str]:
     env = dict(os.environ)
     for name in ("config", "state", "runs"):
         (tmp / name).mkdir(exist_ok=True)
     env.update(PPODECK_CONFIG_DIR=str(tmp / "config"), PPODECK_STATE_DIR=str(tmp / "state"),
-               PPODECK_RUNS_DIR=str(tmp / "runs"), PYTHONPATH=str(REPO))
+               PPODECK_RUNS_DIR=str(tmp / "runs"), PYTHONPATH=str(tree))
     return env
+
+
+def _trees(compare: Path | None) -> list[tuple[str, Path]]:
+    """(label, checkout) pairs to measure: this one, and --compare's before it."""
+    if compare is None:
+        return [("", REPO)]
+    if not (compare / "app" / "tui" / "app.py").is_file():
+        raise SystemExit(f"--compare {compare}: not a PPO Deck checkout (no app/tui/app.py)")
+    return [(f" [{compare}]", compare.resolve()), (" [this checkout]", REPO)]
 
 
 # ---- time to first paint ---------------------------------------------------------------------
@@ -76,24 +97,111 @@ print(*PPODeckApp().run(headless=True, auto_pilot=auto_pilot, size=(120, 36)))
 """
 
 
-def bench_paint(runs: int) -> None:
+def _paint_once(tree: Path, env: dict[str, str]) -> tuple[float, float]:
+    # psutil's create_time is only as exact as the kernel's boot time (whole seconds):
+    # the parent's clock right before the spawn is the honest process start.
+    out = subprocess.run([sys.executable, "-c", PAINT_CHILD, repr(time.time())],
+                         env=env, cwd=tree, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise SystemExit(f"paint child failed:\n{out.stderr[-2000:]}")
+    wall, cpu_s = out.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu_s)
+
+
+def bench_paint(runs: int, compare: Path | None = None) -> None:
+    trees = _trees(compare)
+    times: dict[Path, list[float]] = {tree: [] for _, tree in trees}
+    cpu: dict[Path, list[float]] = {tree: [] for _, tree in trees}
     with tempfile.TemporaryDirectory() as tmp:
-        env = _env(Path(tmp))
-        times, cpu = [], []
         for _ in range(runs):
-            # psutil's create_time is only as exact as the kernel's boot time (whole seconds):
-            # the parent's clock right before the spawn is the honest process start.
-            out = subprocess.run([sys.executable, "-c", PAINT_CHILD, repr(time.time())],
-                                 env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
-            if out.returncode != 0:
-                raise SystemExit(f"paint child failed:\n{out.stderr[-2000:]}")
-            wall, cpu_s = out.stdout.strip().splitlines()[-1].split()
-            times.append(float(wall))
-            cpu.append(float(cpu_s))
-    _report("time to first paint (median)", statistics.median(times), GOALS["paint_s"], "s",
-            f"runs={runs} min={min(times):.3f} max={max(times):.3f}")
-    # CPU seconds of the process up to that frame: what the wall time is on an idle machine
-    _report("  CPU time to first paint (median)", statistics.median(cpu), GOALS["paint_s"], "s")
+            for _, tree in trees:  # alternate, so a load spike hits both checkouts
+                wall, cpu_s = _paint_once(tree, _env(Path(tmp), tree))
+                times[tree].append(wall)
+                cpu[tree].append(cpu_s)
+    for label, tree in trees:
+        _report("time to first paint (median)" + label, statistics.median(times[tree]),
+                GOALS["paint_s"], "s",
+                f"runs={runs} min={min(times[tree]):.3f} max={max(times[tree]):.3f}")
+        # CPU seconds of the process up to that frame: the wall time on an idle machine
+        _report("  CPU time to first paint (median)" + label, statistics.median(cpu[tree]),
+                GOALS["paint_s"], "s")
+
+
+# ---- time to the preset list in a pseudo-terminal --------------------------------------------
+
+ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-Za-z]|\x1b[=>]")
+
+
+def _entry_code(tree: Path) -> str:
+    """Python that runs the checkout's `ppodeck` console entry point as the installed script."""
+    with open(tree / "pyproject.toml", "rb") as handle:
+        target = tomllib.load(handle)["project"]["scripts"]["ppodeck"]
+    module, func = target.split(":")
+    return (f"import sys; sys.argv[0] = 'ppodeck'; from {module} import {func}; "
+            f"sys.exit({func}())")
+
+
+def _list_painted_mark() -> re.Pattern[bytes]:
+    """The last row of the preset table: once it is on the terminal, the list is painted."""
+    from engine.presets import list_presets
+
+    last = list_presets()[-1]
+    return re.compile(re.escape(last.name.encode()) + rb" +" + re.escape(last.source.encode()))
+
+
+def _pty_once(tree: Path, env: dict[str, str], mark: re.Pattern[bytes],
+              size: tuple[int, int]) -> tuple[float, float]:
+    """(wall, CPU) seconds from the spawn until the list is on the terminal."""
+    import psutil
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+    start = time.time()
+    proc = subprocess.Popen([sys.executable, "-c", _entry_code(tree)], stdin=slave,
+                            stdout=slave, stderr=slave, env=env, cwd=tree,
+                            start_new_session=True)
+    os.close(slave)
+    seen = b""
+    try:
+        while not mark.search(ANSI.sub(b"", seen)):
+            ready, _, _ = select.select([master], [], [], 30)
+            if not ready:
+                raise SystemExit(f"no preset list after 30 s; the terminal got:\n{seen[-2000:]!r}")
+            seen += os.read(master, 1 << 16)
+        wall = time.time() - start
+        cpu = psutil.Process(proc.pid).cpu_times()
+        return wall, cpu.user + cpu.system
+    finally:
+        proc.terminate()  # our child: the app restores the terminal and exits
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def bench_pty(runs: int, compare: Path | None = None, size: tuple[int, int] = (130, 40)) -> None:
+    trees = _trees(compare)
+    mark = _list_painted_mark()
+    times: dict[Path, list[float]] = {tree: [] for _, tree in trees}
+    cpu: dict[Path, list[float]] = {tree: [] for _, tree in trees}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(runs):
+            for _, tree in trees:
+                env = dict(_env(Path(tmp), tree), TERM="xterm-256color")
+                wall, cpu_s = _pty_once(tree, env, mark, size)
+                times[tree].append(wall)
+                cpu[tree].append(cpu_s)
+                time.sleep(0.3)  # let the finished process's exit settle
+    print(f"bare ppodeck in a {size[0]}x{size[1]} pty, until the preset list is written:")
+    for label, tree in trees:
+        values = times[tree]
+        _report("  to preset list (median)" + label, statistics.median(values),
+                GOALS["paint_s"], "s", f"runs={runs} " + " ".join(f"{v:.3f}" for v in values))
+        # the process's CPU seconds by then: the wall time on an idle machine
+        _report("  CPU to preset list (median)" + label, statistics.median(cpu[tree]),
+                GOALS["paint_s"], "s")
 
 
 # ---- event -> panel lag ----------------------------------------------------------------------
@@ -246,8 +354,10 @@ def bench_memory(events: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("paint", "lag", "memory"))
+    parser.add_argument("--only", choices=("paint", "pty", "lag", "memory"))
     parser.add_argument("--paint-runs", type=int, default=5)
+    parser.add_argument("--compare", type=Path, metavar="DIR",
+                        help="paint/pty: also measure this checkout, alternating with this one")
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -256,7 +366,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.1f} python={sys.version.split()[0]}")
     if args.only in (None, "paint"):
-        bench_paint(args.paint_runs)
+        bench_paint(args.paint_runs, args.compare)
+    if args.only in (None, "pty"):
+        bench_pty(args.paint_runs, args.compare)
     if args.only in (None, "lag"):
         bench_lag(args.rate, args.seconds)
         for flush_s in args.flush_s or []:

@@ -3,7 +3,8 @@
 `train()` is the algorithm, in miles' per-rollout order (spec 4.3):
 generate -> release rollout memory -> critic (values, GAE returns, value steps) -> critic sleeps
 -> actor (ref/old log-probs, GAE advantages, PPO steps; skipped during critic-only warmup)
--> actor sleeps -> save when due -> rollout memory back -> weights pushed to the rollout side.
+-> actor exports its weights while awake, then sleeps -> save when due -> rollout memory back
+-> weights pushed to the rollout side.
 Everything around it (Ray, placement, events, signals, status) lives in the helpers below.
 """
 
@@ -87,9 +88,11 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             with tm.phase(Phase.ACTOR_TRAIN, rollout_id):
                 wake(roles.actor, tm, offload)
                 actor_out = roles.actor.train_actor(rollout_id, batch, values)
+                exported = export_while_awake(args, roles, rollout_id)
                 sleep(roles.actor, tm, offload)
         else:
             actor_out = None  # value-function warmup: the actor is not woken, trained or logged
+            exported = None
 
         if save_due(args, rollout_id):
             with tm.phase(Phase.SAVE, rollout_id):
@@ -99,9 +102,10 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             tm.offload("rollout", "onload", roles.rollout.onload())
         if push_due(args, rollout_id):
             with tm.phase(Phase.UPDATE_WEIGHTS, rollout_id):
+                exported = exported or export_weights(roles)  # warmup: the actor wakes for it
                 sync_start = time.perf_counter()
-                loaded = roles.rollout.update_weights(roles.actor.export_hf_weights())
-                log_weight_sync(tm, loaded, time.perf_counter() - sync_start)
+                loaded = roles.rollout.update_weights(exported.ref)
+                log_weight_sync(tm, loaded, exported, time.perf_counter() - sync_start)
             if ci is not None:
                 ci.weight_push(loaded, actor_trained=actor_out is not None)
         elif roles.actor is not None and not args["debug_train_only"]:
@@ -192,13 +196,39 @@ def sleep(group: Any, tm: Telemetry, offload: bool) -> None:
         tm.offload(group.role, "offload", group.sleep())
 
 
-def log_weight_sync(tm: Telemetry, loaded: dict | None, seconds: float) -> None:
-    """Split the weight sync into the actor's export + transfer and the rollout's load."""
+@dataclass(frozen=True)
+class ExportedWeights:
+    """The actor's HF weights for one push (an object-store ref: host bytes or CUDA IPC
+    handles) and how long the export took."""
+
+    ref: Any
+    seconds: float
+    while_awake: bool
+
+
+def export_weights(roles: Roles, while_awake: bool = False) -> ExportedWeights:
+    start = time.perf_counter()
+    ref = roles.actor.export_hf_weights()
+    return ExportedWeights(ref, time.perf_counter() - start, while_awake)
+
+
+def export_while_awake(args: dict[str, Any], roles: Roles,
+                       rollout_id: int) -> ExportedWeights | None:
+    """This rollout's push, exported right after training while the actor is on the GPU:
+    exporting after its sleep woke it again (0.37 s of a 0.43 s sync, 0.6B on the H200)."""
+    return export_weights(roles, while_awake=True) if push_due(args, rollout_id) else None
+
+
+def log_weight_sync(tm: Telemetry, loaded: dict | None, exported: ExportedWeights,
+                    seconds: float) -> None:
+    """Split the weight sync into the actor's export, the transfer and the rollout's load."""
     loaded = loaded or {}
     load = float(loaded.get("seconds", 0.0))
-    tm.log("info", f"weight sync {seconds:.2f} s: actor export + transfer {seconds - load:.2f} s, "
-                   f"rollout load {load:.3f} s ({int(loaded.get('bytes', 0)) / 1e9:.2f} GB, "
-                   f"{loaded.get('path', 'host')})")
+    total = exported.seconds + seconds
+    when = "after training, awake" if exported.while_awake else "woken for it"
+    tm.log("info", f"weight sync {total:.2f} s: actor export {exported.seconds:.3f} s ({when}), "
+                   f"transfer {seconds - load:.3f} s, rollout load {load:.3f} s "
+                   f"({int(loaded.get('bytes', 0)) / 1e9:.2f} GB, {loaded.get('path', 'host')})")
 
 
 def save_due(args: dict[str, Any], rollout_id: int) -> bool:

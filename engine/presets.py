@@ -29,8 +29,9 @@ import difflib
 import os
 import secrets
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -224,7 +225,8 @@ def parse_preset_text(text: str, path: Path, source: Source = "file") -> Preset:
     flags = {}
     for key, value in flags_table.items():
         flag = _flag_for_key(key, path, text)
-        flags[flag.dest] = _typed(flag, value, f"{_where(path, text, key, 'flags')}")
+        # the line is looked up only for an error message: once per flag was quadratic
+        flags[flag.dest] = _typed(flag, value, partial(_where, path, text, key, "flags"))
     return Preset(name=name, description=description, source=source, path=path,
                   extends=extends, provenance=MappingProxyType(dict(provenance)),
                   flags=MappingProxyType(flags), health=_health_table(data, path, text),
@@ -234,9 +236,11 @@ def parse_preset_text(text: str, path: Path, source: Source = "file") -> Preset:
 
 
 def _health_table(data: dict, path: Path, text: str) -> Mapping[str, Any]:
+    table = data.get("health", {})
+    if table == {}:  # most presets: engine.health (slow to import) is not needed to list them
+        return MappingProxyType({})
     from engine.health import HealthConfigError, parse_health_table
 
-    table = data.get("health", {})
     if not isinstance(table, dict):
         raise PresetError(f"{_where(path, text, 'health', None)}: health must be a table. "
                           "Fix: write the thresholds under a [health] header.")
@@ -279,8 +283,9 @@ def _flag_for_key(key: str, path: Path, text: str, section: str = "flags") -> Fl
     return flag
 
 
-def _typed(flag: Flag, value: Any, where: str) -> Any:
-    """A TOML value checked against the flag's kind (strings are coerced like argv text)."""
+def _typed(flag: Flag, value: Any, where: Callable[[], str]) -> Any:
+    """A TOML value checked against the flag's kind (strings are coerced like argv text);
+    `where()` names the file and line for an error."""
     kind = flag.kind
     ok = (
         (kind == "int" and type(value) is int)
@@ -298,13 +303,13 @@ def _typed(flag: Flag, value: Any, where: str) -> Any:
         try:
             return coerce(flag, value)
         except ValueError as exc:
-            raise PresetError(f"{where}: {exc}. Fix: {_example(flag)}.") from None
+            raise PresetError(f"{where()}: {exc}. Fix: {_example(flag)}.") from None
     got = "a table" if isinstance(value, dict) else repr(value)[:60]
     expects = (f"one of {', '.join(flag.choices)}" if kind == "choice"
                else {"int": "an integer", "float": "a number", "bool": "true or false",
                      "tristate": "true or false", "str": "a string",
                      "list": "a list of strings"}[kind])
-    raise PresetError(f"{where}: {flag.name} expects {expects}, got {got}. "
+    raise PresetError(f"{where()}: {flag.name} expects {expects}, got {got}. "
                       f"Fix: {_example(flag)}.")
 
 
@@ -454,6 +459,22 @@ def update_toml(text: str, config: RunConfig, *, description: str | None = None)
         doc["passthrough"] = list(config.passthrough)
     elif "passthrough" in doc:
         del doc["passthrough"]
+    return tomlkit.dumps(doc)
+
+
+def with_flag_comments(text: str, comment_for: Callable[[str], str | None]) -> str:
+    """`text` (a preset) with a trailing comment on each [flags] key that `comment_for` (given
+    the flag name, "--lr") answers: where an imported launch script set that flag."""
+    import tomlkit
+
+    doc = tomlkit.parse(text)
+    flags = doc.get("flags")
+    if flags is None:
+        return text
+    for key in list(flags.keys()):
+        comment = comment_for(f"--{key}")
+        if comment is not None:
+            flags.item(key).comment(comment)
     return tomlkit.dumps(doc)
 
 

@@ -18,7 +18,7 @@ from app.tui.commands import DeckCommands
 from app.tui.messages import PresetChosen, RunChosen, RunLaunched
 
 if TYPE_CHECKING:
-    from engine.config import RunConfig
+    from engine.config.script_import import ImportReport
 
 
 class PPODeckApp(App[None]):
@@ -75,12 +75,15 @@ class PPODeckApp(App[None]):
 
     def open_paste(self) -> None:
         """Paste a miles command or launch script; its import report; then the editor."""
-        from app.tui.screens.edit import EditScreen
         from app.tui.screens.paste import PasteCommandScreen
 
-        def opened(config: RunConfig | None) -> None:
-            if config is not None:
-                self.push_screen(EditScreen(None, config, name="pasted"))
+        def opened(report: ImportReport | None) -> None:
+            if report is None:
+                return
+            from app.tui.screens.edit import EditScreen  # the editor loads once it is needed
+
+            name = "pasted" if report.script == "<pasted>" else Path(report.script).stem
+            self.push_screen(EditScreen(None, report.config, name=name, imported=report))
 
         self.push_screen(PasteCommandScreen(), opened)
 

@@ -104,12 +104,14 @@ def _short(names: list[str], limit: int = 12) -> str:
 
 
 def import_script(text: str, *, env: Mapping[str, str] | None = None,
-                  path: Path | None = None, miles_root: Path | None = None) -> ImportReport:
-    """Read a launch script (pasted text, or a file when `path` is given) into a RunConfig."""
+                  path: Path | None = None, miles_root: Path | None = None,
+                  name: str | None = None) -> ImportReport:
+    """Read a launch script (pasted text, or a file when `path` is given) into a RunConfig.
+    `name`: what the report and the flags' origins call pasted text (default <pasted>)."""
     from engine.config.argv import parse_argv
     from engine.config.miles_models import lookup
 
-    script = path.name if path else "<pasted>"
+    script = path.name if path else (name or "<pasted>")
 
     def model_args(name: str, exported: Mapping[str, str]) -> tuple[str | None, str]:
         return lookup(name, exported, miles_root)

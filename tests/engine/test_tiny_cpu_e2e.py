@@ -70,12 +70,17 @@ def test_offload_moves_are_reported_per_phase(tiny_run):
 
 def test_every_weight_sync_is_split_into_export_and_load(tiny_run):
     """The packed push reaches the rollout side each rollout, and the log says where the time
-    went (the actor's export + transfer, the rollout's load) with the bytes moved."""
+    went (the actor's export, the transfer, the rollout's load) with the bytes moved; the
+    export happens while the actor is awake after training, except in the critic-only warmup."""
     _rundir, status, events = tiny_run
     syncs = [e["msg"] for e in events if e["kind"] == "log" and "weight sync" in e["msg"]]
     assert len(syncs) == status["num_rollout"]
-    assert all("actor export + transfer" in m and "rollout load" in m and " GB, " in m
+    assert all("actor export" in m and "transfer" in m and "rollout load" in m and " GB, " in m
                for m in syncs)
+    trained = [e["rollout_id"] for e in events if e["kind"] == "phase"
+               and e["name"] == "actor_train" and e["state"] == "end"]
+    awake = [m for m in syncs if "(after training, awake)" in m]
+    assert len(awake) == len(trained) and trained
 
 
 def first_losses(events) -> dict[str, float]:

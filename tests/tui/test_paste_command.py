@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from textual.widgets import Input, TextArea
+
 from app.tui.app import PPODeckApp
 from app.tui.screens.edit import EditScreen
-from app.tui.screens.paste import PasteCommandScreen
+from app.tui.screens.paste import PasteCommandScreen, _line_style
 from app.tui.screens.presets import PresetPickerScreen
+from engine.presets import load_preset, user_preset_dir
 from tests.tui.conftest import wait_until
 
 SCRIPT = """\
@@ -32,7 +37,7 @@ async def test_pasting_a_script_shows_the_report_then_opens_the_editor() -> None
         await pilot.pause()
         report = str(screen.query_one("#paste-report").render())
         assert "resolved (" in report and "$MODEL_ARGS" in report
-        assert "${DATA_DIR} is not defined" in report and "<pasted>:8" in report  # unresolved
+        assert "${DATA_DIR} (<pasted>:8): DATA_DIR is not defined" in report  # unresolved
         assert "--balance-data" in report  # command-only
         assert "--use-opsm" in report  # refused, with the reason
         await pilot.click("#open")
@@ -53,3 +58,69 @@ async def test_an_empty_paste_says_so_and_keeps_the_dialog() -> None:
         await pilot.pause()
         assert "Nothing to import" in str(app.screen.query_one("#paste-report").render())
         assert app.screen.query_one("#open").disabled
+
+
+async def _import(pilot, app: PPODeckApp, text: str = "", name: str = "") -> PasteCommandScreen:
+    await wait_until(pilot, lambda: isinstance(app.screen, PresetPickerScreen))
+    await pilot.press("i")
+    await wait_until(pilot, lambda: isinstance(app.screen, PasteCommandScreen))
+    screen = app.screen
+    assert isinstance(screen, PasteCommandScreen)
+    screen.query_one("#paste-name", Input).value = name
+    screen.query_one("#paste-text", TextArea).load_text(text)
+    await pilot.press("ctrl+y")
+    await pilot.pause()
+    return screen
+
+
+async def test_a_preset_saved_from_a_paste_keeps_each_flags_script_line(tui_env: Path) -> None:
+    app = PPODeckApp()
+    async with app.run_test(size=(140, 44)) as pilot:
+        screen = await _import(pilot, app, SCRIPT, name="run-tiny.sh")
+        assert "import report: run-tiny.sh" in str(screen.query_one("#paste-report").render())
+        assert app.focused is screen.query_one("#open")  # enter opens the editor
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, EditScreen))
+        editor = app.screen
+        assert isinstance(editor, EditScreen) and editor.preset_name == "run-tiny"
+        editor.config = editor.config.with_values(rollout_batch_size=16)  # edited after import
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: app.screen.id == "save-dialog")
+        name = app.screen.query_one("#name", Input)
+        assert name.value == "run-tiny"  # the script's name, not "run-tiny-edited"
+        name.value = "from-paste"
+        await pilot.click("#confirm")
+        await wait_until(pilot, lambda: app.screen is editor)
+    text = (user_preset_dir() / "from-paste.toml").read_text()
+    lines = {line.split(" = ")[0]: line for line in text.splitlines() if " = " in line}
+    assert lines["num-layers"] == "num-layers = 2 # run-tiny.sh:2 via $MODEL_ARGS"
+    assert lines["n-samples-per-prompt"].endswith("# run-tiny.sh:5 via $ROLLOUT_ARGS")
+    assert lines["advantage-estimator"].endswith("# run-tiny.sh:8")
+    assert lines["rollout-batch-size"] == "rollout-batch-size = 16"  # no longer the script's
+    assert "Imported from run-tiny.sh" in text
+    assert load_preset("from-paste").flags["num_layers"] == 2  # the comments keep it loadable
+
+
+async def test_a_path_with_an_empty_box_reads_the_script_and_what_it_sources(
+        tui_env: Path) -> None:
+    folder = tui_env / "scripts"
+    folder.mkdir()
+    (folder / "model.sh").write_text("MODEL_ARGS=(--num-layers 3 --hidden-size 64)\n")
+    (folder / "run.sh").write_text('source "$(dirname "$0")/model.sh"\n'
+                                   "python3 train.py ${MODEL_ARGS[@]} --lr 2e-6\n")
+    app = PPODeckApp()
+    async with app.run_test(size=(140, 44)) as pilot:
+        screen = await _import(pilot, app, name=str(folder / "run.sh"))
+        assert screen.imported is not None
+        assert screen.imported.config.get("num_layers") == 3  # from the sourced file
+        assert screen.imported.origins["--num-layers"].file == "model.sh"
+        assert "python3 train.py" in screen.query_one("#paste-text", TextArea).text
+        assert screen.has_class("-imported")
+
+
+def test_the_report_marks_what_needs_a_look() -> None:
+    assert "yellow" in _line_style("  unresolved (1):")
+    assert "red" in _line_style("  refused by PPO Deck's engine (2):")
+    assert _line_style("  refused by PPO Deck's engine (0): -") == "dim"
+    assert _line_style("import report: run.sh") == "bold"
+    assert _line_style("    --use-opsm: not implemented") == ""

@@ -12,8 +12,9 @@ from textual.binding import Binding
 from textual.containers import Grid
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
+from app.tui.widgets.footer import DeckFooter
 from app.tui.widgets.metric_chart import Line, MetricChart
 from engine.runstate import SeriesPoints
 from engine.vocabulary import Metric
@@ -79,7 +80,7 @@ class CompareScreen(Screen[None]):
             for chart_id, title, metrics in CHARTS:
                 yield MetricChart(title, chart_lines(ids, metrics), id=chart_id, classes="chart")
         yield Static("loading runs…", id="compare-diff", markup=False)
-        yield Footer()
+        yield DeckFooter()
 
     def on_mount(self) -> None:
         self.load_worker()

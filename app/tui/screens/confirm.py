@@ -12,7 +12,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static
+
+from app.tui.widgets.footer import DeckFooter
 
 
 class ConfirmDialog(ModalScreen[bool]):
@@ -37,7 +39,7 @@ class ConfirmDialog(ModalScreen[bool]):
                 yield Button("Cancel (esc)", id="cancel")
                 yield Button(f"{self.confirm_label} (ctrl+y)", id="confirm",
                              variant=self.variant)  # type: ignore[arg-type]
-        yield Footer()  # the dialog's own keys, not the screen's underneath
+        yield DeckFooter()  # the dialog's own keys, not the screen's underneath
 
     def on_mount(self) -> None:
         self.query_one("#confirm", Button).focus()
@@ -86,7 +88,7 @@ class LaunchDialog(ConfirmDialog):
                                     "come from $PPODECK_RAY_JOB_HEADERS (JSON).")
                 yield Button("Cancel (esc)", id="cancel")
                 yield Button(f"{self.confirm_label} (ctrl+y)", id="confirm", variant="success")
-        yield Footer()
+        yield DeckFooter()
 
     def confirmed_result(self) -> LaunchChoice:  # type: ignore[override]
         return LaunchChoice(submit=self.query_one("#submit-address", Input).value.strip())

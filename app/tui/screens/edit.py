@@ -18,7 +18,7 @@ from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.fuzzy import Matcher
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Button, Collapsible, Footer, Input, Static
+from textual.widgets import Button, Collapsible, Input, Static
 
 from app.tui import drafts
 from app.tui.errors import guard
@@ -33,12 +33,14 @@ from app.tui.widgets.command_preview import CommandPreview, format_argv
 from app.tui.widgets.derived_panel import DerivedPanel
 from app.tui.widgets.flag_field import FieldIssue, FlagField
 from app.tui.widgets.flag_group import FlagGroup
+from app.tui.widgets.footer import DeckFooter
 from app.tui.widgets.issues_panel import IssuesPanel, PanelIssue
 from app.tui.widgets.view_tabs import ViewTabs
 from engine.config import BY_DEST, BY_NAME, FLAGS, Flag, Report, RunConfig, check, to_argv
 from engine.config.schema import GROUP_TITLES, GROUPS
 
 if TYPE_CHECKING:
+    from engine.config.script_import import ImportReport
     from engine.presets import Preset
 
 DRAFT_DEBOUNCE_S = 0.4
@@ -131,9 +133,12 @@ class EditScreen(Screen[None]):
     AUTO_FOCUS = "#flag-search"
 
     def __init__(self, preset: Preset | None, base: RunConfig, draft: RunConfig | None = None,
-                 draft_note: str = "", name: str | None = None) -> None:
+                 draft_note: str = "", name: str | None = None,
+                 imported: ImportReport | None = None) -> None:
         super().__init__()
         self.preset = preset
+        # a pasted launch script: its flags' lines go into the presets saved from here
+        self.imported = imported
         # `name`: what the edits are drafted under without a preset (e.g. "pasted")
         self.preset_name = preset.name if preset is not None else (name or "defaults")
         self.base = base
@@ -171,7 +176,7 @@ class EditScreen(Screen[None]):
                     yield DerivedPanel(id="derived-panel")
                 with VerticalScroll(id="pane-command", classes="pane"):
                     yield CommandPreview(id="command-preview")
-        yield Footer()
+        yield DeckFooter()
 
     def _groups(self) -> list[FlagGroup]:
         issues = self._issues_by_dest()
@@ -456,8 +461,21 @@ class EditScreen(Screen[None]):
         from engine.launch import without_secrets
         from engine.presets import config_to_toml
 
-        return config_to_toml(without_secrets(self.config), name=name, description=description,
+        text = config_to_toml(without_secrets(self.config), name=name, description=description,
                               header_comment=header)
+        if self.imported is None:
+            return text
+        from engine.presets import with_flag_comments
+
+        return with_flag_comments(text, self._script_line)
+
+    def _script_line(self, name: str) -> str | None:
+        """Where the pasted script set flag `name`, while it still has the script's value."""
+        assert self.imported is not None
+        flag = BY_NAME.get(name)
+        if flag is None or self.config.get(flag.dest) != self.imported.config.get(flag.dest):
+            return None  # edited here: the script's line no longer says where it came from
+        return self.imported.flag_comment(name)
 
     # ---- save, export, launch -----------------------------------------------------------------
 
@@ -466,7 +484,9 @@ class EditScreen(Screen[None]):
         from engine.presets import user_preset_dir
 
         directory = user_preset_dir()
-        default = self.preset_name if self._is_user_preset() else f"{self.preset_name}-edited"
+        fresh_import = self.imported is not None and self.preset is None
+        default = (self.preset_name if self._is_user_preset() or fresh_import
+                   else f"{self.preset_name}-edited")
         description = self.preset.description if self.preset is not None else ""
 
         def validate(values: dict[str, str]) -> str:
@@ -500,6 +520,9 @@ class EditScreen(Screen[None]):
         name = values["name"]
         path = user_preset_dir() / f"{name}.toml"
         header = f"Saved from the PPO Deck editor (based on {self.preset_name})."
+        if self.imported is not None and self.preset is None:
+            header = (f"Imported from {self.imported.script} in the PPO Deck editor; a flag's "
+                      "comment is the script line that set it.")
         try:
             save_preset(path, self._toml(name, values["description"], header))
             saved = load_preset(str(path))

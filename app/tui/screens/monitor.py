@@ -16,11 +16,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from app.tui.errors import guard
 from app.tui.messages import EventsArrived, RunStatusRead, TailEnded
+from app.tui.widgets.footer import DeckFooter
 from app.tui.widgets.health import HealthPanel, HealthStrip
 from app.tui.widgets.log_tail import LogTail
 from app.tui.widgets.metric_chart import Line, MetricChart
@@ -150,7 +151,7 @@ class MonitorScreen(Screen[None]):
                 yield HealthPanel(id="health-panel")
                 yield Static("log", classes="panel-title")
                 yield LogTail(id="log-tail")
-        yield Footer()
+        yield DeckFooter()
 
     def on_mount(self) -> None:
         self._refresh_all({Kind.STATUS})

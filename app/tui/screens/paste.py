@@ -2,28 +2,86 @@
 
 The text is read as bash reads it (engine.config.script_import; nothing runs). Import shows the
 report in place (what was resolved and from where, what stayed unresolved with its line, the
-command-only and refused flags); Open in editor then edits the imported config. The pasted text
-stays in the box until the dialog closes, so nothing typed is lost by a second try.
+command-only and refused flags); Open in editor then edits the imported config, and a preset
+saved from it keeps the script's name and line for each flag as a comment. The optional name
+labels pasted text in the report and those comments; a path there, with the box left empty,
+reads the file itself (so a `source` of a file beside it resolves). The pasted text stays in
+the box until the dialog closes, so nothing typed is lost by a second try.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static, TextArea
+from textual.widgets import Button, Input, Static, TextArea
 
-from engine.config import RunConfig
+from app.tui.widgets.footer import DeckFooter
+
+if TYPE_CHECKING:
+    from engine.config.issues import Issue
+    from engine.config.script_import import ImportReport
 
 PLACEHOLDER = "paste a miles launch script or `python3 train.py ...` here, then ctrl+y"
+NAME_PLACEHOLDER = "optional: the script's name (for the report and the comments), or its path"
+LEVEL_STYLES = {"error": "bold red", "warning": "yellow", "info": "dim"}
+_COUNT = re.compile(r"\((\d+)\)")
+LISTED_ABOVE = {"command.unresolved_variable"}  # "unresolved" lists each, with its line
 
 
-class PasteCommandScreen(ModalScreen[RunConfig | None]):
-    """Dismisses the imported RunConfig (Open in editor) or None (Cancel)."""
+def report_text(report: ImportReport, width: int) -> Text:
+    """The import report with its sections marked (what needs a look stands out), each line
+    wrapped under its own indent, so long flag lists stay readable in `width` columns."""
+    styled = [(line, _line_style(line)) for line in report.lines()]
+    issues = [i for i in report.issues if i.code not in LISTED_ABOVE]
+    if issues:
+        styled.append(("  issues:", "bold"))
+        styled += [(f"    {_issue_line(i)}", LEVEL_STYLES.get(i.level, "")) for i in issues]
+    text = Text()
+    for number, (line, style) in enumerate(styled):
+        if number:
+            text.append("\n")
+        text.append(_hanging(line, width), style)
+    return text
+
+
+def _hanging(line: str, width: int) -> str:
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return "\n".join(textwrap.wrap(line, max(width, 20), subsequent_indent=indent,
+                                    break_long_words=False, break_on_hyphens=False)) or line
+
+
+def _line_style(line: str) -> str:
+    if not line.startswith("  "):
+        return "bold"  # the title
+    if line.startswith("    "):
+        return ""  # an entry under a section
+    count = _COUNT.search(line)
+    if count is None or count.group(1) == "0":
+        return "bold" if line.startswith("  resolved") else "dim"
+    section = line.strip()
+    if section.startswith("unresolved"):
+        return "bold yellow"
+    if section.startswith("refused"):
+        return "bold red"
+    return "bold"
+
+
+def _issue_line(issue: Issue) -> str:
+    return f"{issue.level} {issue.code}: {issue.message}"
+
+
+class PasteCommandScreen(ModalScreen["ImportReport | None"]):
+    """Dismisses the ImportReport (Open in editor) or None (Cancel)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"),
                 Binding("ctrl+y", "import_text", "Import", priority=True)]  # over TextArea redo
@@ -31,44 +89,83 @@ class PasteCommandScreen(ModalScreen[RunConfig | None]):
     def __init__(self, text: str = "") -> None:
         super().__init__(id="paste-dialog")
         self.initial_text = text
-        self.imported: RunConfig | None = None
+        self.imported: ImportReport | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static("Import a miles command or launch script", classes="dialog-title")
+            yield Input(placeholder=NAME_PLACEHOLDER, id="paste-name", compact=True)
             yield TextArea(self.initial_text, id="paste-text", soft_wrap=False,
                            placeholder=PLACEHOLDER)
-            with VerticalScroll(classes="dialog-body"):
+            with VerticalScroll(classes="dialog-body", id="paste-report-scroll"):
                 yield Static("ctrl+y imports; nothing in the script is run.", id="paste-report")
-            with Horizontal(classes="dialog-buttons"):
-                yield Button("Cancel", id="cancel")
-                yield Button("Import (ctrl+y)", id="import", variant="primary")
-                yield Button("Open in editor", id="open", variant="success", disabled=True)
+            with Horizontal(classes="dialog-buttons", id="paste-buttons"):  # compact: the
+                # report gets those rows
+                yield Button("Cancel (esc)", id="cancel", compact=True)
+                yield Button("Import (ctrl+y)", id="import", variant="primary", compact=True)
+                yield Button("Open in editor (enter)", id="open", variant="success",
+                             compact=True, disabled=True)
+        yield DeckFooter()  # the dialog's own keys, not the picker's underneath
 
     def on_mount(self) -> None:
         self.query_one("#paste-text", TextArea).focus()
 
+    @on(Input.Submitted, "#paste-name")
     @on(Button.Pressed, "#import")
     def action_import_text(self) -> None:
+        source = self._source()
+        if source is None:
+            return
+        text, path, name = source
         from engine.config.script_import import import_script
 
-        text = self.query_one("#paste-text", TextArea).text
-        if not text.strip():
-            self._show("Nothing to import: paste a command or a script first.")
-            return
         try:
-            report = import_script(text, env=dict(os.environ))
+            report = import_script(text, env=dict(os.environ), path=path, name=name)
         except Exception as exc:  # noqa: BLE001 - a parser bug must not take the TUI down
             self._show(f"could not import: {type(exc).__name__}: {exc}")
             return
-        self.imported = report.config
-        issues = [f"{i.level} {i.code}: {i.message}" for i in report.issues]
-        self._show("\n".join(report.lines() + (["  issues:"] + [f"    {i}" for i in issues]
-                                               if issues else [])))
-        self.query_one("#open", Button).disabled = False
+        self.imported = report
+        self._show_report()
+        self.add_class("-imported")  # the box shrinks: the report gets the room
+        self.query_one("#paste-report-scroll").scroll_home(animate=False)
+        open_button = self.query_one("#open", Button)
+        open_button.disabled = False
+        open_button.focus()
 
-    def _show(self, text: str) -> None:
-        self.query_one("#paste-report", Static).update(text)
+    def _source(self) -> tuple[str, Path | None, str | None] | None:
+        """(script text, its file when read from one, its name) or None after saying why."""
+        box = self.query_one("#paste-text", TextArea)
+        name = self.query_one("#paste-name", Input).value.strip() or None
+        path = Path(name).expanduser() if name else None
+        if path is not None and path.is_file() and not box.text.strip():
+            try:
+                box.load_text(path.read_text(encoding="utf-8", errors="surrogateescape"))
+            except OSError as exc:
+                self._show(f"cannot read {path}: {exc}. Fix: check the path, or paste the "
+                           "script into the box.")
+                return None
+            return box.text, path, None
+        if not box.text.strip():
+            self._show("Nothing to import: paste a command or a script first (or give a "
+                       "script's path above and leave the box empty).")
+            return None
+        if path is not None and path.is_file():
+            return box.text, path, None  # the file's text, maybe edited: `source` still works
+        return box.text, None, name
+
+    def on_resize(self) -> None:
+        if self.imported is not None:
+            self._show_report()  # re-wrapped to the new width
+
+    def _show_report(self) -> None:
+        assert self.imported is not None
+        width = self.query_one("#paste-report-scroll").scrollable_content_region.width
+        self._show(report_text(self.imported, width - 1))  # a cell for the scrollbar
+
+    def _show(self, text: str | Text) -> None:
+        # Text, never markup: a script's ${ARR[@]} would read as a markup tag
+        self.query_one("#paste-report", Static).update(Text(text) if isinstance(text, str)
+                                                       else text)
 
     @on(Button.Pressed, "#open")
     def _open(self) -> None:

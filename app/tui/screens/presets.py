@@ -12,10 +12,11 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.fuzzy import Matcher
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from app.tui import drafts, fmt
 from app.tui.messages import PresetChosen
+from app.tui.widgets.footer import DeckFooter
 
 if TYPE_CHECKING:
     from engine.presets import Preset
@@ -108,6 +109,7 @@ class PresetPickerScreen(Screen[None]):
         self.presets: list[Preset] = []
         self.shown: list[Preset] = []
         self._filled_width = 0
+        self._previewed: Preset | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("Choose a preset  ·  type to search  ·  enter opens it in the editor  ·  "
@@ -118,7 +120,7 @@ class PresetPickerScreen(Screen[None]):
             yield DataTable(id="preset-table", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="preset-preview"):
                 yield Static("", id="preset-preview-text")
-        yield Footer()
+        yield DeckFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -190,6 +192,9 @@ class PresetPickerScreen(Screen[None]):
 
     def _show_preview(self) -> None:
         preset = self.selected
+        if preset is not None and preset is self._previewed:
+            return  # filling the table highlights the row it already previews
+        self._previewed = preset
         text: Any = preview(preset) if preset else Text("no preset matches", "dim")
         self.query_one("#preset-preview-text", Static).update(text)
 

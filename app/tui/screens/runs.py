@@ -10,10 +10,11 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from app.tui import fmt
 from app.tui.messages import RunChosen, RunsListed
+from app.tui.widgets.footer import DeckFooter
 from app.tui.widgets.run_header import STATE_STYLES
 
 HELP = """\
@@ -67,7 +68,7 @@ class RunsScreen(Screen[None]):
         yield Static("Runs", classes="panel-title")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="runs-detail", markup=False)
-        yield Footer()
+        yield DeckFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

@@ -1,0 +1,48 @@
+"""The `ppodeck` console entry point: bare, the TUI without the CLI's imports; else the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _entry_code(argv: list[str], run_tui: str) -> str:
+    """Run the installed script's target (pyproject) with `argv`, run_tui replaced."""
+    with open(REPO / "pyproject.toml", "rb") as handle:
+        module, func = tomllib.load(handle)["project"]["scripts"]["ppodeck"].split(":")
+    return (f"import sys\nsys.argv = {['ppodeck', *argv]!r}\n"
+            f"import app.tui.app\n{run_tui}\napp.tui.app.run_tui = run_tui\n"
+            f"from {module} import {func}\n{func}()\n"
+            "print('imported:', sorted(m for m in ('typer', 'click', 'app.cli') "
+            "if m in sys.modules))\n")
+
+
+def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PPODECK_STATE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_bare_ppodeck_opens_the_tui_without_importing_the_cli(tmp_path: Path) -> None:
+    done = _run(_entry_code([], "def run_tui():\n    print('tui opened')"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["tui opened", "imported: []"]
+
+
+def test_any_argument_goes_to_the_cli(tmp_path: Path) -> None:
+    code = _entry_code(["--help"], "def run_tui():\n    print('tui opened')")
+    done = _run(code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Usage: ppodeck" in done.stdout and "tui opened" not in done.stdout
+
+
+def test_a_crash_before_the_app_runs_is_one_line_and_a_crash_log(tmp_path: Path) -> None:
+    done = _run(_entry_code([], "def run_tui():\n    raise OSError('no terminal')"), tmp_path)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr + done.stdout
+    assert done.stderr.startswith("ppodeck: unexpected error: OSError: no terminal (details in ")
+    assert "OSError: no terminal" in (tmp_path / "crash.log").read_text()
