@@ -9,6 +9,7 @@ Cycles are judged on module-level edges only, since only those can deadlock an i
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +31,17 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
 def project_modules() -> dict[str, Path]:
     return {module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob(
         "*.py"))}
+
+
+@functools.cache
+def parsed(module: str) -> ast.Module:
+    """A module's syntax tree, parsed once per test session (the contract tests share it)."""
+    path = project_modules()[module]
+    return ast.parse(path.read_text(), str(path))
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -77,7 +86,7 @@ def import_edges() -> list[Edge]:
     modules = project_modules()
     edges = []
     for source, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parsed(source)
         is_package = path.name == "__init__.py"
         for node, where in _imports(tree):
             for target in _targets(node, source, is_package, modules):

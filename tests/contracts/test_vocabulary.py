@@ -19,7 +19,7 @@ from engine.vocabulary import (
     StepKey,
     is_eval_reward,
 )
-from tests.contracts.import_graph import ROOT, project_modules
+from tests.contracts.import_graph import ROOT, parsed, project_modules
 
 UNAMBIGUOUS_PHASES = {Phase.ROLLOUT_OFFLOAD, Phase.CRITIC_TRAIN, Phase.ACTOR_TRAIN,
                       Phase.ROLLOUT_ONLOAD}
@@ -35,7 +35,7 @@ def test_no_module_restates_a_metric_step_key_or_phase_name() -> None:
     for module, path in project_modules().items():
         if module == "engine.vocabulary":
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(module)):
             if isinstance(node, ast.Constant) and node.value in words:
                 restated.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert not restated, "import these from engine.vocabulary:\n" + "\n".join(restated)
