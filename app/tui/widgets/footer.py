@@ -19,10 +19,13 @@ ShownKeys = tuple[tuple[Binding, bool, str], ...]
 
 
 def shown_keys(screen: Screen) -> ShownKeys:
-    """Everything the footer draws from: each active binding (a frozen dataclass: key, text,
-    display, group, show), whether it is enabled, and its tooltip."""
+    """Everything the footer draws from: each shown binding (a frozen dataclass: key, text,
+    display, group), whether it is enabled, and its tooltip; and the palette key's entry.
+    Hidden bindings are left out: focusing a table adds a dozen of them and changes nothing."""
+    palette = screen.app.COMMAND_PALETTE_BINDING
     return tuple((binding, enabled, tooltip)
-                 for _node, binding, enabled, tooltip in screen.active_bindings.values())
+                 for key, (_node, binding, enabled, tooltip) in screen.active_bindings.items()
+                 if binding.show or key == palette)
 
 
 class DeckFooter(Footer):
