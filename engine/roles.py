@@ -13,6 +13,7 @@ import ray
 
 from engine import cluster
 from engine.telemetry import Telemetry
+from engine.vocabulary import Kind
 
 
 class RolloutHandle:
@@ -223,7 +224,7 @@ def log_placement(tm: Telemetry, placement: cluster.Placement) -> None:
     nodes = {s.node_id for s in placement.slots}
     shown = ", ".join(f"{i}: {s.node_ip}" + ("" if s.gpu_id is None else f" GPU {s.gpu_id}")
                       for i, s in enumerate(placement.slots))
-    tm.writer.emit("log", level="info", source="cluster",
+    tm.writer.emit(Kind.LOG, level="info", source="cluster",
                    msg=f"placement: {len(placement.slots)} bundles on {len(nodes)} node(s) "
                        f"({shown})", slots=placement.jsonable())
 
@@ -247,7 +248,7 @@ def log_worker_pids(tm: Telemetry, rollout: RolloutHandle, handles: list[TrainHa
         return
     pids = dict(zip(named, found, strict=True))
     shown = ", ".join(f"{name} {pid}" for name, pid in pids.items())
-    tm.writer.emit("log", level="info", source="cluster", msg=f"worker pids: {shown}",
+    tm.writer.emit(Kind.LOG, level="info", source="cluster", msg=f"worker pids: {shown}",
                    pids=pids)
 
 

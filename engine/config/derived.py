@@ -61,12 +61,13 @@ from typing import Any
 
 from engine.config.model import RunConfig
 from engine.config.resolve import resolve
+from engine.vocabulary import Phase
 
 GIB = float(1 << 30)
 GPU_GIB = 80.0
 CONTEXT_GIB = 0.5
 DEFAULT_SGLANG_FRACTION = 0.8
-PHASES = ("generate", "critic_train", "actor_train")
+PHASES = (Phase.GENERATE, Phase.CRITIC_TRAIN, Phase.ACTOR_TRAIN)  # those the estimate covers
 ROLES = ("actor", "critic", "rollout", "total")
 
 
@@ -220,12 +221,13 @@ def memory_estimate(r: Mapping[str, Any], params: int | None
     asleep = CONTEXT_GIB if r["offload_train"] else None
     released = CONTEXT_GIB if r["offload_rollout"] else rollout_active
     table = {
-        "generate": (asleep or actor_awake, asleep or critic_awake, rollout_active),
-        "critic_train": (asleep or actor_awake, critic_awake, released),
-        "actor_train": (actor_awake, asleep or critic_awake, released),
+        Phase.GENERATE: (asleep or actor_awake, asleep or critic_awake, rollout_active),
+        Phase.CRITIC_TRAIN: (asleep or actor_awake, critic_awake, released),
+        Phase.ACTOR_TRAIN: (actor_awake, asleep or critic_awake, released),
     }
     if not r["use_critic"]:
-        table["critic_train"] = (table["critic_train"][0], 0.0, table["critic_train"][2])
+        critic_phase = table[Phase.CRITIC_TRAIN]
+        table[Phase.CRITIC_TRAIN] = (critic_phase[0], 0.0, critic_phase[2])
     out: dict[str, dict[str, float | None]] = {}
     for phase, (actor, critic, rollout) in table.items():
         critic = critic if r["use_critic"] else 0.0

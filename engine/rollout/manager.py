@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.rollout.types import GenOut, Prompt, RolloutBatch, Sample
+from engine.vocabulary import Metric
 
 # miles: these estimators train on group-normalized rewards (train_data_conversion.py)
 GROUP_NORMALIZED = ("grpo", "gspo", "reinforce_plus_plus_baseline")
@@ -378,14 +379,14 @@ def rollout_metrics(outs: Sequence[GenOut], rewards: Sequence[float],
                     trimmed: int) -> dict[str, float]:
     lengths = [len(o.response_ids) for o in outs]
     return {
-        "rollout/raw_reward": statistics.fmean(rewards),
-        "rollout/raw_reward/min": min(rewards),
-        "rollout/raw_reward/max": max(rewards),
-        "rollout/response_len/mean": statistics.fmean(lengths),
+        Metric.REWARD: statistics.fmean(rewards),
+        Metric.REWARD_MIN: min(rewards),
+        Metric.REWARD_MAX: max(rewards),
+        Metric.RESPONSE_LEN: statistics.fmean(lengths),
         "rollout/response_len/median": float(statistics.median(lengths)),
         "rollout/response_len/max": float(max(lengths)),
         "rollout/response_len/min": float(min(lengths)),
-        "rollout/truncated_ratio": sum(o.truncated for o in outs) / len(outs),
+        Metric.TRUNCATED: sum(o.truncated for o in outs) / len(outs),
         # the generator's log-probs, as the trainer's rollout/log_probs: a token mean per
         # sample, averaged over samples (--ci-test compares the two)
         "rollout/rollout_log_probs": statistics.fmean(

@@ -52,6 +52,7 @@ from engine.train.platform import (
     shutdown_distributed,
 )
 from engine.train.settings import Role, TrainSettings
+from engine.vocabulary import Metric
 
 LossFactory = Callable[[MicroBatch], Callable[[torch.Tensor], Any]]
 _RECOMPUTE_KEYS = ("recompute_granularity", "recompute_method", "recompute_num_layers")
@@ -242,7 +243,7 @@ class TrainWorker:
             _, returns = compute_gae(values, rewards, mask, self.settings.gamma,
                                      self.settings.lambd)
             ev = explained_variance(values, returns, mask, group=self._dp_group_or_none())
-            rollout_metrics["critic/explained_variance"] = ev
+            rollout_metrics[Metric.EXPLAINED_VARIANCE] = ev
             extras = {"old_values": old_values, "returns": unpad_rows(returns, lengths)}
         from engine.train.loss import critic_loss
 
