@@ -287,7 +287,7 @@ def bench_lag(rate: int, seconds: float, flush_s: float | None = None) -> None:
     from app.tui import screens
     from app.tui.app import PPODeckApp
     from app.tui.screens.monitor import MonitorScreen
-    from app.tui.state import RunState
+    from engine.runstate import RunState
 
     shipped = screens.monitor.FLUSH_S
     screens.monitor.FLUSH_S = shipped if flush_s is None else flush_s

@@ -93,17 +93,6 @@ class IpcWeights:
     flatten_seconds: float
 
 
-def use_cuda_ipc(args: Mapping[str, Any]) -> bool:
-    """Whether the actor hands the rollout CUDA IPC handles instead of host bytes: SGLang
-    engines colocated on the actor's single GPU (one process's handles open on its device).
-    The roles hand every worker the concrete backend (start_roles resolves `auto` once)."""
-    if not torch.cuda.is_available() or not args["colocate"]:
-        return False
-    if args["actor_num_nodes"] * args["actor_num_gpus_per_node"] != 1:
-        return False
-    return args["rollout_backend"] == "sglang"
-
-
 def pack_cuda_ipc(state: Mapping[str, torch.Tensor]) -> tuple[IpcWeights, torch.Tensor]:
     """(handles to send, the device buffer the caller must keep alive until they are used).
 
