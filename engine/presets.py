@@ -67,7 +67,7 @@ class Preset:
     unset: tuple[str, ...] = ()  # dests dropped from the parent (extends)
     shadows: tuple[Path, ...] = ()  # same-name files further down the search path
     error: str | None = None  # set by list_presets() for a file that does not load
-    # [health]: thresholds of the run's health rules (engine/health.py), never flags
+    # [health]: thresholds of the run's health rules (engine/health_config.py), never flags
     health: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -238,7 +238,7 @@ def _health_table(data: dict, path: Path, text: str) -> Mapping[str, Any]:
     table = data.get("health", {})
     if table == {}:  # most presets: engine.health (slow to import) is not needed to list them
         return MappingProxyType({})
-    from engine.health import HealthConfigError, parse_health_table
+    from engine.health_config import HealthConfigError, parse_health_table
 
     if not isinstance(table, dict):
         raise PresetError(f"{_where(path, text, 'health', None)}: health must be a table. "
@@ -504,7 +504,7 @@ def export_preset(preset: Preset, *, keep_extends: bool = False) -> str:
     for link in extends_chain(preset):  # [health] resolved along extends, like [flags]
         health.update(link.health)
     if health:
-        from engine.health import health_toml
+        from engine.health_config import health_toml
 
         text += "\n" + health_toml(health)
     return text

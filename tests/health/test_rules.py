@@ -8,7 +8,6 @@ import math
 import pytest
 
 from engine.health import (
-    RULES,
     HealthConfigError,
     HealthJudge,
     RunFacts,
@@ -16,6 +15,7 @@ from engine.health import (
     parse_health_table,
     worst_level,
 )
+from engine.health_config import RULES
 from tests.health.streams import T0, stream
 
 FACTS = RunFacts(clip_grad=1.0, num_critic_only_steps=1, rollout_max_response_len=8,
