@@ -24,11 +24,11 @@ KNOWN_LAZY_CYCLES = (
     ("engine.config.argv", "engine.config.script_import"),
     ("engine.driver", "engine.jobs", "engine.launch", "engine.roles"),
     ("engine.health", "engine.presets"),
-    ("engine.rollout.sglang_backend", "engine.rollout.weight_transfer"),
     ("engine.train.fastpaths", "engine.train.fused", "engine.train.layer_compile"),
 )
 # engine.train -> engine.rollout arrows on main today (weight_transfer moves into train/)
-KNOWN_TRAIN_TO_ROLLOUT = (("engine.train.worker", "engine.rollout.weight_transfer"),)
+KNOWN_TRAIN_TO_ROLLOUT = (("engine.train.worker", "engine.rollout.weight_transfer"),
+                          ("engine.train.ipc_sync", "engine.rollout.weight_transfer"))
 
 
 @pytest.fixture(scope="module")
