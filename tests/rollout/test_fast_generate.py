@@ -140,3 +140,65 @@ def test_moving_the_model_rebuilds_the_decoder() -> None:
     tokens, _ = fg.fast_generate(model, ROWS, temperature=0.0, top_p=1.0, top_k=-1,
                                  max_new_tokens=4, eos_token_id=None, pad_token_id=PAD, seed=0)
     assert tokens == hf_greedy(model, ROWS, 4)
+
+
+# ---- decoder variants (issue 20): each must be today's path, token for token ----------------
+VARIANTS = {
+    "fused": fg.DecodeOptions(fused=True),
+    "window": fg.DecodeOptions(window=4),  # small buckets: the 9 steps cross three of them
+    "graph-sampling": fg.DecodeOptions(sample_in_graph=True),
+    "all": fg.DecodeOptions(fused=True, window=4, sample_in_graph=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_is_the_reference_path(name) -> None:
+    """Same greedy tokens as transformers, same sampled tokens as today's path with the same
+    seed (top-k/top-p/temperature included), log-probs within 1e-5 (fp32)."""
+    model = tiny_model("qwen3")
+    options = VARIANTS[name]
+    greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=9, eos_token_id=None,
+                  pad_token_id=PAD, seed=1)
+    tokens, log_probs = fg.fast_generate(model, ROWS, options=options, **greedy)
+    assert tokens == hf_greedy(model, ROWS, 9)
+    _, ref_log_probs = fg.fast_generate(model, ROWS, **greedy)
+    torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(ref_log_probs),
+                               rtol=0, atol=1e-5)
+    sampled = dict(greedy, temperature=0.7, top_p=0.9, top_k=20, seed=3)
+    ours = fg.fast_generate(model, ROWS, options=options, **sampled)
+    ref = fg.fast_generate(model, ROWS, **sampled)
+    assert ours[0] == ref[0]
+    torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0, atol=1e-5)
+
+
+def test_graph_sampling_stops_early_like_the_reference(monkeypatch) -> None:
+    model = tiny_model("qwen3")
+    real = fg.sample_sync_free
+
+    def always_eos(logits, sampling, generator):  # noqa: ANN001, ANN202
+        tokens, log_probs = real(logits, sampling, generator)
+        return torch.full_like(tokens, EOS), log_probs
+
+    monkeypatch.setattr(fg, "sample_sync_free", always_eos)
+    tokens, _ = fg.fast_generate(model, ROWS, temperature=1.0, top_p=1.0, top_k=-1,
+                                 max_new_tokens=100, eos_token_id=EOS, pad_token_id=PAD, seed=0,
+                                 options=fg.DecodeOptions(sample_in_graph=True))
+    assert [len(t) for t in tokens] == [fg.EARLY_STOP_EVERY] * len(ROWS)
+    assert all(t == [EOS] * fg.EARLY_STOP_EVERY for t in tokens)
+
+
+def test_variant_names_round_trip(monkeypatch) -> None:
+    for options in (fg.REFERENCE, *VARIANTS.values()):
+        if options.window in (0, fg.WINDOW):
+            assert fg.parse_variant(options.name) == options
+    assert fg.parse_variant("fused+window").window == fg.WINDOW
+    with pytest.raises(ValueError, match="unknown decoder feature"):
+        fg.parse_variant("fused+turbo")
+    monkeypatch.delenv(fg.VARIANT_ENV, raising=False)
+    assert fg.options_from_env() == (fg.REFERENCE, None)
+    monkeypatch.setenv(fg.VARIANT_ENV, "graph-sampling")
+    options, note = fg.options_from_env()
+    assert options.sample_in_graph and "graph-sampling" in note
+    monkeypatch.setenv(fg.VARIANT_ENV, "nope")
+    options, note = fg.options_from_env()
+    assert options == fg.REFERENCE and "ignored" in note
