@@ -147,21 +147,23 @@ VARIANTS = {
     "fused": fg.DecodeOptions(fused=True),
     "window": fg.DecodeOptions(window=4),  # small buckets: the 9 steps cross three of them
     "graph-sampling": fg.DecodeOptions(sample_in_graph=True),
-    "all": fg.DecodeOptions(fused=True, window=4, sample_in_graph=True),
+    "packed": fg.DecodeOptions(packed=True),
+    "all": fg.DecodeOptions(fused=True, packed=True, window=4, sample_in_graph=True),
 }
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_is_the_reference_path(name) -> None:
-    """Same greedy tokens as transformers, same sampled tokens as today's path with the same
-    seed (top-k/top-p/temperature included), log-probs within 1e-5 (fp32)."""
+    """Same greedy tokens as today's path (so as transformers: the tests above), same sampled
+    tokens with the same seed (top-k/top-p/temperature included), log-probs within 1e-5
+    (fp32)."""
     model = tiny_model("qwen3")
     options = VARIANTS[name]
     greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=9, eos_token_id=None,
                   pad_token_id=PAD, seed=1)
     tokens, log_probs = fg.fast_generate(model, ROWS, options=options, **greedy)
-    assert tokens == hf_greedy(model, ROWS, 9)
-    _, ref_log_probs = fg.fast_generate(model, ROWS, **greedy)
+    ref_tokens, ref_log_probs = fg.fast_generate(model, ROWS, **greedy)
+    assert tokens == ref_tokens
     torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(ref_log_probs),
                                rtol=0, atol=1e-5)
     sampled = dict(greedy, temperature=0.7, top_p=0.9, top_k=20, seed=3)
@@ -169,6 +171,25 @@ def test_variant_is_the_reference_path(name) -> None:
     ref = fg.fast_generate(model, ROWS, **sampled)
     assert ours[0] == ref[0]
     torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0, atol=1e-5)
+
+
+def test_packed_weights_follow_loads_and_llama() -> None:
+    """Packed weights are copied at every call (a load between rollouts is seen); a model
+    without q/k norms (llama) takes the same path."""
+    options = fg.DecodeOptions(packed=True, sample_in_graph=True)
+    kwargs = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=5, eos_token_id=None,
+                  pad_token_id=PAD, seed=0)
+    llama = tiny_model("llama")
+    assert fg.fast_generate(llama, ROWS, options=options, **kwargs)[0] == \
+        fg.fast_generate(llama, ROWS, **kwargs)[0]
+    model = tiny_model("qwen3")
+    first, _ = fg.fast_generate(model, ROWS, options=options, **kwargs)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    second, _ = fg.fast_generate(model, ROWS, options=options, **kwargs)
+    assert second != first
+    assert second == fg.fast_generate(model, ROWS, **kwargs)[0]
 
 
 def test_graph_sampling_stops_early_like_the_reference(monkeypatch) -> None:
@@ -202,3 +223,24 @@ def test_variant_names_round_trip(monkeypatch) -> None:
     monkeypatch.setenv(fg.VARIANT_ENV, "nope")
     options, note = fg.options_from_env()
     assert options == fg.REFERENCE and "ignored" in note
+
+
+def test_decode_profile_smoke_runs(capsys) -> None:
+    """bench/gpu_decode_profile.py --smoke (CPU, tiny): the lead runs it once on the H200, so
+    its every section must run here first."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import gpu_decode_profile as profile
+
+    assert profile.main(["--smoke", "--variant", "ref", "--variant",
+                         "packed+window+graph-sampling"]) == 0
+    out = capsys.readouterr().out
+    assert "FAILED" not in out and "Traceback" not in out
+    summary = out[out.index("=== summary"):]
+    for row in ("tokens/s", "decode alone (replay)", "kernels/step", "greedy tokens = ref"):
+        assert row in summary
+    greedy_row = next(line for line in summary.splitlines()
+                      if line.startswith("greedy tokens = ref"))
+    assert greedy_row.split()[-2:] == ["1", "1"]  # both variants: every greedy token as ref
