@@ -142,8 +142,7 @@ class MarkHook:
 
     def stop_profiler(self) -> None:
         """Stop it if the loop ended before its last step (early stop, an error)."""
-        if self.profiler is not None and self.profiler.profiler is not None \
-                and not self._stopped:
+        if self.profiler is not None and not self._stopped:
             self.profiler.stop()
         self._stopped = True
 
