@@ -27,6 +27,10 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   side (copied from the model's parameters at the start of every call, so loaded
                   weights are still seen; about 0.6 GB more for the 0.6B shape), and the q/k
                   norms and RoPE done once over q and k together;
+  sdpa            `fused` with each layer's attention one scaled_dot_product_attention call
+                  (memory-efficient kernel with the mask as a bias; a KV group's query heads
+                  are its query rows, so no GQA copies) instead of matmul, scale+mask, softmax,
+                  cast, matmul;
   window          attention over the filled part of the cache only, in WINDOW-slot buckets (one
                   graph per bucket) instead of the whole cache every step;
   graph-sampling  sampling, log-prob, next token, cache index and EOS flag inside the captured
@@ -54,7 +58,7 @@ EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
 CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are masked)
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
-FEATURES = ("fused", "packed", "window", "graph-sampling")
+FEATURES = ("fused", "packed", "sdpa", "window", "graph-sampling")
 
 
 @dataclass(frozen=True)
@@ -63,12 +67,13 @@ class DecodeOptions:
 
     fused: bool = False
     packed: bool = False  # implies the fused layer code
+    sdpa: bool = False  # implies the fused layer code
     window: int = 0  # bucket of the attended cache prefix; 0 = the whole cache every step
     sample_in_graph: bool = False
 
     @property
     def name(self) -> str:
-        flags = (self.fused, self.packed, self.window > 0, self.sample_in_graph)
+        flags = (self.fused, self.packed, self.sdpa, self.window > 0, self.sample_in_graph)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -86,7 +91,7 @@ def parse_variant(name: str) -> DecodeOptions:
     if unknown:
         raise ValueError(f"unknown decoder feature(s) {unknown}: use 'ref' or a '+'-joined "
                          f"subset of {', '.join(FEATURES)}")
-    return DecodeOptions(fused="fused" in parts, packed="packed" in parts,
+    return DecodeOptions(fused="fused" in parts, packed="packed" in parts, sdpa="sdpa" in parts,
                          window=WINDOW if "window" in parts else 0,
                          sample_in_graph="graph-sampling" in parts)
 
@@ -257,7 +262,7 @@ class StaticDecoder:
     def decode_step(self, state: DecodeState, span: int, sampling: Sampling | None) -> None:
         """Reads state.token/index/pad, writes the new K/V and state.logits over the first
         `span` cache slots; with `sampling` (graph-sampling) it also samples the next token."""
-        if self.options.fused or self.options.packed:
+        if self.options.fused or self.options.packed or self.options.sdpa:
             self._decode_fused(state, span)
         else:
             self._decode_ref(state, span)
@@ -299,6 +304,8 @@ class StaticDecoder:
         bias = state.pad_bias[:, :span].masked_fill(
             state.key_index[:span] > state.index, torch.finfo(torch.float32).min)
         bias = bias[:, None, None, :]
+        if self.options.sdpa:  # SDPA takes the bias in the query's dtype
+            bias = bias.clamp(min=torch.finfo(self.dtype).min).to(self.dtype)
         x = F.embedding(state.token, self.embed)  # [B, hidden]
         for i, layer in enumerate(self.layers):
             self._fused_layer(state, i, layer, x, (cos, sin_signed), bias, span)
@@ -346,11 +353,14 @@ class StaticDecoder:
         slot = state.index.view(1)
         state.cache.k[i].index_copy_(2, slot, k.unsqueeze(2))
         state.cache.v[i].index_copy_(2, slot, v)
-        qg = q.view(b, self.kv_heads, self.heads // self.kv_heads, d)
+        qg = q.reshape(b, self.kv_heads, self.heads // self.kv_heads, d)
         keys, values = state.cache.k[i][:, :, :span], state.cache.v[i][:, :, :span]
-        scores = torch.matmul(qg, keys.transpose(-1, -2))
-        probs = torch.softmax(torch.add(bias, scores, alpha=d ** -0.5), dim=-1)
-        out = torch.matmul(probs.to(self.dtype), values)  # [B, KV, group, d]
+        if self.options.sdpa:
+            out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=bias, scale=d ** -0.5)
+        else:
+            scores = torch.matmul(qg, keys.transpose(-1, -2))
+            probs = torch.softmax(torch.add(bias, scores, alpha=d ** -0.5), dim=-1)
+            out = torch.matmul(probs.to(self.dtype), values)  # [B, KV, group, d]
         x.addmm_(out.view(b, -1), layer.o.t())
         h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
         x.addmm_(self._mlp_fused(i, layer, h), layer.down.t())
@@ -497,15 +507,23 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, top_k: int,
 def sample_sync_free(logits: torch.Tensor, sampling: Sampling,
                      generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """`sample` without host syncs (graph-capturable): torch.multinomial draws one sample as
-    argmax(p / q), q ~ Exp(1), after checking p on the host; the same draws without the check."""
-    if sampling.temperature <= 0:
+    argmax(p / q), q ~ Exp(1), after checking p on the host; the same draws without the check.
+    At T=1 without filters the fp32 softmax/log-softmax read the logits as they are (dtype=):
+    the same values without a float copy of [B, vocab] each."""
+    temperature = sampling.temperature
+    plain = temperature == 1.0 and sampling.top_p >= 1.0 and not 0 < sampling.top_k < \
+        logits.shape[-1]
+    if temperature <= 0:
         tokens = logits.argmax(-1)
     else:
-        probs = filter_logits(logits, sampling.temperature, sampling.top_p,
-                              sampling.top_k).softmax(-1)
+        probs = torch.softmax(logits, -1, dtype=torch.float32) if plain else \
+            filter_logits(logits, temperature, sampling.top_p, sampling.top_k).softmax(-1)
         noise = torch.empty_like(probs).exponential_(1, generator=generator)
         tokens = (probs / noise).argmax(-1)
-    return tokens, chosen_log_probs(logits, tokens, sampling.temperature)
+    if temperature <= 0 or temperature == 1.0:
+        log_probs = torch.log_softmax(logits, -1, dtype=torch.float32)
+        return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, chosen_log_probs(logits, tokens, temperature)
 
 
 def record(state: DecodeState, tokens: torch.Tensor, log_probs: torch.Tensor) -> None:

@@ -141,6 +141,7 @@ def _small_qwen3_bf16():  # noqa: ANN202
     dict(sample_in_graph=True),  # today's layers: tokens must equal torch.multinomial's
     dict(fused=True, window=16),
     dict(packed=True, window=16, sample_in_graph=True),
+    dict(packed=True, sdpa=True, window=16, sample_in_graph=True),
 ])
 def test_fast_generate_variant_graphs_replay_their_eager_loop(features) -> None:
     """Each decoder variant (issue 20): its CUDA graphs (one per 16-slot bucket, sampling

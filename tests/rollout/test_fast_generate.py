@@ -148,7 +148,8 @@ VARIANTS = {
     "window": fg.DecodeOptions(window=4),  # small buckets: the 9 steps cross three of them
     "graph-sampling": fg.DecodeOptions(sample_in_graph=True),
     "packed": fg.DecodeOptions(packed=True),
-    "all": fg.DecodeOptions(fused=True, packed=True, window=4, sample_in_graph=True),
+    "sdpa": fg.DecodeOptions(sdpa=True, window=4),
+    "all": fg.DecodeOptions(fused=True, packed=True, sdpa=True, window=4, sample_in_graph=True),
 }
 
 
@@ -166,11 +167,13 @@ def test_variant_is_the_reference_path(name) -> None:
     assert tokens == ref_tokens
     torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(ref_log_probs),
                                rtol=0, atol=1e-5)
-    sampled = dict(greedy, temperature=0.7, top_p=0.9, top_k=20, seed=3)
-    ours = fg.fast_generate(model, ROWS, options=options, **sampled)
-    ref = fg.fast_generate(model, ROWS, **sampled)
-    assert ours[0] == ref[0]
-    torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0, atol=1e-5)
+    for sampling in (dict(temperature=0.7, top_p=0.9, top_k=20), dict(temperature=1.0)):
+        sampled = {**greedy, **sampling, "seed": 3}
+        ours = fg.fast_generate(model, ROWS, options=options, **sampled)
+        ref = fg.fast_generate(model, ROWS, **sampled)
+        assert ours[0] == ref[0], sampling
+        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                   atol=1e-5)
 
 
 def test_packed_weights_follow_loads_and_llama() -> None:
@@ -235,7 +238,7 @@ def test_decode_profile_smoke_runs(capsys) -> None:
     import gpu_decode_profile as profile
 
     assert profile.main(["--smoke", "--variant", "ref", "--variant",
-                         "packed+window+graph-sampling"]) == 0
+                         "packed+sdpa+window+graph-sampling"]) == 0
     out = capsys.readouterr().out
     assert "FAILED" not in out and "Traceback" not in out
     summary = out[out.index("=== summary"):]
