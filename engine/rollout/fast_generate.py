@@ -79,6 +79,9 @@ class DecodeOptions:
 
 
 REFERENCE = DecodeOptions()
+# the variant used when none is named (PPODECK_DECODE unset, `options` not passed): today's
+# path until the H200 figures of bench/gpu_decode_profile.py pick another
+DEFAULT_VARIANT = "ref"
 
 
 def parse_variant(name: str) -> DecodeOptions:
@@ -96,15 +99,20 @@ def parse_variant(name: str) -> DecodeOptions:
                          sample_in_graph="graph-sampling" in parts)
 
 
+def default_options() -> DecodeOptions:
+    return parse_variant(DEFAULT_VARIANT)
+
+
 def options_from_env() -> tuple[DecodeOptions, str | None]:
     """(options, note): the PPODECK_DECODE variant, with a note to show whenever it is set."""
     raw = os.environ.get(VARIANT_ENV)
     if raw is None:
-        return REFERENCE, None
+        return default_options(), None
     try:
         options = parse_variant(raw)
     except ValueError as err:
-        return REFERENCE, f"{VARIANT_ENV}={raw!r} ignored ({err}); decoding with 'ref'"
+        return default_options(), (f"{VARIANT_ENV}={raw!r} ignored ({err}); decoding with "
+                                   f"'{DEFAULT_VARIANT}'")
     return options, f"{VARIANT_ENV}={raw!r}: the hf decoder runs variant '{options.name}'"
 
 
@@ -565,8 +573,10 @@ def storage_key(model: Any) -> tuple[int, ...]:  # noqa: ANN401
     return tuple(p.data_ptr() for p in model.parameters())
 
 
-def decoder_for(model: Any, options: DecodeOptions = REFERENCE) -> StaticDecoder:  # noqa: ANN401
-    """One StaticDecoder (and its captured graphs) per model, variant and parameter placement."""
+def decoder_for(model: Any, options: DecodeOptions | None = None) -> StaticDecoder:  # noqa: ANN401
+    """One StaticDecoder (and its captured graphs) per model, variant (DEFAULT_VARIANT's when
+    None) and parameter placement."""
+    options = default_options() if options is None else options
     key = storage_key(model)
     cached = _DECODERS.get((id(model), options))
     if cached is None or cached[0] != key:
@@ -585,12 +595,14 @@ def release_decoders() -> None:
 def fast_generate(model: Any, rows: Sequence[Sequence[int]], *, temperature: float,  # noqa: ANN401
                   top_p: float, top_k: int, max_new_tokens: int, eos_token_id: int | None,
                   pad_token_id: int, seed: int, use_cuda_graph: bool = True,
-                  options: DecodeOptions = REFERENCE,
+                  options: DecodeOptions | None = None,
                   hook: StepHook | None = None) -> tuple[list[list[int]], list[list[float]]]:
     """(new tokens, their log-probs) per row, max_new_tokens each (or fewer when every row
-    has produced EOS); cut them with hf_backend.cut_at_eos."""
+    has produced EOS); cut them with hf_backend.cut_at_eos. `options`: the decoder variant
+    (DEFAULT_VARIANT's when None)."""
     if not rows or max_new_tokens <= 0:
         return [[] for _ in rows], [[] for _ in rows]
+    options = default_options() if options is None else options
     decoder = decoder_for(model, options)
     decoder.refresh()
     ids, pad = left_padded(rows, pad_token_id, decoder.device)

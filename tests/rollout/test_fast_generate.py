@@ -94,13 +94,14 @@ def test_weights_loaded_later_are_seen() -> None:
 
 def test_early_stop_once_every_row_ended() -> None:
     model = tiny_model("qwen3")
-    decoder = fg.decoder_for(model)
+    decoder = fg.decoder_for(model, fg.REFERENCE)  # its logits() is patched below
     real = decoder.logits
     bias = torch.full((48,), -1e4)
     bias[EOS] = 0.0
     decoder.logits = lambda x: real(x) + bias  # every row samples EOS at once
     tokens, _ = fg.fast_generate(model, ROWS, temperature=1.0, top_p=1.0, top_k=-1,
-                                 max_new_tokens=100, eos_token_id=EOS, pad_token_id=PAD, seed=0)
+                                 max_new_tokens=100, eos_token_id=EOS, pad_token_id=PAD, seed=0,
+                                 options=fg.REFERENCE)
     assert all(len(t) == fg.EARLY_STOP_EVERY for t in tokens)
 
 
@@ -163,14 +164,14 @@ def test_variant_is_the_reference_path(name) -> None:
     greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=9, eos_token_id=None,
                   pad_token_id=PAD, seed=1)
     tokens, log_probs = fg.fast_generate(model, ROWS, options=options, **greedy)
-    ref_tokens, ref_log_probs = fg.fast_generate(model, ROWS, **greedy)
+    ref_tokens, ref_log_probs = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **greedy)
     assert tokens == ref_tokens
     torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(ref_log_probs),
                                rtol=0, atol=1e-5)
     for sampling in (dict(temperature=0.7, top_p=0.9, top_k=20), dict(temperature=1.0)):
         sampled = {**greedy, **sampling, "seed": 3}
         ours = fg.fast_generate(model, ROWS, options=options, **sampled)
-        ref = fg.fast_generate(model, ROWS, **sampled)
+        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **sampled)
         assert ours[0] == ref[0], sampling
         torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
                                    atol=1e-5)
@@ -184,7 +185,7 @@ def test_packed_weights_follow_loads_and_llama() -> None:
                   pad_token_id=PAD, seed=0)
     llama = tiny_model("llama")
     assert fg.fast_generate(llama, ROWS, options=options, **kwargs)[0] == \
-        fg.fast_generate(llama, ROWS, **kwargs)[0]
+        fg.fast_generate(llama, ROWS, options=fg.REFERENCE, **kwargs)[0]
     model = tiny_model("qwen3")
     first, _ = fg.fast_generate(model, ROWS, options=options, **kwargs)
     with torch.no_grad():
@@ -192,7 +193,7 @@ def test_packed_weights_follow_loads_and_llama() -> None:
             p.mul_(1.5)
     second, _ = fg.fast_generate(model, ROWS, options=options, **kwargs)
     assert second != first
-    assert second == fg.fast_generate(model, ROWS, **kwargs)[0]
+    assert second == fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)[0]
 
 
 def test_graph_sampling_stops_early_like_the_reference(monkeypatch) -> None:
@@ -219,13 +220,13 @@ def test_variant_names_round_trip(monkeypatch) -> None:
     with pytest.raises(ValueError, match="unknown decoder feature"):
         fg.parse_variant("fused+turbo")
     monkeypatch.delenv(fg.VARIANT_ENV, raising=False)
-    assert fg.options_from_env() == (fg.REFERENCE, None)
+    assert fg.options_from_env() == (fg.default_options(), None)
     monkeypatch.setenv(fg.VARIANT_ENV, "graph-sampling")
     options, note = fg.options_from_env()
     assert options.sample_in_graph and "graph-sampling" in note
     monkeypatch.setenv(fg.VARIANT_ENV, "nope")
     options, note = fg.options_from_env()
-    assert options == fg.REFERENCE and "ignored" in note
+    assert options == fg.default_options() and "ignored" in note
 
 
 def test_decode_profile_smoke_runs(capsys) -> None:
