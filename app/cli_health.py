@@ -15,6 +15,7 @@ import typer
 from app.cli_common import EXIT_UNHEALTHY, EXIT_USAGE, find_run_or_fail
 from app.cli_common import fail as _fail
 from engine.rundir import RunDir
+from engine.vocabulary import Metric
 
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
 
@@ -194,10 +195,10 @@ def _cell(cell: dict) -> str:
 
 # the monitor's charts: (title, [metric, ...]); several runs are overlaid, aligned by rollout
 CHARTS = (
-    ("reward", ["rollout/raw_reward"]),
-    ("value loss", ["train/critic-value_loss"]),
-    ("KL and clip fraction", ["train/ppo_kl", "train/kl_loss", "train/pg_clipfrac"]),
-    ("explained variance", ["critic/explained_variance"]),
+    ("reward", [Metric.REWARD]),
+    ("value loss", [Metric.VALUE_LOSS]),
+    ("KL and clip fraction", [Metric.PPO_KL, Metric.KL_LOSS, Metric.PG_CLIPFRAC]),
+    ("explained variance", [Metric.EXPLAINED_VARIANCE]),
 )
 PLOT_INSTALL = "pip install 'ppodeck[plot]'   (or: .venv/bin/pip install matplotlib)"
 

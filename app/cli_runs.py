@@ -29,8 +29,6 @@ from app.cli_common import err as _err
 from app.cli_common import fail as _fail
 from engine.events import follow, read_events
 from engine.rundir import (
-    ACTIVE_STATES,
-    FINAL_STATES,
     RUNS_DIR_ENV,
     RunDir,
     RunInfo,
@@ -40,6 +38,16 @@ from engine.rundir import (
     runs_root,
     write_status,
 )
+from engine.runstate import RunState
+from engine.vocabulary import (
+    ACTIVE_STATES,
+    EVENT_KINDS,
+    FINAL_STATES,
+    Kind,
+    Metric,
+    State,
+    is_eval_reward,
+)
 
 if TYPE_CHECKING:
     import subprocess
@@ -48,8 +56,6 @@ if TYPE_CHECKING:
     from app.cli_health import TailJudge
     from engine.config import RunConfig
 
-EVENT_KINDS = ("metrics", "phase", "offload", "gpu", "status", "log", "health")
-REWARD, VALUE_LOSS = "rollout/raw_reward", "train/critic-value_loss"
 _RUNS_HELP = f"Runs live under ${RUNS_DIR_ENV} (default ./runs)."
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
 
@@ -260,7 +266,7 @@ def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
     try:
         return start_driver(rundir, env=secret_env(config))
     except (LaunchError, OSError) as exc:
-        write_status(rundir, state="failed", detail=f"driver did not start: {exc}")
+        write_status(rundir, state=State.FAILED, detail=f"driver did not start: {exc}")
         _fail(f"could not start the driver for run {rundir.id}: {exc}", EXIT_FAILED)
 
 
@@ -276,7 +282,7 @@ def _launch(
     try:
         return rundir, start_driver(rundir, env=secret_env(config))
     except (LaunchError, OSError) as exc:
-        write_status(rundir, state="failed", detail=f"driver did not start: {exc}")
+        write_status(rundir, state=State.FAILED, detail=f"driver did not start: {exc}")
         _fail(f"could not start the driver for run {rundir.id}: {exc}", EXIT_FAILED)
 
 
@@ -297,7 +303,7 @@ def _submit(
     try:
         popen = submit(rundir, preset_name, address, env)
     except JobError as exc:
-        write_status(rundir, state="failed", detail=f"not submitted: {exc}")
+        write_status(rundir, state=State.FAILED, detail=f"not submitted: {exc}")
         _fail(str(exc), EXIT_FAILED)
     _err(f"submitted run {rundir.id} to {address} as Ray job {rundir.id}")
     return rundir, popen
@@ -307,37 +313,51 @@ def _submit(
 
 
 class RunProgress:
-    """What the attached view shows, folded from events (no rendering here)."""
+    """What the attached view shows: the run's fold (engine.runstate, as the TUI's) plus this
+    view's own wall clock and Ctrl-C note."""
 
     def __init__(self, run_id: str, num_rollout: int | None) -> None:
         self.run_id = run_id
-        self.num_rollout = num_rollout
+        self.fold = RunState(series_capacity=8, log_capacity=1, phase_capacity=16)
+        self.fold.num_rollout = num_rollout
         self.started = time.monotonic()
-        self.rollout_id: int | None = None
-        self.phase = "starting"
-        self.reward: float | None = None
-        self.value_loss: float | None = None
-        self.evals: dict[str, float] = {}  # eval/<dataset> -> its latest mean reward
-        self.state, self.detail = "starting", ""
+        self.interrupted_state: str | None = None  # after Ctrl-C, until the run says more
         self.note = ""  # e.g. the Ctrl-C hint
 
     def apply(self, event: dict[str, Any]) -> None:
-        if isinstance(event.get("rollout_id"), int):
-            self.rollout_id = event["rollout_id"]
-        kind = event["kind"]
-        if kind == "metrics":
-            metrics = event.get("metrics")
-            if isinstance(metrics, dict):  # a malformed event must not stop the view
-                self.reward = metrics.get(REWARD, self.reward)
-                self.value_loss = metrics.get(VALUE_LOSS, self.value_loss)
-                if event.get("step_key") == "eval/step":
-                    self.evals.update(eval_rewards(metrics))
-        elif kind == "phase":
-            name = str(event.get("name", "?"))
-            self.phase = name if event.get("state") == "start" else f"{name} done"
-        elif kind == "status":
-            self.state = str(event.get("state", self.state))
-            self.detail = str(event.get("detail", ""))
+        if event.get("kind") == Kind.STATUS:
+            self.interrupted_state = None
+        self.fold.apply((event,))
+
+    @property
+    def rollout_id(self) -> int | None:
+        return self.fold.rollout_id
+
+    @property
+    def num_rollout(self) -> int | None:
+        return self.fold.num_rollout
+
+    @property
+    def state(self) -> str:
+        return self.interrupted_state or self.fold.event_state or State.STARTING
+
+    @property
+    def phase(self) -> str:
+        current, ended = self.fold.current_phase, self.fold.last_ended_phase
+        return current or (f"{ended} done" if ended else State.STARTING)
+
+    @property
+    def reward(self) -> float | None:
+        return self.fold.latest(Metric.REWARD)
+
+    @property
+    def value_loss(self) -> float | None:
+        return self.fold.latest(Metric.VALUE_LOSS)
+
+    @property
+    def evals(self) -> dict[str, float]:
+        """eval/<dataset> -> its latest mean reward."""
+        return self.fold.eval_rewards()
 
     def rollout_text(self) -> str:
         return _rollout(self.rollout_id, self.num_rollout)
@@ -371,9 +391,7 @@ class RunProgress:
 
 def eval_rewards(metrics: dict[str, Any]) -> dict[str, float]:
     """eval/<dataset> (a dataset's mean reward), not eval/<dataset>/... nor the _ratio keys."""
-    return {k: v for k, v in metrics.items()
-            if k.startswith("eval/") and "/" not in k[5:] and not k.endswith("_ratio")
-            and isinstance(v, (int, float))}
+    return {k: v for k, v in metrics.items() if is_eval_reward(k) and isinstance(v, (int, float))}
 
 
 def _rollout(rollout_id: int | None, num_rollout: int | None) -> str:
@@ -427,7 +445,8 @@ class _View:
                 self._line_if_rollout_done(event.get("rollout_id"))
             self.progress.apply(event)
             kind = event["kind"]
-            if kind == "status" or (kind == "log" and event.get("level") in ("warning", "error")):
+            loud_log = kind == Kind.LOG and event.get("level") in ("warning", "error")
+            if kind == Kind.STATUS or loud_log:
                 self.say(format_event(event))
 
     def _line_if_rollout_done(self, rollout_id: Any) -> None:
@@ -469,7 +488,7 @@ def _act_on_interrupts(rundir: RunDir, interrupts: _Interrupts, view: _View) -> 
         interrupts.handled += 1
         force = interrupts.handled > 1
         view.say(stop_run(rundir, force=force))
-        view.progress.state = "killed" if force else "stopping"
+        view.progress.interrupted_state = "killed" if force else State.STOPPING
         view.progress.note = "" if force else ("stopping after the current rollout… "
                                                "press Ctrl-C again to stop at once")
         if view.live is None and view.progress.note:
@@ -479,16 +498,16 @@ def _act_on_interrupts(rundir: RunDir, interrupts: _Interrupts, view: _View) -> 
 def _exit_code(rundir: RunDir, popen: subprocess.Popen[bytes], interrupted: bool) -> int:
     status = read_status(rundir)
     state = status.get("state")
-    if state in ACTIVE_STATES or state in ("lost", "created", None):
+    if state in ACTIVE_STATES or state in (State.LOST, State.CREATED, None):
         detail = (f"driver exited with code {popen.returncode} before recording a final "
                   f"state; see {rundir.driver_log}")
-        status = write_status(rundir, state="failed", detail=detail, ended=time.time())
-        state = "failed"
+        status = write_status(rundir, state=State.FAILED, detail=detail, ended=time.time())
+        state = State.FAILED
     detail = status.get("detail") or ""
-    if state == "succeeded":
+    if state == State.SUCCEEDED:
         _err(f"run {rundir.id} succeeded")
         return 0
-    if interrupted or state == "stopped":
+    if interrupted or state == State.STOPPED:
         _err(f"run {rundir.id} stopped: {detail}")
         return EXIT_INTERRUPTED
     _err(f"run {rundir.id} {state}: {detail}\ndriver log: {rundir.driver_log}")
@@ -626,7 +645,7 @@ def _printer(as_json: bool, kinds: set[str], judge: TailJudge | None = None
 
     def show(event: dict[str, Any]) -> None:
         emit(event)
-        if judge is not None and event["kind"] != "health":
+        if judge is not None and event["kind"] != Kind.HEALTH:
             for finding in judge.after(event):
                 emit(finding)
 
@@ -737,9 +756,9 @@ def _format_health(e: dict[str, Any]) -> str:
     return format_health(e)
 
 
-_FORMATTERS = {"metrics": _format_metrics, "phase": _format_phase, "offload": _format_offload,
-               "gpu": _format_gpu, "status": _format_status, "log": _format_log,
-               "health": _format_health}
+_FORMATTERS = {Kind.METRICS: _format_metrics, Kind.PHASE: _format_phase,
+               Kind.OFFLOAD: _format_offload, Kind.GPU: _format_gpu, Kind.STATUS: _format_status,
+               Kind.LOG: _format_log, Kind.HEALTH: _format_health}
 
 
 # ------------------------------------------------------------------------------ stop, attach

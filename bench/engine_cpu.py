@@ -27,6 +27,7 @@ from engine.events import read_events  # noqa: E402
 from engine.launch import prepare_run, start_driver  # noqa: E402
 from engine.presets import load_preset, resolve_preset  # noqa: E402
 from engine.rundir import read_status  # noqa: E402
+from engine.vocabulary import PHASE_END, PHASE_START, Kind, Metric, Phase, State, StepKey  # noqa: E402
 
 GOAL_DRIVER_SHARE = 0.05
 TARGET_REWARD = 0.8
@@ -59,12 +60,12 @@ def phase_table(events: list[dict]) -> tuple[dict[str, float], float, float]:
     per_rollout: dict[int, dict[str, float]] = defaultdict(dict)
     step_start: dict[int, float] = {}
     for e in events:
-        if e["kind"] != "phase" or e.get("rollout_id") is None:
+        if e["kind"] != Kind.PHASE or e.get("rollout_id") is None:
             continue
         rid = e["rollout_id"]
-        if e["state"] == "start" and e["name"] == "generate":
+        if e["state"] == PHASE_START and e["name"] == Phase.GENERATE:
             step_start[rid] = e["ts"]
-        if e["state"] == "end":
+        if e["state"] == PHASE_END:
             per_rollout[rid][e["name"]] = per_rollout[rid].get(e["name"], 0.0) + e["seconds"]
     rids = sorted(step_start)
     steps = [step_start[b] - step_start[a] for a, b in zip(rids, rids[1:], strict=False)]
@@ -76,10 +77,11 @@ def phase_table(events: list[dict]) -> tuple[dict[str, float], float, float]:
 
 
 def time_to_reward(events: list[dict], target: float) -> float | None:
-    t0 = next(e["ts"] for e in events if e["kind"] == "phase" and e["name"] == "generate")
-    rewards = [(e["ts"], e["metrics"]["rollout/raw_reward"]) for e in events
-               if e["kind"] == "metrics" and e.get("step_key") == "rollout/step"
-               and "rollout/raw_reward" in e["metrics"]]
+    t0 = next(e["ts"] for e in events
+              if e["kind"] == Kind.PHASE and e["name"] == Phase.GENERATE)
+    rewards = [(e["ts"], e["metrics"][Metric.REWARD]) for e in events
+               if e["kind"] == Kind.METRICS and e.get("step_key") == StepKey.ROLLOUT
+               and Metric.REWARD in e["metrics"]]
     for i in range(2, len(rewards)):
         if statistics.mean(r for _, r in rewards[i - 2:i + 1]) >= target:
             return rewards[i][0] - t0
@@ -93,7 +95,7 @@ def main() -> int:
     ns = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     events, wall, status = run(ns.preset, parse_sets(ns.sets))
-    if status.get("state") != "succeeded":
+    if status.get("state") != State.SUCCEEDED:
         print(f"run did not succeed: {status.get('state')}: {status.get('detail')}")
         return 1
     medians, step, outside = phase_table(events)
@@ -106,8 +108,8 @@ def main() -> int:
     print(f"driver outside phases: {outside * 1000:.1f} ms/step = {share:.1%} of the step "
           f"(goal <= {GOAL_DRIVER_SHARE:.0%}: {share / GOAL_DRIVER_SHARE:.2f}x the budget)")
     reached = time_to_reward(events, TARGET_REWARD)
-    rewards = [e["metrics"]["rollout/raw_reward"] for e in events if e["kind"] == "metrics"
-               and e.get("step_key") == "rollout/step" and "rollout/raw_reward" in e["metrics"]]
+    rewards = [e["metrics"][Metric.REWARD] for e in events if e["kind"] == Kind.METRICS
+               and e.get("step_key") == StepKey.ROLLOUT and Metric.REWARD in e["metrics"]]
     print(f"reward first 3 {statistics.mean(rewards[:3]):.3f} -> last 3 "
           f"{statistics.mean(rewards[-3:]):.3f}")
     print("time to reward 0.8: " + (f"{reached:.1f} s after the first generate"

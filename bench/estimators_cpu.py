@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.engine_cpu import run as run_driver  # noqa: E402
 from engine.config import BY_NAME, check, coerce  # noqa: E402
 from engine.presets import load_preset, resolve_preset  # noqa: E402
+from engine.vocabulary import PHASE_START, Kind, Metric, Phase, State, StepKey  # noqa: E402
 
 WINDOW = 5  # rollouts averaged at each end
 
@@ -47,22 +48,23 @@ def run(preset: str, overrides: dict[str, Any]) -> tuple[list[dict], float, dict
 
 def summarize(events: list[dict]) -> dict[str, Any]:
     rollouts = [e["metrics"] for e in events
-                if e["kind"] == "metrics" and e.get("step_key") == "rollout/step"]
-    rewards = [m["rollout/raw_reward"] for m in rollouts if "rollout/raw_reward" in m]
-    starts = {e["rollout_id"]: e["ts"] for e in events if e["kind"] == "phase"
-              and e["name"] == "generate" and e["state"] == "start"}
+                if e["kind"] == Kind.METRICS and e.get("step_key") == StepKey.ROLLOUT]
+    rewards = [m[Metric.REWARD] for m in rollouts if Metric.REWARD in m]
+    starts = {e["rollout_id"]: e["ts"] for e in events if e["kind"] == Kind.PHASE
+              and e["name"] == Phase.GENERATE and e["state"] == PHASE_START}
     ids = sorted(starts)
     steps = [starts[b] - starts[a] for a, b in zip(ids, ids[1:], strict=False)]
-    pids = next((e.get("pids", {}) for e in events if e["kind"] == "log" and e.get("pids")), {})
-    critic_metrics = {k for e in events if e["kind"] == "metrics"
+    pids = next((e.get("pids", {}) for e in events if e["kind"] == Kind.LOG and e.get("pids")),
+                {})
+    critic_metrics = {k for e in events if e["kind"] == Kind.METRICS
                       for k in e["metrics"] if "critic" in k}
     return {
         "rollouts": len(rewards),
         "first": statistics.fmean(rewards[:WINDOW]) if rewards else float("nan"),
         "last": statistics.fmean(rewards[-WINDOW:]) if rewards else float("nan"),
         "step": statistics.median(steps) if steps else float("nan"),
-        "critic_phases": sum(1 for e in events if e["kind"] == "phase"
-                             and e["name"] == "critic_train" and e["state"] == "start"),
+        "critic_phases": sum(1 for e in events if e["kind"] == Kind.PHASE
+                             and e["name"] == Phase.CRITIC_TRAIN and e["state"] == PHASE_START),
         "critic_workers": sorted(name for name in pids if name.startswith("critic")),
         "critic_metrics": len(critic_metrics),
     }
@@ -79,7 +81,7 @@ def main() -> int:
     rows = {}
     for estimator in ns.estimators.split(","):
         events, wall, status = run(ns.preset, {**base, "advantage_estimator": estimator})
-        if status.get("state") != "succeeded":
+        if status.get("state") != State.SUCCEEDED:
             print(f"{estimator}: run did not succeed: {status.get('state')}: "
                   f"{status.get('detail')}")
             return 1

@@ -44,6 +44,11 @@
     weight push of the 1.19 GB model through CUDA IPC handles (flattened bucket) vs host
     tensors; release/resume of its memory as NVML sees it.
 
+(e) step (--only step, never by default: two whole runs): the per-phase breakdown of a real PPO
+    step of qwen3-0.6b-ppo-1gpu with the weight-sync paths side by side, CUDA IPC (the default
+    where actor and hf rollout share the GPU) and PPODECK_WEIGHT_SYNC=packed
+    (bench/step_bench.py; both runs' events go to $OUT when it is set).
+
 Every measurement is in its own try/except: one failure prints its traceback and the others
 still run; a final table is printed and the exit code is 0.
 """
@@ -591,6 +596,21 @@ def sglang_vs_hf_generate(gen, hf, rows, plan: Plan, res: Results) -> None:  # n
 
 
 # --------------------------------------------------------------------------------------------
+def step_section(plan: Plan, res: Results) -> None:
+    """(e) a real PPO step per phase, the weight-sync paths side by side (bench/step_bench.py:
+    qwen3-0.6b-ppo-1gpu with the default path, then with PPODECK_WEIGHT_SYNC=packed)."""
+    from step_bench import step_breakdown
+
+    preset = "qwen3-0.6b-ppo-1gpu" if plan.device.type == "cuda" else "tiny-cpu"
+    out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    columns = step_breakdown(preset, num_rollout=5, timeout_s=300.0, out_dir=out)
+    for name, column in columns.items():
+        for key in ("update_weights", "actor_train", "wall per rollout", "sync seconds"):
+            value = column.get(key)
+            res.add("step", f"{key} ({name})", value if isinstance(value, float) else None,
+                    "s", f"path {column.get('sync path')}")
+
+
 def environment(res: Results, plan: Plan) -> None:
     import importlib.metadata as md
 
@@ -610,14 +630,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes on CPU (checks the code paths in seconds)")
-    parser.add_argument("--only", choices=("train", "offload", "rollout", "sglang"),
+    parser.add_argument("--only", choices=("train", "offload", "rollout", "sglang", "step"),
                         action="append",
                         help="run only these sections (repeatable)")
     parser.add_argument("--variant", choices=tuple(VARIANTS), action="append",
                         help="train variants to run (repeatable; default: all)")
     ns = parser.parse_args(argv)
     plan = Plan.make(ns.smoke)
-    sections = set(ns.only or ("train", "offload", "rollout", "sglang"))
+    sections = set(ns.only or ("train", "offload", "rollout", "sglang"))  # step: asked for only
     res = Results()
     environment(res, plan)
     peak = 0.0
@@ -648,6 +668,9 @@ def main(argv: list[str] | None = None) -> int:
     if "sglang" in sections and plan.device.type == "cuda":
         with res.guard("sglang", "sglang"):
             sglang_bench(plan, res)
+    if "step" in sections:  # only when asked: two whole `ppodeck run`s (bench/step_bench.py)
+        with res.guard("step", "PPO step breakdown"):
+            step_section(plan, res)
     print("\n" + res.table(), flush=True)
     with contextlib.suppress(Exception):
         from engine.train.platform import shutdown_distributed

@@ -17,6 +17,14 @@
 #                 5 PPO steps after the critic-only one); e2e-hf the same preset on hf
 #   breakdown     the two runs' phases side by side (bench/ppo_breakdown.py)
 #   sglang-tests  tests/gpu/test_sglang_gpu.py
+# Weight sync (issue 20):
+#   sync          tests/gpu/test_ipc_sync_gpu.py (CUDA IPC sync bit-exact, greedy tokens equal the
+#                 packed path's), then bench/step_bench.py: qwen3-0.6b-ppo-1gpu twice (CUDA IPC,
+#                 then PPODECK_WEIGHT_SYNC=packed), the phase breakdown side by side (~6 min)
+#   e2e-1.7b      `ppodeck run qwen3-1.7b-ppo-1gpu` (4 rollouts: 3 PPO steps) under
+#                 bench/preset_memory.py: NVML peak per phase vs check()'s estimate, pinned host
+#                 memory of the offloaded state vs engine.host_memory's figure, offload GB/s,
+#                 the step breakdown (its own device call: up to ~9 min)
 set -uo pipefail
 OUT=${OUT:-/tmp/ppodeck-gpu-out}
 mkdir -p "$OUT"
@@ -37,7 +45,8 @@ steps=${*:-e2e bench tests}
 e2e_run() {  # NAME ARGS...: one ppodeck run; events, status and the log's tail into $OUT/NAME_*
   local name=$1
   shift
-  timeout "${E2E_TIMEOUT:-420}" python3 -m app run qwen3-0.6b-ppo-1gpu --yes "$@" 2>&1 | tail -40
+  timeout "${E2E_TIMEOUT:-420}" python3 -m app run "${PRESET:-qwen3-0.6b-ppo-1gpu}" --yes "$@" 2>&1 \
+    | tail -40
   run=$(ls -td /tmp/ppodeck-runs/*/ | head -1)
   cp "$run/events.jsonl" "$OUT/${name}events.jsonl" 2>/dev/null
   cp "$run/status.json" "$OUT/${name}status.json" 2>/dev/null
@@ -79,6 +88,16 @@ PY
     e2e-sglang) PPODECK_SGLANG_LOG_LEVEL=${PPODECK_SGLANG_LOG_LEVEL:-info} e2e_run sglang_ \
         --set rollout-backend=sglang --set num-rollout=6 ;;
     e2e-hf) e2e_run hf_ --set rollout-backend=hf --set num-rollout=6 ;;
+    sync)
+      timeout 150 python3 -m pytest tests/gpu/test_ipc_sync_gpu.py -m gpu -v -s \
+        -p no:cacheprovider --timeout-method=thread > "$OUT/gpu_tests_ipc_sync.log" 2>&1
+      grep -E "PASSED|FAILED|ERROR|Timeout|passed|failed|IPC load|^E " \
+        "$OUT/gpu_tests_ipc_sync.log" | head -30
+      timeout 420 python3 bench/step_bench.py --num-rollout 5 --timeout 200 --out "$OUT" 2>&1 \
+        | tee "$OUT/step_bench.log" ;;
+    e2e-1.7b)
+      timeout 570 python3 bench/preset_memory.py qwen3-1.7b-ppo-1gpu --num-rollout 4 \
+        --timeout 540 --out "$OUT" 2>&1 | tee "$OUT/preset_memory_1_7b.log" ;;
     breakdown) python3 bench/ppo_breakdown.py "$OUT/hf_events.jsonl" \
         "$OUT/sglang_events.jsonl" 2>&1 | tee "$OUT/breakdown.txt" ;;
     sglang-tests)

@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from engine.rundir import RunDir, pid_alive, read_status  # noqa: E402
+from engine.vocabulary import FINAL_STATES  # noqa: E402
 
 
 def cli_env(runs: Path) -> dict[str, str]:
@@ -58,7 +59,7 @@ def wait_final(rundir: RunDir, timeout: float = 600) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = read_status(rundir).get("state")
-        if state in ("succeeded", "failed", "stopped", "lost"):
+        if state in FINAL_STATES:
             return state
         time.sleep(0.2)
     return "timeout"

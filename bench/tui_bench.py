@@ -12,6 +12,8 @@ Each figure is printed next to its goal as a ratio (< 1.0 meets the goal).
   written to the terminal (the bytes, escape codes stripped, hold the last preset's row).
   `--compare DIR` runs another checkout (e.g. `git worktree add /tmp/before HEAD~3`)
   alternately with this one in the same sitting, so load from other work hits both alike.
+- tmux (only with --only tmux): the same in a real terminal, tmux 130x40, polled with
+  capture-pane every 20 ms (how issue 16 measured it); --compare works here too.
 - lag: a writer thread appends events to a running run's events.jsonl at --rate events/s;
   each event's `ts` is its write time, and lag = when the monitor finished applying it to
   RunState *and* redrawing the widgets, minus that ts.
@@ -29,6 +31,8 @@ import json
 import os
 import re
 import select
+import shlex
+import shutil
 import statistics
 import struct
 import subprocess
@@ -204,6 +208,55 @@ def bench_pty(runs: int, compare: Path | None = None, size: tuple[int, int] = (1
                 GOALS["paint_s"], "s")
 
 
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _tmux_once(tree: Path, env: dict[str, str], mark: re.Pattern[bytes],
+               size: tuple[int, int], session: str) -> float:
+    """Seconds from `tmux new-session` until capture-pane shows the preset list's last row."""
+    names = ("PPODECK_CONFIG_DIR", "PPODECK_STATE_DIR", "PPODECK_RUNS_DIR", "PYTHONPATH")
+    exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in names)
+    command = (f"cd {shlex.quote(str(tree))} && env {exports} {shlex.quote(sys.executable)} -c "
+               f"{shlex.quote(_entry_code(tree))}")
+    start = time.time()
+    _tmux("new-session", "-d", "-x", str(size[0]), "-y", str(size[1]), "-s", session, command)
+    try:
+        while not mark.search(_tmux("capture-pane", "-p", "-t", session).encode()):
+            if time.time() - start > 30:
+                raise SystemExit(f"no preset list in tmux after 30 s:\n"
+                                 f"{_tmux('capture-pane', '-p', '-t', session)}")
+            time.sleep(0.02)  # each poll is a tmux client process: poll gently on 2 cores
+        return time.time() - start
+    finally:
+        _tmux("kill-session", "-t", session)
+
+
+def bench_tmux(runs: int, compare: Path | None = None, size: tuple[int, int] = (130, 40)) -> None:
+    """What issue 16 measured: a real terminal (tmux), polled with capture-pane every 20 ms."""
+    if shutil.which("tmux") is None:
+        raise SystemExit("--only tmux needs tmux on PATH")
+    trees = _trees(compare)
+    mark = _list_painted_mark()
+    times: dict[Path, list[float]] = {tree: [] for _, tree in trees}
+    anchor = f"tui-bench-{os.getpid()}"
+    _tmux("new-session", "-d", "-s", anchor, "sleep 3600")  # the server stays up between runs
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for number in range(runs):
+                for index, (_, tree) in enumerate(trees):
+                    times[tree].append(_tmux_once(tree, _env(Path(tmp), tree), mark, size,
+                                                  f"{anchor}-{number}-{index}"))
+                    time.sleep(0.5)
+    finally:
+        _tmux("kill-session", "-t", anchor)
+    print(f"bare ppodeck in tmux {size[0]}x{size[1]}, until capture-pane shows the preset list:")
+    for label, tree in trees:
+        _report("  to preset list (median)" + label, statistics.median(times[tree]),
+                GOALS["paint_s"], "s",
+                f"runs={runs} " + " ".join(f"{v:.3f}" for v in times[tree]))
+
+
 # ---- event -> panel lag ----------------------------------------------------------------------
 
 def _writer(path: Path, rate: int, seconds: float, stop: threading.Event,
@@ -234,7 +287,7 @@ def bench_lag(rate: int, seconds: float, flush_s: float | None = None) -> None:
     from app.tui import screens
     from app.tui.app import PPODeckApp
     from app.tui.screens.monitor import MonitorScreen
-    from app.tui.state import RunState
+    from engine.runstate import RunState
 
     shipped = screens.monitor.FLUSH_S
     screens.monitor.FLUSH_S = shipped if flush_s is None else flush_s
@@ -354,7 +407,7 @@ def bench_memory(events: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("paint", "pty", "lag", "memory"))
+    parser.add_argument("--only", choices=("paint", "pty", "tmux", "lag", "memory"))
     parser.add_argument("--paint-runs", type=int, default=5)
     parser.add_argument("--compare", type=Path, metavar="DIR",
                         help="paint/pty: also measure this checkout, alternating with this one")
@@ -369,6 +422,8 @@ def main() -> None:
         bench_paint(args.paint_runs, args.compare)
     if args.only in (None, "pty"):
         bench_pty(args.paint_runs, args.compare)
+    if args.only == "tmux":  # not in the default set: it needs tmux
+        bench_tmux(args.paint_runs, args.compare)
     if args.only in (None, "lag"):
         bench_lag(args.rate, args.seconds)
         for flush_s in args.flush_s or []:

@@ -27,10 +27,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from engine.vocabulary import Metric
+
 KL_TOL, CLIPFRAC_TOL, KL_LOSS_TOL = 1e-9, 1e-10, 1e-9
 REF_LOGPROB_TOL, ROLLOUT_LOGPROB_TOL = 1e-8, 0.03
 GRAD_NORM_REL_TOL = GRAD_NORM_ABS_TOL = 0.03
-GRAD_NORM_KEYS = {"actor": "train/grad_norm", "critic": "train/critic-grad_norm"}
+GRAD_NORM_KEYS = {"actor": Metric.GRAD_NORM, "critic": Metric.CRITIC_GRAD_NORM}
 
 
 class CIFailure(AssertionError):
@@ -105,13 +107,13 @@ def check_kl(steps: Sequence[Mapping[str, Any]], rollout_id: int, first_rollout:
     if not steps:
         return
     first = steps[0]
-    for key, tol in (("train/ppo_kl", KL_TOL), ("train/pg_clipfrac", CLIPFRAC_TOL)):
+    for key, tol in ((Metric.PPO_KL, KL_TOL), (Metric.PG_CLIPFRAC, CLIPFRAC_TOL)):
         value = first.get(key)
         if value is not None and not abs(value) < tol:
             fail("kl", f"{key} = {value:.3e} at the first step of rollout {rollout_id}; "
                  f"expected |{key}| < {tol:g} (old and current log-probs come from the same "
                  "weights there)")
-    kl_loss = first.get("train/kl_loss")
+    kl_loss = first.get(Metric.KL_LOSS)
     if first_rollout and kl_loss is not None and not abs(kl_loss) < KL_LOSS_TOL:
         fail("kl", f"train/kl_loss = {kl_loss:.3e} at the run's first actor step; expected "
              f"< {KL_LOSS_TOL:g} (the reference is the initial actor)")

@@ -25,6 +25,7 @@ from engine.ci_checks import CIChecks
 from engine.events import EventWriter
 from engine.rundir import RunDir, write_status
 from engine.telemetry import Telemetry
+from engine.vocabulary import Phase, State, StepKey
 
 
 class StopRequested(Exception):
@@ -70,21 +71,21 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
     for rollout_id in range(start_rollout_id, args["num_rollout"]):
         if eval_before_training(args, rollout_id, start_rollout_id):
             evaluate(roles, tm, rollout_id)
-        with tm.phase("generate", rollout_id):
+        with tm.phase(Phase.GENERATE, rollout_id):
             batch = roles.rollout.generate(rollout_id)
-        with tm.phase("rollout_offload", rollout_id):
+        with tm.phase(Phase.ROLLOUT_OFFLOAD, rollout_id):
             tm.offload("rollout", "offload", roles.rollout.offload())
 
         critic_out = None  # grpo: no critic, advantages from the group-normalized rewards
         if roles.critic is not None:
-            with tm.phase("critic_train", rollout_id):
+            with tm.phase(Phase.CRITIC_TRAIN, rollout_id):
                 wake(roles.critic, tm, offload)
                 critic_out = roles.critic.train_critic(rollout_id, batch)
                 sleep(roles.critic, tm, offload)
 
         if roles.actor is not None and actor_trains(args, rollout_id):
             values = None if critic_out is None else critic_out["values"]
-            with tm.phase("actor_train", rollout_id):
+            with tm.phase(Phase.ACTOR_TRAIN, rollout_id):
                 wake(roles.actor, tm, offload)
                 actor_out = roles.actor.train_actor(rollout_id, batch, values)
                 exported = export_while_awake(args, roles, rollout_id)
@@ -94,16 +95,18 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             exported = None
 
         if save_due(args, rollout_id):
-            with tm.phase("save", rollout_id):
+            with tm.phase(Phase.SAVE, rollout_id):
                 save(args, roles, tm, rollout_id, offload)
 
-        with tm.phase("rollout_onload", rollout_id):
+        with tm.phase(Phase.ROLLOUT_ONLOAD, rollout_id):
             tm.offload("rollout", "onload", roles.rollout.onload())
         if push_due(args, rollout_id):
-            with tm.phase("update_weights", rollout_id):
+            with tm.phase(Phase.UPDATE_WEIGHTS, rollout_id):
                 exported = exported or export_weights(roles)  # warmup: the actor wakes for it
                 sync_start = time.perf_counter()
                 loaded = roles.rollout.update_weights(exported.ref)
+                if loaded["path"] == "cuda_ipc":  # copied: the actor's device buffer can go
+                    roles.actor.release_export()
                 log_weight_sync(tm, loaded, exported, time.perf_counter() - sync_start)
             if ci is not None:
                 ci.weight_push(loaded, actor_trained=actor_out is not None)
@@ -118,10 +121,10 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             evaluate(roles, tm, rollout_id)
         if tm.writer.error:  # fail at this rollout, not silently at the end of the run
             raise EventsNotWritten(tm.writer.error)
-        write_status(rundir, state="running", rollout_id=rollout_id,
+        write_status(rundir, state=State.RUNNING, rollout_id=rollout_id,
                      num_rollout=args["num_rollout"])
         if stop.requested and args.get("save") and not save_due(args, rollout_id):
-            with tm.phase("save", rollout_id):  # a graceful stop keeps this rollout's training
+            with tm.phase(Phase.SAVE, rollout_id):  # a graceful stop keeps this rollout's training
                 save(args, roles, tm, rollout_id, offload)
         stop.check()
 
@@ -164,9 +167,9 @@ def eval_after_rollout(args: dict[str, Any], rollout_id: int) -> bool:
 
 def evaluate(roles: Roles, tm: Telemetry, rollout_id: int) -> None:
     """Eval rollouts with the rollout side's current weights; nothing trains on them."""
-    with tm.phase("eval", rollout_id):
+    with tm.phase(Phase.EVAL, rollout_id):
         metrics = roles.rollout.eval(rollout_id)
-    tm.metrics("eval/step", rollout_id, rollout_id, metrics)
+    tm.metrics(StepKey.EVAL, rollout_id, rollout_id, metrics)
 
 
 def announce_run_modes(args: dict[str, Any], tm: Telemetry) -> None:
@@ -220,14 +223,21 @@ def export_while_awake(args: dict[str, Any], roles: Roles,
 
 def log_weight_sync(tm: Telemetry, loaded: dict | None, exported: ExportedWeights,
                     seconds: float) -> None:
-    """Split the weight sync into the actor's export, the transfer and the rollout's load."""
+    """Split the weight sync into the actor's export, the transfer and the rollout's load,
+    naming the path it took (cuda_ipc or packed_host) in the message and the event."""
     loaded = loaded or {}
     load = float(loaded.get("seconds", 0.0))
     total = exported.seconds + seconds
+    path = loaded.get("path", "packed_host")
     when = "after training, awake" if exported.while_awake else "woken for it"
-    tm.log("info", f"weight sync {total:.2f} s: actor export {exported.seconds:.3f} s ({when}), "
-                   f"transfer {seconds - load:.3f} s, rollout load {load:.3f} s "
-                   f"({int(loaded.get('bytes', 0)) / 1e9:.2f} GB, {loaded.get('path', 'host')})")
+    tm.writer.emit("log", level="info", source="driver",
+                   msg=f"weight sync {total:.2f} s via {path}: actor export "
+                       f"{exported.seconds:.3f} s ({when}), transfer {seconds - load:.3f} s, "
+                       f"rollout load {load:.3f} s ({int(loaded.get('bytes', 0)) / 1e9:.2f} GB, "
+                       f"{path})",
+                   sync_path=path, sync_seconds=total, export_seconds=exported.seconds,
+                   export_while_awake=exported.while_awake, transfer_seconds=seconds - load,
+                   load_seconds=load)
 
 
 def save_due(args: dict[str, Any], rollout_id: int) -> bool:
@@ -258,15 +268,15 @@ def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: 
     if critic_out is not None:
         steps = critic_out["step_metrics"]
         for i, metrics in enumerate(steps):
-            tm.metrics("train/step", rollout_id * len(steps) + i, rollout_id, metrics,
+            tm.metrics(StepKey.TRAIN, rollout_id * len(steps) + i, rollout_id, metrics,
                        role="critic")
         rollout_metrics.update(critic_out.get("rollout_metrics", {}))
     if actor_out is not None:
         for i, metrics in enumerate(actor_out["step_metrics"]):
             step = rollout_id * len(actor_out["step_metrics"]) + i
-            tm.metrics("train/step", step, rollout_id, metrics, role="actor")
+            tm.metrics(StepKey.TRAIN, step, rollout_id, metrics, role="actor")
         rollout_metrics.update(actor_out.get("rollout_metrics", {}))
-    tm.metrics("rollout/step", rollout_id, rollout_id, rollout_metrics)
+    tm.metrics(StepKey.ROLLOUT, rollout_id, rollout_id, rollout_metrics)
     return rollout_metrics
 
 
@@ -290,13 +300,13 @@ def run(rundir: RunDir) -> int:
     signal.signal(signal.SIGTERM, stop.handle)
     writer = EventWriter(rundir.events_jsonl)
     tm = Telemetry(writer, os.getpid())
-    write_status(rundir, state="running", pid=os.getpid(), pgid=os.getpgid(0))
+    write_status(rundir, state=State.RUNNING, pid=os.getpid(), pgid=os.getpgid(0))
     start_reaper(rundir)
-    tm.status("running")
+    tm.status(State.RUNNING)
     roles = None
     try:
         args = load_args(rundir)
-        tm.status("running", num_rollout=args["num_rollout"])  # replays need N without status.json
+        tm.status(State.RUNNING, num_rollout=args["num_rollout"])  # replays: N without status.json
         from engine.preflight import preflight
 
         preflight(args)  # a config the engine cannot take fails here, before Ray starts
@@ -308,14 +318,14 @@ def run(rundir: RunDir) -> int:
             tm.log("info", f"resumed from the checkpoint of rollout {start_rollout_id - 1}: "
                    f"continuing at rollout {start_rollout_id}", source="driver")
         train(args, roles, tm, stop, start_rollout_id, rundir)
-        return finish(rundir, tm, "succeeded", "all rollouts done", 0)
+        return finish(rundir, tm, State.SUCCEEDED, "all rollouts done", 0)
     except (StopRequested, KeyboardInterrupt):
         how = "at once" if stop.signals > 1 else "after the current rollout"
-        return finish(rundir, tm, "stopped", f"stopped by request {how}", 0)
+        return finish(rundir, tm, State.STOPPED, f"stopped by request {how}", 0)
     except Exception as err:  # noqa: BLE001 - the driver must always leave a status
         traceback.print_exc()
         reason = f"{type(err).__name__}: {err}".splitlines()[0][:500]
-        return finish(rundir, tm, "failed", f"{reason} (traceback in driver.log)", 1)
+        return finish(rundir, tm, State.FAILED, f"{reason} (traceback in driver.log)", 1)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleanup must not be interrupted
         from engine.roles import stop_roles
@@ -324,7 +334,7 @@ def run(rundir: RunDir) -> int:
         tm.close()
         writer.close()
         if writer.error:
-            write_status(rundir, state="failed",
+            write_status(rundir, state=State.FAILED,
                          detail=f"events could not be written: {writer.error}")
 
 

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from engine.vocabulary import Kind
+
 SCHEMA_VERSION = 1
 _MAX_LINE_WARNINGS = 20  # a corrupted file must not flood the screen
 _READ_CHUNK = 1 << 20
@@ -111,7 +113,7 @@ class EventWriter:
 
 def _drop_warning(dropped: int) -> dict[str, Any]:
     msg = f"{dropped} events were dropped because the event writer fell behind"
-    return {"v": SCHEMA_VERSION, "ts": time.time(), "kind": "log", "level": "warning",
+    return {"v": SCHEMA_VERSION, "ts": time.time(), "kind": Kind.LOG, "level": "warning",
             "source": "events", "msg": msg, "dropped": dropped}
 
 
@@ -232,12 +234,15 @@ class _LineParser:
             event = json.loads(line.decode("utf-8"))  # decode first: loads() guesses UTF-16
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             reason = "is incomplete (torn write)" if torn else f"is not valid JSON ({_why(exc)})"
-            return self._skip(reason)
+            self._skip(reason)
+            return None
         if not isinstance(event, dict) or not isinstance(event.get("kind"), str):
-            return self._skip("is not an event (an object with a 'kind')")
+            self._skip("is not an event (an object with a 'kind')")
+            return None
         version = event.get("v", SCHEMA_VERSION)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
-            return self._skip_newer(version)
+            self._skip_newer(version)
+            return None
         return event
 
     def warnings(self) -> list[str]:

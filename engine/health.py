@@ -30,23 +30,24 @@ from pathlib import Path
 from typing import Any
 
 from engine.events import SCHEMA_VERSION, encode_event, read_events
+from engine.vocabulary import Kind, Metric, State
 
 HEALTH_FILE = "health.jsonl"
 HEALTH_SNAPSHOT = "health.toml"  # the [health] table of the preset a run was launched from
 LEVELS = ("ok", "warning", "error")
 
-# metric names, as the engine emits them (engine/train/loss.py, worker.py, rollout/manager.py)
-CLIPFRAC = "train/pg_clipfrac"
-KL_KEYS = ("train/kl_loss", "train/ppo_kl")
-ENTROPY = "train/entropy_loss"
-GRAD_NORM = "train/grad_norm"
-EXPLAINED_VAR = "critic/explained_variance"
-VALUE_LOSS = "train/critic-value_loss"
-TRUNCATED = "rollout/truncated_ratio"
-RESPONSE_LEN = "rollout/response_len/mean"
-REWARD = "rollout/raw_reward"
-LOGPROB_GAP = "train/train_rollout_logprob_abs_diff"
-LOSSES = ("train/loss", VALUE_LOSS)
+# the metrics the rules judge (declared in engine/vocabulary.py, emitted by the engine)
+CLIPFRAC = Metric.PG_CLIPFRAC
+KL_KEYS = (Metric.KL_LOSS, Metric.PPO_KL)
+ENTROPY = Metric.ENTROPY
+GRAD_NORM = Metric.GRAD_NORM
+EXPLAINED_VAR = Metric.EXPLAINED_VARIANCE
+VALUE_LOSS = Metric.VALUE_LOSS
+TRUNCATED = Metric.TRUNCATED
+RESPONSE_LEN = Metric.RESPONSE_LEN
+REWARD = Metric.REWARD
+LOGPROB_GAP = Metric.LOGPROB_GAP
+LOSSES = (Metric.LOSS, VALUE_LOSS)
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ class Finding:
         return f"{self.code}:{self.metric}@{self.rollout_id}"
 
     def to_event(self, ts: float | None = None) -> dict[str, Any]:
-        return {"v": SCHEMA_VERSION, "ts": time.time() if ts is None else ts, "kind": "health",
+        return {"v": SCHEMA_VERSION, "ts": time.time() if ts is None else ts, "kind": Kind.HEALTH,
                 "id": self.id, **asdict(self)}
 
     @classmethod
@@ -245,7 +246,7 @@ class HealthJudge:
             return []
         self.last_rollout_id = max(self.last_rollout_id or 0, rollout_id)
         fired = self._close_before(rollout_id)
-        if event.get("kind") == "metrics" and isinstance(event.get("metrics"), dict):
+        if event.get("kind") == Kind.METRICS and isinstance(event.get("metrics"), dict):
             metrics = event["metrics"]
             self._open.setdefault(rollout_id, _Rollout(rollout_id)).add(metrics)
             if GRAD_NORM in metrics:
@@ -573,7 +574,8 @@ def run_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
 
 def judge_run(run_path: Path, now: float | None = None, write: bool = True) -> HealthReport:
     """Judge every event of the run; record the findings in health.jsonl (unless write=False)."""
-    from engine.rundir import ACTIVE_STATES, RunDir, driver_alive, read_status
+    from engine.rundir import RunDir, driver_alive, read_status
+    from engine.vocabulary import ACTIVE_STATES
 
     rundir = RunDir(Path(run_path))
     status = read_status(rundir)
@@ -585,7 +587,7 @@ def judge_run(run_path: Path, now: float | None = None, write: bool = True) -> H
     except FileNotFoundError:
         events, warnings = [], [f"{rundir.events_jsonl} does not exist yet"]
     judge.feed(events)
-    state = str(status.get("state") or "unknown")
+    state = str(status.get("state") or State.UNKNOWN)
     if state in ACTIVE_STATES:
         judge.check_hang(time.time() if now is None else now, driver_alive(rundir, status))
     else:

@@ -34,14 +34,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.rundir import FINAL_STATES, RunDir, read_status, update_status, write_status
+from engine.rundir import RunDir, read_status, update_status, write_status
+from engine.vocabulary import FINAL_STATES, Kind, State
 
 HEADERS_ENV = "PPODECK_RAY_JOB_HEADERS"
 # the cluster's Python for the entrypoint ("python" on the cluster's PATH unless set)
 SUBMIT_PYTHON_ENV = "PPODECK_SUBMIT_PYTHON"
 CONFIG_ENV = "PPODECK_JOB_CONFIG"
 EVENT_PREFIX = "PPODECK_EVENT "
-TERMINAL_JOB = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "stopped"}
+TERMINAL_JOB = {"SUCCEEDED": State.SUCCEEDED, "FAILED": State.FAILED, "STOPPED": State.STOPPED}
 ENGINE_DIR = Path(__file__).resolve().parent
 RECONNECT_S = 1.0
 GIVE_UP_S = 600.0  # the follower stops after this long without an answer from the cluster
@@ -117,7 +118,7 @@ def submit(rundir: RunDir, preset_name: str, address: str,
                                   "ppodeck_config_hash": config_hash(config_text)})
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise JobError(f"the cluster at {address} refused the job: {exc}") from exc
-    write_status(rundir, state="starting", detail=f"submitted to {address}",
+    write_status(rundir, state=State.STARTING, detail=f"submitted to {address}",
                  job={"address": address, "submission_id": rundir.id, "status": "PENDING"},
                  started=time.time())
     return start_follower(rundir)
@@ -141,7 +142,7 @@ def revive_follower(rundir: RunDir) -> bool:
     """A submitted run whose follower died (reboot, kill) while the job may still run: start a
     new one; it reads the whole job log first, so no event is lost or doubled."""
     status = read_status(rundir)
-    if not status.get("job") or status.get("state") != "lost":
+    if not status.get("job") or status.get("state") != State.LOST:
         return False
     start_follower(rundir)
     return True
@@ -155,7 +156,7 @@ def stop(rundir: RunDir, status: Mapping[str, Any]) -> str:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         return f"could not stop job {job['submission_id']} at {job['address']}: {exc}"
     update_status(rundir, lambda s: s if s.get("state") in FINAL_STATES else
-                  {**s, "state": "stopping", "detail": "stop requested through the Jobs API"})
+                  {**s, "state": State.STOPPING, "detail": "stop requested through the Jobs API"})
     if not stopped:
         return f"job {job['submission_id']} had already ended; nothing to stop"
     return f"asked the cluster at {job['address']} to stop job {job['submission_id']}"
@@ -257,7 +258,7 @@ class EventMirror:
         fields: dict[str, Any] = {}
         for raw in events:
             event = json.loads(raw)
-            if event.get("kind") == "status" and event.get("state"):
+            if event.get("kind") == Kind.STATUS and event.get("state"):
                 fields.update(state=event["state"], detail=event.get("detail", ""))
             if isinstance(event.get("rollout_id"), int):
                 fields["rollout_id"] = event["rollout_id"]
@@ -313,11 +314,11 @@ def follow(rundir: RunDir, poll_s: float = RECONNECT_S) -> str:
             print(f"job {submission_id}: {type(exc).__name__}: {exc}; reconnecting", flush=True)
             unreachable_since = unreachable_since or time.monotonic()
             if time.monotonic() - unreachable_since > GIVE_UP_S:
-                write_status(rundir, state="lost", ended=time.time(),
+                write_status(rundir, state=State.LOST, ended=time.time(),
                              detail=f"no answer from the cluster at {job['address']} for "
                                     f"{GIVE_UP_S:.0f} s; the job may still run there: "
                                     f"`ppodeck attach {rundir.id}` follows it again")
-                return "lost"
+                return State.LOST
         time.sleep(poll_s)
 
 
@@ -341,9 +342,9 @@ def finish(rundir: RunDir, jobs: Any, submission_id: str, job_status: str) -> st
     event) are kept when it recorded one."""
     info = jobs.get_job_info(submission_id)
     local = read_status(rundir)
-    recorded = ("succeeded", "failed", "stopped")  # by the driver itself ("lost" was ours)
+    recorded = (State.SUCCEEDED, State.FAILED, State.STOPPED)  # by the driver ("lost": ours)
     state = local.get("state") if local.get("state") in recorded else None
-    if state is None or (job_status == "STOPPED" and state != "stopped"):
+    if state is None or (job_status == "STOPPED" and state != State.STOPPED):
         state = TERMINAL_JOB[job_status]
         detail = info.message or f"job {job_status.lower()}"
         write_status(rundir, state=state, detail=detail, ended=time.time())

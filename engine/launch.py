@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from engine.config.resolve import TRACKER
 from engine.rundir import (
-    ACTIVE_STATES,
     RunDir,
     create_run_dir,
     pid_alive,
@@ -30,6 +29,7 @@ from engine.rundir import (
     update_status,
     write_status,
 )
+from engine.vocabulary import ACTIVE_STATES, State
 
 if TYPE_CHECKING:
     from engine.config import RunConfig
@@ -52,7 +52,7 @@ def prepare_run(
     rundir = _new_run_dir(run_dir) if run_dir is not None else create_run_dir(preset_name)
     _write_config(rundir, config, preset_name)
     write_status(
-        rundir, state="created", detail="", pid=None, pgid=None, created=time.time(),
+        rundir, state=State.CREATED, detail="", pid=None, pgid=None, created=time.time(),
         started=None, ended=None, rollout_id=None, num_rollout=config.get("num_rollout"),
         preset=preset_name,
     )
@@ -86,7 +86,7 @@ def prepare_resume(rundir: RunDir, config: RunConfig) -> int:
                               rundir.path / SUPERSEDED_EVENTS)
     _write_config(rundir, config, status.get("preset") or rundir.id)
     write_status(
-        rundir, state="created", detail=f"resuming after the checkpoint of rollout {saved}",
+        rundir, state=State.CREATED, detail=f"resuming after the checkpoint of rollout {saved}",
         pid=None, pgid=None, ended=None, rollout_id=saved, num_rollout=config.get("num_rollout"),
         resumed_from=saved, superseded_events=superseded,
     )
@@ -306,7 +306,7 @@ def driver_module(environ: Mapping[str, str]) -> str:
 def _record_started(rundir: RunDir, pid: int) -> None:
     def started(status: dict[str, Any]) -> dict[str, Any]:
         # The driver may already have written "running": never move it back to "starting".
-        state = "starting" if status.get("state") in (None, "created") else status["state"]
+        state = State.STARTING if status.get("state") in (None, State.CREATED) else status["state"]
         return {**status, "state": state, "pid": pid, "pgid": pid, "host": socket.gethostname(),
                 "started": time.time(), "ended": None}
 
@@ -338,7 +338,7 @@ def stop_run(rundir: RunDir, force: bool = False) -> str:
         read_status(rundir, record_lost=True)
         return f"run {rundir.id}: process group {pgid} is already gone; marked lost"
     if force:
-        write_status(rundir, state="stopped", detail="killed (SIGKILL) at the user's request",
+        write_status(rundir, state=State.STOPPED, detail="killed (SIGKILL) at the user's request",
                      ended=time.time())
         return f"killed run {rundir.id} (SIGKILL to process group {pgid})"
     update_status(rundir, _mark_stopping)
@@ -349,7 +349,7 @@ def stop_run(rundir: RunDir, force: bool = False) -> str:
 def _mark_stopping(status: dict[str, Any]) -> dict[str, Any]:
     if status.get("state") not in ACTIVE_STATES:
         return status  # the driver already wrote its final state: keep it
-    return {**status, "state": "stopping",
+    return {**status, "state": State.STOPPING,
             "detail": "stop requested; finishing the current rollout"}
 
 

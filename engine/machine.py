@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 PROC_GPUS = Path("/proc/driver/nvidia/gpus")
+PROC_MEMINFO = Path("/proc/meminfo")
 
 
 @functools.cache
@@ -72,3 +73,21 @@ def _proc_count(root: Path) -> int:
         return sum(1 for entry in root.iterdir() if entry.is_dir())
     except OSError:
         return 0  # no NVIDIA driver: no GPUs
+
+
+@functools.cache
+def host_memory_bytes() -> int | None:
+    """This machine's RAM (MemTotal), read once per process; None where /proc has none."""
+    return meminfo_total(PROC_MEMINFO)
+
+
+def meminfo_total(path: Path) -> int | None:
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            return int(parts[1]) * 1024 if len(parts) >= 2 and parts[1].isdigit() else None
+    return None

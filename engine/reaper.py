@@ -28,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from engine.rundir import ACTIVE_STATES, RunDir, update_status
+from engine.rundir import RunDir, update_status
+from engine.vocabulary import ACTIVE_STATES, Kind, State
 
 GRACE_S = 3.0  # SIGTERM -> SIGKILL: lets SGLang/NCCL release GPU memory on their own
 _TAIL_BYTES = 1 << 16  # enough of events.jsonl to find the last phase
@@ -99,7 +100,7 @@ def last_phase(events_path: Path) -> str | None:
             event = json.loads(line)
         except ValueError:
             continue  # a torn or partial line
-        if isinstance(event, dict) and event.get("kind") == "phase":
+        if isinstance(event, dict) and event.get("kind") == Kind.PHASE:
             rollout = event.get("rollout_id")
             where = f"rollout {rollout}" if rollout is not None else "startup"
             return f"{event.get('name')} ({where})"
@@ -119,11 +120,11 @@ def record_failure(rundir: RunDir, driver_pid: int, swept: int) -> bool:
         if status.get("state") not in ACTIVE_STATES:
             return status  # a final state is already recorded: keep it
         wrote.append(True)
-        return {**status, "state": "failed", "detail": detail, "ended": time.time()}
+        return {**status, "state": State.FAILED, "detail": detail, "ended": time.time()}
 
     update_status(rundir, fail)
     if wrote:
-        append_status_event(rundir.events_jsonl, "failed", detail)
+        append_status_event(rundir.events_jsonl, State.FAILED, detail)
     return bool(wrote)
 
 
@@ -131,7 +132,7 @@ def append_status_event(path: Path, state: str, detail: str) -> None:
     """Append one status event; a torn last line (killed writer) is closed off first."""
     from engine.events import SCHEMA_VERSION, encode_event
 
-    event = {"v": SCHEMA_VERSION, "ts": time.time(), "kind": "status", "state": state,
+    event = {"v": SCHEMA_VERSION, "ts": time.time(), "kind": Kind.STATUS, "state": state,
              "detail": detail, "source": "reaper"}
     with open(path, "ab+") as file:
         file.seek(0, os.SEEK_END)

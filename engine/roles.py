@@ -13,6 +13,7 @@ import ray
 
 from engine import cluster
 from engine.telemetry import Telemetry
+from engine.vocabulary import Kind
 
 
 class RolloutHandle:
@@ -104,6 +105,10 @@ class TrainHandle:
         refs = [w.export_hf_weights_packed.remote() for w in self.group.workers]
         self.group.wait(refs, "export_hf_weights_packed")
         return refs[0]
+
+    def release_export(self) -> None:
+        """The rollout has copied the CUDA IPC push: the actor frees the buffer behind it."""
+        self.group.call("release_export")
 
     def save(self, rollout_id: int) -> None:
         self.group.call("save", rollout_id)
@@ -202,6 +207,11 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Any, int]:
             tm.offload("rollout", "onload", rollout.onload())
         if actor is not None and not args["debug_train_only"]:  # miles: no push in debug modes
             roles.initial_sync = rollout.update_weights(actor.export_hf_weights())
+            path = roles.initial_sync["path"]
+            if path == "cuda_ipc":  # copied: the actor's device buffer can go
+                actor.release_export()
+            tm.log("info", f"initial weight push via {path} "
+                           f"({roles.initial_sync['bytes'] / 1e9:.2f} GB)", source="rollout")
     if use_gpu:
         tm.torch_reserved = lambda: torch_reserved_by_device(trainers)
     # miles takes the start rollout id from the critic (it is saved even during warmup)
@@ -214,7 +224,7 @@ def log_placement(tm: Telemetry, placement: cluster.Placement) -> None:
     nodes = {s.node_id for s in placement.slots}
     shown = ", ".join(f"{i}: {s.node_ip}" + ("" if s.gpu_id is None else f" GPU {s.gpu_id}")
                       for i, s in enumerate(placement.slots))
-    tm.writer.emit("log", level="info", source="cluster",
+    tm.writer.emit(Kind.LOG, level="info", source="cluster",
                    msg=f"placement: {len(placement.slots)} bundles on {len(nodes)} node(s) "
                        f"({shown})", slots=placement.jsonable())
 
@@ -238,7 +248,7 @@ def log_worker_pids(tm: Telemetry, rollout: RolloutHandle, handles: list[TrainHa
         return
     pids = dict(zip(named, found, strict=True))
     shown = ", ".join(f"{name} {pid}" for name, pid in pids.items())
-    tm.writer.emit("log", level="info", source="cluster", msg=f"worker pids: {shown}",
+    tm.writer.emit(Kind.LOG, level="info", source="cluster", msg=f"worker pids: {shown}",
                    pids=pids)
 
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.vocabulary import ACTIVE_STATES, State
+
 RUNS_DIR_ENV = "PPODECK_RUNS_DIR"
-ACTIVE_STATES = frozenset({"starting", "running", "stopping"})
-FINAL_STATES = frozenset({"stopped", "succeeded", "failed", "lost"})
 _ID_ATTEMPTS = 100
 
 
@@ -125,9 +125,9 @@ def read_status(rundir: RunDir, record_lost: bool = False) -> dict[str, Any]:
     """
     status = _read_raw(rundir)
     if status.get("state") in ACTIVE_STATES and not driver_alive(rundir, status):
-        status.update(state="lost", detail=_lost_detail(rundir, status))
+        status.update(state=State.LOST, detail=_lost_detail(rundir, status))
         if record_lost:
-            write_status(rundir, state="lost", detail=status["detail"], ended=time.time())
+            write_status(rundir, state=State.LOST, detail=status["detail"], ended=time.time())
     return status
 
 
@@ -144,8 +144,8 @@ def _read_raw(rundir: RunDir) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        return {"state": "unknown", "detail": f"{rundir.status_json} is unreadable: {exc}"}
-    return status if isinstance(status, dict) else {"state": "unknown", "detail": "bad status"}
+        return {"state": State.UNKNOWN, "detail": f"{rundir.status_json} is unreadable: {exc}"}
+    return status if isinstance(status, dict) else {"state": State.UNKNOWN, "detail": "bad status"}
 
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
@@ -176,7 +176,7 @@ def driver_alive(rundir: RunDir, status: dict[str, Any]) -> bool:
     """Whether the driver recorded in `status` may still be running (True when unknowable)."""
     pid = status.get("pid")
     if not isinstance(pid, int):
-        return status.get("state") == "starting"  # the pid is recorded right after the start
+        return status.get("state") == State.STARTING  # the pid is recorded right after the start
     if status.get("host") not in (None, socket.gethostname()):
         return True  # driver on another machine (shared run dir): cannot check from here
     return pid_alive(pid) and _is_driver_of(pid, rundir)
@@ -230,7 +230,7 @@ def _info(rundir: RunDir) -> RunInfo:
     return RunInfo(
         id=rundir.id,
         path=rundir.path,
-        state=status.get("state", "unknown"),
+        state=status.get("state", State.UNKNOWN),
         preset=status.get("preset") or "",
         started=status.get("started") or status.get("created"),
         rollout_id=status.get("rollout_id"),

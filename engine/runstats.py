@@ -15,21 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from engine.events import read_events
+from engine.vocabulary import PHASE_END, Kind, Metric, State, StepKey
 
 # the PPO diagnostics compare shows, and which way is better ("max", "min"; None: no best)
 DIAGNOSTICS: dict[str, str | None] = {
-    "rollout/raw_reward": "max",
-    "critic/explained_variance": "max",
-    "train/critic-value_loss": "min",
-    "train/critic-value_clipfrac": None,
-    "train/pg_clipfrac": None,
-    "train/ppo_kl": None,
-    "train/kl_loss": None,
-    "train/entropy_loss": None,
-    "train/grad_norm": None,
-    "rollout/response_len/mean": None,
-    "rollout/truncated_ratio": "min",
-    "train/train_rollout_logprob_abs_diff": "min",
+    Metric.REWARD: "max",
+    Metric.EXPLAINED_VARIANCE: "max",
+    Metric.VALUE_LOSS: "min",
+    Metric.VALUE_CLIPFRAC: None,
+    Metric.PG_CLIPFRAC: None,
+    Metric.PPO_KL: None,
+    Metric.KL_LOSS: None,
+    Metric.ENTROPY: None,
+    Metric.GRAD_NORM: None,
+    Metric.RESPONSE_LEN: None,
+    Metric.TRUNCATED: "min",
+    Metric.LOGPROB_GAP: "min",
 }
 
 
@@ -37,7 +38,7 @@ DIAGNOSTICS: dict[str, str | None] = {
 class RunStats:
     run_id: str
     path: Path
-    state: str = "unknown"
+    state: str = State.UNKNOWN
     series: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     phase_seconds: dict[str, list[float]] = field(default_factory=dict)
     wall_seconds: float | None = None
@@ -61,8 +62,8 @@ def rollout_series(events: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[
     sums: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for event in events:
         rid, metrics = event.get("rollout_id"), event.get("metrics")
-        if event.get("kind") != "metrics" or not isinstance(rid, int) or \
-                not isinstance(metrics, dict) or event.get("step_key") == "eval/step":
+        if event.get("kind") != Kind.METRICS or not isinstance(rid, int) or \
+                not isinstance(metrics, dict) or event.get("step_key") == StepKey.EVAL:
             continue
         for key, value in metrics.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -75,7 +76,7 @@ def phase_seconds(events: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]
     out: dict[str, list[float]] = defaultdict(list)
     for event in events:
         seconds = event.get("seconds")
-        if event.get("kind") == "phase" and event.get("state") == "end" and \
+        if event.get("kind") == Kind.PHASE and event.get("state") == PHASE_END and \
                 isinstance(seconds, (int, float)):
             out[str(event.get("name"))].append(float(seconds))
     return dict(out)
@@ -86,7 +87,7 @@ def load_run(path: Path) -> RunStats:
 
     rundir = RunDir(Path(path))
     status = read_status(rundir)
-    stats = RunStats(rundir.id, rundir.path, str(status.get("state") or "unknown"))
+    stats = RunStats(rundir.id, rundir.path, str(status.get("state") or State.UNKNOWN))
     try:
         events, warnings = read_events(rundir.events_jsonl)
     except FileNotFoundError:

@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from engine.events import EventWriter
+from engine.vocabulary import PHASE_END, PHASE_START, Kind
 
 
 def process_tree_rss(root_pid: int) -> int:
@@ -97,11 +98,11 @@ class Telemetry:
 
     @contextlib.contextmanager
     def phase(self, name: str, rollout_id: int | None) -> Iterator[None]:
-        self.writer.emit("phase", name=name, state="start", rollout_id=rollout_id)
+        self.writer.emit(Kind.PHASE, name=name, state=PHASE_START, rollout_id=rollout_id)
         start = time.perf_counter()
         yield
         seconds = time.perf_counter() - start
-        self.writer.emit("phase", name=name, state="end", rollout_id=rollout_id,
+        self.writer.emit(Kind.PHASE, name=name, state=PHASE_END, rollout_id=rollout_id,
                          seconds=round(seconds, 6))
         self.memory(f"after {name}")
 
@@ -116,7 +117,7 @@ class Telemetry:
         self._sampler.submit(self._emit_memory, label, devices or [])
 
     def _emit_memory(self, label: str, devices: list[dict[str, Any]]) -> None:
-        self.writer.emit("gpu", label=label, devices=devices,
+        self.writer.emit(Kind.GPU, label=label, devices=devices,
                          rss_bytes=process_tree_rss(self.root_pid))
 
     def close(self) -> None:
@@ -139,7 +140,7 @@ class Telemetry:
                  for key in ("pin_seconds", "copy_seconds", "alloc_seconds",
                              "nvml_after_bytes")
                  if report.get(key) is not None}
-        self.writer.emit("offload", model=model, direction=direction,
+        self.writer.emit(Kind.OFFLOAD, model=model, direction=direction,
                          where=report.get("where", where), bytes=moved,
                          seconds=round(seconds, 6),
                          gbps=None if gbps is None else round(float(gbps), 3), noop=noop,
@@ -148,13 +149,13 @@ class Telemetry:
     def metrics(self, step_key: str, step: int, rollout_id: int, metrics: dict[str, float],
                 role: str | None = None) -> None:
         if metrics:
-            self.writer.emit("metrics", step_key=step_key, step=step, rollout_id=rollout_id,
+            self.writer.emit(Kind.METRICS, step_key=step_key, step=step, rollout_id=rollout_id,
                              role=role, metrics=metrics)
             if self.tracking is not None:
                 self._tracker.submit(self.tracking.log, step_key, step, metrics)
 
     def log(self, level: str, msg: str, source: str = "driver") -> None:
-        self.writer.emit("log", level=level, source=source, msg=msg)
+        self.writer.emit(Kind.LOG, level=level, source=source, msg=msg)
 
     def status(self, state: str, detail: str = "", **fields: Any) -> None:
-        self.writer.emit("status", state=state, detail=detail, **fields)
+        self.writer.emit(Kind.STATUS, state=state, detail=detail, **fields)

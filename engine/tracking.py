@@ -24,10 +24,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from engine.vocabulary import StepKey
+
 Log = Callable[[str, str], None]  # (level, message): Telemetry.log
-STEP_GROUPS = (("train/*", "train/step"), ("rollout/*", "rollout/step"),
-               ("perf/*", "rollout/step"), ("critic/*", "rollout/step"),
-               ("eval/*", "eval/step"))
+STEP_GROUPS = (("train/*", StepKey.TRAIN), ("rollout/*", StepKey.ROLLOUT),
+               ("perf/*", StepKey.ROLLOUT), ("critic/*", StepKey.ROLLOUT),
+               ("eval/*", StepKey.EVAL))
 ONLINE_TIMEOUT_S = 90.0
 
 
@@ -41,7 +43,7 @@ class Backend(Protocol):
 
 def axis_step(args: Mapping[str, Any], step_key: str, step: int) -> int:
     """miles' compute_rollout_step for rollout/step and eval/step; train/step as given."""
-    if step_key == "train/step" or not args["wandb_always_use_train_step"]:
+    if step_key == StepKey.TRAIN or not args["wandb_always_use_train_step"]:
         return step
     samples = args["rollout_batch_size"] * args["n_samples_per_prompt"]
     return step * samples // args["global_batch_size"]

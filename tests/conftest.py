@@ -8,8 +8,8 @@ import pytest
 
 from engine.config.rules_engine import Machine
 
-CPU_MACHINE = Machine(gpus=0, transformer_engine=False, sglang=False)
-GPU_MACHINE = Machine(gpus=4, transformer_engine=True, sglang=True)
+CPU_MACHINE = Machine(gpus=0, transformer_engine=False, sglang=False, host_memory_bytes=16 << 30)
+GPU_MACHINE = Machine(gpus=4, transformer_engine=True, sglang=True, host_memory_bytes=512 << 30)
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ Bare `ppodeck` calls run_tui(): preset picker -> flag editor -> launch -> run mo
 
 from __future__ import annotations
 
+import gc
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,9 @@ from app.tui.messages import PresetChosen, RunChosen, RunLaunched
 
 if TYPE_CHECKING:
     from engine.config.script_import import ImportReport
+
+
+GC_BACK_ON_S = 3.0  # the collector is back on by then even if no screen says it painted
 
 
 class PPODeckApp(App[None]):
@@ -44,6 +48,7 @@ class PPODeckApp(App[None]):
 
     def on_mount(self) -> None:
         self.set_interval(2.0, self._reap_drivers)
+        self.set_timer(GC_BACK_ON_S, self.startup_painted)  # in case no screen reports it
         if self.start_replay:
             self.open_replay(Path(self.start_replay))
         elif self.start_attach:
@@ -136,6 +141,13 @@ class PPODeckApp(App[None]):
             self.drivers.append(message.process)
         self.notify(f"run started: {message.run_dir}", title="launched")
         self.switch_screen(MonitorScreen(run_dir=message.run_dir, now=self.fixed_now))
+
+    def startup_painted(self) -> None:
+        """The first screen is up. If start-up ran without the garbage collector (app.tui.entry),
+        freeze what it built (kept for the whole session, never garbage) and collect again."""
+        if not gc.isenabled():
+            gc.freeze()
+            gc.enable()
 
     def _reap_drivers(self) -> None:
         # A driver we started is our child: poll() reaps it so it never lingers as a zombie.

@@ -10,7 +10,7 @@ import difflib
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from engine.config.model import RunConfig
 from engine.config.resolve import expand_path
@@ -47,7 +47,7 @@ def to_argv(config: RunConfig, *, show_secrets: bool = True,
             if value is True:
                 argv.append(flag.name)
         elif kind == "tristate":
-            argv.append(flag.name if value else flag.negative)
+            argv.append(flag.name if value else cast(str, flag.negative))  # set for tristates
         elif kind == "list":
             argv.append(flag.name)
             argv.extend(str(v) for v in value)

@@ -61,12 +61,13 @@ from typing import Any
 
 from engine.config.model import RunConfig
 from engine.config.resolve import resolve
+from engine.vocabulary import Phase
 
 GIB = float(1 << 30)
 GPU_GIB = 80.0
 CONTEXT_GIB = 0.5
 DEFAULT_SGLANG_FRACTION = 0.8
-PHASES = ("generate", "critic_train", "actor_train")
+PHASES = (Phase.GENERATE, Phase.CRITIC_TRAIN, Phase.ACTOR_TRAIN)  # those the estimate covers
 ROLES = ("actor", "critic", "rollout", "total")
 
 
@@ -220,12 +221,13 @@ def memory_estimate(r: Mapping[str, Any], params: int | None
     asleep = CONTEXT_GIB if r["offload_train"] else None
     released = CONTEXT_GIB if r["offload_rollout"] else rollout_active
     table = {
-        "generate": (asleep or actor_awake, asleep or critic_awake, rollout_active),
-        "critic_train": (asleep or actor_awake, critic_awake, released),
-        "actor_train": (actor_awake, asleep or critic_awake, released),
+        Phase.GENERATE: (asleep or actor_awake, asleep or critic_awake, rollout_active),
+        Phase.CRITIC_TRAIN: (asleep or actor_awake, critic_awake, released),
+        Phase.ACTOR_TRAIN: (actor_awake, asleep or critic_awake, released),
     }
     if not r["use_critic"]:
-        table["critic_train"] = (table["critic_train"][0], 0.0, table["critic_train"][2])
+        critic_phase = table[Phase.CRITIC_TRAIN]
+        table[Phase.CRITIC_TRAIN] = (critic_phase[0], 0.0, critic_phase[2])
     out: dict[str, dict[str, float | None]] = {}
     for phase, (actor, critic, rollout) in table.items():
         critic = critic if r["use_critic"] else 0.0
@@ -233,3 +235,38 @@ def memory_estimate(r: Mapping[str, Any], params: int | None
         out[phase] = {"actor": round(actor, 2), "critic": round(critic, 2),
                       "rollout": round(rollout, 2), "total": round(total, 2)}
     return out
+
+
+# ---- host memory under --offload-train (engine.host_memory) --------------------------------
+# What the offload keeps in pinned host memory per GPU (engine/train/offload.py
+# train_state_tensors: bf16 params, fp32 master weights and Adam m, v; grads are freed, not
+# copied), the actor's pinned reference and swap copies under --use-kl-loss
+# (engine/train/worker.py: weights.backup), and the hf rollout's offloaded bf16 weights.
+HOST_USABLE_FRACTION = 0.9  # the rest: the OS, each process's own memory, Ray's object store
+
+
+def _offloaded_state_bytes(r: Mapping[str, Any], params: int, role: str) -> float:
+    shard = params / (r["tensor_model_parallel_size"] * r["pipeline_model_parallel_size"])
+    optim = 0.0 if r["optimizer_cpu_offload"] else 12 * shard
+    if r["use_distributed_optimizer"]:
+        optim /= r["dp_size"]
+    ref_copies = 4 * shard if role == "actor" and r["use_kl_loss"] else 0.0
+    return 2 * shard + optim + ref_copies
+
+
+def host_offload_gib(r: Mapping[str, Any], params: int | None) -> dict[str, float] | None:
+    """Pinned host GiB on the first node (the one that also holds the hf rollout) while the
+    models sleep, by role and in total; None without --offload-train or a known shape."""
+    tp, pp, dp = (r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"],
+                  r["dp_size"])
+    if params is None or not r["offload_train"] or not _positive(tp, pp, dp):
+        return None
+    per_node = r["actor_num_gpus_per_node"]
+    actor = _offloaded_state_bytes(r, params, "actor") * per_node / GIB
+    critic = (_offloaded_state_bytes(r, params, "critic") * per_node / GIB
+              if r["use_critic"] else 0.0)
+    # auto picks hf wherever sglang is missing: counted, as the larger of the two
+    hf_rollout = r["rollout_backend"] != "sglang" and r["colocate"] and r["offload_rollout"]
+    rollout = 2 * params / GIB if hf_rollout else 0.0
+    return {"actor": actor, "critic": critic, "rollout": rollout,
+            "total": actor + critic + rollout}

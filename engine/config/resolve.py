@@ -86,7 +86,7 @@ def split_values(config: RunConfig) -> tuple[dict[str, Any], list[tuple[str, str
 
 
 def _has_tracker(path: str | None) -> bool:
-    return bool(path) and os.path.exists(os.path.join(path, TRACKER))
+    return bool(path and os.path.exists(os.path.join(path, TRACKER)))
 
 
 def resolve_values(valid: dict[str, Any]) -> dict[str, Any]:

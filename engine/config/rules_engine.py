@@ -34,6 +34,7 @@ class Machine:
     gpus: int  # visible GPUs (CUDA_VISIBLE_DEVICES respected)
     transformer_engine: bool  # importable
     sglang: bool  # importable
+    host_memory_bytes: int | None = None  # MemTotal of /proc/meminfo; None: unknown
 
     @property
     def cuda(self) -> bool:
@@ -43,10 +44,10 @@ class Machine:
 @functools.cache
 def this_machine() -> Machine:
     """Probed once per process: find_spec only (nothing is imported), NVML or /proc for GPUs."""
-    from engine.machine import visible_gpus
+    from engine.machine import host_memory_bytes, visible_gpus
 
     return Machine(gpus=visible_gpus(), transformer_engine=_importable("transformer_engine"),
-                   sglang=_importable("sglang"))
+                   sglang=_importable("sglang"), host_memory_bytes=host_memory_bytes())
 
 
 def _importable(module: str) -> bool:
@@ -220,6 +221,27 @@ def _precision(r: dict, s: set, m: Machine, out: Out) -> None:
                "drop --bf16 to train in float32 on CPU, or run on a GPU machine")
 
 
+def _host_memory(r: dict, m: Machine, out: Out) -> None:
+    """--offload-train parks both models' train state in pinned host memory between phases:
+    it must fit the RAM of the node that holds it (a cluster is checked at launch)."""
+    from engine.config.derived import HOST_USABLE_FRACTION, count_params, host_offload_gib
+
+    if not m.cuda or m.host_memory_bytes is None or _on_a_cluster(r):
+        return  # on CPU nothing is pinned: the train state lives in RAM either way
+    need = host_offload_gib(r, count_params(r))
+    usable = HOST_USABLE_FRACTION * m.host_memory_bytes / (1 << 30)
+    if need is None or need["total"] <= usable:
+        return
+    _issue(out, "error", "engine.host_memory", ("offload_train",),
+           f"--offload-train keeps {need['total']:.1f} GiB in pinned host memory on the first "
+           f"node (actor {need['actor']:.1f}, critic {need['critic']:.1f}, rollout "
+           f"{need['rollout']:.1f} GiB: bf16 params, fp32 master weights and Adam moments per "
+           f"GPU), but this machine has {m.host_memory_bytes / (1 << 30):.0f} GiB of RAM "
+           f"({usable:.0f} GiB usable beside the OS, the processes and Ray).",
+           "turn --offload-train off (the state stays on the GPUs), pick a smaller model, "
+           "or spread the model over more GPUs or nodes (TP/PP) so each holds less")
+
+
 def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = None) -> None:
     m = machine or this_machine()
     refused_flags(e, s, out)
@@ -231,6 +253,7 @@ def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = N
     _reward(r, out)
     _precision(r, s, m, out)
     _devices(r, m, out)
+    _host_memory(r, m, out)
 
 
 def engine_classes() -> dict[str, list[str]]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.rollout.types import GenOut, Prompt, RolloutBatch, Sample
+from engine.vocabulary import Metric
 
 # miles: these estimators train on group-normalized rewards (train_data_conversion.py)
 GROUP_NORMALIZED = ("grpo", "gspo", "reinforce_plus_plus_baseline")
@@ -264,17 +265,20 @@ class RolloutManager:
     # ---- weights and memory -------------------------------------------------------------
     def update_weights(self, hf_weights: Any) -> dict[str, Any]:  # noqa: ANN401
         """Load the actor's HF weights: a state dict, or the packed buffer the driver passes."""
-        from engine.rollout.weight_transfer import IpcWeights, as_loadable
+        from engine.rollout.weight_transfer import as_loadable
+        from engine.train.ipc_sync import TorchIpcWeights, open_state, sync_path_of
 
         start = time.perf_counter()
-        loadable = as_loadable(hf_weights)
+        # a torch IPC handle maps the actor's device buffer: views copied in place below
+        loadable = (open_state(hf_weights) if isinstance(hf_weights, TorchIpcWeights)
+                    else as_loadable(hf_weights))
         compare = self.args["check_weight_update_equal"] and not self.weights_compared
         if compare and hasattr(self.generator, "model"):
             from engine.ci_checks import reset_tensors
 
             reset_tensors(self.generator.model)
         size = self.generator.load_weights(loadable)
-        path = "cuda-ipc" if isinstance(hf_weights, IpcWeights) else "host"
+        path = sync_path_of(hf_weights)
         report = {"seconds": time.perf_counter() - start, "bytes": int(size), "path": path}
         if self.args["check_weight_update_equal"]:
             report["weight_check"] = self._weight_check(loadable, compare)
@@ -375,14 +379,14 @@ def rollout_metrics(outs: Sequence[GenOut], rewards: Sequence[float],
                     trimmed: int) -> dict[str, float]:
     lengths = [len(o.response_ids) for o in outs]
     return {
-        "rollout/raw_reward": statistics.fmean(rewards),
-        "rollout/raw_reward/min": min(rewards),
-        "rollout/raw_reward/max": max(rewards),
-        "rollout/response_len/mean": statistics.fmean(lengths),
+        Metric.REWARD: statistics.fmean(rewards),
+        Metric.REWARD_MIN: min(rewards),
+        Metric.REWARD_MAX: max(rewards),
+        Metric.RESPONSE_LEN: statistics.fmean(lengths),
         "rollout/response_len/median": float(statistics.median(lengths)),
         "rollout/response_len/max": float(max(lengths)),
         "rollout/response_len/min": float(min(lengths)),
-        "rollout/truncated_ratio": sum(o.truncated for o in outs) / len(outs),
+        Metric.TRUNCATED: sum(o.truncated for o in outs) / len(outs),
         # the generator's log-probs, as the trainer's rollout/log_probs: a token mean per
         # sample, averaged over samples (--ci-test compares the two)
         "rollout/rollout_log_probs": statistics.fmean(

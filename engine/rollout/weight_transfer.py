@@ -93,25 +93,6 @@ class IpcWeights:
     flatten_seconds: float
 
 
-def use_cuda_ipc(args: Mapping[str, Any]) -> bool:
-    """Whether the actor hands the rollout CUDA IPC handles instead of host bytes: SGLang
-    engines colocated on the actor's single GPU (one process's handles open on its device)."""
-    import importlib.util
-
-    if not torch.cuda.is_available() or not args["colocate"]:
-        return False
-    if args["actor_num_nodes"] * args["actor_num_gpus_per_node"] != 1:
-        return False
-    from engine.rollout.sglang_backend import select_backend
-
-    try:
-        backend, _ = select_backend(args["rollout_backend"], True,
-                                    importlib.util.find_spec("sglang") is not None)
-    except ValueError:
-        return False
-    return backend == "sglang"
-
-
 def pack_cuda_ipc(state: Mapping[str, torch.Tensor]) -> tuple[IpcWeights, torch.Tensor]:
     """(handles to send, the device buffer the caller must keep alive until they are used).
 

@@ -29,6 +29,7 @@ from engine.algo import (
 from engine.train.batching import MicroBatch
 from engine.train.logprobs import response_values, token_log_probs
 from engine.train.settings import TrainSettings
+from engine.vocabulary import Metric
 
 LossOut = tuple[torch.Tensor, dict[str, torch.Tensor]]
 
@@ -74,8 +75,8 @@ def critic_loss(mb: MicroBatch, settings: TrainSettings,
                          settings.value_clip)
         loss = reduce(out.loss, mask)
         metrics = {
-            "train/critic-value_loss": loss.detach(),
-            "train/critic-value_clipfrac": reduce(out.clipfrac, mask).detach(),
+            Metric.VALUE_LOSS: loss.detach(),
+            Metric.VALUE_CLIPFRAC: reduce(out.clipfrac, mask).detach(),
         }
         return loss * scale, metrics
     return loss_func
@@ -108,9 +109,9 @@ def actor_loss(mb: MicroBatch, settings: TrainSettings,
                 loss = loss - settings.entropy_coef * entropy_loss
         metrics.update({
             "train/pg_loss": pg_loss.detach(),
-            "train/pg_clipfrac": reduce(pg.clipfrac, mask).detach(),
-            "train/ppo_kl": reduce(pg.ppo_kl, mask).detach(),
-            "train/entropy_loss": entropy_loss.detach(),
+            Metric.PG_CLIPFRAC: reduce(pg.clipfrac, mask).detach(),
+            Metric.PPO_KL: reduce(pg.ppo_kl, mask).detach(),
+            Metric.ENTROPY: entropy_loss.detach(),
         })
         if settings.use_kl_loss:
             ratio = (logp - old_logp).exp() if settings.use_unbiased_kl else None
@@ -119,8 +120,8 @@ def actor_loss(mb: MicroBatch, settings: TrainSettings,
             kl_loss = reduce(kl, mask)
             if settings.kl_loss_coef != 0.0:
                 loss = loss + settings.kl_loss_coef * kl_loss
-            metrics["train/kl_loss"] = kl_loss.detach()
-        metrics["train/loss"] = loss.detach()
+            metrics[Metric.KL_LOSS] = kl_loss.detach()
+        metrics[Metric.LOSS] = loss.detach()
         return loss * scale, metrics
     return loss_func
 
@@ -139,7 +140,7 @@ def _rollout_correction(pg_tokens: torch.Tensor, ppo_kl: torch.Tensor, mb: Micro
     train_logp = _on(device, mb, "train_log_probs")
     rollout_logp = _on(device, mb, "rollout_log_probs")
     abs_diff, kl = rollout_mismatch(train_logp, rollout_logp, mask)
-    metrics = {"train/train_rollout_logprob_abs_diff": reduce(abs_diff, mask).detach(),
+    metrics = {Metric.LOGPROB_GAP: reduce(abs_diff, mask).detach(),
                "train/train_rollout_kl": reduce(kl, mask).detach()}
     if not settings.use_tis:
         return pg_tokens, metrics

@@ -21,6 +21,7 @@ the batch's sample_indices.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +52,7 @@ from engine.train.platform import (
     shutdown_distributed,
 )
 from engine.train.settings import Role, TrainSettings
+from engine.vocabulary import Metric
 
 LossFactory = Callable[[MicroBatch], Callable[[torch.Tensor], Any]]
 _RECOMPUTE_KEYS = ("recompute_granularity", "recompute_method", "recompute_num_layers")
@@ -241,7 +243,7 @@ class TrainWorker:
             _, returns = compute_gae(values, rewards, mask, self.settings.gamma,
                                      self.settings.lambd)
             ev = explained_variance(values, returns, mask, group=self._dp_group_or_none())
-            rollout_metrics["critic/explained_variance"] = ev
+            rollout_metrics[Metric.EXPLAINED_VARIANCE] = ev
             extras = {"old_values": old_values, "returns": unpad_rows(returns, lengths)}
         from engine.train.loss import critic_loss
 
@@ -581,20 +583,35 @@ class TrainWorker:
 
     def export_hf_weights_packed(self) -> Any:  # noqa: ANN401
         """export_hf_weights() as one flat buffer for Ray (engine/rollout/weight_transfer.py)."""
-        from engine.rollout.weight_transfer import pack, pack_cuda_ipc, use_cuda_ipc
+        from engine.rollout.weight_transfer import pack, pack_cuda_ipc
+        from engine.train.ipc_sync import CUDA_IPC, pack_torch_ipc, weight_sync_path
 
-        ipc = use_cuda_ipc(self.args)
+        path = weight_sync_path(self.args, has_cuda(), importlib.util.find_spec("sglang")
+                                is not None)
+        ipc = path.name == CUDA_IPC
         hf = self.export_hf_weights("cuda" if ipc else "cpu")
         if hf is None:
             return None
         if ipc:
-            # colocated SGLang maps this buffer through CUDA IPC: keep it until the next export
+            # the rollout process maps this buffer through CUDA IPC: keep it until the next export
             self._ipc_buffer = None
-            packed, self._ipc_buffer = pack_cuda_ipc(hf)
-            print(f"[ppodeck] actor export: CUDA IPC bucket {packed.nbytes / 1e9:.2f} GB, "
-                  f"{packed.flatten_seconds:.3f} s", file=sys.stderr, flush=True)
+            if self.args["rollout_backend"] == "sglang":
+                packed, self._ipc_buffer = pack_cuda_ipc(hf)
+            else:
+                packed, self._ipc_buffer = pack_torch_ipc(hf, torch.device("cuda",
+                                                                         torch.cuda.current_device()))
+            del hf  # only the flat buffer stays on the GPU
+            print(f"[ppodeck] actor export: CUDA IPC buffer {packed.nbytes / 1e9:.2f} GB, "
+                  f"{packed.flatten_seconds:.3f} s ({path.reason})", file=sys.stderr, flush=True)
             return packed
         return pack(hf)
+
+    def release_export(self) -> None:
+        """After the hf rollout copied the pushed weights (it holds no view of them anymore):
+        the flat buffer goes back to the allocator instead of staying through generate and
+        the critic's phase. SGLang's bucket stays until the next export, as before."""
+        if self.args["rollout_backend"] == "hf":
+            self._ipc_buffer = None
 
     def _bridge_export(self) -> dict[str, torch.Tensor] | None:
         from engine.train.bridge import export_hf_weights

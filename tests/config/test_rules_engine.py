@@ -46,6 +46,9 @@ CASES: list[tuple[str, Machine, dict[str, Any], dict[str, Any]]] = [
      {"actor_num_gpus_per_node": 1}),
     ("engine.bf16_needs_cuda", CPU_MACHINE, {"bf16": True}, {}),
     ("engine.cluster_checked_at_launch", CPU_MACHINE, {"ray_address": "10.0.0.1:6379"}, {}),
+    ("engine.host_memory", Machine(1, False, False, host_memory_bytes=1 << 20),
+     {"offload_train": True, "actor_num_gpus_per_node": 1},
+     {"offload_train": False, "actor_num_gpus_per_node": 1}),
 ]
 
 

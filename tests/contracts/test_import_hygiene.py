@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LIGHT = ["app.cli", "engine.config", "engine.presets", "engine.events", "engine.rundir",
-         "engine.launch", "engine.machine", "engine.jobs"]
+         "engine.launch", "engine.machine", "engine.jobs", "engine.vocabulary", "engine.runstate"]
 HEAVY = ["torch", "ray", "megatron", "sglang", "transformers", "datasets", "textual"]
 
 PROBE = """

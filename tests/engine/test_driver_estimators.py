@@ -28,7 +28,7 @@ class FakeRollout:
         return {"noop": True}
 
     def update_weights(self, weights: Any) -> dict:  # noqa: ANN401
-        return {"seconds": 0.0, "bytes": 0}
+        return {"seconds": 0.0, "bytes": 0, "path": "packed_host"}
 
 
 class FakeTrainer:

@@ -81,6 +81,9 @@ def test_every_weight_sync_is_split_into_export_and_load(tiny_run):
                and e["name"] == "actor_train" and e["state"] == "end"]
     awake = [m for m in syncs if "(after training, awake)" in m]
     assert len(awake) == len(trained) and trained
+    # the event names the path: host bytes on CPU
+    paths = [e["sync_path"] for e in events if e["kind"] == "log" and "sync_path" in e]
+    assert paths == ["packed_host"] * status["num_rollout"]
 
 
 def first_losses(events) -> dict[str, float]:

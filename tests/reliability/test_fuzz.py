@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 
 from app.cli import app as ppodeck
 from app.cli_runs import RunProgress, format_event
-from app.tui.state import RunState
 from engine.events import follow, read_events
+from engine.runstate import RunState
 from tests.config.test_properties import command_tokens, preset_texts, set_items
 from tests.reliability.fuzz_counts import COUNTS
 

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 from app.cli_runs import RunProgress
-from app.tui.state import RunState
 from engine.events import EventWriter, read_events
+from engine.runstate import RunState
 
 EV = "critic/explained_variance"
 

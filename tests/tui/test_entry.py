@@ -46,3 +46,30 @@ def test_a_crash_before_the_app_runs_is_one_line_and_a_crash_log(tmp_path: Path)
     assert "Traceback" not in done.stderr + done.stdout
     assert done.stderr.startswith("ppodeck: unexpected error: OSError: no terminal (details in ")
     assert "OSError: no terminal" in (tmp_path / "crash.log").read_text()
+
+
+HEADLESS_RUN_TUI = '''
+import asyncio, gc
+def run_tui():
+    from app.tui.app import PPODeckApp
+    from app.tui.screens.presets import PresetPickerScreen
+    print("collector on at start:", gc.isenabled())
+
+    async def auto_pilot(pilot):
+        for _ in range(200):  # 2 s: before the app's fallback timer (GC_BACK_ON_S)
+            if isinstance(pilot.app.screen, PresetPickerScreen) and gc.isenabled():
+                break
+            await pilot.pause(0.01)
+        print("collector on once painted:", gc.isenabled(), gc.get_freeze_count() > 0)
+        pilot.app.exit()
+
+    PPODeckApp().run(headless=True, auto_pilot=auto_pilot, size=(100, 30))
+'''
+
+
+def test_start_up_runs_without_the_collector_until_the_picker_is_painted(tmp_path: Path) -> None:
+    env_code = f"import os\nos.environ['PPODECK_CONFIG_DIR'] = {str(tmp_path)!r}\n"
+    done = _run(env_code + _entry_code([], HEADLESS_RUN_TUI), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:2] == ["collector on at start: False",
+                                            "collector on once painted: True True"]

@@ -8,7 +8,7 @@ import sys
 HEAVY = ("torch", "ray", "megatron", "transformers", "datasets", "sglang")
 MODULES = ("app.tui.app", "app.tui.screens.edit", "app.tui.screens.monitor",
            "app.tui.screens.presets", "app.tui.screens.runs", "app.tui.screens.help",
-           "app.tui.commands", "app.tui.state")
+           "app.tui.commands", "engine.runstate")
 
 
 def test_tui_imports_no_heavy_module() -> None:

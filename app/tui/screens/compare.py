@@ -14,18 +14,19 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from app.tui.state import SeriesPoints
 from app.tui.widgets.footer import DeckFooter
 from app.tui.widgets.metric_chart import Line, MetricChart
+from engine.runstate import SeriesPoints
+from engine.vocabulary import Metric
 
 COLORS = ("green", "cyan", "orange", "magenta", "yellow", "blue", "red")
 CHARTS = (
-    ("compare-reward", "reward by rollout", ("rollout/raw_reward",)),
-    ("compare-value-loss", "critic value loss by rollout", ("train/critic-value_loss",)),
-    ("compare-policy", "ppo_kl and clipfrac by rollout", ("train/ppo_kl", "train/pg_clipfrac")),
-    ("compare-ev", "explained variance by rollout", ("critic/explained_variance",)),
+    ("compare-reward", "reward by rollout", (Metric.REWARD,)),
+    ("compare-value-loss", "critic value loss by rollout", (Metric.VALUE_LOSS,)),
+    ("compare-policy", "ppo_kl and clipfrac by rollout", (Metric.PPO_KL, Metric.PG_CLIPFRAC)),
+    ("compare-ev", "explained variance by rollout", (Metric.EXPLAINED_VARIANCE,)),
 )
-SHORT = {"train/ppo_kl": "kl", "train/pg_clipfrac": "clip"}
+SHORT = {Metric.PPO_KL: "kl", Metric.PG_CLIPFRAC: "clip"}
 
 
 class RunsLoaded(Message):

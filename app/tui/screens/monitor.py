@@ -21,7 +21,6 @@ from textual.worker import get_current_worker
 
 from app.tui.errors import guard
 from app.tui.messages import EventsArrived, RunStatusRead, TailEnded
-from app.tui.state import TERMINAL_STATES, RunState
 from app.tui.widgets.footer import DeckFooter
 from app.tui.widgets.health import HealthPanel, HealthStrip
 from app.tui.widgets.log_tail import LogTail
@@ -30,6 +29,8 @@ from app.tui.widgets.offload_panel import OffloadPanel
 from app.tui.widgets.phase_timeline import PhaseTimeline
 from app.tui.widgets.run_header import HeaderData, RunHeader
 from app.tui.widgets.view_tabs import ViewTabs
+from engine.runstate import RunState
+from engine.vocabulary import FINAL_STATES, Kind, Metric, State
 
 FLUSH_S = 0.2  # at most five UI updates a second (bench: p95 lag 0.275 s at 0.25, 0.221 s at 0.2)
 POLL_S = 0.05
@@ -41,23 +42,23 @@ REWARD_CHART = "chart-reward"
 EVAL_COLORS = ("cyan", "yellow", "orange", "magenta", "blue")
 CHARTS = (
     (REWARD_CHART, "reward by rollout: mean, min, max (+ eval sets)", (
-        Line("rollout/raw_reward", "mean", "green"),
-        Line("rollout/raw_reward/min", "min", "gray"),
-        Line("rollout/raw_reward/max", "max", "gray"))),
+        Line(Metric.REWARD, "mean", "green"),
+        Line(Metric.REWARD_MIN, "min", "gray"),
+        Line(Metric.REWARD_MAX, "max", "gray"))),
     ("chart-value-loss", "critic value loss by critic step", (
-        Line("train/critic-value_loss", "value loss", "orange"),)),
+        Line(Metric.VALUE_LOSS, "value loss", "orange"),)),
     ("chart-policy", "KL, clipfrac, kl_loss | entropy, expl. var (right)", (
-        Line("train/ppo_kl", "ppo_kl", "red"),
-        Line("train/pg_clipfrac", "clipfrac", "magenta"),
-        Line("train/kl_loss", "kl_loss", "blue"),  # logged only with --use-kl-loss
-        Line("train/entropy_loss", "entropy", "cyan", right=True),
-        Line("critic/explained_variance", "expl var", "yellow", right=True))),
+        Line(Metric.PPO_KL, "ppo_kl", "red"),
+        Line(Metric.PG_CLIPFRAC, "clipfrac", "magenta"),
+        Line(Metric.KL_LOSS, "kl_loss", "blue"),  # logged only with --use-kl-loss
+        Line(Metric.ENTROPY, "entropy", "cyan", right=True),
+        Line(Metric.EXPLAINED_VARIANCE, "expl var", "yellow", right=True))),
     ("chart-response-len", "mean response length by rollout", (
-        Line("rollout/response_len/mean", "mean len", "blue"),)),
+        Line(Metric.RESPONSE_LEN, "mean len", "blue"),)),
 )
 
 CRITIC_CHARTS = ("chart-value-loss",)
-CRITIC_KEYS = ("critic/explained_variance",)
+CRITIC_KEYS = (Metric.EXPLAINED_VARIANCE,)
 
 
 def run_uses_critic(run_dir: Path | None) -> bool:
@@ -153,7 +154,7 @@ class MonitorScreen(Screen[None]):
         yield DeckFooter()
 
     def on_mount(self) -> None:
-        self._refresh_all({"status"})
+        self._refresh_all({Kind.STATUS})
         if self.replay is not None:
             self.replay_worker(self.replay)
         elif self.run_dir is not None:
@@ -232,7 +233,7 @@ class MonitorScreen(Screen[None]):
                 last_status = time.monotonic()
                 status = read_status(rundir)
                 self.post_message(RunStatusRead(status))
-                final = status.get("state") in TERMINAL_STATES
+                final = status.get("state") in FINAL_STATES
                 batcher.check_hang(rundir, status, final)
             batcher.flush_if_due()
             if final and not batch:  # finished and fully read: nothing more will come
@@ -291,7 +292,7 @@ class MonitorScreen(Screen[None]):
     def _status_read(self, message: RunStatusRead) -> None:
         with guard(self, "reading status.json"):
             self.state.apply_status(message.status)
-            self._refresh_all({"status"})
+            self._refresh_all({Kind.STATUS})
 
     @on(TailEnded)
     def _tail_ended(self, message: TailEnded) -> None:
@@ -310,21 +311,21 @@ class MonitorScreen(Screen[None]):
 
     def _refresh_all(self, changed: set[str]) -> None:
         self._refresh_header()
-        if "metrics" in changed:
+        if Kind.METRICS in changed:
             self._add_eval_lines()
             for chart in self.query(MetricChart):
                 chart.set_points({key: self.state.points(key) for key in chart.keys})
-        if changed & {"offload", "gpu"}:
+        if changed & {Kind.OFFLOAD, Kind.GPU}:
             s = self.state
             self.query_one(OffloadPanel).show(s.where, s.last_offload, s.last_onload,
                                               s.devices, s.gpu_label, s.rss_bytes)
-        if "phase" in changed:
+        if Kind.PHASE in changed:
             self.query_one(PhaseTimeline).show(self.state.phases, self.state.phase_means(),
                                                self.state.clock(self._now()))
-        if changed & {"health", "status"}:
+        if changed & {Kind.HEALTH, Kind.STATUS}:
             self.query_one(HealthStrip).show(self.state.health)
             self.query_one(HealthPanel).show(self.state.health)
-        if "log" in changed:
+        if Kind.LOG in changed:
             log_tail = self.query_one(LogTail)
             log_tail.append(self.state.new_logs(log_tail.shown_total), self.state.first_ts,
                             self.state.logs_total)
@@ -341,7 +342,7 @@ class MonitorScreen(Screen[None]):
     def _refresh_header(self) -> None:
         s, now = self.state, self._now()
         begun, total = s.rollout_progress()
-        state = s.state if s.state != "unknown" or self.replay is None else "replay"
+        state = s.state if s.state != State.UNKNOWN or self.replay is None else "replay"
         self.query_one(RunHeader).show(HeaderData(
             title=self.title_text, state=state, detail=s.detail, rollout=begun,
             num_rollout=total, phase=s.current_phase, elapsed=s.elapsed(now), eta=s.eta(now)))

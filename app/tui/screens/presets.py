@@ -127,7 +127,11 @@ class PresetPickerScreen(Screen[None]):
         table.add_columns("preset", "source", "GPUs", "tested hardware", "description")
         self.load()
         table.focus()
+        self.call_after_refresh(self._painted)
 
+    def _painted(self) -> None:
+        if hasattr(self.app, "startup_painted"):
+            self.app.startup_painted()
     def on_resize(self) -> None:
         if self.presets and self.size.width != self._filled_width:
             self._fill()  # the description column is cut to the new width

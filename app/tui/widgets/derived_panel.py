@@ -9,6 +9,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from engine.vocabulary import PHASE_LABEL
+
 if TYPE_CHECKING:
     from engine.config import Derived
 
@@ -19,8 +21,6 @@ ROWS = (("world_size", "world size"), ("dp_size", "DP"),
         ("actor_steps_per_rollout", "actor steps/rollout"),
         ("critic_steps_per_rollout", "critic steps/rollout"),
         ("total_train_iters", "train iterations"))
-PHASE_LABEL = {"generate": "generate", "critic_train": "critic train",
-               "actor_train": "actor train"}
 
 
 def _cell(value: Any) -> str:

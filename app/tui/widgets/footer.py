@@ -9,18 +9,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from textual.binding import Binding
 from textual.widgets import Footer
 
 if TYPE_CHECKING:
     from textual.screen import Screen
 
-ShownKeys = tuple[tuple[str, str, bool, bool, str], ...]
+ShownKeys = tuple[tuple[Binding, bool, str], ...]
 
 
 def shown_keys(screen: Screen) -> ShownKeys:
-    """Everything the footer draws from: each active binding's key, text, state and tooltip."""
-    return tuple((binding.key, binding.description, binding.show, enabled, tooltip)
-                 for _node, binding, enabled, tooltip in screen.active_bindings.values())
+    """Everything the footer draws from: each shown binding (a frozen dataclass: key, text,
+    display, group), whether it is enabled, and its tooltip; and the palette key's entry.
+    Hidden bindings are left out: focusing a table adds a dozen of them and changes nothing."""
+    palette = screen.app.COMMAND_PALETTE_BINDING
+    return tuple((binding, enabled, tooltip)
+                 for key, (_node, binding, enabled, tooltip) in screen.active_bindings.items()
+                 if binding.show or key == palette)
 
 
 class DeckFooter(Footer):

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from app.tui import fmt
-from app.tui.state import LogLine
+from engine.runstate import LogLine
 
 LEVEL_STYLE = {"debug": "dim", "info": "", "warning": "bold yellow", "error": "bold red"}
 

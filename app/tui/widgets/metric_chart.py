@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from textual_plotext import PlotextPlot
 
-from app.tui.state import SeriesPoints
+from engine.runstate import SeriesPoints
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from app.tui import fmt
-from app.tui.state import MODELS, Device, Move
+from engine.runstate import Device, Move
+from engine.vocabulary import MODELS
 
 WHERE_STYLE = {"gpu": "bold green", "cpu": "bold yellow"}
 

@@ -7,15 +7,12 @@ from collections.abc import Iterable, Mapping
 from rich.text import Text
 from textual.widget import Widget
 
-from app.tui.state import PhaseSpan
+from engine.runstate import PhaseSpan
+from engine.vocabulary import PHASES, Phase
 
-# miles order; the short names keep the legend on one line at 80 columns
-PHASES = (("generate", "gen", "green"), ("rollout_offload", "r-off", "grey50"),
-          ("critic_train", "critic", "yellow"), ("actor_train", "actor", "magenta"),
-          ("save", "save", "blue"), ("update_weights", "sync", "cyan"),
-          ("rollout_onload", "r-on", "grey62"))
-STYLE = {name: style for name, _, style in PHASES}
-SHORT = {name: short for name, short, _ in PHASES}
+STYLE = {Phase.GENERATE: "green", Phase.ROLLOUT_OFFLOAD: "grey50", Phase.CRITIC_TRAIN: "yellow",
+         Phase.ACTOR_TRAIN: "magenta", Phase.SAVE: "blue", Phase.ROLLOUT_ONLOAD: "grey62",
+         Phase.UPDATE_WEIGHTS: "cyan", Phase.EVAL: "white"}
 
 
 def short_seconds(seconds: float) -> str:
@@ -71,12 +68,12 @@ class PhaseTimeline(Widget):
 
     def _legend(self) -> Text:
         text = Text()
-        for name, short, style in PHASES:
-            mean = self.means.get(name)
+        for phase in PHASES:
+            mean = self.means.get(phase.name)
             if mean is None:
                 continue
-            text.append("■", style)
-            text.append(f"{short} {short_seconds(mean)} ")
+            text.append("■", STYLE[phase.name])
+            text.append(f"{phase.short} {short_seconds(mean)} ")
         return text if text.plain else Text("phases (mean seconds)", "dim")
 
     def _bar(self, rollout_id: int, width: int, longest: float) -> Text:

@@ -8,18 +8,19 @@ from rich.text import Text
 from textual.widgets import Static
 
 from app.tui import fmt
+from engine.vocabulary import State
 
 STATE_STYLES = {
-    "running": "bold green", "starting": "bold yellow", "stopping": "bold yellow",
-    "created": "yellow", "succeeded": "bold cyan", "failed": "bold red", "lost": "bold red",
-    "stopped": "bold magenta", "replay": "bold blue",
+    State.RUNNING: "bold green", State.STARTING: "bold yellow", State.STOPPING: "bold yellow",
+    State.CREATED: "yellow", State.SUCCEEDED: "bold cyan", State.FAILED: "bold red",
+    State.LOST: "bold red", State.STOPPED: "bold magenta", "replay": "bold blue",
 }
 
 
 @dataclass(frozen=True)
 class HeaderData:
     title: str = ""
-    state: str = "unknown"
+    state: str = State.UNKNOWN
     detail: str = ""
     rollout: int = 0
     num_rollout: int | None = None
@@ -52,7 +53,7 @@ class RunHeader(Static):
         text.append("  phase ")
         text.append(data.phase or "-", "bold magenta")
         text.append(f"  elapsed {fmt.duration(data.elapsed)}")
-        eta = "done" if data.eta == 0 and data.state == "succeeded" else fmt.duration(data.eta)
+        eta = "done" if data.eta == 0 and data.state == State.SUCCEEDED else fmt.duration(data.eta)
         text.append(f"  ETA {eta}")
         second = "  ·  ".join(part for part in (data.title, data.detail) if part)
         if second:

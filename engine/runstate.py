@@ -1,9 +1,9 @@
-"""Pure run state for the monitor: event batches in, bounded series and panel data out.
+"""The one fold of a run's events: event batches in, bounded series and run state out.
 
-No widgets here. `RunState.apply(batch)` is the only writer; the monitor screen reads the
-result and hands plain data down to its widgets. Memory is bounded whatever the run length:
-each metric keeps at most `series_capacity` buckets (min/max/mean per bucket), logs and phase
-spans live in fixed-size deques.
+Pure (stdlib only), so every reader shares it: the TUI monitor hands its results down to the
+widgets, `ppodeck run`'s live progress renders it. `RunState.apply(batch)` is the only writer.
+Memory is bounded whatever the run length: each metric keeps at most `series_capacity` buckets
+(min/max/mean per bucket), logs and phase spans live in fixed-size deques.
 """
 
 from __future__ import annotations
@@ -14,10 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-TERMINAL_STATES = frozenset({"stopped", "succeeded", "failed", "lost"})
-# miles' per-dataset eval keys that are not the dataset's reward: eval/<name>-truncated_ratio...
-EVAL_SIDE_SUFFIXES = ("_ratio", "-pass@")
-MODELS = ("actor", "critic", "rollout")
+from engine.vocabulary import FINAL_STATES, PHASE_START, Kind, State, StepKey, is_eval_reward
 
 
 class SeriesPoints(NamedTuple):
@@ -174,13 +171,13 @@ class RunState:
         self.phases: deque[PhaseSpan] = deque(maxlen=phase_capacity)
         self.open_phases: dict[str, PhaseSpan] = {}
         self.phase_totals: dict[str, list[float]] = {}  # name -> [seconds, count]
+        self.last_ended_phase: str | None = None
         self._first_rollout: tuple[int, float] | None = None
         self._current_rollout: tuple[int, float] | None = None
         # placement and memory
         self.where: dict[str, str] = {}
         self.last_offload: dict[str, Move] = {}
         self.last_onload: dict[str, Move] = {}
-        self.last_move: Move | None = None
         self.devices: tuple[Device, ...] = ()
         self.gpu_label = ""
         self.rss_bytes: int | None = None
@@ -198,12 +195,12 @@ class RunState:
         handlers = self._handlers
         for event in events:
             try:
-                kind = event.get("kind")
-                if kind == "health":  # judged by the monitor's reader, not written by the run
+                kind = str(event.get("kind"))
+                if kind == Kind.HEALTH:  # judged by the monitor's reader, not written by the run
                     self._on_health(event)
                     changed.add(kind)
                     continue
-                handler = handlers.get(kind) if isinstance(kind, str) else None
+                handler = handlers.get(kind)
                 if handler is None:
                     self.events_skipped += 1
                     continue
@@ -236,7 +233,7 @@ class RunState:
         if isinstance(rollout_id, int) and rollout_id >= 0:
             self.rollout_id = max(self.rollout_id or 0, rollout_id)
         series = self.series
-        if event.get("step_key") == "eval/step":
+        if event.get("step_key") == StepKey.EVAL:
             self._note_eval_keys(metrics)
         for key, value in metrics.items():
             if not isinstance(value, (int, float)):
@@ -249,19 +246,15 @@ class RunState:
             target.append(x, float(value))
 
     def _note_eval_keys(self, metrics: Mapping[str, Any]) -> None:
-        """eval/<dataset> is a dataset's mean reward; eval/<dataset>/... and the _ratio keys
-        are not."""
         for key in metrics:
-            name = key[len("eval/"):] if key.startswith("eval/") else ""
-            if (name and "/" not in name and key not in self.eval_reward_keys
-                    and not any(part in name for part in EVAL_SIDE_SUFFIXES)):
+            if is_eval_reward(key) and key not in self.eval_reward_keys:
                 self.eval_reward_keys.append(key)
 
     def _on_phase(self, event: Mapping[str, Any]) -> None:
         name = str(event["name"])
         rollout_id = _int(event.get("rollout_id"), -1)
         ts = _num(event.get("ts"))
-        if event.get("state") == "start":
+        if event.get("state") == PHASE_START:
             span = PhaseSpan(name, rollout_id, ts)
             self.open_phases.pop(name, None)
             self.open_phases[name] = span  # re-insert: the newest open phase is "current"
@@ -274,6 +267,7 @@ class RunState:
         seconds = _num(event.get("seconds"), ts - start)
         done = PhaseSpan(name, rollout_id, start, ts, seconds)
         self._close_span(opened, done)
+        self.last_ended_phase = name
         totals = self.phase_totals.setdefault(name, [0.0, 0])
         totals[0] += seconds
         totals[1] += 1
@@ -304,7 +298,6 @@ class RunState:
         # a no-op (CPU run) is still shown, as a no-op with the bytes that would have moved
         target = self.last_offload if move.direction == "offload" else self.last_onload
         target[move.model] = move
-        self.last_move = move
 
     def _on_gpu(self, event: Mapping[str, Any]) -> None:
         self.gpu_label = str(event.get("label", ""))
@@ -332,14 +325,14 @@ class RunState:
         if len(self.health) < 500:  # one per episode; a pathological run must stay bounded
             self.health.append(dict(event))
 
-    _handlers = {"metrics": _on_metrics, "phase": _on_phase, "offload": _on_offload,
-                 "gpu": _on_gpu, "status": _on_status, "log": _on_log}
+    _handlers = {Kind.METRICS: _on_metrics, Kind.PHASE: _on_phase, Kind.OFFLOAD: _on_offload,
+                 Kind.GPU: _on_gpu, Kind.STATUS: _on_status, Kind.LOG: _on_log}
 
     # ---- read -------------------------------------------------------------------------------
 
     @property
     def state(self) -> str:
-        return str(self.file_status.get("state") or self.event_state or "unknown")
+        return str(self.file_status.get("state") or self.event_state or State.UNKNOWN)
 
     @property
     def detail(self) -> str:
@@ -347,7 +340,7 @@ class RunState:
 
     @property
     def finished(self) -> bool:
-        return self.state in TERMINAL_STATES
+        return self.state in FINAL_STATES
 
     @property
     def current_phase(self) -> str | None:
@@ -358,7 +351,7 @@ class RunState:
     def rollout_progress(self) -> tuple[int, int | None]:
         """(rollouts begun or done, N): 1-based while running, N/N once succeeded."""
         begun = 0 if self.rollout_id is None else self.rollout_id + 1
-        if self.state == "succeeded" and self.num_rollout:
+        if self.state == State.SUCCEEDED and self.num_rollout:
             begun = self.num_rollout
         return begun, self.num_rollout
 
@@ -405,6 +398,16 @@ class RunState:
         """Log lines appended since a reader had seen `shown_total` of them."""
         fresh = min(self.logs_total - shown_total, len(self.logs))
         return list(self.logs)[-fresh:] if fresh > 0 else []
+
+    def latest(self, key: str) -> float | None:
+        """The metric's last finite value (null and NaN points are skipped)."""
+        series = self.series.get(key)
+        return series.last if series is not None else None
+
+    def eval_rewards(self) -> dict[str, float]:
+        """Each eval set's latest mean reward, in the order the sets were first seen."""
+        return {key: value for key in self.eval_reward_keys
+                if (value := self.latest(key)) is not None}
 
     def points(self, key: str) -> SeriesPoints | None:
         series = self.series.get(key)

@@ -1,0 +1,174 @@
+"""The colocated hf rollout's weight sync through CUDA IPC, without SGLang.
+
+The packed path (engine/rollout/weight_transfer.py: pack/unpack) copies the actor's 1.19 GB of
+HF tensors to the host, through Ray's object store and back to the same GPU: 1.54 s on the
+H200 for Qwen3-0.6B. When the hf generator shares the actor's one GPU, the actor instead copies
+its HF tensors into one flat device buffer and sends only the CUDA IPC handle of that buffer
+(torch.multiprocessing.reductions.reduce_tensor: a few hundred bytes through Ray). The rollout
+process maps the buffer and copies each tensor in place into its model's parameter storages,
+device to device. The handle carries the GPU's UUID so the receiver opens the right device
+whatever its CUDA_VISIBLE_DEVICES numbering.
+
+`weight_sync_path` is the one decision between "cuda_ipc" and "packed_host" (SGLang's own
+IPC payload, weight_transfer.pack_cuda_ipc, is the cuda_ipc path of the sglang backend).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+CUDA_IPC = "cuda_ipc"
+PACKED_HOST = "packed_host"
+FORCE_ENV = "PPODECK_WEIGHT_SYNC"  # "packed": keep host bytes through Ray (bench comparisons)
+_ALIGN = 64  # bytes: every tensor starts aligned, so dtype views of the flat buffer are valid
+_DEVICE_ARG = 6  # rebuild_cuda_tensor's storage_device argument (torch.multiprocessing)
+
+
+@dataclass(frozen=True)
+class SyncPath:
+    name: str  # CUDA_IPC or PACKED_HOST
+    reason: str  # shown in the run's log: why this path
+
+
+def weight_sync_path(args: Mapping[str, Any], cuda: bool, sglang_importable: bool,
+                     env: Mapping[str, str] | None = None) -> SyncPath:
+    """CUDA IPC when the rollout side shares the actor's single GPU (colocated, one actor GPU,
+    a concrete hf backend or an importable SGLang); host bytes through Ray otherwise."""
+    env = os.environ if env is None else env
+    forced = env.get(FORCE_ENV, "").strip().lower()
+    if forced == "packed":
+        return SyncPath(PACKED_HOST, f"{FORCE_ENV}=packed forces host bytes through Ray")
+    if not cuda:
+        return SyncPath(PACKED_HOST, "no CUDA device in the actor")
+    if not args["colocate"]:
+        return SyncPath(PACKED_HOST, "the rollout has its own GPUs (no --colocate)")
+    gpus = args["actor_num_nodes"] * args["actor_num_gpus_per_node"]
+    if gpus != 1:
+        return SyncPath(PACKED_HOST, f"the actor spans {gpus} GPUs: the IPC path is only "
+                                     "wired for one shared GPU")
+    backend = args["rollout_backend"]
+    if backend == "hf":
+        return SyncPath(CUDA_IPC, "hf rollout on the actor's GPU: device buffer by IPC handle")
+    if backend == "sglang" and sglang_importable:
+        return SyncPath(CUDA_IPC, "colocated SGLang: flattened bucket by IPC handle")
+    return SyncPath(PACKED_HOST, f"rollout backend {backend!r} takes host bytes")
+
+
+# ---- the flat buffer (device agnostic: the CPU tests run these) -----------------------------
+@dataclass(frozen=True)
+class Slot:
+    name: str
+    dtype: str  # torch dtype name without the "torch." prefix
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+def plan_slots(state: Mapping[str, torch.Tensor]) -> tuple[tuple[Slot, ...], int]:
+    """Where each tensor goes in the flat byte buffer, and the buffer's size."""
+    slots, offset = [], 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        slots.append(Slot(name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape),
+                          offset, nbytes))
+        offset += -(-nbytes // _ALIGN) * _ALIGN
+    return tuple(slots), offset
+
+
+def flatten(state: Mapping[str, torch.Tensor], device: torch.device
+            ) -> tuple[torch.Tensor, tuple[Slot, ...]]:
+    """One uint8 buffer on `device` holding every tensor (host tensors come over in the copy)."""
+    slots, size = plan_slots(state)
+    flat = torch.empty(size, dtype=torch.uint8, device=device)
+    for slot, tensor in zip(slots, state.values(), strict=True):
+        if slot.nbytes:
+            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+            flat[slot.offset:slot.offset + slot.nbytes].copy_(raw, non_blocking=True)
+    return flat, slots
+
+
+def views(flat: torch.Tensor, slots: Sequence[Slot]) -> dict[str, torch.Tensor]:
+    """Typed, shaped views over the flat buffer, by name (no copy)."""
+    return {s.name: flat[s.offset:s.offset + s.nbytes].view(getattr(torch, s.dtype))
+            .reshape(s.shape) for s in slots}
+
+
+# ---- the handle ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TorchIpcWeights:
+    """The CUDA IPC handle of the actor's flat buffer and where each tensor sits in it. Valid
+    while the actor keeps the buffer (until its next export)."""
+
+    rebuild: Callable[..., torch.Tensor]
+    rebuild_args: tuple[Any, ...]
+    device_uuid: str
+    slots: tuple[Slot, ...]
+    nbytes: int
+    flatten_seconds: float
+
+
+def share_cuda(flat: torch.Tensor) -> tuple[Callable[..., torch.Tensor], tuple[Any, ...]]:
+    """torch's own CUDA IPC reduction (the refcount keeps the block alive in the actor until
+    the receiver frees its mapping)."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    return reduce_tensor(flat)
+
+
+def device_uuid(device: torch.device) -> str:
+    return str(torch.cuda.get_device_properties(device).uuid)
+
+
+def pack_torch_ipc(state: Mapping[str, torch.Tensor], device: torch.device, *,
+                   share: Callable[[torch.Tensor], tuple[Callable[..., torch.Tensor],
+                                                         tuple[Any, ...]]] = share_cuda,
+                   uuid: Callable[[torch.device], str] = device_uuid,
+                   synchronize: Callable[[torch.device], None] = torch.cuda.synchronize,
+                   ) -> tuple[TorchIpcWeights, torch.Tensor]:
+    """(the handle to send, the device buffer the caller keeps alive until its next export)."""
+    start = time.perf_counter()
+    flat, slots = flatten(state, device)
+    synchronize(device)  # the rollout process reads the buffer on its own stream
+    rebuild, args = share(flat)
+    weights = TorchIpcWeights(rebuild, tuple(args), uuid(device), slots, int(flat.numel()),
+                              time.perf_counter() - start)
+    return weights, flat
+
+
+def local_device_index(uuid: str, local_uuids: Sequence[str]) -> int:
+    """This process's index of the GPU named by `uuid` (Ray renumbers devices per actor)."""
+    try:
+        return list(local_uuids).index(uuid)
+    except ValueError:
+        raise RuntimeError(f"the actor's GPU {uuid} is not visible to the rollout process "
+                           f"(it sees {list(local_uuids)}): set {FORCE_ENV}=packed") from None
+
+
+def visible_uuids() -> list[str]:
+    return [device_uuid(torch.device("cuda", i)) for i in range(torch.cuda.device_count())]
+
+
+def open_state(weights: TorchIpcWeights,
+               local_uuids: Callable[[], Sequence[str]] | None = None
+               ) -> dict[str, torch.Tensor]:
+    """Map the actor's buffer in this process: views by name over the actor's device memory.
+    Drop them once copied, so the actor may free the buffer."""
+    args = list(weights.rebuild_args)
+    uuids = (local_uuids or visible_uuids)()
+    args[_DEVICE_ARG] = local_device_index(weights.device_uuid, uuids)
+    flat = weights.rebuild(*args)
+    return views(flat, weights.slots)
+
+
+def sync_path_of(weights: Any) -> str:  # noqa: ANN401
+    """The path a pushed payload took, for the weight-sync event: IPC handles (ours or
+    SGLang's) or host bytes (the packed buffer, or a plain state dict in tests)."""
+    from engine.rollout.weight_transfer import IpcWeights
+
+    return CUDA_IPC if isinstance(weights, TorchIpcWeights | IpcWeights) else PACKED_HOST
