@@ -5,7 +5,7 @@
 #   2. a real qwen3-0.6b-ppo-1gpu run through `ppodeck run` (3 PPO steps, events brought back);
 #   3. bench/gpu_bench.py (attention, offload, rollout figures, side by side);
 #   4. the gpu-marked tests.
-# Usage there: bash bench/gpu_device_run.sh [e2e|bench|tests|profile|compile|setup]...
+# Usage there: bash bench/gpu_device_run.sh [e2e|bench|tests|profile|decode|compile|setup]...
 #   (default: e2e bench tests; setup only installs the wheels)
 #   BENCH_ARGS='--only train' limits the bench's sections.
 # SGLang (issue 19; the wheel set comes from bench/make_sglang_wheels.sh, in parts):
@@ -164,5 +164,8 @@ PY
     setup) ;;
     profile) timeout 120 python3 bench/gpu_profile.py 2>&1 | grep -v -i warn \
         > "$OUT/profile.log"; head -45 "$OUT/profile.log" ;;
+    decode)  # issue 20: the fast decoder's variants side by side (bench/gpu_decode_profile.py)
+      timeout 170 python3 bench/gpu_decode_profile.py > "$OUT/decode_profile.txt" 2>&1
+      tail -25 "$OUT/decode_profile.txt" ;;
   esac
 done

@@ -629,7 +629,10 @@ class ScriptReader:
                     "utf-8", "surrogateescape")))
                 self._expand_into(child, out, quoted=True)
                 cursor = child.end_byte
-        out.add(_unescape_dq(self._src[cursor:end - 1].decode("utf-8", "surrogateescape")))
+        # an unclosed quote (a cut paste) has no closing byte to drop: keep the last character
+        closed = end - start >= 2 and self._src[end - 1:end] == b'"'
+        out.add(_unescape_dq(self._src[cursor:end - 1 if closed else end].decode(
+            "utf-8", "surrogateescape")))
 
     def _variable(self, name: str, index: str | None, node: Any, out: _Fields, *,
                   quoted: bool, default: Any = None, operator: str = "") -> None:

@@ -8,14 +8,36 @@ hand-written decoder:
   - prefill: one eager pass over the left-padded prompts (SDPA), which fills a static cache;
   - decode: one token per row per step into a preallocated [layers, B, kv_heads, S, d] cache,
     attention by broadcasting matmuls over the KV groups (no GQA copies), and on CUDA the whole
-    step (28 layers, ~400 kernels) is captured once as a CUDA graph and replayed;
-  - sampling stays outside the graph, with transformers' semantics: temperature, then top-k,
-    then top-p (min 1 token kept); log-probs are log-softmax(logits / T) of the chosen token
-    before filtering, exactly what hf_backend.chosen_log_probs computes.
+    step (28 layers) is captured once as a CUDA graph and replayed;
+  - sampling with transformers' semantics: temperature, then top-k, then top-p (min 1 token
+    kept); log-probs are log-softmax(logits / T) of the chosen token before filtering, exactly
+    what hf_backend.chosen_log_probs computes.
 Rows keep generating after their EOS (static shapes); callers cut with hf_backend.cut_at_eos.
 The loop stops early once every row has produced EOS.
 
 Positions follow transformers for left padding: position = index - number of pad tokens.
+
+Decoder variants (issue 20: 6 ms per step at batch 64 on the H200, 0.25 ms of weight reads),
+each a switch of `DecodeOptions`, named by `+`-joined features (PPODECK_DECODE=<name> in the
+hf backend; bench/gpu_decode_profile.py measures them side by side):
+  ref             today's path (the default);
+  fused           fewer kernels per layer: fused RMSNorm, RoPE in 3 ops, the score scale and
+                  mask in one op, residual adds inside the o/down GEMMs, logits written in place;
+  packed          `fused` with q/k/v and gate/up each one GEMM over weights packed side by
+                  side (copied from the model's parameters at the start of every call, so loaded
+                  weights are still seen; about 0.6 GB more for the 0.6B shape), and the q/k
+                  norms and RoPE done once over q and k together;
+  sdpa            `fused` with each layer's attention one scaled_dot_product_attention call
+                  (memory-efficient kernel with the mask as a bias; a KV group's query heads
+                  are its query rows, so no GQA copies) instead of matmul, scale+mask, softmax,
+                  cast, matmul;
+  window          attention over the filled part of the cache only, in WINDOW-slot buckets (one
+                  graph per bucket) instead of the whole cache every step;
+  graph-sampling  sampling, log-prob, next token, cache index and EOS flag inside the captured
+                  graph (Gumbel-max with exponential noise from a generator registered with the
+                  graph: the same draws as torch.multinomial, without its two host syncs), so a
+                  step is one replay and no per-step host work.
+e.g. `fused+window+graph-sampling`.
 
 `fast_generate(model, rows, ...)` is the entry point; `can_use(model)` says whether a model is
 one this decoder understands (Llama / Qwen3 families, default RoPE).
@@ -23,9 +45,10 @@ one this decoder understands (Llama / Qwen3 families, default RoPE).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +56,64 @@ import torch.nn.functional as F
 SUPPORTED = ("llama", "qwen3")
 EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
 CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are masked)
+WINDOW = 64  # attended-prefix bucket of the `window` variant
+VARIANT_ENV = "PPODECK_DECODE"
+FEATURES = ("fused", "packed", "sdpa", "window", "graph-sampling")
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Which decoder variant runs (module docstring); all off is today's path."""
+
+    fused: bool = False
+    packed: bool = False  # implies the fused layer code
+    sdpa: bool = False  # implies the fused layer code
+    window: int = 0  # bucket of the attended cache prefix; 0 = the whole cache every step
+    sample_in_graph: bool = False
+
+    @property
+    def name(self) -> str:
+        flags = (self.fused, self.packed, self.sdpa, self.window > 0, self.sample_in_graph)
+        parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
+        return "+".join(parts) or "ref"
+
+
+REFERENCE = DecodeOptions()
+# the variant used when none is named (PPODECK_DECODE unset, `options` not passed): today's
+# path until the H200 figures of bench/gpu_decode_profile.py pick another
+DEFAULT_VARIANT = "ref"
+
+
+def parse_variant(name: str) -> DecodeOptions:
+    """'ref' or a '+'-joined subset of FEATURES -> DecodeOptions (ValueError otherwise)."""
+    text = name.strip().lower()
+    if text in ("", "ref"):
+        return REFERENCE
+    parts = [p.strip() for p in text.split("+")]
+    unknown = [p for p in parts if p not in FEATURES]
+    if unknown:
+        raise ValueError(f"unknown decoder feature(s) {unknown}: use 'ref' or a '+'-joined "
+                         f"subset of {', '.join(FEATURES)}")
+    return DecodeOptions(fused="fused" in parts, packed="packed" in parts, sdpa="sdpa" in parts,
+                         window=WINDOW if "window" in parts else 0,
+                         sample_in_graph="graph-sampling" in parts)
+
+
+def default_options() -> DecodeOptions:
+    return parse_variant(DEFAULT_VARIANT)
+
+
+def options_from_env() -> tuple[DecodeOptions, str | None]:
+    """(options, note): the PPODECK_DECODE variant, with a note to show whenever it is set."""
+    raw = os.environ.get(VARIANT_ENV)
+    if raw is None:
+        return default_options(), None
+    try:
+        options = parse_variant(raw)
+    except ValueError as err:
+        return default_options(), (f"{VARIANT_ENV}={raw!r} ignored ({err}); decoding with "
+                                   f"'{DEFAULT_VARIANT}'")
+    return options, f"{VARIANT_ENV}={raw!r}: the hf decoder runs variant '{options.name}'"
 
 
 def can_use(model: Any) -> tuple[bool, str]:  # noqa: ANN401
@@ -47,6 +128,13 @@ def can_use(model: Any) -> tuple[bool, str]:  # noqa: ANN401
     if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
         return False, "biases are not implemented"
     return True, "ok"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float
+    top_p: float
+    top_k: int
 
 
 @dataclass
@@ -67,12 +155,13 @@ class _Layer:
 class StaticDecoder:
     """The transformers model's weights, run by a static-shape decoder."""
 
-    def __init__(self, model: Any) -> None:  # noqa: ANN401
+    def __init__(self, model: Any, options: DecodeOptions = REFERENCE) -> None:  # noqa: ANN401
         ok, why = can_use(model)
         if not ok:
             raise ValueError(f"fast_generate cannot run this model: {why}")
         config = model.config
         inner = model.model
+        self.options = options
         self.eps = float(config.rms_norm_eps)
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads or self.heads)
@@ -85,7 +174,11 @@ class StaticDecoder:
         self.layers = [self._layer(layer) for layer in inner.layers]
         self.dtype = self.embed.dtype
         self.device = self.embed.device
-        self._graphs: dict[tuple[int, int], _DecodeGraph] = {}
+        self.packed = [_Packed.empty_like(layer) for layer in self.layers] \
+            if options.packed else []
+        self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
+        self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
+        self._pool: Any = None  # one memory pool shared by the bucket graphs
 
     @staticmethod
     def _layer(layer: Any) -> _Layer:  # noqa: ANN401
@@ -98,6 +191,11 @@ class StaticDecoder:
                       None if k_norm is None else k_norm.weight,
                       layer.post_attention_layernorm.weight, mlp.gate_proj.weight,
                       mlp.up_proj.weight, mlp.down_proj.weight)
+
+    def refresh(self) -> None:
+        """Copy the model's current weights into the packed ones (each call: loads are seen)."""
+        for packed, layer in zip(self.packed, self.layers, strict=False):  # none unless packed
+            packed.fill(layer)
 
     # ---- building blocks (transformers' numerics) ----------------------------------------
     def rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -162,12 +260,28 @@ class StaticDecoder:
         return self.logits(x[:, -1])
 
     # ---- one decode step (graph-capturable: no host syncs, static shapes) ----------------
-    def decode_step(self, state: DecodeState) -> None:
-        """Reads state.token/index/pad, writes the new K/V and state.logits."""
+    def span(self, slot: int, length: int) -> int:
+        """Cache slots a step writing `slot` attends: the bucket holding it, or all of them."""
+        window = self.options.window
+        if window <= 0:
+            return length
+        return min(length, (slot // window + 1) * window)
+
+    def decode_step(self, state: DecodeState, span: int, sampling: Sampling | None) -> None:
+        """Reads state.token/index/pad, writes the new K/V and state.logits over the first
+        `span` cache slots; with `sampling` (graph-sampling) it also samples the next token."""
+        if self.options.fused or self.options.packed or self.options.sdpa:
+            self._decode_fused(state, span)
+        else:
+            self._decode_ref(state, span)
+        if sampling is not None:
+            advance(state, sampling)
+
+    def _decode_ref(self, state: DecodeState, span: int) -> None:
         b = state.token.shape[0]
         positions = (state.index - state.pad).unsqueeze(1)  # [B, 1]
         cos, sin = self.rope(positions)
-        key_index = state.key_index
+        key_index = state.key_index[:span]
         allowed = (key_index[None, :] <= state.index) & (key_index[None, :] >= state.pad[:, None])
         bias = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
         bias = bias.masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None, None, :]
@@ -180,23 +294,132 @@ class StaticDecoder:
             state.cache.v[i].index_copy_(2, slot, v)
             # GQA without copies: [B, KV, group, d] x [B, KV, d, S] -> [B, KV, group, S]
             qg = q.view(b, self.kv_heads, group, self.head_dim)
-            scores = torch.matmul(qg, state.cache.k[i].transpose(-1, -2)).float()
+            keys, values = state.cache.k[i][:, :, :span], state.cache.v[i][:, :, :span]
+            scores = torch.matmul(qg, keys.transpose(-1, -2)).float()
             probs = torch.softmax(scores * self.head_dim ** -0.5 + bias, dim=-1)
-            out = torch.matmul(probs.to(self.dtype), state.cache.v[i])  # [B, KV, group, d]
+            out = torch.matmul(probs.to(self.dtype), values)  # [B, KV, group, d]
             x = x + F.linear(out.reshape(b, 1, -1), layer.o)
             x = x + self.mlp(layer, x)
         state.logits.copy_(self.logits(x[:, 0]))
 
-    def graph_for(self, state: DecodeState) -> _DecodeGraph | None:
-        """The captured decode step for this batch/cache shape (CUDA only; None elsewhere)."""
+    def _decode_fused(self, state: DecodeState, span: int) -> None:
+        """_decode_ref's maths in fewer kernels (the residual stream is [B, hidden])."""
+        cos, sin = self.rope(state.index - state.pad)  # [B, d]
+        half = self.head_dim // 2
+        # rotate(x) * sin == roll(x, half) * sin_signed: RoPE is x*cos, roll, addcmul
+        sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        cos, sin_signed = cos[:, None, :], sin_signed[:, None, :]  # [B, 1, d] over heads
+        bias = state.pad_bias[:, :span].masked_fill(
+            state.key_index[:span] > state.index, torch.finfo(torch.float32).min)
+        bias = bias[:, None, None, :]
+        if self.options.sdpa:  # SDPA takes the bias in the query's dtype
+            bias = bias.clamp(min=torch.finfo(self.dtype).min).to(self.dtype)
+        x = F.embedding(state.token, self.embed)  # [B, hidden]
+        for i, layer in enumerate(self.layers):
+            self._fused_layer(state, i, layer, x, (cos, sin_signed), bias, span)
+        h = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
+        torch.mm(h, self.lm_head.t(), out=state.logits)
+
+    def _qkv_fused(self, i: int, layer: _Layer, h: torch.Tensor,
+                   rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """h [B, hidden] -> q [B, H, d], k [B, KV, d], v [B, KV, 1, d] (normed, rotated)."""
+        b, d, heads, kv = h.shape[0], self.head_dim, self.heads, self.kv_heads
+        cos, sin_signed = rope
+        if self.packed:
+            packed = self.packed[i]
+            qkv = F.linear(h, packed.qkv)
+            qk = qkv[:, :(heads + kv) * d].view(b, heads + kv, d)
+            v = qkv[:, (heads + kv) * d:].view(b, kv, 1, d)
+            if packed.qk_norm is not None:  # transformers' order: normalize, round, weight
+                qk = F.rms_norm(qk, (d,), None, self.eps) * packed.qk_norm
+            qk = torch.addcmul(qk * cos, torch.roll(qk, d // 2, -1), sin_signed)
+            return qk[:, :heads], qk[:, heads:], v
+        q = F.linear(h, layer.q).view(b, heads, d)
+        k = F.linear(h, layer.k).view(b, kv, d)
+        v = F.linear(h, layer.v).view(b, kv, 1, d)
+        if layer.q_norm is not None:
+            q = F.rms_norm(q, (d,), layer.q_norm, self.eps)
+            k = F.rms_norm(k, (d,), layer.k_norm, self.eps)
+        q = torch.addcmul(q * cos, torch.roll(q, d // 2, -1), sin_signed)
+        k = torch.addcmul(k * cos, torch.roll(k, d // 2, -1), sin_signed)
+        return q, k, v
+
+    def _mlp_fused(self, i: int, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
+        if self.packed:
+            gate_up = F.linear(h, self.packed[i].gate_up)
+            ffn = gate_up.shape[-1] // 2
+            return F.silu(gate_up[:, :ffn]) * gate_up[:, ffn:]
+        return F.silu(F.linear(h, layer.gate)) * F.linear(h, layer.up)
+
+    def _fused_layer(self, state: DecodeState, i: int, layer: _Layer, x: torch.Tensor,
+                     rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor,
+                     span: int) -> None:
+        """One layer in place on the residual stream x [B, hidden]."""
+        b, hidden, d = x.shape[0], x.shape[-1], self.head_dim
+        h = F.rms_norm(x, (hidden,), layer.in_norm, self.eps)
+        q, k, v = self._qkv_fused(i, layer, h, rope)
+        slot = state.index.view(1)
+        state.cache.k[i].index_copy_(2, slot, k.unsqueeze(2))
+        state.cache.v[i].index_copy_(2, slot, v)
+        qg = q.reshape(b, self.kv_heads, self.heads // self.kv_heads, d)
+        keys, values = state.cache.k[i][:, :, :span], state.cache.v[i][:, :, :span]
+        if self.options.sdpa:
+            out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=bias, scale=d ** -0.5)
+        else:
+            scores = torch.matmul(qg, keys.transpose(-1, -2))
+            probs = torch.softmax(torch.add(bias, scores, alpha=d ** -0.5), dim=-1)
+            out = torch.matmul(probs.to(self.dtype), values)  # [B, KV, group, d]
+        x.addmm_(out.view(b, -1), layer.o.t())
+        h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
+        x.addmm_(self._mlp_fused(i, layer, h), layer.down.t())
+
+    # ---- graphs --------------------------------------------------------------------------
+    def graph_for(self, state: DecodeState, span: int,
+                  sampling: Sampling | None) -> _DecodeGraph | None:
+        """The captured decode step for these buffers, span and in-graph sampling (CUDA only;
+        None elsewhere)."""
         if self.device.type != "cuda":
             return None
-        key = (state.token.shape[0], state.cache.k.shape[3])
+        if self._graph_state is not state:  # one shape at a time: caches are large
+            self._graphs, self._graph_state = {}, state
+            self._pool = torch.cuda.graph_pool_handle()
+        key = (span, sampling)
         graph = self._graphs.get(key)
-        if graph is None or graph.state is not state:
-            graph = _DecodeGraph(self, state)
-            self._graphs = {key: graph}  # one shape at a time: caches are large
+        if graph is None:
+            graph = _DecodeGraph(self, state, span, sampling, self._pool)
+            self._graphs[key] = graph
         return graph
+
+
+@dataclass
+class _Packed:
+    """One layer's q/k/v and gate/up weights side by side, and the q/k norm weights per head."""
+
+    qkv: torch.Tensor  # [(H + 2 KV) d, hidden]
+    gate_up: torch.Tensor  # [2 ffn, hidden]
+    qk_norm: torch.Tensor | None  # [H + KV, d]
+
+    @classmethod
+    def empty_like(cls, layer: _Layer) -> _Packed:
+        qkv = torch.empty((layer.q.shape[0] + layer.k.shape[0] + layer.v.shape[0],
+                           layer.q.shape[1]), dtype=layer.q.dtype, device=layer.q.device)
+        gate_up = torch.empty((2 * layer.gate.shape[0], layer.gate.shape[1]),
+                              dtype=layer.gate.dtype, device=layer.gate.device)
+        qk_norm = None
+        if layer.q_norm is not None:
+            d = layer.q_norm.shape[0]
+            heads = (layer.q.shape[0] + layer.k.shape[0]) // d
+            qk_norm = torch.empty((heads, d), dtype=layer.q_norm.dtype,
+                                  device=layer.q_norm.device)
+        return cls(qkv, gate_up, qk_norm)
+
+    def fill(self, layer: _Layer) -> None:
+        torch.cat((layer.q, layer.k, layer.v), out=self.qkv)
+        torch.cat((layer.gate, layer.up), out=self.gate_up)
+        if self.qk_norm is not None:
+            q_heads = layer.q.shape[0] // layer.q_norm.shape[0]
+            self.qk_norm[:q_heads].copy_(layer.q_norm.expand(q_heads, -1))
+            self.qk_norm[q_heads:].copy_(layer.k_norm.expand(self.qk_norm.shape[0] - q_heads, -1))
 
 
 @dataclass
@@ -215,21 +438,35 @@ class DecodeState:
     key_index: torch.Tensor  # [S] long
     logits: torch.Tensor  # [B, V]
     cache: KVCache
+    pad_bias: torch.Tensor  # [B, S] fp32: 0, or the float min on a row's pad slots
+    # graph-sampling: step's column in the outputs, EOS id (-1: none), rows that ended
+    step: torch.Tensor  # [] long
+    eos: torch.Tensor  # [] long
+    finished: torch.Tensor  # [B] bool
+    out_tokens: torch.Tensor  # [B, S] long
+    out_log_probs: torch.Tensor  # [B, S] fp32
+    generator: torch.Generator = field(repr=False)
 
 
 class _DecodeGraph:
-    def __init__(self, decoder: StaticDecoder, state: DecodeState) -> None:
+    def __init__(self, decoder: StaticDecoder, state: DecodeState, span: int,
+                 sampling: Sampling | None, pool: Any) -> None:  # noqa: ANN401
         self.state = state
-        # warm up on a side stream (allocator and lazy inits), then capture
+        # warm up on a side stream (allocator and lazy inits), then capture; the warm-ups'
+        # writes (slot 0, output column 0) are overwritten before any read
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
-                decoder.decode_step(state)
+                state.index.zero_()
+                state.step.zero_()
+                decoder.decode_step(state, span, sampling)
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            decoder.decode_step(state)
+        if sampling is not None:  # its draws advance the generator's offset at each replay
+            self.graph.register_generator_state(state.generator)
+        with torch.cuda.graph(self.graph, pool=pool):
+            decoder.decode_step(state, span, sampling)
 
     def replay(self) -> None:
         self.graph.replay()
@@ -255,6 +492,15 @@ def filter_logits(logits: torch.Tensor, temperature: float, top_p: float,
     return scores
 
 
+def chosen_log_probs(logits: torch.Tensor, tokens: torch.Tensor,
+                     temperature: float) -> torch.Tensor:
+    """log-softmax(logits / T) of the chosen tokens (hf_backend.chosen_log_probs)."""
+    raw = logits.float()
+    if temperature not in (0.0, 1.0) and temperature > 0:
+        raw = raw / temperature
+    return torch.log_softmax(raw, -1).gather(-1, tokens[:, None]).squeeze(-1)
+
+
 def sample(logits: torch.Tensor, temperature: float, top_p: float, top_k: int,
            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens [B], log-probs [B]) with hf_backend.chosen_log_probs' definition."""
@@ -263,16 +509,59 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, top_k: int,
     else:
         probs = filter_logits(logits, temperature, top_p, top_k).softmax(-1)
         tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    raw = logits.float()
-    if temperature not in (0.0, 1.0) and temperature > 0:
-        raw = raw / temperature
-    return tokens, torch.log_softmax(raw, -1).gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, chosen_log_probs(logits, tokens, temperature)
+
+
+def sample_sync_free(logits: torch.Tensor, sampling: Sampling,
+                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sample` without host syncs (graph-capturable): torch.multinomial draws one sample as
+    argmax(p / q), q ~ Exp(1), after checking p on the host; the same draws without the check.
+    At T=1 without filters the fp32 softmax/log-softmax read the logits as they are (dtype=):
+    the same values without a float copy of [B, vocab] each."""
+    temperature = sampling.temperature
+    plain = temperature == 1.0 and sampling.top_p >= 1.0 and not 0 < sampling.top_k < \
+        logits.shape[-1]
+    if temperature <= 0:
+        tokens = logits.argmax(-1)
+    else:
+        probs = torch.softmax(logits, -1, dtype=torch.float32) if plain else \
+            filter_logits(logits, temperature, sampling.top_p, sampling.top_k).softmax(-1)
+        noise = torch.empty_like(probs).exponential_(1, generator=generator)
+        tokens = (probs / noise).argmax(-1)
+    if temperature <= 0 or temperature == 1.0:
+        log_probs = torch.log_softmax(logits, -1, dtype=torch.float32)
+        return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, chosen_log_probs(logits, tokens, temperature)
+
+
+def record(state: DecodeState, tokens: torch.Tensor, log_probs: torch.Tensor) -> None:
+    """Write a step's tokens into the output column state.step and feed them back."""
+    column = state.step.view(1)
+    state.out_tokens.index_copy_(1, column, tokens[:, None])
+    state.out_log_probs.index_copy_(1, column, log_probs[:, None])
+    state.finished |= tokens == state.eos
+    state.token.copy_(tokens)
+    state.step += 1
+
+
+def advance(state: DecodeState, sampling: Sampling) -> None:
+    """The in-graph tail of a graph-sampling step: sample from state.logits, record, and move
+    the cache index to the next slot."""
+    tokens, log_probs = sample_sync_free(state.logits, sampling, state.generator)
+    record(state, tokens, log_probs)
+    state.index += 1
 
 
 # --------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------
-_DECODERS: dict[int, tuple[tuple[int, ...], StaticDecoder]] = {}
+class StepHook(Protocol):
+    """Called at the phase boundaries of each decode step (bench/gpu_decode_profile.py)."""
+
+    def mark(self, label: str, step: int) -> None: ...
+
+
+_DECODERS: dict[tuple[int, DecodeOptions], tuple[tuple[int, ...], StaticDecoder]] = {}
 
 
 def storage_key(model: Any) -> tuple[int, ...]:  # noqa: ANN401
@@ -284,14 +573,16 @@ def storage_key(model: Any) -> tuple[int, ...]:  # noqa: ANN401
     return tuple(p.data_ptr() for p in model.parameters())
 
 
-def decoder_for(model: Any) -> StaticDecoder:  # noqa: ANN401
-    """One StaticDecoder (and its captured graphs) per model and parameter placement."""
+def decoder_for(model: Any, options: DecodeOptions | None = None) -> StaticDecoder:  # noqa: ANN401
+    """One StaticDecoder (and its captured graphs) per model, variant (DEFAULT_VARIANT's when
+    None) and parameter placement."""
+    options = default_options() if options is None else options
     key = storage_key(model)
-    cached = _DECODERS.get(id(model))
+    cached = _DECODERS.get((id(model), options))
     if cached is None or cached[0] != key:
         _DECODERS.clear()
-        _DECODERS[id(model)] = (key, StaticDecoder(model))
-    return _DECODERS[id(model)][1]
+        _DECODERS[(id(model), options)] = (key, StaticDecoder(model, options))
+    return _DECODERS[(id(model), options)][1]
 
 
 def release_decoders() -> None:
@@ -303,68 +594,160 @@ def release_decoders() -> None:
 @torch.no_grad()
 def fast_generate(model: Any, rows: Sequence[Sequence[int]], *, temperature: float,  # noqa: ANN401
                   top_p: float, top_k: int, max_new_tokens: int, eos_token_id: int | None,
-                  pad_token_id: int, seed: int,
-                  use_cuda_graph: bool = True) -> tuple[list[list[int]], list[list[float]]]:
+                  pad_token_id: int, seed: int, use_cuda_graph: bool = True,
+                  options: DecodeOptions | None = None,
+                  hook: StepHook | None = None) -> tuple[list[list[int]], list[list[float]]]:
     """(new tokens, their log-probs) per row, max_new_tokens each (or fewer when every row
-    has produced EOS); cut them with hf_backend.cut_at_eos."""
+    has produced EOS); cut them with hf_backend.cut_at_eos. `options`: the decoder variant
+    (DEFAULT_VARIANT's when None)."""
     if not rows or max_new_tokens <= 0:
         return [[] for _ in rows], [[] for _ in rows]
-    decoder = decoder_for(model)
-    device = decoder.device
+    options = default_options() if options is None else options
+    decoder = decoder_for(model, options)
+    decoder.refresh()
+    ids, pad = left_padded(rows, pad_token_id, decoder.device)
+    width = ids.shape[1]
+    # cache length rounded up so rollouts with slightly different prompt widths reuse one graph
+    length = -(-(width + max_new_tokens) // CACHE_ROUND) * CACHE_ROUND
+    state = _state_for(decoder, len(rows), length, pad)
+    sampling = Sampling(float(temperature), float(top_p), int(top_k))
+    in_graph = sampling if options.sample_in_graph else None
+    # capture before prefill: the capture's warm-up steps write K/V that prefill overwrites
+    graphs: dict[int, _DecodeGraph | None] = {}
+    for slot in range(width, width + max_new_tokens - 1):
+        span = decoder.span(slot, length)
+        if span not in graphs:
+            graphs[span] = decoder.graph_for(state, span, in_graph) if use_cuda_graph else None
+    logits = decoder.prefill(ids, pad, state.cache)
+    call = _Call(decoder, state, graphs, sampling, width, max_new_tokens, eos_token_id, hook)
+    if options.sample_in_graph:
+        return _generate_in_graph(call, logits, seed)
+    return _generate_host_sampling(call, logits, seed)
+
+
+@dataclass
+class _Call:
+    decoder: StaticDecoder
+    state: DecodeState
+    graphs: dict[int, _DecodeGraph | None]  # by attended span
+    sampling: Sampling
+    width: int  # prompt width: the first decode step writes this cache slot
+    max_new_tokens: int
+    eos_token_id: int | None
+    hook: StepHook | None
+
+    def mark(self, label: str, step: int) -> None:
+        if self.hook is not None:
+            self.hook.mark(label, step)
+
+    def decode(self, slot: int, sampling: Sampling | None) -> None:
+        """One decode step writing cache slot `slot`: its graph, or eagerly without one."""
+        span = self.decoder.span(slot, self.state.key_index.shape[0])
+        graph = self.graphs[span]
+        if graph is not None:
+            graph.replay()
+        else:
+            self.decoder.decode_step(self.state, span, sampling)
+
+
+def _generate_host_sampling(call: _Call, logits: torch.Tensor,
+                            seed: int) -> tuple[list[list[int]], list[list[float]]]:
+    """Sample on the host side of the graph each step (today's loop)."""
+    state, sampling, device = call.state, call.sampling, call.decoder.device
+    generator = torch.Generator(device=device).manual_seed(int(seed))
+    tokens, log_probs = [], []
+    finished = torch.zeros(state.token.shape[0], dtype=torch.bool, device=device)
+    for step in range(call.max_new_tokens):
+        call.mark("sample", step)
+        token, log_prob = sample(logits, sampling.temperature, sampling.top_p, sampling.top_k,
+                                 generator)
+        tokens.append(token)
+        log_probs.append(log_prob)
+        if call.eos_token_id is not None:
+            finished |= token == call.eos_token_id
+            if (step + 1) % EARLY_STOP_EVERY == 0 and bool(finished.all()):
+                break
+        if step + 1 == call.max_new_tokens:
+            break
+        state.token.copy_(token)
+        state.index.fill_(call.width + step)
+        call.mark("decode", step)
+        call.decode(call.width + step, None)
+        logits = state.logits
+    call.mark("end", len(tokens))
+    return torch.stack(tokens, dim=1).tolist(), torch.stack(log_probs, dim=1).tolist()
+
+
+def _generate_in_graph(call: _Call, logits: torch.Tensor,
+                       seed: int) -> tuple[list[list[int]], list[list[float]]]:
+    """The first token sampled here, every later one inside the step's graph: the host only
+    replays (and reads the EOS flags every EARLY_STOP_EVERY steps)."""
+    state = call.state
+    state.generator.manual_seed(int(seed))
+    state.eos.fill_(-1 if call.eos_token_id is None else int(call.eos_token_id))
+    state.finished.zero_()
+    state.step.zero_()
+    call.mark("sample", 0)
+    record(state, *sample_sync_free(logits, call.sampling, state.generator))
+    state.index.fill_(call.width)
+    produced = 1
+    while produced < call.max_new_tokens:
+        if call.eos_token_id is not None and produced % EARLY_STOP_EVERY == 0 \
+                and bool(state.finished.all()):
+            break
+        call.mark("decode", produced)
+        call.decode(call.width + produced - 1, call.sampling)
+        produced += 1
+    call.mark("end", produced)
+    return (state.out_tokens[:, :produced].tolist(),
+            state.out_log_probs[:, :produced].tolist())
+
+
+def left_padded(rows: Sequence[Sequence[int]], pad_token_id: int,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [B, width] left-padded, pad counts [B]) on the device."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
     for i, row in enumerate(rows):
         ids[i, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
-    ids = ids.to(device)
-    pad = torch.tensor([width - len(r) for r in rows], dtype=torch.long, device=device)
-    # cache length rounded up so rollouts with slightly different prompt widths reuse one graph
-    length = -(-(width + max_new_tokens) // CACHE_ROUND) * CACHE_ROUND
-    state = _state_for(decoder, len(rows), length, pad)
-    generator = torch.Generator(device=device).manual_seed(int(seed))
-
-    # capture before prefill: the capture's warm-up steps write K/V that prefill overwrites
-    graph = decoder.graph_for(state) if use_cuda_graph else None
-    logits = decoder.prefill(ids, pad, state.cache)
-    tokens, log_probs = [], []
-    finished = torch.zeros(len(rows), dtype=torch.bool, device=device)
-    for step in range(max_new_tokens):
-        token, log_prob = sample(logits, temperature, top_p, top_k, generator)
-        tokens.append(token)
-        log_probs.append(log_prob)
-        if eos_token_id is not None:
-            finished |= token == eos_token_id
-            if (step + 1) % EARLY_STOP_EVERY == 0 and bool(finished.all()):
-                break
-        if step + 1 == max_new_tokens:
-            break
-        state.token.copy_(token)
-        state.index.fill_(width + step)
-        if graph is not None:
-            graph.replay()
-        else:
-            decoder.decode_step(state)
-        logits = state.logits
-    out_tokens = torch.stack(tokens, dim=1).tolist()
-    out_log_probs = torch.stack(log_probs, dim=1).tolist()
-    return out_tokens, out_log_probs
+    pad = torch.tensor([width - len(r) for r in rows], dtype=torch.long)
+    return ids.to(device), pad.to(device)
 
 
 def _state_for(decoder: StaticDecoder, batch: int, length: int,
                pad: torch.Tensor) -> DecodeState:
-    """Reuse the previous buffers (and so the captured graph) when the shape allows."""
-    graph = decoder._graphs.get((batch, length))
-    if graph is not None:
-        state = graph.state
-        state.pad.copy_(pad)
-        return state
+    """Reuse the previous buffers (and so the captured graphs) when the shape allows."""
+    state = decoder._graph_state
+    if state is None or state.token.shape[0] != batch or state.key_index.shape[0] != length:
+        state = _new_state(decoder, batch, length)
+    state.pad.copy_(pad)
+    state.pad_bias.copy_(pad_bias(pad, length))
+    return state
+
+
+def pad_bias(pad: torch.Tensor, length: int) -> torch.Tensor:
+    """[B, length] fp32: the float min on each row's left-pad slots, 0 elsewhere."""
+    slots = torch.arange(length, device=pad.device)
+    bias = torch.zeros((pad.shape[0], length), dtype=torch.float32, device=pad.device)
+    return bias.masked_fill(slots[None, :] < pad[:, None], torch.finfo(torch.float32).min)
+
+
+def _new_state(decoder: StaticDecoder, batch: int, length: int) -> DecodeState:
     device, dtype = decoder.device, decoder.dtype
     shape = (len(decoder.layers), batch, decoder.kv_heads, length, decoder.head_dim)
     vocab = decoder.lm_head.shape[0]
+
+    def longs(*size: int) -> torch.Tensor:
+        return torch.zeros(size, dtype=torch.long, device=device)
+
     return DecodeState(
-        token=torch.zeros(batch, dtype=torch.long, device=device),
-        index=torch.zeros((), dtype=torch.long, device=device),
-        pad=pad.clone(),
+        token=longs(batch), index=longs(), pad=longs(batch),
         key_index=torch.arange(length, device=device),
         logits=torch.zeros(batch, vocab, dtype=dtype, device=device),
         cache=KVCache(torch.zeros(shape, dtype=dtype, device=device),
-                      torch.zeros(shape, dtype=dtype, device=device)))
+                      torch.zeros(shape, dtype=dtype, device=device)),
+        pad_bias=torch.zeros(batch, length, dtype=torch.float32, device=device),
+        step=longs(), eos=longs(), finished=torch.zeros(batch, dtype=torch.bool, device=device),
+        out_tokens=longs(batch, length),
+        out_log_probs=torch.zeros(batch, length, dtype=torch.float32, device=device),
+        generator=torch.Generator(device=device))

@@ -38,6 +38,8 @@ class HFGenerator:
         self.model = model.to(self.device).eval()
         self.tied = bool(config.tie_word_embeddings)
         self._storage_offloader: StorageOffloader | None = None  # made at the first offload
+        self.notes: list[str] = []  # shown by the rollout manager at init
+        self.decode_options = self._decode_options()
 
     # ---- weights ------------------------------------------------------------------------
     def load_weights(self, hf_state_dict: Mapping[str, torch.Tensor]) -> int:
@@ -72,7 +74,7 @@ class HFGenerator:
             tokens, log_probs = fast_generate(
                 self.model, rows, temperature=temperature, top_p=top_p, top_k=top_k,
                 max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                pad_token_id=pad_token_id, seed=seed)
+                pad_token_id=pad_token_id, seed=seed, options=self.decode_options)
             return cut_at_eos(tokens, log_probs, eos_token_id, max_new_tokens)
         input_ids, attention_mask = left_pad(rows, pad_token_id, self.device)
         recorder = LogProbRecorder(temperature)
@@ -94,6 +96,16 @@ class HFGenerator:
         from engine.rollout.fast_generate import can_use
 
         return can_use(self.model)[0]
+
+    def _decode_options(self) -> Any:  # noqa: ANN401
+        """The fast decoder's variant (PPODECK_DECODE=<name>), noted whenever it is set."""
+        from engine.rollout.fast_generate import options_from_env
+
+        options, note = options_from_env()
+        if note is not None:
+            where = "" if self._fast_path() else " (not used: the fast decoder runs on CUDA only)"
+            self.notes.append(note + where)
+        return options
 
     # ---- memory -------------------------------------------------------------------------
     def offload(self) -> dict[str, Any]:

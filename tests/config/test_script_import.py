@@ -192,3 +192,11 @@ def test_report_lines_name_each_section() -> None:
     assert "$CKPT" in text_lines and "CKPT is not defined" in text_lines
     assert "--attention-backend" in text_lines  # command-only
     assert "--add-qkv-bias" in text_lines  # refused: Qwen2.5's qkv bias
+
+
+def test_an_unclosed_quote_keeps_its_last_character_whole() -> None:
+    """A cut paste ends inside "...": the last character is kept, not split mid-UTF-8 into a
+    surrogate that no preset file can hold (found by tests/reliability/test_fuzz.py)."""
+    assert import_script('0"\u00e9', env={}).config.passthrough == ("0\u00e9",)
+    report = import_script('python3 train.py --wandb-group "run\u00e9"', env={})
+    assert report.config.values["wandb_group"] == "run\u00e9"

@@ -17,8 +17,8 @@ from tests.contracts.import_graph import Edge, cycles, import_edges, in_package
 BOTTOM = ("engine.vocabulary", "engine.config", "engine.algo",
           "engine.machine", "engine.tracking_support")  # the last two: leaf probes of check()
 
-# Cycles closed by lazy (function-level) imports today. Each is a known debt; the test fails
-# when one disappears, so the list only shrinks.
+# Cycles closed by lazy (function-level) imports today: none since issue 17's steps 2-4. A
+# known debt added here fails the test once it disappears, so the list only shrinks.
 KNOWN_LAZY_CYCLES: tuple[tuple[str, ...], ...] = ()
 # engine.train -> engine.rollout arrows today (none since weight_transfer moved into train/)
 KNOWN_TRAIN_TO_ROLLOUT: tuple[tuple[str, str], ...] = ()

@@ -121,6 +121,51 @@ def test_fast_generate_graph_replays_the_eager_loop() -> None:
     assert all(len(t) == 40 for t in sampled)
 
 
+def _small_qwen3_bf16():  # noqa: ANN202
+    from transformers import AutoModelForCausalLM
+
+    from engine.train.convert import hf_config
+    from engine.train.model import ModelShape
+
+    shape = ModelShape(num_layers=4, hidden_size=256, ffn_hidden_size=512,
+                       num_attention_heads=8, num_query_groups=4, kv_channels=32,
+                       vocab_size=1024, max_sequence_length=512, rotary_base=1e6,
+                       norm_epsilon=1e-6, normalization="RMSNorm", swiglu=True,
+                       qk_layernorm=True, add_bias_linear=False)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(hf_config(shape, "qwen3"),
+                                            dtype=torch.bfloat16).cuda().eval()
+
+
+@pytest.mark.parametrize("features", [
+    dict(sample_in_graph=True),  # today's layers: tokens must equal torch.multinomial's
+    dict(fused=True, window=16),
+    dict(packed=True, window=16, sample_in_graph=True),
+    dict(packed=True, sdpa=True, window=16, sample_in_graph=True),
+])
+def test_fast_generate_variant_graphs_replay_their_eager_loop(features) -> None:
+    """Each decoder variant (issue 20): its CUDA graphs (one per 16-slot bucket, sampling
+    inside for graph-sampling, the generator registered with them) replay exactly its eager
+    loop, greedy and sampled; graph-sampling on today's layers draws today's tokens."""
+    from engine.rollout import fast_generate as fg
+
+    model = _small_qwen3_bf16()
+    options = fg.DecodeOptions(**features)
+    rows = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]] * 4
+    for temperature in (0.0, 1.0):
+        kwargs = dict(temperature=temperature, top_p=1.0, top_k=-1, max_new_tokens=40,
+                      eos_token_id=None, pad_token_id=0, seed=3, options=options)
+        graph = fg.fast_generate(model, rows, use_cuda_graph=True, **kwargs)
+        assert fg.decoder_for(model, options)._graphs, "no CUDA graph was captured"
+        fg.release_decoders()
+        eager = fg.fast_generate(model, rows, use_cuda_graph=False, **kwargs)
+        assert graph[0] == eager[0], f"T={temperature}"
+        torch.testing.assert_close(torch.tensor(graph[1]), torch.tensor(eager[1]))
+        if options == fg.DecodeOptions(sample_in_graph=True):
+            reference = fg.fast_generate(model, rows, **{**kwargs, "options": fg.REFERENCE})
+            assert graph[0] == reference[0], f"T={temperature}"
+
+
 def test_hf_rollout_offload_frees_the_gpu_and_generates_the_same_after() -> None:
     """The rollout offload on CUDA: weights to pinned host at copy speed, KV cache and graphs
     freed, and greedy generation identical after onload (the graphs are recaptured)."""

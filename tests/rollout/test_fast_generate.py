@@ -94,13 +94,14 @@ def test_weights_loaded_later_are_seen() -> None:
 
 def test_early_stop_once_every_row_ended() -> None:
     model = tiny_model("qwen3")
-    decoder = fg.decoder_for(model)
+    decoder = fg.decoder_for(model, fg.REFERENCE)  # its logits() is patched below
     real = decoder.logits
     bias = torch.full((48,), -1e4)
     bias[EOS] = 0.0
     decoder.logits = lambda x: real(x) + bias  # every row samples EOS at once
     tokens, _ = fg.fast_generate(model, ROWS, temperature=1.0, top_p=1.0, top_k=-1,
-                                 max_new_tokens=100, eos_token_id=EOS, pad_token_id=PAD, seed=0)
+                                 max_new_tokens=100, eos_token_id=EOS, pad_token_id=PAD, seed=0,
+                                 options=fg.REFERENCE)
     assert all(len(t) == fg.EARLY_STOP_EVERY for t in tokens)
 
 
@@ -140,3 +141,110 @@ def test_moving_the_model_rebuilds_the_decoder() -> None:
     tokens, _ = fg.fast_generate(model, ROWS, temperature=0.0, top_p=1.0, top_k=-1,
                                  max_new_tokens=4, eos_token_id=None, pad_token_id=PAD, seed=0)
     assert tokens == hf_greedy(model, ROWS, 4)
+
+
+# ---- decoder variants (issue 20): each must be today's path, token for token ----------------
+VARIANTS = {
+    "fused": fg.DecodeOptions(fused=True),
+    "window": fg.DecodeOptions(window=4),  # small buckets: the 9 steps cross three of them
+    "graph-sampling": fg.DecodeOptions(sample_in_graph=True),
+    "packed": fg.DecodeOptions(packed=True),
+    "sdpa": fg.DecodeOptions(sdpa=True, window=4),
+    "all": fg.DecodeOptions(fused=True, packed=True, sdpa=True, window=4, sample_in_graph=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_is_the_reference_path(name) -> None:
+    """Same greedy tokens as today's path (so as transformers: the tests above), same sampled
+    tokens with the same seed (top-k/top-p/temperature included), log-probs within 1e-5
+    (fp32)."""
+    model = tiny_model("qwen3")
+    options = VARIANTS[name]
+    greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=9, eos_token_id=None,
+                  pad_token_id=PAD, seed=1)
+    tokens, log_probs = fg.fast_generate(model, ROWS, options=options, **greedy)
+    ref_tokens, ref_log_probs = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **greedy)
+    assert tokens == ref_tokens
+    torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(ref_log_probs),
+                               rtol=0, atol=1e-5)
+    for sampling in (dict(temperature=0.7, top_p=0.9, top_k=20), dict(temperature=1.0)):
+        sampled = {**greedy, **sampling, "seed": 3}
+        ours = fg.fast_generate(model, ROWS, options=options, **sampled)
+        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **sampled)
+        assert ours[0] == ref[0], sampling
+        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                   atol=1e-5)
+
+
+def test_packed_weights_follow_loads_and_llama() -> None:
+    """Packed weights are copied at every call (a load between rollouts is seen); a model
+    without q/k norms (llama) takes the same path."""
+    options = fg.DecodeOptions(packed=True, sample_in_graph=True)
+    kwargs = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=5, eos_token_id=None,
+                  pad_token_id=PAD, seed=0)
+    llama = tiny_model("llama")
+    assert fg.fast_generate(llama, ROWS, options=options, **kwargs)[0] == \
+        fg.fast_generate(llama, ROWS, options=fg.REFERENCE, **kwargs)[0]
+    model = tiny_model("qwen3")
+    first, _ = fg.fast_generate(model, ROWS, options=options, **kwargs)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    second, _ = fg.fast_generate(model, ROWS, options=options, **kwargs)
+    assert second != first
+    assert second == fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)[0]
+
+
+def test_graph_sampling_stops_early_like_the_reference(monkeypatch) -> None:
+    model = tiny_model("qwen3")
+    real = fg.sample_sync_free
+
+    def always_eos(logits, sampling, generator):  # noqa: ANN001, ANN202
+        tokens, log_probs = real(logits, sampling, generator)
+        return torch.full_like(tokens, EOS), log_probs
+
+    monkeypatch.setattr(fg, "sample_sync_free", always_eos)
+    tokens, _ = fg.fast_generate(model, ROWS, temperature=1.0, top_p=1.0, top_k=-1,
+                                 max_new_tokens=100, eos_token_id=EOS, pad_token_id=PAD, seed=0,
+                                 options=fg.DecodeOptions(sample_in_graph=True))
+    assert [len(t) for t in tokens] == [fg.EARLY_STOP_EVERY] * len(ROWS)
+    assert all(t == [EOS] * fg.EARLY_STOP_EVERY for t in tokens)
+
+
+def test_variant_names_round_trip(monkeypatch) -> None:
+    for options in (fg.REFERENCE, *VARIANTS.values()):
+        if options.window in (0, fg.WINDOW):
+            assert fg.parse_variant(options.name) == options
+    assert fg.parse_variant("fused+window").window == fg.WINDOW
+    with pytest.raises(ValueError, match="unknown decoder feature"):
+        fg.parse_variant("fused+turbo")
+    monkeypatch.delenv(fg.VARIANT_ENV, raising=False)
+    assert fg.options_from_env() == (fg.default_options(), None)
+    monkeypatch.setenv(fg.VARIANT_ENV, "graph-sampling")
+    options, note = fg.options_from_env()
+    assert options.sample_in_graph and "graph-sampling" in note
+    monkeypatch.setenv(fg.VARIANT_ENV, "nope")
+    options, note = fg.options_from_env()
+    assert options == fg.default_options() and "ignored" in note
+
+
+def test_decode_profile_smoke_runs(capsys) -> None:
+    """bench/gpu_decode_profile.py --smoke (CPU, tiny): the lead runs it once on the H200, so
+    its every section must run here first."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import gpu_decode_profile as profile
+
+    assert profile.main(["--smoke", "--variant", "ref", "--variant",
+                         "packed+sdpa+window+graph-sampling"]) == 0
+    out = capsys.readouterr().out
+    assert "FAILED" not in out and "Traceback" not in out
+    summary = out[out.index("=== summary"):]
+    for row in ("tokens/s", "decode alone (replay)", "kernels/step", "greedy tokens = ref"):
+        assert row in summary
+    greedy_row = next(line for line in summary.splitlines()
+                      if line.startswith("greedy tokens = ref"))
+    assert greedy_row.split()[-2:] == ["1", "1"]  # both variants: every greedy token as ref

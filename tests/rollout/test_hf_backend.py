@@ -173,3 +173,17 @@ def test_without_eos_every_response_runs_to_max_new_tokens() -> None:
     outs = sample(uniform, n_samples=8, eos_token_id=None, temperature=1.0)
     assert all(len(o.response_ids) == 6 and o.truncated for o in outs)
     assert any(2 in o.response_ids[:-1] for o in outs)
+
+
+def test_decoder_variant_env_is_noted(monkeypatch) -> None:
+    """PPODECK_DECODE picks the fast decoder's variant; the init notes say so (and that the
+    CPU backend does not use it); a bad name falls back to 'ref', also noted."""
+    monkeypatch.setenv("PPODECK_DECODE", "fused+graph-sampling")
+    gen = HFGenerator(SHAPE, "llama", init_seed=5)
+    assert gen.decode_options.fused and gen.decode_options.sample_in_graph
+    assert len(gen.notes) == 1 and "fused+graph-sampling" in gen.notes[0]
+    assert "CUDA only" in gen.notes[0]
+    monkeypatch.setenv("PPODECK_DECODE", "warp")
+    assert "ignored" in HFGenerator(SHAPE, "llama", init_seed=5).notes[0]
+    monkeypatch.delenv("PPODECK_DECODE")
+    assert HFGenerator(SHAPE, "llama", init_seed=5).notes == []

@@ -98,6 +98,7 @@ async def test_a_preset_saved_from_a_paste_keeps_each_flags_script_line(tui_env:
     assert lines["advantage-estimator"].endswith("# run-tiny.sh:8")
     assert lines["rollout-batch-size"] == "rollout-batch-size = 16"  # no longer the script's
     assert "Imported from run-tiny.sh" in text
+    assert "FIX BEFORE USE: unresolved variables kept verbatim: $DATA_DIR" in text
     assert load_preset("from-paste").flags["num_layers"] == 2  # the comments keep it loadable
 
 

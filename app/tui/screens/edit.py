@@ -463,6 +463,16 @@ class EditScreen(Screen[None]):
 
         return with_flag_comments(text, self._script_line)
 
+    def _still_unresolved_note(self) -> str:
+        """What `presets from-command` writes too: the script's variables that no value replaced."""
+        assert self.imported is not None
+        argv = " ".join(to_argv(self.config))
+        names = dict.fromkeys(u.variable for u in self.imported.unresolved if u.variable)
+        left = [f"${name}" for name in names
+                if re.search(rf"\$\{{?{re.escape(name)}\b", argv)]  # $NAME or ${NAME...}
+        return ("\n\nFIX BEFORE USE: unresolved variables kept verbatim: " + ", ".join(left)
+                if left else "")
+
     def _script_line(self, name: str) -> str | None:
         """Where the pasted script set flag `name`, while it still has the script's value."""
         assert self.imported is not None
@@ -517,6 +527,7 @@ class EditScreen(Screen[None]):
         if self.imported is not None and self.preset is None:
             header = (f"Imported from {self.imported.script} in the PPO Deck editor; a flag's "
                       "comment is the script line that set it.")
+            header += self._still_unresolved_note()
         try:
             save_preset(path, self._toml(name, values["description"], header))
             saved = load_preset(str(path))

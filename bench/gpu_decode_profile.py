@@ -1,0 +1,521 @@
+#!/usr/bin/env python3
+"""Where a decode step's time goes in the hf backend's fast decoder, each variant side by side.
+
+    PYTHONPATH=/tmp/site:$PWD timeout 170 python3 bench/gpu_decode_profile.py   # on the H200
+    .venv/bin/python bench/gpu_decode_profile.py --smoke                        # tiny, on CPU
+
+Issue 20: 10.7k tokens/s at batch 64 is about 6 ms per decode step, against 0.25 ms to read the
+weights. For the Qwen3-0.6B shape (bench/gpu_bench.py's plan: random init, bf16), batch 64,
+prompts of 128 tokens (a quarter of them 8-24 shorter: left padding), 256 new tokens, and for
+each decoder variant of engine/rollout/fast_generate.py (DecodeOptions) it prints:
+  - tokens/s and wall ms per decode step (sampling at T=1 as the rollout does; the prefill,
+    timed alone, is taken out of the per-step figure), and the first call (graph capture);
+  - the step split in the real loop with CUDA events: sampling part vs decode (graph replay)
+    part; then the graph replayed alone back to back and the sampling alone back to back:
+    what the wall step has beyond those two is host overhead (the GPU waiting for the host);
+  - torch.profiler over 20 decode steps: GPU kernel time and kernels per step, grouped by kind
+    (from kernel names: which GEMMs are attention's is read from the eager op table after it);
+  - agreement with `ref` (today's path): greedy tokens equal (share of tokens, of rows),
+    log-prob max |diff| on each row's common prefix, sampled tokens equal for the same seed;
+    and each variant's log-probs against transformers' forward on its own greedy tokens (the
+    trainer's side: today's agreement is ref's row).
+A summary table comes last. Every variant runs in its own try/except; --budget seconds bounds
+the run (later variants' kernel tables, then the variants themselves, are skipped and said so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+for path in (REPO, REPO / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import gpu_bench as gb  # noqa: E402
+import torch  # noqa: E402
+
+from engine.rollout import fast_generate as fg  # noqa: E402
+
+# today's path first, the full combination next (so both fit whatever the budget), then each
+# feature alone and in steps
+DEFAULT_VARIANTS = ("ref", "packed+sdpa+window+graph-sampling", "graph-sampling", "window",
+                    "fused", "packed", "packed+sdpa")
+PROFILED_STEPS = 20
+START = time.perf_counter()
+
+
+@dataclass(frozen=True)
+class Setup:
+    shape: Any
+    device: torch.device
+    dtype: torch.dtype
+    batch: int
+    prompt: int
+    new: int
+
+    @classmethod
+    def make(cls, smoke: bool) -> Setup:
+        plan = gb.Plan.make(smoke)
+        if plan.device.type == "cuda":
+            return cls(plan.shape, plan.device, plan.dtype, 64, 128, 256)
+        return cls(plan.shape, plan.device, plan.dtype, 4, 12, 28)
+
+    def rows(self) -> list[list[int]]:
+        gen = torch.Generator().manual_seed(1)
+        ids = torch.randint(10, self.shape.vocab_size, (self.batch, self.prompt), generator=gen)
+        shorter = [(i % 4) * max(1, self.prompt // 16) for i in range(self.batch)]
+        return [row[cut:] for row, cut in zip(ids.tolist(), shorter, strict=True)]
+
+
+@dataclass
+class Figures:
+    variant: str
+    values: dict[str, float | None] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, what: str, value: float | None, unit: str, note: str = "") -> None:
+        self.values[what] = value
+        shown = "-" if value is None else gb.fmt(value)
+        print(f"  {what:44s} {shown:>12s} {unit:8s} {note}", flush=True)
+
+
+def elapsed() -> float:
+    return time.perf_counter() - START
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+# --------------------------------------------------------------------------------------------
+# timing helpers
+# --------------------------------------------------------------------------------------------
+class Clock:
+    """Timestamps on the device timeline (CUDA events) or the host's (CPU)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    def now(self) -> Any:  # noqa: ANN401
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def ms(self, start: Any, end: Any) -> float:  # noqa: ANN401
+        if self.cuda:
+            return start.elapsed_time(end)
+        return (end - start) * 1e3
+
+
+class MarkHook:
+    """fast_generate's StepHook: a timestamp at each phase boundary, optionally a profiler
+    started and stopped at given decode steps."""
+
+    def __init__(self, clock: Clock, profile_from: int | None = None) -> None:
+        self.clock = clock
+        self.marks: list[tuple[str, int, Any]] = []
+        self.profile_from = profile_from
+        self.profiler: Any = None
+        self._stopped = False
+
+    def mark(self, label: str, step: int) -> None:
+        if self.profile_from is not None and label == "decode":
+            if step == self.profile_from:
+                sync(self.clock.device)  # the window holds these steps' kernels only
+                self.profiler = kernel_profiler(self.clock.device)
+                self.profiler.start()
+            elif step == self.profile_from + PROFILED_STEPS and self.profiler is not None:
+                sync(self.clock.device)
+                self.profiler.stop()
+                self._stopped = True
+        self.marks.append((label, step, self.clock.now()))
+
+    def stop_profiler(self) -> None:
+        """Stop it if the loop ended before its last step (early stop, an error)."""
+        if self.profiler is not None and not self._stopped:
+            self.profiler.stop()
+        self._stopped = True
+
+    def phases(self) -> dict[str, float]:
+        """Median ms of each phase: from a mark to the next one, named by the first."""
+        sync(self.clock.device)
+        spans: dict[str, list[float]] = defaultdict(list)
+        for (label, _, start), (_, _, end) in zip(self.marks, self.marks[1:], strict=False):
+            spans[label].append(self.clock.ms(start, end))
+        return {label: statistics.median(ms) for label, ms in spans.items()}
+
+
+def kernel_profiler(device: torch.device) -> Any:  # noqa: ANN401
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    return profile(activities=activities)
+
+
+def timed(fn: Any, device: torch.device, repeat: int = 1) -> float:  # noqa: ANN401
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    sync(device)
+    return (time.perf_counter() - start) / repeat
+
+
+# --------------------------------------------------------------------------------------------
+# kernel tables
+# --------------------------------------------------------------------------------------------
+KINDS = (
+    ("sampling", ("exponential", "multinomial", "distribution", "sort", "topk", "cumsum",
+                  "argmax", "logsoftmax", "cunn_softmax", "philox", "radix")),
+    ("attn-softmax", ("softmax",)),
+    ("attn-matmul?", ("gemv", "gemmsn", "batched")),
+    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90", "sm100")),
+    ("norm/reduce", ("norm", "reduce", "mean", "sum")),
+    ("copy", ("copy", "memcpy", "memset", "cat", "index", "fill", "scatter", "gather", "roll",
+              "flip")),
+    ("elementwise", ("elementwise", "vectorized", "unrolled", "pointwise")),
+)
+
+
+def kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    for kind, keys in KINDS:
+        if any(k in lowered for k in keys):
+            return kind
+    return "other"
+
+
+def device_events(prof: Any, cuda: bool) -> list[tuple[str, float]]:  # noqa: ANN401
+    """(name, ms) of each GPU kernel (CUDA), or each top-level op's CPU time (smoke)."""
+    out = []
+    for evt in prof.events():
+        if cuda and evt.device_type == torch.autograd.DeviceType.CUDA:
+            out.append((evt.name, evt.device_time_total / 1e3))
+        elif not cuda and evt.device_type == torch.autograd.DeviceType.CPU \
+                and evt.cpu_parent is None:
+            out.append((evt.name, evt.cpu_time_total / 1e3))
+    return out
+
+
+def kernel_table(prof: Any, steps: int, cuda: bool, fig: Figures) -> None:  # noqa: ANN401
+    events = device_events(prof, cuda)
+    what = "GPU kernels" if cuda else "CPU ops (smoke: no GPU)"
+    if not events:
+        print(f"  no {what} recorded (the profiler saw none inside the graph replays)")
+        return
+    per_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for name, ms in events:
+        per_name[name][0] += ms / steps
+        per_name[name][1] += 1 / steps
+    total = sum(ms for ms, _ in per_name.values())
+    count = sum(c for _, c in per_name.values())
+    fig.add("profiled busy ms/step", total, "ms", f"{what}, {steps} steps")
+    fig.add("kernels/step", count, "")
+    kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for name, (ms, calls) in per_name.items():
+        kinds[kernel_kind(name)][0] += ms
+        kinds[kernel_kind(name)][1] += calls
+    for kind, (ms, calls) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
+        print(f"    {kind:14s} {ms:8.3f} ms/step {ms / total:6.1%} {calls:7.0f} kernels/step")
+    print("    top kernels (ms/step, calls/step):")
+    for name, (ms, calls) in sorted(per_name.items(), key=lambda kv: -kv[1][0])[:15]:
+        print(f"    {ms:8.3f} {calls:6.0f}  {kernel_kind(name):13s} {name[:100]}")
+
+
+def eager_op_table(decoder: fg.StaticDecoder, state: fg.DecodeState, span: int,
+                   sampling: fg.Sampling | None, device: torch.device) -> None:
+    """The decode step run eagerly under the profiler: device time by aten op (which GEMMs
+    are attention's bmm and which the weights' mm/addmm)."""
+    steps = 3
+    with kernel_profiler(device) as prof:
+        for _ in range(steps):
+            reset_step(state, span)
+            decoder.decode_step(state, span, sampling)
+        sync(device)
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    rows = []
+    for avg in prof.key_averages():
+        ms = getattr(avg, key, 0.0) / 1e3 / steps
+        if ms > 0:
+            rows.append((ms, avg.count / steps, avg.key))
+    print(f"    eager decode step by op ({key}, ms/step, calls/step):")
+    for ms, calls, name in sorted(rows, reverse=True)[:14]:
+        print(f"    {ms:8.3f} {calls:6.0f}  {name[:80]}")
+
+
+def reset_step(state: fg.DecodeState, span: int) -> None:
+    """A valid mid-generation step: the last slot of the span, output column 1 (the
+    graph-sampling graph moves both forward; replayed alone they must stay in range)."""
+    state.index.fill_(span - 1)
+    state.step.fill_(1)
+
+
+# --------------------------------------------------------------------------------------------
+# one variant
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Reference:
+    greedy: tuple[list[list[int]], list[list[float]]]
+    sampled: list[list[int]]
+
+
+def generate(model: Any, rows: list[list[int]], setup: Setup, options: fg.DecodeOptions,  # noqa: ANN401
+             temperature: float = 1.0, new: int | None = None,
+             hook: Any = None) -> tuple[list[list[int]], list[list[float]]]:  # noqa: ANN401
+    return fg.fast_generate(model, rows, temperature=temperature, top_p=1.0, top_k=-1,
+                            max_new_tokens=new or setup.new, eos_token_id=None, pad_token_id=0,
+                            seed=0, options=options, hook=hook)
+
+
+def speed(model: Any, rows: list[list[int]], setup: Setup, options: fg.DecodeOptions,  # noqa: ANN401
+          fig: Figures) -> float:
+    """tokens/s end to end and ms per decode step (prefill taken out); returns the step ms."""
+    first = timed(lambda: generate(model, rows, setup, options), setup.device)
+    prefill = timed(lambda: generate(model, rows, setup, options, new=1), setup.device, 2)
+    wall = timed(lambda: generate(model, rows, setup, options), setup.device, 2)
+    step_ms = (wall - prefill) / (setup.new - 1) * 1e3
+    fig.add("tokens/s", setup.batch * setup.new / wall, "tok/s",
+            f"{wall:.3f} s per call of {setup.batch}x{setup.new}")
+    fig.add("wall ms/decode step", step_ms, "ms", f"prefill+first sample {prefill * 1e3:.1f} ms")
+    fig.add("first call (capture)", first, "s")
+    return step_ms
+
+
+def loop_split(model: Any, rows: list[list[int]], setup: Setup, options: fg.DecodeOptions,  # noqa: ANN401
+               fig: Figures, profile_from: int | None) -> Any:  # noqa: ANN401
+    """Phases of the real loop (events); the profiler over PROFILED_STEPS steps if asked."""
+    hook = MarkHook(Clock(setup.device), profile_from)
+    try:
+        generate(model, rows, setup, options, hook=hook)
+    finally:
+        hook.stop_profiler()
+    phases = hook.phases()
+    if "sample" in phases and not options.sample_in_graph:
+        fig.add("in loop: sampling part", phases["sample"], "ms", "events, median step")
+    fig.add("in loop: decode part", phases.get("decode"), "ms",
+            "graph replay" + (" incl. sampling" if options.sample_in_graph else ""))
+    return hook.profiler
+
+
+def alone(decoder: fg.StaticDecoder, setup: Setup, options: fg.DecodeOptions, fig: Figures,
+          rows: list[list[int]]) -> tuple[float, float]:
+    """(decode ms, sampling ms) each back to back: the graphs (or eager steps), the sampler."""
+    clock, repeat = Clock(setup.device), 20
+    state = decoder._graph_state or fg._state_for(
+        decoder, len(rows), -(-(setup.prompt + setup.new) // fg.CACHE_ROUND) * fg.CACHE_ROUND,
+        fg.left_padded(rows, 0, setup.device)[1])
+    sampling = fg.Sampling(1.0, 1.0, -1)
+    in_graph = sampling if options.sample_in_graph else None
+    spans = sorted({decoder.span(slot, state.key_index.shape[0])
+                    for slot in range(setup.prompt, setup.prompt + setup.new - 1)})
+    per_span = []
+    for span in spans:
+        graph = decoder._graphs.get((span, in_graph))
+        times = []
+        for _ in range(repeat):
+            reset_step(state, span)
+            start = clock.now()
+            if graph is not None:
+                graph.replay()
+            else:
+                decoder.decode_step(state, span, in_graph)
+            times.append(clock.ms(start, clock.now()))
+        per_span.append((span, statistics.median(times)))
+    decode_ms = statistics.fmean(ms for _, ms in per_span)  # steps spread evenly over spans
+    fig.add("decode alone (replay)", decode_ms, "ms",
+            "per span: " + ", ".join(f"{s}:{ms:.3f}" for s, ms in per_span))
+    sample_ms = sampler_alone(state, sampling, options, clock, repeat)
+    fig.add("sampling alone", sample_ms, "ms",
+            "sync-free sampler, eager" if options.sample_in_graph else "torch.multinomial path")
+    return decode_ms, sample_ms
+
+
+def sampler_alone(state: fg.DecodeState, sampling: fg.Sampling, options: fg.DecodeOptions,
+                  clock: Clock, repeat: int) -> float:
+    generator = torch.Generator(device=state.logits.device).manual_seed(0)
+    logits = torch.randn(state.logits.shape, generator=None, device=state.logits.device)
+    logits = logits.to(state.logits.dtype) * 4
+    times = []
+    for _ in range(repeat):
+        start = clock.now()
+        if options.sample_in_graph:
+            fg.sample_sync_free(logits, sampling, generator)
+        else:
+            fg.sample(logits, 1.0, 1.0, -1, generator)
+        times.append(clock.ms(start, clock.now()))
+    return statistics.median(times)
+
+
+def agreement(ref: Reference, greedy: tuple[list[list[int]], list[list[float]]],
+              sampled: list[list[int]], fig: Figures) -> None:
+    ref_tokens, ref_lps = ref.greedy
+    tokens, lps = greedy
+    equal = sum(a == b for ra, rb in zip(ref_tokens, tokens, strict=True)
+                for a, b in zip(ra, rb, strict=True))
+    total = sum(len(r) for r in ref_tokens)
+    rows_equal = sum(ra == rb for ra, rb in zip(ref_tokens, tokens, strict=True))
+    fig.add("greedy tokens = ref", equal / total, "share",
+            f"{rows_equal}/{len(tokens)} rows identical")
+    diffs = [abs(x - y) for ra, rb, la, lb in zip(ref_tokens, tokens, ref_lps, lps, strict=True)
+             for x, y in zip(la[:common_prefix(ra, rb)], lb[:common_prefix(ra, rb)],
+                             strict=True)]
+    fig.add("greedy log-prob max|diff| vs ref", max(diffs) if diffs else None, "nats",
+            f"on the common prefix ({len(diffs)} tokens)")
+    same = sum(a == b for ra, rb in zip(ref.sampled, sampled, strict=True)
+               for a, b in zip(ra, rb, strict=True))
+    fig.add("sampled tokens = ref (same seed)", same / total, "share")
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if x != y:
+            return i
+    return len(a)
+
+
+def versus_transformers(model: Any, rows: list[list[int]],  # noqa: ANN401
+                        greedy: tuple[list[list[int]], list[list[float]]], setup: Setup,
+                        fig: Figures) -> None:
+    """The variant's greedy log-probs against transformers' forward on the same tokens."""
+    from engine.rollout.hf_backend import left_pad
+
+    count = min(8, len(rows))
+    tokens, lps = greedy[0][:count], greedy[1][:count]
+    full = [r + t for r, t in zip(rows[:count], tokens, strict=True)]
+    ids, mask = left_pad(full, 0, setup.device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    logits = logits[:, -setup.new - 1:-1].float()
+    chosen = torch.tensor(tokens, device=setup.device)
+    theirs = torch.log_softmax(logits, -1).gather(-1, chosen[..., None]).squeeze(-1)
+    diff = (torch.tensor(lps, device=setup.device) - theirs).abs()
+    fig.add("log-prob max|diff| vs transformers", diff.max().item(), "nats",
+            f"mean {diff.mean().item():.2e}, {count} rows teacher-forced "
+            f"({str(setup.dtype).removeprefix('torch.')})")
+
+
+def run_variant(name: str, model: Any, rows: list[list[int]], setup: Setup,  # noqa: ANN401
+                ref: Reference, budget: float) -> Figures:
+    options = fg.parse_variant(name)
+    fig = Figures(options.name)
+    print(f"\n=== {options.name} ({options}) at {elapsed():.0f} s ===", flush=True)
+    step_ms = speed(model, rows, setup, options, fig)
+    profile = elapsed() < budget * 0.7
+    profile_from = None
+    if profile and setup.new > PROFILED_STEPS + 4:  # PROFILED_STEPS decode steps, mid-run
+        profile_from = min(setup.new // 2, setup.new - PROFILED_STEPS - 3)
+    profiler = loop_split(model, rows, setup, options, fig, profile_from)
+    decoder = fg.decoder_for(model, options)
+    decode_ms, sample_ms = alone(decoder, setup, options, fig, rows)
+    extra = 0.0 if options.sample_in_graph else sample_ms
+    fig.add("host overhead (wall - alone)", step_ms - decode_ms - extra, "ms",
+            "GPU idle, waiting for the host")
+    greedy = generate(model, rows, setup, options, temperature=0.0)
+    sampled = generate(model, rows, setup, options)[0]
+    agreement(ref, greedy, sampled, fig)
+    versus_transformers(model, rows, greedy, setup, fig)
+    if profiler is None:
+        print("  kernel tables skipped (time budget)" if not profile else "")
+    else:
+        kernel_table(profiler, PROFILED_STEPS, setup.device.type == "cuda", fig)
+        state = decoder._graph_state or fg._state_for(
+            decoder, len(rows), -(-(setup.prompt + setup.new) // fg.CACHE_ROUND) * fg.CACHE_ROUND,
+            fg.left_padded(rows, 0, setup.device)[1])
+        span = decoder.span(setup.prompt + setup.new // 2, state.key_index.shape[0])
+        eager_op_table(decoder, state, span,
+                       fg.Sampling(1.0, 1.0, -1) if options.sample_in_graph else None,
+                       setup.device)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------------------------
+def summary(figures: list[Figures]) -> None:
+    columns = ("tokens/s", "wall ms/decode step", "decode alone (replay)", "sampling alone",
+               "host overhead (wall - alone)", "kernels/step", "greedy tokens = ref",
+               "greedy log-prob max|diff| vs ref", "sampled tokens = ref (same seed)",
+               "log-prob max|diff| vs transformers", "first call (capture)")
+    print("\n=== summary (one run, same model and prompts) ===")
+    print(f"{'measurement':36s} " + " ".join(f"{f.variant[:22]:>22s}" for f in figures))
+    for column in columns:
+        cells = []
+        for f in figures:
+            value = f.values.get(column)
+            cells.append(f"{'-' if value is None else gb.fmt(value):>22s}")
+        print(f"{column:36s} " + " ".join(cells))
+    for f in figures:
+        for note in f.notes:
+            print(f"  {f.variant}: {note}")
+
+
+@torch.no_grad()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU")
+    parser.add_argument("--variant", action="append",
+                        help=f"a variant name (repeatable); default: {', '.join(DEFAULT_VARIANTS)}")
+    parser.add_argument("--budget", type=float, default=150.0,
+                        help="seconds: later work is skipped past it (default 150)")
+    ns = parser.parse_args(argv)
+    setup = Setup.make(ns.smoke)
+    threads = torch.get_num_threads()
+    if setup.device.type == "cpu":
+        torch.set_num_threads(1)  # tiny shapes: threads only contend
+    try:
+        return profile_all(setup, ns.variant or list(DEFAULT_VARIANTS), ns.budget)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def profile_all(setup: Setup, variants: list[str], budget: float) -> int:
+    from engine.rollout.hf_backend import HFGenerator
+
+    print(f"decode profile: {setup.batch} rows x {setup.prompt}-token prompts, {setup.new} new "
+          f"tokens, {setup.shape.num_layers} layers, hidden {setup.shape.hidden_size}, vocab "
+          f"{setup.shape.vocab_size}, {setup.dtype}, {setup.device}; torch {torch.__version__}",
+          flush=True)
+    model = HFGenerator(setup.shape, "qwen3", device=setup.device, dtype=setup.dtype).model
+    rows = setup.rows()
+    print(f"model built at {elapsed():.0f} s", flush=True)
+    ref = Reference(greedy=generate(model, rows, setup, fg.REFERENCE, temperature=0.0),
+                    sampled=generate(model, rows, setup, fg.REFERENCE)[0])
+    figures = []
+    for name in variants:
+        if elapsed() > budget:
+            print(f"\n=== {name}: skipped, past the {budget:.0f} s budget ===")
+            continue
+        try:
+            figures.append(run_variant(name, model, rows, setup, ref, budget))
+        except Exception as err:  # noqa: BLE001 - the other variants must still be measured
+            traceback.print_exc()
+            failed = Figures(name)
+            failed.notes.append(f"FAILED: {type(err).__name__}: {err}"[:200])
+            figures.append(failed)
+        finally:
+            fg.release_decoders()
+            gb.release_memory()
+    summary(figures)
+    print(f"\ntotal {elapsed():.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.stdout.reconfigure(line_buffering=True)  # a timeout keeps every line printed so far
+    sys.exit(main())
