@@ -70,6 +70,7 @@ for step in $steps; do
         touch /tmp/tf/.ppodeck-installed
       fi
       export PYTHONPATH=/tmp/tf:/tmp/site:$PWD
+      [ "${SGLANG_CHECK:-1}" = 1 ] || continue  # 0: install only (the check imports, ~25 s)
       python3 - <<'PY' 2>&1 | tee "$OUT/sglang_server_args.txt"
 import dataclasses, pathlib, time
 t = time.perf_counter()
