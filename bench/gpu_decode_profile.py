@@ -116,6 +116,7 @@ class Clock:
 
     def ms(self, start: Any, end: Any) -> float:  # noqa: ANN401
         if self.cuda:
+            end.synchronize()  # elapsed_time needs both events done (it raised on the H200)
             return start.elapsed_time(end)
         return (end - start) * 1e3
 
