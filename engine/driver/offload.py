@@ -2,10 +2,11 @@
 
 Under --offload-train (miles) each trainer is on its GPUs only while it trains or saves: it
 sleeps right after its init (before the next role allocates), wakes for its train phase and
-its save, and sleeps again after each. Every move is an `offload` event. The workers never
-decide on their own (engine/train/worker.py refuses to train or save asleep). One exception
-is left: an actor exported while asleep (the initial push, a push during the critic-only
-warmup) is woken inside the worker for the gather and put back to sleep, with no event.
+its save, and sleeps again after each; the actor also wakes for an export when it did not
+train first (the initial push, a push during the critic-only warmup). Every move is an
+`offload` event. The workers never decide on their own in a run (engine/train/worker.py
+refuses to train or save asleep; its export still wakes itself for direct callers such as
+the worker tests, which the driver never relies on).
 """
 
 from __future__ import annotations

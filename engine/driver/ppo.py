@@ -97,7 +97,7 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             tm.offload("rollout", "onload", roles.rollout.onload())
         if push_due(args, rollout_id):
             with tm.phase(Phase.UPDATE_WEIGHTS, rollout_id):
-                exported = exported or export_weights(roles)  # warmup: the actor wakes for it
+                exported = exported or export_woken(roles, tm, offload)  # critic-only warmup
                 sync_start = time.perf_counter()
                 loaded = roles.rollout.update_weights(exported.ref)
                 if loaded["path"] == "cuda_ipc":  # copied: the actor's device buffer can go
@@ -197,6 +197,15 @@ def export_weights(roles: Roles, while_awake: bool = False) -> ExportedWeights:
     start = time.perf_counter()
     ref = roles.actor.export_hf_weights()
     return ExportedWeights(ref, time.perf_counter() - start, while_awake)
+
+
+def export_woken(roles: Roles, tm: Telemetry, offload: bool) -> ExportedWeights:
+    """The actor did not train this rollout (critic-only warmup): the driver wakes it for the
+    export and puts it back to sleep, each move an offload event."""
+    wake(roles.actor, tm, offload)
+    exported = export_weights(roles)
+    sleep(roles.actor, tm, offload)
+    return exported
 
 
 def export_while_awake(args: dict[str, Any], roles: Roles,

@@ -14,7 +14,7 @@ from typing import Any
 import ray
 
 from engine.driver import cluster
-from engine.driver.offload import sleep
+from engine.driver.offload import sleep, wake
 from engine.driver.telemetry import Telemetry
 from engine.vocabulary import Kind
 from engine.workers import CALL_TIMEOUT_S, WorkerFailure, first_line, wait_ready
@@ -286,7 +286,10 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Roles, int]:
         if args.get("offload_rollout"):
             tm.offload("rollout", "onload", rollout.onload())
         if actor is not None and not args["debug_train_only"]:  # miles: no push in debug modes
-            roles.initial_sync = rollout.update_weights(actor.export_hf_weights())
+            wake(actor, tm, args["offload_train"])  # the driver, not the worker, wakes it
+            exported = actor.export_hf_weights()
+            sleep(actor, tm, args["offload_train"])
+            roles.initial_sync = rollout.update_weights(exported)
             path = roles.initial_sync["path"]
             if path == "cuda_ipc":  # copied: the actor's device buffer can go
                 actor.release_export()

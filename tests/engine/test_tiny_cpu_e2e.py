@@ -120,3 +120,22 @@ def test_the_run_is_healthy_by_its_own_health_rules(tiny_run):
     assert report.level != "error", [f.line() for f in report.findings]
     assert {f.code for f in report.findings} <= {"health.truncation"}, report.findings
     assert report.rollouts_judged == _status["num_rollout"]
+
+
+def test_the_driver_wakes_the_actor_for_every_export_it_did_not_train_before(tiny_run):
+    """Under --offload-train the initial push and the critic-only warmup's push wake the actor
+    in the driver, each move an offload event inside that phase (the worker never wakes
+    itself in a run); the pushes after training export while the actor is still awake."""
+    _rundir, _status, events = tiny_run
+    phase, woken_in = None, []
+    for e in events:
+        if e["kind"] == "phase":
+            phase = (e["name"], e["rollout_id"]) if e["state"] == "start" else None
+        elif e["kind"] == "offload" and e["model"] == "actor" and e["direction"] == "onload":
+            woken_in.append(phase)
+    assert woken_in.count(("init", None)) == 1  # the initial push
+    assert woken_in.count(("update_weights", 0)) == 1  # rollout 0 is critic-only
+    assert not [p for p in woken_in if p and p[0] == "update_weights" and p[1] > 0]
+    offloads = [e for e in events if e["kind"] == "offload" and e["model"] == "actor"]
+    assert sum(e["direction"] == "onload" for e in offloads) == \
+        sum(e["direction"] == "offload" for e in offloads) - 1  # the sleep after its init
