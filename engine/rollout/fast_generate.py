@@ -55,6 +55,7 @@ one this decoder understands (Llama / Qwen3 families, default RoPE).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -226,19 +227,46 @@ def layer_tail(x: torch.Tensor, attn: torch.Tensor, o: torch.Tensor, post_norm: 
     return x, F.linear(gated_mlp(h, weights), down)
 
 
-_COMPILED: dict[str, Any] = {}
+class CompiledOrEager:
+    """`fn` under torch.compile, built at its first call: static shapes (one graph per model
+    shape and dtype), fullgraph (a graph break raises instead of splitting the step unseen).
+    Should the compile fail (no C compiler on a CPU host, an inductor bug), `fn` runs its
+    eager maths from then on and one warning says so; under CUDA graph capture nothing is
+    caught (the capture's warm-ups compiled it: an error there is a real one)."""
 
-
-def compiled(fn: Any) -> Any:  # noqa: ANN401
-    """`fn` under torch.compile, built once per process: static shapes (one graph per model
-    shape and dtype), fullgraph (a graph break would raise, not fall back unseen)."""
-    if fn.__name__ not in _COMPILED:
+    def __init__(self, fn: Any) -> None:  # noqa: ANN401
         from engine.train.fused import _own_recompile_budget, raise_global_recompile_limit
 
         raise_global_recompile_limit()
-        _COMPILED[fn.__name__] = torch.compile(fn, fullgraph=True, dynamic=False,
-                                               options=COMPILE_OPTIONS,
-                                               **_own_recompile_budget())
+        self.eager = fn
+        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False,
+                                      options=COMPILE_OPTIONS, **_own_recompile_budget())
+        self.failed = False
+
+    def __call__(self, *args: Any) -> Any:  # noqa: ANN401
+        if self.failed:
+            return self.eager(*args)
+        try:
+            return self.compiled(*args)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the decoder must still generate
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise
+            self.failed = True
+            warnings.warn(f"fast_generate 'compiled': torch.compile of {self.eager.__name__} "
+                          f"failed ({type(err).__name__}: {str(err)[:300]}); its eager maths "
+                          f"run instead", stacklevel=2)
+            return self.eager(*args)
+
+
+_COMPILED: dict[str, CompiledOrEager] = {}
+
+
+def compiled(fn: Any) -> CompiledOrEager:  # noqa: ANN401
+    """`fn`'s CompiledOrEager, one per process (dynamo keeps its graphs across decoders)."""
+    if fn.__name__ not in _COMPILED:
+        _COMPILED[fn.__name__] = CompiledOrEager(fn)
     return _COMPILED[fn.__name__]
 
 

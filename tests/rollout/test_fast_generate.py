@@ -295,3 +295,21 @@ def test_compiled_variant_is_the_reference_path() -> None:
     the inductor cache warm."""
     assert_compiled_is_the_reference_path(tiny_model("qwen3"))
     assert fg._COMPILED, "the compiled functions were not built"
+
+
+def test_compile_failure_falls_back_to_eager_and_says_so(monkeypatch) -> None:
+    def broken(fn, **_):  # noqa: ANN001, ANN202
+        def fails(*args):  # noqa: ANN002, ANN202
+            raise RuntimeError("no C compiler")
+        return fails
+
+    monkeypatch.setattr(fg, "_COMPILED", {})
+    monkeypatch.setattr(torch, "compile", broken)
+    model = tiny_model("qwen3")
+    greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=5, eos_token_id=None,
+                  pad_token_id=PAD, seed=0)
+    with pytest.warns(UserWarning, match="no C compiler"):
+        tokens, _ = fg.fast_generate(model, ROWS, options=fg.DecodeOptions(compiled=True),
+                                     **greedy)
+    assert tokens == fg.fast_generate(model, ROWS, options=fg.REFERENCE, **greedy)[0]
+    assert all(f.failed for f in fg._COMPILED.values())
