@@ -39,13 +39,13 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   step is one replay and no per-step host work;
   compiled        `fused` with each layer's elementwise work compiled by torch.compile
                   (inductor, static shapes, no inductor cudagraphs: our graph captures the
-                  compiled kernels): the residual add, RMSNorm, q/k norms and RoPE before
-                  attention in one function, the o-projection's residual, RMSNorm and SiLU*up
-                  after it in another (the MLP's residual is added by the next layer's first
-                  function). The GEMMs stay cuBLAS, attention and the cache writes stay eager
-                  (their shapes follow the window bucket), so the two functions compile once
-                  per model shape and serve every layer and bucket. The compile happens in the
-                  capture's warm-up steps (never under capture: a recompile there raises).
+                  compiled kernels): RMSNorm, q/k norms, RoPE and the k/v cache writes before
+                  attention in one function (the writes scattered in place), the residuals,
+                  RMSNorm and SiLU*up after it in another. The GEMMs stay cuBLAS (the residual
+                  adds in their epilogue), attention stays eager (its shape follows the window
+                  bucket), so the two functions compile once per model shape and serve every
+                  layer and bucket. The compile happens in the capture's warm-up steps (never
+                  under capture: a recompile there raises).
 e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`.
 
 `fast_generate(model, rows, ...)` is the entry point; `can_use(model)` says whether a model is
@@ -207,24 +207,27 @@ def gated_mlp(h: torch.Tensor, weights: Weights) -> torch.Tensor:
     return F.silu(F.linear(h, weights[0])) * F.linear(h, weights[1])
 
 
-def layer_head(x: torch.Tensor, delta: torch.Tensor, in_norm: torch.Tensor,
-               weights: Weights, norms: Weights | None,
-               rope: tuple[torch.Tensor, torch.Tensor], dims: tuple[int, int, int],
-               eps: float) -> tuple[torch.Tensor, ...]:
-    """`compiled`, before attention: the previous layer's MLP residual (zeros before the
-    first layer: one graph, not two to compile), RMSNorm, q/k/v -> (x, q, k, v)."""
-    x = x + delta
+def layer_head(x: torch.Tensor, in_norm: torch.Tensor, weights: Weights,
+               norms: Weights | None, rope: tuple[torch.Tensor, torch.Tensor],
+               dims: tuple[int, int, int], eps: float,
+               cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """`compiled`, before attention: RMSNorm, q/k/v, q/k norms, RoPE, and k/v written into
+    the layer's cache (k [B, KV, S, d], v, slot [1]: inductor scatters them in place from
+    the RoPE kernel, no copy of the cache) -> q [B, H, d]."""
     h = F.rms_norm(x, (x.shape[-1],), in_norm, eps)
-    return (x, *qkv_projection(h, weights, norms, rope, dims, eps))
+    q, k, v = qkv_projection(h, weights, norms, rope, dims, eps)
+    cache_k, cache_v, slot = cache
+    cache_k.index_copy_(2, slot, k.unsqueeze(2))
+    cache_v.index_copy_(2, slot, v)
+    return q
 
 
 def layer_tail(x: torch.Tensor, attn: torch.Tensor, o: torch.Tensor, post_norm: torch.Tensor,
-               weights: Weights, down: torch.Tensor,
-               eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """`compiled`, after attention: o-projection residual, RMSNorm, MLP -> (x, MLP output)."""
+               weights: Weights, down: torch.Tensor, eps: float) -> torch.Tensor:
+    """`compiled`, after attention: o-projection residual, RMSNorm, MLP residual -> x."""
     x = x + F.linear(attn, o)
     h = F.rms_norm(x, (x.shape[-1],), post_norm, eps)
-    return x, F.linear(gated_mlp(h, weights), down)
+    return x + F.linear(gated_mlp(h, weights), down)
 
 
 class CompiledOrEager:
@@ -473,24 +476,30 @@ class StaticDecoder:
         """All layers with their elementwise work compiled (`compiled`): x [B, hidden] in,
         the last residual stream out."""
         head, tail = compiled(layer_head), compiled(layer_tail)
-        delta = torch.zeros_like(x)  # the previous layer's MLP output, added by the next head
+        slot = state.index.view(1)
         for i, layer in enumerate(self.layers):
             weights, norms = self._projections(i, layer)
-            x, q, k, v = head(x, delta, layer.in_norm, weights, norms, rope, self.dims, self.eps)
-            out = self._attend(state, i, (q, k, v), bias, span)
-            x, delta = tail(x, out.view(x.shape[0], -1), layer.o, layer.post_norm,
-                            self._mlp_weights(i, layer), layer.down, self.eps)
-        return x + delta
+            cache = (state.cache.k[i], state.cache.v[i], slot)
+            q = head(x, layer.in_norm, weights, norms, rope, self.dims, self.eps, cache)
+            out = self._attend_cache(state, i, q, bias, span)
+            x = tail(x, out.view(x.shape[0], -1), layer.o, layer.post_norm,
+                     self._mlp_weights(i, layer), layer.down, self.eps)
+        return x
 
     def _attend(self, state: DecodeState, i: int, qkv: tuple[torch.Tensor, ...],
                 bias: torch.Tensor, span: int) -> torch.Tensor:
         """Write this step's k/v into slot state.index of layer i's cache, then attend its
         first `span` slots: q [B, H, d] -> [B, KV, group, d]."""
         q, k, v = qkv
-        b, d = q.shape[0], self.head_dim
         slot = state.index.view(1)
         state.cache.k[i].index_copy_(2, slot, k.unsqueeze(2))
         state.cache.v[i].index_copy_(2, slot, v)
+        return self._attend_cache(state, i, q, bias, span)
+
+    def _attend_cache(self, state: DecodeState, i: int, q: torch.Tensor, bias: torch.Tensor,
+                      span: int) -> torch.Tensor:
+        """q [B, H, d] over the first `span` slots of layer i's cache -> [B, KV, group, d]."""
+        b, d = q.shape[0], self.head_dim
         qg = q.reshape(b, self.kv_heads, self.heads // self.kv_heads, d)
         keys, values = state.cache.k[i][:, :, :span], state.cache.v[i][:, :, :span]
         if self.options.sdpa:

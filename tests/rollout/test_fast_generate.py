@@ -271,8 +271,8 @@ def assert_compiled_is_the_reference_path(model) -> None:  # noqa: ANN001
 
 
 def test_compiled_layer_functions_are_the_reference_path(monkeypatch) -> None:
-    """`compiled`'s split of a layer (head: MLP residual, norms, q/k/v, RoPE; tail: o
-    residual, MLP) run eagerly (torch.compile's force_eager stance: no inductor, ~1 s), on
+    """`compiled`'s split of a layer (head: norms, q/k/v, RoPE, the k/v cache writes; tail:
+    the residuals, MLP) run eagerly (torch.compile's force_eager stance: no inductor, ~1 s), on
     both q/k-norm layouts; the inductor build itself is the slow test below."""
     calls = []
     monkeypatch.setattr(fg, "_COMPILED", {})
@@ -291,8 +291,8 @@ def test_compiled_layer_functions_are_the_reference_path(monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_compiled_variant_is_the_reference_path() -> None:
-    """The same with inductor's C++ backend (CPU, fp32): ~47 s cold on 2 cores, ~11 s with
-    the inductor cache warm."""
+    """The same with inductor's C++ backend (CPU, fp32): ~32 s with a cold inductor cache on
+    2 cores, ~11 s warm."""
     assert_compiled_is_the_reference_path(tiny_model("qwen3"))
     assert fg._COMPILED, "the compiled functions were not built"
 
