@@ -681,7 +681,7 @@ def environment(res: Results, plan: Plan) -> None:
           f"{matmul_params(plan.shape, 'critic') / 1e6:.1f}M\n", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes on CPU (checks the code paths in seconds)")
@@ -694,7 +694,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="train with megatron's local spec (the --variant rows) and/or "
                              "transformer-engine's (the te row); repeatable; default: local, "
                              "plus te where transformer_engine.pytorch imports")
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
     plan = Plan.make(ns.smoke)
     sections = set(ns.only or ("train", "offload", "rollout", "sglang"))  # step: asked for only
     res = Results()
