@@ -29,8 +29,9 @@
 # its header gives the whole call sequence):
 #   te-carry      join the parts this call brought (carry=[".carry-te/bin", ".carry-te/pNN"]);
 #                 once every part is in, the set is unpacked in /tmp/te
-#   te-build      the core and meta wheels into /tmp/te-site (first on PYTHONPATH from then on:
-#                 every later step and `ppodeck run` take the TE layer spec), then the torch
+#   te-build      the core and meta wheels into /tmp/te-site (first on PYTHONPATH once the torch
+#                 binding imports: every later step and `ppodeck run` take the TE layer spec;
+#                 PPODECK_TE=0 keeps the local spec), then the torch
 #                 binding: a carried .te-wheel/transformer_engine_torch-*.whl if there is one,
 #                 else compiled from the sdist (pip wheel -w $OUT/te-wheel, timeout 560);
 #                 build time, versions, include dirs and the first error lines: $OUT/te_build.log
@@ -51,7 +52,9 @@ install_base() {  # once per machine: steps may run side by side in two invocati
 }
 SITE=/tmp/site
 [ -e /tmp/tf/.ppodeck-installed ] && SITE=/tmp/tf:/tmp/site
-[ -e "$TE_SITE/.ppodeck-te-core" ] && SITE=$TE_SITE:$SITE  # TE before the image and /tmp/site
+# TE before the image and /tmp/site, once whole: a TE without its torch binding can break
+# `import megatron.core` (stack-notes), so a failed build leaves it off the path
+[ -e "$TE_SITE/.ppodeck-te-torch" ] && SITE=$TE_SITE:$SITE
 export PYTHONPATH=$SITE:$PWD PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled \
   RAY_USAGE_STATS_ENABLED=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   NVSHMEM_DISABLE_NVLS=1 PPODECK_RUNS_DIR=/tmp/ppodeck-runs
@@ -87,9 +90,12 @@ te_runtime_deps() {  # only what the image lacks: shadowing its own packages cou
 te_include_dirs() {  # the image's cuDNN and NCCL headers (nvidia/cudnn/include, nvidia/nccl/include)
   python3 - <<'PY'
 import os
+import sys
 
-import nvidia  # a namespace package: walk every root it has
-
+try:
+    import nvidia  # a namespace package: walk every root it has
+except ImportError:
+    sys.exit(0)
 found = []
 for header in ("cudnn.h", "nccl.h"):
     for root in nvidia.__path__:
