@@ -170,15 +170,6 @@ def kernel_profiler(device: torch.device) -> Any:  # noqa: ANN401
     return profile(activities=activities)
 
 
-def timed(fn: Any, device: torch.device, repeat: int = 1) -> float:  # noqa: ANN401
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(repeat):
-        fn()
-    sync(device)
-    return (time.perf_counter() - start) / repeat
-
-
 # --------------------------------------------------------------------------------------------
 # kernel tables
 # --------------------------------------------------------------------------------------------
@@ -289,9 +280,9 @@ def generate(model: Any, rows: list[list[int]], setup: Setup, options: fg.Decode
 def speed(model: Any, rows: list[list[int]], setup: Setup, options: fg.DecodeOptions,  # noqa: ANN401
           fig: Figures) -> float:
     """tokens/s end to end and ms per decode step (prefill taken out); returns the step ms."""
-    first = timed(lambda: generate(model, rows, setup, options), setup.device)
-    prefill = timed(lambda: generate(model, rows, setup, options, new=1), setup.device, 2)
-    wall = timed(lambda: generate(model, rows, setup, options), setup.device, 2)
+    first = gb.timed(lambda: generate(model, rows, setup, options), setup.device)
+    prefill = gb.timed(lambda: generate(model, rows, setup, options, new=1), setup.device, 2)
+    wall = gb.timed(lambda: generate(model, rows, setup, options), setup.device, 2)
     step_ms = (wall - prefill) / (setup.new - 1) * 1e3
     fig.add("tokens/s", setup.batch * setup.new / wall, "tok/s",
             f"{wall:.3f} s per call of {setup.batch}x{setup.new}")
