@@ -91,8 +91,10 @@ class TrainWorker:
     def init(self) -> dict:
         """Process groups, model, DDP, Megatron optimizer and LR scheduler."""
         s = self.settings
+        clock = _PartClock()
         init_distributed(self.rank, self.world_size, self.master_addr, self.master_port,
                          Parallelism(tp=s.tp, pp=s.pp, cp=s.cp), seed=s.seed)
+        clock.done("process group")
         from megatron.core import parallel_state as ps
 
         from engine.train import fastpaths
@@ -112,21 +114,27 @@ class TrainWorker:
                               pre_process=ps.is_pipeline_first_stage(),
                               post_process=ps.is_pipeline_last_stage(), seed=s.seed)
             model.to(device())  # the critic's value head is built on the host
+            clock.done("model build")
             if not self._checkpoint_sources():
                 self._init_weights(model, config)
+                clock.done("weights init")
             self.ddp = wrap_ddp(model, config, s)
             self.optimizer = build_optimizer(self.ddp, s)
             self.scheduler = build_scheduler(self.optimizer, s)
             hook_schedule(config, self.ddp, self.optimizer)
+            clock.done("optimizer")
             self._init_notes += [f"{self.role} fast path: {line}" for line in
                                  fastpaths.describe(model, self.optimizer)]
         loaded = self._load_checkpoints()
+        clock.done("weights load")
         if self.role == "actor" and s.use_kl_loss and self._ref_weights is None:
             self._ref_weights = weights.backup(self.model)  # the initial weights are the ref
+            clock.done("ref copy")
         return {"num_params": self._count_params(),
                 "start_rollout_id": int(loaded.get("start_rollout_id", 0)),
                 "loaded_from": loaded.get("path"),
-                "notes": self._init_notes + list(loaded.get("notes", []))}
+                "notes": self._init_notes + list(loaded.get("notes", [])),
+                "parts": clock.parts}
 
     def save(self, rollout_id: int, extra: dict[str, Any] | None = None) -> dict:
         """Megatron torch_dist checkpoint of model, optimizer, scheduler and RNG to --save
@@ -706,3 +714,14 @@ def _values_loss_factory() -> LossFactory:
     return forward_values
 
 
+class _PartClock:
+    """Seconds per part of init, in order: the driver shows where a trainer's init goes."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def done(self, part: str) -> None:
+        now = time.perf_counter()
+        self.parts[part] = round(now - self._last, 3)
+        self._last = now
