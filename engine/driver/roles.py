@@ -15,7 +15,6 @@ from typing import Any
 import ray
 
 from engine.driver import cluster
-from engine.driver.compile_cache import apply_compile_caches
 from engine.driver.offload import sleep, wake
 from engine.driver.telemetry import Telemetry
 from engine.vocabulary import INIT_PHASE, InitStep, Kind
@@ -112,10 +111,20 @@ class TrainGroup:
         self.master = (master_addr, port)
         self.asks = f"{share} CPU and {gpus} GPU of its bundle"
         self.started = False  # checked at the first call, so all roles' processes start at once
+        self.warmed: list[ray.ObjectRef] = []
+
+    def warm_imports(self) -> None:
+        """Queue the host-only imports of init now (no wait): they run while the rollout engine
+        starts. A Ray actor runs its calls in order, so init() follows them."""
+        self.warmed = [w.warm_imports.remote() for w in self.workers]
 
     def init(self) -> list[dict[str, Any]]:
         self.ensure_started()
-        return self.wait([w.init.remote() for w in self.workers], "init")
+        infos = self.wait([w.init.remote() for w in self.workers], "init")
+        if self.warmed:  # done by now: init ran after them
+            for info, warm in zip(infos, self.wait(self.warmed, "warm_imports"), strict=True):
+                info["warm_imports"] = warm
+        return infos
 
     def wake_up(self) -> dict[str, Any]:
         self.ensure_started()
@@ -246,7 +255,8 @@ def torch_reserved_by_device(groups: list[TrainGroup]) -> dict[str | int, int]:
     return totals
 
 
-def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Roles, int]:
+def start_roles(args: dict[str, Any], tm: Telemetry,
+                cache_env: dict[str, str] | None = None) -> tuple[Roles, int]:
     """Ray, one placement group, rollout + critic + actor, initial sleep and weight sync; each
     a step of the init phase (InitStep), so the monitor shows where the start goes."""
     from engine.driver.preflight import trainer_roles
@@ -256,10 +266,10 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Roles, int]:
     use_gpu = has_cuda() or cluster.declared_test_gpus() > 0
     with tm.phase(INIT_PHASE, None):
         with init_step(tm, InitStep.RAY_START):
-            caches = apply_compile_caches()  # before Ray: a private Ray's workers inherit it
-            tm.log("info", caches.message(), source="driver")
             total_bundles, _offset = cluster.bundle_layout(args)
-            joined = cluster.start_ray(args["ray_address"], total_bundles, caches.env)
+            # cache_env: the compile caches (engine/driver/compile_cache.py), which a private
+            # Ray's workers inherit and a joined cluster's get from the job's runtime_env
+            joined = cluster.start_ray(args["ray_address"], total_bundles, cache_env)
             tm.log("info", f"Ray: joined the cluster at {joined}" if joined else
                    "Ray: a private local Ray on 127.0.0.1 with every visible GPU",
                    source="cluster")
@@ -271,12 +281,14 @@ def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Roles, int]:
         tm.log("info", note, source="rollout")
         args = {**args, "rollout_backend": backend}
         # every role's process starts now, at once; each step below waits for its own
-        rollout = RolloutHandle(args, placement, use_gpu, backend == "sglang", caches.env)
+        rollout = RolloutHandle(args, placement, use_gpu, backend == "sglang", cache_env)
         private = joined is None
         shares = {"critic": cluster.CRITIC_SHARE, "actor": cluster.ACTOR_SHARE}
         # GRPO builds no critic; --debug-rollout-only no trainer at all (miles)
         groups = {role: TrainGroup(role, args, placement, shares[role], use_gpu, private)
                   for role in trainer_roles(args)}
+        for group in groups.values():
+            group.warm_imports()
         critic, actor = groups.get("critic"), groups.get("actor")
         roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
         with init_step(tm, InitStep.ROLLOUT_START) as step:
@@ -322,9 +334,17 @@ def init_trainer(group: TrainGroup, tm: Telemetry, offload: bool) -> list[dict[s
         infos = group.init()
         built = time.perf_counter()
         parts = dict(infos[0].get("parts") or {})
-        # the worker's process start and imports, where it was not ready yet, and the call
-        parts = {"process start": round(max(0.0, built - start - sum(parts.values())), 3),
+        # waiting for the worker: its process start and the imports warmed ahead of init
+        # (overlapped with the rollout start) where they were not done yet, and the call
+        parts = {"worker ready": round(max(0.0, built - start - sum(parts.values())), 3),
                  **parts}
+        warm = infos[0].get("warm_imports") or {}
+        if warm:
+            step["warm_imports_seconds"] = warm["seconds"]  # overlapped with the rollout start
+        if warm.get("cuda_initialized"):
+            tm.log("warning", f"{group.role}: importing megatron-core initialized CUDA before "
+                              "init; the rollout engine's memory sizing may have seen it",
+                   source="train")
         sleep(group, tm, offload)
         if offload:
             parts["sleep"] = round(time.perf_counter() - built, 3)

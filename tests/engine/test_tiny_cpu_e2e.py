@@ -160,7 +160,7 @@ def test_init_is_split_into_its_steps_in_the_drivers_order(tiny_run):
     assert 0.8 * init["seconds"] <= covered <= init["seconds"], (covered, init["seconds"])
     for e in steps[3:5]:
         parts = e["parts"]
-        assert {"process start", "process group", "model build", "optimizer"} <= set(parts)
+        assert {"worker ready", "process group", "model build", "optimizer"} <= set(parts)
         assert sum(parts.values()) <= e["seconds"] + 0.01, (e["name"], parts)
     logs = [e["msg"] for e in events if e["kind"] == "log"]
     assert any(m.startswith("compile caches kept between runs: TORCHINDUCTOR_CACHE_DIR=")
