@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -58,7 +59,7 @@ LossFactory = Callable[[MicroBatch], Callable[[torch.Tensor], Any]]
 _RECOMPUTE_KEYS = ("recompute_granularity", "recompute_method", "recompute_num_layers")
 # what init() imports lazily, heaviest first; warm_imports() loads them ahead of init
 _INIT_IMPORTS = ("megatron.core.parallel_state", "megatron.core.tensor_parallel",
-                 "megatron.core.models.gpt", "megatron.core.distributed",
+                 "megatron.core.distributed",
                  "megatron.core.optimizer", "megatron.core.optimizer_param_scheduler",
                  "engine.train.fastpaths", "engine.train.optimizer")
 
@@ -97,13 +98,17 @@ class TrainWorker:
         """Import what init() needs (megatron-core: ~5 s) while the rollout engine starts.
 
         Host-only: no CUDA call, so nothing competes with the rollout's memory sizing; the
-        report says whether CUDA was initialized all the same (it must stay False on a GPU).
+        report says whether this process got a CUDA context all the same (torch's lazy init,
+        or NVML seeing it on a GPU: an import of transformer-engine could do that).
         """
+        from engine.machine import has_gpu_context
+
         start = time.perf_counter()
         for module in _INIT_IMPORTS:
             importlib.import_module(module)
-        return {"seconds": round(time.perf_counter() - start, 3),
-                "cuda_initialized": bool(has_cuda() and torch.cuda.is_initialized())}
+        seconds = round(time.perf_counter() - start, 3)
+        context = has_cuda() and (torch.cuda.is_initialized() or has_gpu_context(os.getpid()))
+        return {"seconds": seconds, "cuda_initialized": bool(context)}
 
     def init(self) -> dict:
         """Process groups, model, DDP, Megatron optimizer and LR scheduler."""
