@@ -15,7 +15,11 @@
                    SwiGLU; PPODECK_COMPILE_LAYERS=0), direct TP=1 linears, fused log-probs,
                    batch-first logits, foreach grad norm, fused AdamW
       sdpa+layers  the default: the same, but each transformer layer compiled whole
-    then the default at twice the tokens per micro-batch (16 x 1024).
+    and, with --layer-spec te (the default where transformer_engine.pytorch imports):
+      te           transformer-engine's layer spec (TE linears, norms and fused attention) with
+                   the fast paths that still apply (fused log-probs, batch-first logits,
+                   foreach grad norm, fused AdamW); the local rows run with PPODECK_TE=0
+    then the default (and te) at twice the tokens per micro-batch (16 x 1024).
     The actor's loss is the mean token log-prob through engine.train.logprobs (the PPO actor's
     own path); the critic's is a squared value.
     FLOPs per step = 6 * N_mm * T + 12 * L * s * (heads * head_dim) * T
@@ -220,22 +224,63 @@ def step_flops(shape: ModelShape, role: str, batch: int, seq: int) -> float:
 
 
 # attention kind and fast paths (engine/train/fastpaths.py, fused.py, logprobs.py) per variant
+# of Megatron's local spec; PPODECK_TE=0 keeps them local where transformer-engine imports
 VARIANTS = {
-    "unfused": {"PPODECK_ATTENTION": "unfused", "PPODECK_FUSED": "0"},
-    "sdpa": {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "0"},
+    "unfused": {"PPODECK_ATTENTION": "unfused", "PPODECK_FUSED": "0", "PPODECK_TE": "0"},
+    "sdpa": {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "0", "PPODECK_TE": "0"},
     "sdpa+ops": {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "1",
-                 "PPODECK_COMPILE_LAYERS": "0"},
+                 "PPODECK_COMPILE_LAYERS": "0", "PPODECK_TE": "0"},
     "sdpa+layers": {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "1",
-                    "PPODECK_COMPILE_LAYERS": "1"},
+                    "PPODECK_COMPILE_LAYERS": "1", "PPODECK_TE": "0"},
 }
 DEFAULT_VARIANT = "sdpa+layers"  # what the worker builds on a CUDA machine without TE
+# transformer-engine's layer spec (what the worker builds where TE imports), with the fast paths
+# that still apply to it (fused log-probs, batch-first logits, foreach grad norm, fused AdamW)
+TE_VARIANT = "te"
+TE_VARIANT_ENV = {"PPODECK_ATTENTION": "sdpa", "PPODECK_FUSED": "1", "PPODECK_TE": "1"}
+LAYER_SPECS = ("local", "te")
+
+
+def te_importable() -> bool:
+    from engine.train.platform import transformer_engine_status
+
+    with scoped_env({"PPODECK_TE": "1"}):
+        return transformer_engine_status()[0]
+
+
+@contextlib.contextmanager
+def scoped_env(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def train_variants(layer_specs: list[str] | None, variants: list[str] | None,
+                   te_ok: bool) -> list[str]:
+    """The train rows to run: the local spec's variants, then "te". Default: local, plus te
+    where transformer_engine.pytorch imports (both side by side in one run)."""
+    specs = layer_specs or (["local", "te"] if te_ok else ["local"])
+    chosen = list(variants or VARIANTS) if "local" in specs else []
+    return chosen + ([TE_VARIANT] if "te" in specs else [])
+
+
+def variant_env(variant: str) -> dict[str, str]:
+    return TE_VARIANT_ENV if variant == TE_VARIANT else VARIANTS[variant]
 
 
 def bench_settings(plan: Plan) -> SimpleNamespace:
     """The TrainSettings fields that wrap_ddp/build_optimizer read."""
     return SimpleNamespace(lr=1e-6, min_lr=0.0, weight_decay=0.0, adam_beta1=0.9,
                            adam_beta2=0.98, adam_eps=1e-8, clip_grad=1.0,
-                           bf16=plan.dtype == torch.bfloat16, use_distributed_optimizer=False)
+                           bf16=plan.dtype == torch.bfloat16, use_distributed_optimizer=False,
+                           grad_reduce_in_fp32=True)  # the 0.6B preset's fp32 grad buffers
 
 
 def build_trainable(plan: Plan, role: str, variant: str):  # noqa: ANN201
@@ -245,7 +290,13 @@ def build_trainable(plan: Plan, role: str, variant: str):  # noqa: ANN201
     from engine.train.optimizer import build_optimizer, wrap_ddp
     from engine.train.platform import Parallelism, device_scope
 
-    os.environ.update(VARIANTS[variant])
+    os.environ.update(variant_env(variant))
+    if variant == TE_VARIANT:
+        from engine.train.platform import transformer_engine_status
+
+        used, why = transformer_engine_status()
+        if not used:  # never measure the local spec under the te label
+            raise RuntimeError(f"the TE layer spec cannot run here: {why}")
     settings = bench_settings(plan)
     with device_scope():
         config = transformer_config(plan.shape, Parallelism(), bf16=settings.bf16)
@@ -256,6 +307,10 @@ def build_trainable(plan: Plan, role: str, variant: str):  # noqa: ANN201
         optimizer = build_optimizer(ddp, settings)
     kinds = {type(layer.self_attention.core_attention).__name__
              for layer in model.decoder.layers}
+    if variant == TE_VARIANT and not any(kind.startswith("TE") for kind in kinds):
+        from engine.train.model import describe_layer_spec
+
+        raise RuntimeError(f"built without TE attention ({kinds}): {describe_layer_spec()}")
     paths = [line.split(":")[0] for line in describe(model, optimizer)]
     return ddp, optimizer, ", ".join(sorted(kinds) + paths)
 
@@ -615,7 +670,7 @@ def environment(res: Results, plan: Plan) -> None:
     import importlib.metadata as md
 
     versions = []
-    for pkg in ("torch", "megatron-core", "transformers"):
+    for pkg in ("torch", "megatron-core", "transformers", "transformer-engine-torch"):
         with contextlib.suppress(md.PackageNotFoundError):
             versions.append(f"{pkg} {md.version(pkg)}")
     name = torch.cuda.get_device_name() if plan.device.type == "cuda" else "CPU (smoke)"
@@ -626,7 +681,7 @@ def environment(res: Results, plan: Plan) -> None:
           f"{matmul_params(plan.shape, 'critic') / 1e6:.1f}M\n", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes on CPU (checks the code paths in seconds)")
@@ -634,8 +689,16 @@ def main(argv: list[str] | None = None) -> int:
                         action="append",
                         help="run only these sections (repeatable)")
     parser.add_argument("--variant", choices=tuple(VARIANTS), action="append",
-                        help="train variants to run (repeatable; default: all)")
-    ns = parser.parse_args(argv)
+                        help="local-spec train variants to run (repeatable; default: all)")
+    parser.add_argument("--layer-spec", choices=LAYER_SPECS, action="append",
+                        help="train with megatron's local spec (the --variant rows) and/or "
+                             "transformer-engine's (the te row); repeatable; default: local, "
+                             "plus te where transformer_engine.pytorch imports")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
     plan = Plan.make(ns.smoke)
     sections = set(ns.only or ("train", "offload", "rollout", "sglang"))  # step: asked for only
     res = Results()
@@ -651,14 +714,18 @@ def main(argv: list[str] | None = None) -> int:
             init_megatron()
             megatron_ok = True
     if megatron_ok and "train" in sections:
+        variants = train_variants(ns.layer_spec, ns.variant, te_importable())
         for role in ("actor", "critic"):
-            for variant in ns.variant or VARIANTS:
+            for variant in variants:
                 with res.guard("train", f"{role} {variant}"):
                     train_throughput(plan, role, variant, res, peak)
         big = Plan(**{**plan.__dict__, "train_batch": plan.train_batch * 2})
+        doubled = ([DEFAULT_VARIANT] if set(variants) & set(VARIANTS) else []) + \
+            ([TE_VARIANT] if TE_VARIANT in variants else [])
         for role in ("actor", "critic"):  # twice the tokens per micro-batch
-            with res.guard("train", f"{role} {DEFAULT_VARIANT} x2 tokens"):
-                train_throughput(big, role, DEFAULT_VARIANT, res, peak)
+            for variant in doubled:
+                with res.guard("train", f"{role} {variant} x2 tokens"):
+                    train_throughput(big, role, variant, res, peak)
     if megatron_ok and "offload" in sections:
         with res.guard("offload", "offload/onload"):
             offload_bench(plan, res)

@@ -25,19 +25,36 @@
 #                 bench/preset_memory.py: NVML peak per phase vs check()'s estimate, pinned host
 #                 memory of the offloaded state vs engine.host_memory's figure, offload GB/s,
 #                 the step breakdown (its own device call: up to ~9 min)
+# transformer-engine 2.19.0 (issue 19 part 4; the set comes from bench/make_te_wheels.sh, in parts;
+# its header gives the whole call sequence):
+#   te-carry      join the parts this call brought (carry=[".carry-te/bin", ".carry-te/pNN"]);
+#                 once every part is in, the set is unpacked in /tmp/te
+#   te-build      the core and meta wheels into /tmp/te-site (first on PYTHONPATH once the torch
+#                 binding imports: every later step and `ppodeck run` take the TE layer spec;
+#                 PPODECK_TE=0 keeps the local spec), then the torch
+#                 binding: a carried .te-wheel/transformer_engine_torch-*.whl if there is one,
+#                 else compiled from the sdist (pip wheel -w $OUT/te-wheel, timeout 560);
+#                 build time, versions, include dirs and the first error lines: $OUT/te_build.log
+#   te-bench      bench/gpu_bench.py --only train --layer-spec local --layer-spec te: actor and
+#                 critic train tokens/s and matmul fraction, TE spec vs local spec + SDPA, one run
 set -uo pipefail
 OUT=${OUT:-/tmp/ppodeck-gpu-out}
 mkdir -p "$OUT"
+TE_SITE=/tmp/te-site
 install_base() {  # once per machine: steps may run side by side in two invocations after one
   [ -e /tmp/site/.ppodeck-installed ] && return 0
   local wheels=.whl
   [ -d /tmp/big/whl ] && wheels=/tmp/big/whl  # the carried parts hold the Ray wheels too
+  [ -d /tmp/te/whl ] && wheels=/tmp/te/whl  # so do the transformer-engine parts
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site "$wheels"/*.whl || exit 1
   touch /tmp/site/.ppodeck-installed
 }
 SITE=/tmp/site
 [ -e /tmp/tf/.ppodeck-installed ] && SITE=/tmp/tf:/tmp/site
+# TE before the image and /tmp/site, once whole: a TE without its torch binding can break
+# `import megatron.core` (stack-notes), so a failed build leaves it off the path
+[ -e "$TE_SITE/.ppodeck-te-torch" ] && SITE=$TE_SITE:$SITE
 export PYTHONPATH=$SITE:$PWD PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled \
   RAY_USAGE_STATS_ENABLED=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   NVSHMEM_DISABLE_NVLS=1 PPODECK_RUNS_DIR=/tmp/ppodeck-runs
@@ -55,12 +72,152 @@ e2e_run() {  # NAME ARGS...: one ppodeck run; events, status and the log's tail 
   grep -E "Load weight|KV Cache|Capture|cuda graph|Memory pool|memory pool|Init torch|max_total|\
 compil|ready|took" "$run/driver.log" | head -60 > "$OUT/${name}engine_start.txt" 2>/dev/null
 }
+# ---- transformer-engine (te-build): the set unpacked by te-carry lies in /tmp/te/te ----
+te_pip() {  # pip install of carried wheels into a --target directory, offline
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade "$@"
+}
+te_runtime_deps() {  # only what the image lacks: shadowing its own packages could break them
+  local spec module prefix wheels=()
+  for spec in "pydantic:pydantic pydantic_core annotated_types typing_inspection" \
+      "einops:einops" "packaging:packaging" "typing_extensions:typing_extensions"; do
+    module=${spec%%:*}
+    python3 -c "import $module" 2>/dev/null && continue
+    for prefix in ${spec#*:}; do wheels+=(/tmp/te/te/deps/runtime/"$prefix"-*.whl); done
+  done
+  echo "runtime deps carried (the image lacks them): ${wheels[*]##*/}" | tee -a "$OUT/te_build.log"
+  [ ${#wheels[@]} = 0 ] || te_pip --target "$TE_SITE" "${wheels[@]}"
+}
+te_include_dirs() {  # the image's cuDNN and NCCL headers (nvidia/cudnn/include, nvidia/nccl/include)
+  python3 - <<'PY'
+import os
+import sys
+
+try:
+    import nvidia  # a namespace package: walk every root it has
+except ImportError:
+    sys.exit(0)
+found = []
+for header in ("cudnn.h", "nccl.h"):
+    for root in nvidia.__path__:
+        hits = sorted(d for d, _, files in os.walk(root) if header in files)
+        found += hits[:1]
+print(":".join(dict.fromkeys(found)))
+PY
+}
+te_compile() {  # transformer-engine-torch from its sdist: the wheel lands in $OUT/te-wheel
+  local log=$OUT/te_build.log full=/tmp/te-build-full.log deps=/tmp/te-build-deps
+  local sdist inc path=$PATH pypath=$TE_SITE:$PYTHONPATH start=$SECONDS rc
+  sdist=$(ls /tmp/te/te/src/transformer_engine_torch-*.tar.gz)
+  te_pip --target "$deps" /tmp/te/te/deps/build/*.whl || return 1
+  python3 -c "import wheel.bdist_wheel" 2>/dev/null || pypath=$pypath:$deps  # setup.py needs it
+  command -v ninja >/dev/null || path=$deps/bin:$path  # else torch compiles file by file
+  if ! command -v nvcc >/dev/null && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
+    path=${CUDA_HOME:-/usr/local/cuda}/bin:$path
+  fi
+  inc=$(te_include_dirs)
+  {
+    echo "sdist $sdist"
+    echo "nvcc: $(PATH=$path command -v nvcc) $(PATH=$path nvcc --version 2>&1 | tail -1)"
+    echo "CUDA_HOME=${CUDA_HOME:-} g++: $(g++ --version 2>&1 | head -1)"
+    echo "torch: $(python3 -c 'import torch; print(torch.__version__, torch.version.cuda)')"
+    echo "ninja: $(PATH=$path command -v ninja) wheel: $(PYTHONPATH=$pypath python3 -c \
+      'import wheel; print(wheel.__version__, wheel.__file__)' 2>&1 | tail -1)"
+    echo "CPATH+=$inc MAX_JOBS=${MAX_JOBS:-16}"
+  } | tee -a "$log"
+  [ -n "$inc" ] || echo "no cudnn.h/nccl.h under the image's nvidia packages" | tee -a "$log"
+  (
+    export PATH=$path PYTHONPATH=$pypath CPATH=$inc${CPATH:+:$CPATH} MAX_JOBS=${MAX_JOBS:-16} \
+      NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_FRAMEWORK=pytorch
+    timeout 560 python3 -m pip wheel -v --no-index --no-deps --no-build-isolation \
+      --no-cache-dir -w "$OUT/te-wheel" "$sdist"
+  ) > "$full" 2>&1
+  rc=$?
+  echo "build: rc $rc after $((SECONDS - start)) s (rc 124: the 560 s timeout)" | tee -a "$log"
+  if [ $rc != 0 ]; then
+    echo "first error lines:" | tee -a "$log"
+    grep -n -m 40 -E "error|Error|ERROR|fatal|No such file|not found|Killed" "$full" \
+      | tee -a "$log"
+    { echo "--- the log's last 80 lines"; tail -80 "$full"; } >> "$log"
+    tail -c 8000000 "$full" > "$OUT/te_build_full.log"
+    return 1
+  fi
+  te_wheel_fits
+}
+te_wheel_fits() {  # files come back at most 16 MiB each: cut a bigger wheel (cat joins it)
+  local wheel size
+  wheel=$(ls "$OUT"/te-wheel/transformer_engine_torch-*.whl)
+  size=$(stat -c %s "$wheel")
+  echo "wheel: ${wheel##*/} $size B sha256 $(sha256sum "$wheel" | cut -c1-64)" \
+    | tee -a "$OUT/te_build.log"
+  [ "$size" -le $((15 * 1048576)) ] && return 0
+  cp "$wheel" /tmp/
+  split -b 15M -d "$wheel" "$wheel.part"
+  rm "$wheel"
+  echo "cut into $(ls "$wheel".part* | wc -l) parts: cat them, in order, into ${wheel##*/}" \
+    | tee -a "$OUT/te_build.log"
+}
+te_build() {  # the core wheels into $TE_SITE, then the torch binding (carried or compiled)
+  local log=$OUT/te_build.log set=/tmp/te/te wheel
+  if [ ! -d $set/core ]; then
+    echo "te-build: not every transformer-engine part is in /tmp/te yet (te-carry each part)" \
+      | tee -a "$log"
+    bash .carry-te/bin/carry-parts status /tmp/te 2>&1 | tail -3
+    return 1
+  fi
+  if [ ! -e "$TE_SITE/.ppodeck-te-core" ]; then
+    te_pip --target "$TE_SITE" $set/core/*.whl || return 1
+    te_runtime_deps || return 1
+    touch "$TE_SITE/.ppodeck-te-core"
+  fi
+  [ -e "$TE_SITE/.ppodeck-te-torch" ] && return 0
+  wheel=$(ls .te-wheel/transformer_engine_torch-*.whl 2>/dev/null | head -1)
+  if [ -n "$wheel" ]; then
+    echo "torch binding: the carried $wheel (no build)" | tee -a "$log"
+  else
+    te_compile || return 1
+    wheel=$(ls "$OUT"/te-wheel/transformer_engine_torch-*.whl /tmp/transformer_engine_torch-*.whl \
+      2>/dev/null | head -1)
+  fi
+  te_pip --target "$TE_SITE" "$wheel" || return 1
+  PYTHONPATH=$TE_SITE:$PYTHONPATH python3 - <<'PY' 2>&1 | tee -a "$log"
+import importlib.metadata as md
+import time
+
+start = time.perf_counter()
+import torch
+import transformer_engine.pytorch as te
+
+print("import transformer_engine.pytorch: %.1f s from %s" % (time.perf_counter() - start,
+                                                              te.__file__))
+print({p: md.version(p) for p in ("transformer-engine", "transformer-engine-cu13",
+                                  "transformer-engine-torch")}, "torch", torch.__version__)
+PY
+  [ "${PIPESTATUS[0]}" = 0 ] || return 1
+  touch "$TE_SITE/.ppodeck-te-torch"
+}
 for step in $steps; do
-  [ "$step" = carry ] || install_base
+  case $step in carry|te-carry) ;; *) install_base ;; esac
   case $step in
     carry)
       for part in .carry/p*/; do bash .carry/bin/carry-parts join "$part" /tmp/big; done
       bash .carry/bin/carry-parts status /tmp/big | tail -3 ;;
+    te-carry)
+      for part in .carry-te/p*/; do bash .carry-te/bin/carry-parts join "$part" /tmp/te; done
+      bash .carry-te/bin/carry-parts status /tmp/te | tail -3 ;;
+    te-build) te_build || exit 1
+      export PYTHONPATH=$TE_SITE:$PYTHONPATH ;;
+    te-bench)
+      if ! python3 -c "import transformer_engine.pytorch" > "$OUT/te_import.txt" 2>&1; then
+        echo "te-bench: transformer_engine.pytorch does not import (run te-build first):"
+        tail -5 "$OUT/te_import.txt"
+        continue
+      fi
+      # a device call lasts 600 s at most: end the bench inside what te-build left of it
+      left=$((${CALL_BUDGET_S:-585} - SECONDS))
+      [ "$left" -lt "${TE_BENCH_TIMEOUT:-420}" ] || left=${TE_BENCH_TIMEOUT:-420}
+      echo "te-bench: ${left} s left in this call"
+      timeout "$left" python3 bench/gpu_bench.py --only train \
+        --layer-spec local --layer-spec te --variant sdpa+layers 2>&1 | tee "$OUT/te_bench.log" ;;
     sglang)
       if [ ! -e /tmp/tf/.ppodeck-installed ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

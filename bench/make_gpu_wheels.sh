@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUTDIR=${OUTDIR:-.whl}
 mkdir -p "$OUTDIR"
-grep -qx "/.whl/" .git/info/exclude 2>/dev/null || echo "/.whl/" >> .git/info/exclude
+EXCLUDE="$(git rev-parse --git-common-dir)/info/exclude"  # a worktree's .git is a file
+grep -qx "/.whl/" "$EXCLUDE" 2>/dev/null || echo "/.whl/" >> "$EXCLUDE"
 fetch() {  # pip download for the device's interpreter, binary wheels only, no dependencies
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 \

@@ -9,7 +9,12 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from engine.train.platform import Parallelism, has_transformer_engine
+from engine.train.platform import (
+    Parallelism,
+    give_up_transformer_engine,
+    has_transformer_engine,
+    transformer_engine_status,
+)
 
 Role = Literal["actor", "critic", "ref"]
 
@@ -149,7 +154,11 @@ def layer_spec(shape: ModelShape):  # noqa: ANN201
     from engine.train.attention import attention_choice, local_spec_with_sdpa
 
     if has_transformer_engine():
-        return specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=shape.qk_layernorm)
+        try:
+            return specs.get_gpt_layer_with_transformer_engine_spec(
+                qk_layernorm=shape.qk_layernorm)
+        except Exception as err:  # noqa: BLE001 - any TE/megatron mismatch: run local instead
+            give_up_transformer_engine(f"its layer spec failed ({type(err).__name__}: {err})")
     if attention_choice() == "unfused":
         return specs.get_gpt_layer_local_spec(qk_layernorm=shape.qk_layernorm,
                                               normalization=shape.normalization)
@@ -187,15 +196,25 @@ class ValueHead(torch.nn.Linear):
         return values.float(), None
 
 
-def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True,  # noqa: ANN001
-              post_process: bool = True, seed: int = 1234) -> torch.nn.Module:
-    """An actor/ref GPTModel, or a critic whose output layer is a value head."""
+def describe_layer_spec() -> str:
+    """The run log's line on the layer spec this process builds, and why not TE."""
+    from engine.train.attention import attention_choice
+
+    used, why = transformer_engine_status()
+    if used:
+        return f"layer spec: transformer-engine's ({why})"
+    local = ("megatron's stock local spec (unfused attention)" if attention_choice() == "unfused"
+             else "megatron's local spec with SDPA attention")
+    return f"layer spec: {local}; transformer-engine not used: {why}"
+
+
+def _gpt_model(shape: ModelShape, config, spec, *, pre_process: bool,  # noqa: ANN001, ANN202
+               post_process: bool, is_critic: bool):
     from megatron.core.models.gpt import GPTModel
 
-    is_critic = role == "critic"
-    model = GPTModel(
+    return GPTModel(
         config=config,
-        transformer_layer_spec=layer_spec(shape),
+        transformer_layer_spec=spec,
         vocab_size=shape.vocab_size,
         max_sequence_length=shape.max_sequence_length,
         pre_process=pre_process,
@@ -205,6 +224,24 @@ def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True
         position_embedding_type=shape.position_embedding_type,
         rotary_base=int(shape.rotary_base),
     )
+
+
+def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True,  # noqa: ANN001
+              post_process: bool = True, seed: int = 1234) -> torch.nn.Module:
+    """An actor/ref GPTModel, or a critic whose output layer is a value head.
+
+    A TE model that fails to build (a TE/megatron/cuDNN mismatch shows only here) is built
+    again with the local spec, TE given up for the process; describe_layer_spec() says why."""
+    is_critic = role == "critic"
+    te = has_transformer_engine()
+    parts = {"pre_process": pre_process, "post_process": post_process, "is_critic": is_critic}
+    try:
+        model = _gpt_model(shape, config, layer_spec(shape), **parts)
+    except Exception as err:
+        if not te:
+            raise
+        give_up_transformer_engine(f"its model failed to build ({type(err).__name__}: {err})")
+        model = _gpt_model(shape, config, layer_spec(shape), **parts)
     if is_critic and post_process:
         model.output_layer = ValueHead(shape.hidden_size, seed=seed)
     elif post_process and not config.sequence_parallel:

@@ -21,6 +21,9 @@ def has_cuda() -> bool:
 # environment escape hatches, and the GPU bench's baselines.
 FUSED_ENV = "PPODECK_FUSED"
 LAYERS_ENV = "PPODECK_COMPILE_LAYERS"
+# PPODECK_TE=0 keeps Megatron's local spec where transformer-engine imports (the GPU bench's
+# local-vs-TE baseline, and an escape hatch); the run log's layer-spec line says which ran
+TE_ENV = "PPODECK_TE"
 
 
 def _switched_off(env: str) -> bool:
@@ -39,13 +42,32 @@ def layer_compile_enabled() -> bool:
 
 def has_transformer_engine() -> bool:
     """TE only counts with CUDA; a broken TE install raises anything, so catch everything."""
+    return transformer_engine_status()[0]
+
+
+# why TE was given up in this process after it imported (its layer spec failed to build); from
+# then on every caller (layer spec, fusion, checkpoint layout) agrees on the local spec
+_te_given_up: str | None = None
+
+
+def give_up_transformer_engine(reason: str) -> None:
+    global _te_given_up
+    _te_given_up = reason
+
+
+def transformer_engine_status() -> tuple[bool, str]:
+    """(TE is used, why or why not): the reason goes into the run log's layer-spec line."""
     if not has_cuda():
-        return False
+        return False, "no CUDA"
+    if _switched_off(TE_ENV):
+        return False, f"{TE_ENV}=0"
+    if _te_given_up is not None:
+        return False, _te_given_up
     try:
         import transformer_engine.pytorch  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
+    except Exception as err:  # noqa: BLE001
+        return False, f"transformer_engine.pytorch does not import ({type(err).__name__})"
+    return True, "transformer_engine.pytorch imports"
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from engine.train.batching import (
     plan_micro_batches,
     unpad_rows,
 )
-from engine.train.model import ModelShape, build_gpt, transformer_config
+from engine.train.model import ModelShape, build_gpt, describe_layer_spec, transformer_config
 from engine.train.platform import (
     Parallelism,
     device,
@@ -145,6 +145,7 @@ class TrainWorker:
             self.scheduler = build_scheduler(self.optimizer, s)
             hook_schedule(config, self.ddp, self.optimizer)
             clock.done("optimizer")
+            self._init_notes.append(f"{self.role} {describe_layer_spec()}")
             self._init_notes += [f"{self.role} fast path: {line}" for line in
                                  fastpaths.describe(model, self.optimizer)]
         loaded = self._load_checkpoints()
