@@ -62,8 +62,9 @@ def test_private_ray_workers_see_the_cache_dirs(tmp_path: Path,
 
     from engine.driver import cluster
 
-    for var in CACHE_VARS:
-        monkeypatch.delenv(var, raising=False)  # restored (removed) after the test
+    for var in CACHE_VARS:  # setenv first: monkeypatch records the old state only then, so
+        monkeypatch.setenv(var, "-")  # what apply_compile_caches sets is undone after the test
+        monkeypatch.delenv(var)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     caches = apply_compile_caches(home=str(tmp_path))
