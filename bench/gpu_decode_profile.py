@@ -45,9 +45,11 @@ import torch  # noqa: E402
 
 from engine.rollout import fast_generate as fg  # noqa: E402
 
-# today's path first, the full combination next (so both fit whatever the budget), then each
+# today's path first, the best combination next, then it compiled (so these fit whatever the
+# budget: the compile, ~20-60 s on a cold inductor cache, is in its first call), then each
 # feature alone and in steps
-DEFAULT_VARIANTS = ("ref", "packed+sdpa+window+graph-sampling", "graph-sampling", "window",
+DEFAULT_VARIANTS = ("ref", "packed+sdpa+window+graph-sampling",
+                    "packed+sdpa+window+graph-sampling+compiled", "graph-sampling", "window",
                     "fused", "packed", "packed+sdpa")
 PROFILED_STEPS = 20
 START = time.perf_counter()
@@ -181,6 +183,7 @@ def timed(fn: Any, device: torch.device, repeat: int = 1) -> float:  # noqa: ANN
 # kernel tables
 # --------------------------------------------------------------------------------------------
 KINDS = (
+    ("compiled", ("triton_",)),  # inductor's fused kernels (`compiled`): norms, RoPE, residuals
     ("sampling", ("exponential", "multinomial", "distribution", "sort", "topk", "cumsum",
                   "argmax", "logsoftmax", "cunn_softmax", "philox", "radix")),
     ("attn-softmax", ("softmax",)),
@@ -293,7 +296,8 @@ def speed(model: Any, rows: list[list[int]], setup: Setup, options: fg.DecodeOpt
     fig.add("tokens/s", setup.batch * setup.new / wall, "tok/s",
             f"{wall:.3f} s per call of {setup.batch}x{setup.new}")
     fig.add("wall ms/decode step", step_ms, "ms", f"prefill+first sample {prefill * 1e3:.1f} ms")
-    fig.add("first call (capture)", first, "s")
+    fig.add("first call (capture)", first, "s",
+            "incl. torch.compile's build" if options.compiled else "")
     return step_ms
 
 

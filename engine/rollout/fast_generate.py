@@ -36,8 +36,17 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
   graph-sampling  sampling, log-prob, next token, cache index and EOS flag inside the captured
                   graph (Gumbel-max with exponential noise from a generator registered with the
                   graph: the same draws as torch.multinomial, without its two host syncs), so a
-                  step is one replay and no per-step host work.
-e.g. `fused+window+graph-sampling`.
+                  step is one replay and no per-step host work;
+  compiled        `fused` with each layer's elementwise work compiled by torch.compile
+                  (inductor, static shapes, no inductor cudagraphs: our graph captures the
+                  compiled kernels): RMSNorm, q/k norms, RoPE and the k/v cache writes before
+                  attention in one function (the writes scattered in place), the residuals,
+                  RMSNorm and SiLU*up after it in another. The GEMMs stay cuBLAS (the residual
+                  adds in their epilogue), attention stays eager (its shape follows the window
+                  bucket), so the two functions compile once per model shape and serve every
+                  layer and bucket. The compile happens in the capture's warm-up steps (never
+                  under capture: a recompile there raises).
+e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`.
 
 `fast_generate(model, rows, ...)` is the entry point; `can_use(model)` says whether a model is
 one this decoder understands (Llama / Qwen3 families, default RoPE).
@@ -46,6 +55,7 @@ one this decoder understands (Llama / Qwen3 families, default RoPE).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -58,7 +68,10 @@ EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
 CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are masked)
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
-FEATURES = ("fused", "packed", "sdpa", "window", "graph-sampling")
+FEATURES = ("fused", "packed", "sdpa", "window", "graph-sampling", "compiled")
+# inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
+# tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
+COMPILE_OPTIONS = {"emulate_precision_casts": True}
 
 
 @dataclass(frozen=True)
@@ -70,10 +83,12 @@ class DecodeOptions:
     sdpa: bool = False  # implies the fused layer code
     window: int = 0  # bucket of the attended cache prefix; 0 = the whole cache every step
     sample_in_graph: bool = False
+    compiled: bool = False  # implies the fused layer code
 
     @property
     def name(self) -> str:
-        flags = (self.fused, self.packed, self.sdpa, self.window > 0, self.sample_in_graph)
+        flags = (self.fused, self.packed, self.sdpa, self.window > 0, self.sample_in_graph,
+                 self.compiled)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -96,7 +111,8 @@ def parse_variant(name: str) -> DecodeOptions:
                          f"subset of {', '.join(FEATURES)}")
     return DecodeOptions(fused="fused" in parts, packed="packed" in parts, sdpa="sdpa" in parts,
                          window=WINDOW if "window" in parts else 0,
-                         sample_in_graph="graph-sampling" in parts)
+                         sample_in_graph="graph-sampling" in parts,
+                         compiled="compiled" in parts)
 
 
 def default_options() -> DecodeOptions:
@@ -152,6 +168,111 @@ class _Layer:
     down: torch.Tensor
 
 
+Weights = tuple[torch.Tensor, ...]  # one packed weight, or the separate ones
+
+
+def qkv_projection(h: torch.Tensor, weights: Weights, norms: Weights | None,
+                   rope: tuple[torch.Tensor, torch.Tensor], dims: tuple[int, int, int],
+                   eps: float) -> tuple[torch.Tensor, ...]:
+    """h [B, hidden] -> q [B, H, d], k [B, KV, d], v [B, KV, 1, d] (normed, rotated); `weights`
+    (q, k, v) or packed (qkv,), `norms` (q_norm, k_norm), packed per head, or None."""
+    heads, kv, d = dims
+    b = h.shape[0]
+    cos, sin_signed = rope
+    if len(weights) == 1:
+        qkv = F.linear(h, weights[0])
+        qk = qkv[:, :(heads + kv) * d].view(b, heads + kv, d)
+        v = qkv[:, (heads + kv) * d:].view(b, kv, 1, d)
+        if norms is not None:  # transformers' order: normalize, round, weight
+            qk = F.rms_norm(qk, (d,), None, eps) * norms[0]
+        qk = torch.addcmul(qk * cos, torch.roll(qk, d // 2, -1), sin_signed)
+        return qk[:, :heads], qk[:, heads:], v
+    q = F.linear(h, weights[0]).view(b, heads, d)
+    k = F.linear(h, weights[1]).view(b, kv, d)
+    v = F.linear(h, weights[2]).view(b, kv, 1, d)
+    if norms is not None:
+        q = F.rms_norm(q, (d,), norms[0], eps)
+        k = F.rms_norm(k, (d,), norms[1], eps)
+    q = torch.addcmul(q * cos, torch.roll(q, d // 2, -1), sin_signed)
+    k = torch.addcmul(k * cos, torch.roll(k, d // 2, -1), sin_signed)
+    return q, k, v
+
+
+def gated_mlp(h: torch.Tensor, weights: Weights) -> torch.Tensor:
+    """silu(gate(h)) * up(h), from (gate, up) or packed (gate_up,)."""
+    if len(weights) == 1:
+        gate_up = F.linear(h, weights[0])
+        ffn = gate_up.shape[-1] // 2
+        return F.silu(gate_up[:, :ffn]) * gate_up[:, ffn:]
+    return F.silu(F.linear(h, weights[0])) * F.linear(h, weights[1])
+
+
+def layer_head(x: torch.Tensor, in_norm: torch.Tensor, weights: Weights,
+               norms: Weights | None, rope: tuple[torch.Tensor, torch.Tensor],
+               dims: tuple[int, int, int], eps: float,
+               cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """`compiled`, before attention: RMSNorm, q/k/v, q/k norms, RoPE, and k/v written into
+    the layer's cache (k [B, KV, S, d], v, slot [1]: inductor scatters them in place from
+    the RoPE kernel, no copy of the cache) -> q [B, H, d]."""
+    h = F.rms_norm(x, (x.shape[-1],), in_norm, eps)
+    q, k, v = qkv_projection(h, weights, norms, rope, dims, eps)
+    cache_k, cache_v, slot = cache
+    cache_k.index_copy_(2, slot, k.unsqueeze(2))
+    cache_v.index_copy_(2, slot, v)
+    return q
+
+
+def layer_tail(x: torch.Tensor, attn: torch.Tensor, o: torch.Tensor, post_norm: torch.Tensor,
+               weights: Weights, down: torch.Tensor, eps: float) -> torch.Tensor:
+    """`compiled`, after attention: o-projection residual, RMSNorm, MLP residual -> x."""
+    x = x + F.linear(attn, o)
+    h = F.rms_norm(x, (x.shape[-1],), post_norm, eps)
+    return x + F.linear(gated_mlp(h, weights), down)
+
+
+class CompiledOrEager:
+    """`fn` under torch.compile, built at its first call: static shapes (one graph per model
+    shape and dtype), fullgraph (a graph break raises instead of splitting the step unseen).
+    Should the compile fail (no C compiler on a CPU host, an inductor bug), `fn` runs its
+    eager maths from then on and one warning says so; under CUDA graph capture nothing is
+    caught (the capture's warm-ups compiled it: an error there is a real one)."""
+
+    def __init__(self, fn: Any) -> None:  # noqa: ANN401
+        from engine.train.fused import _own_recompile_budget, raise_global_recompile_limit
+
+        raise_global_recompile_limit()
+        self.eager = fn
+        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False,
+                                      options=COMPILE_OPTIONS, **_own_recompile_budget())
+        self.failed = False
+
+    def __call__(self, *args: Any) -> Any:  # noqa: ANN401
+        if self.failed:
+            return self.eager(*args)
+        try:
+            return self.compiled(*args)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the decoder must still generate
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise
+            self.failed = True
+            warnings.warn(f"fast_generate 'compiled': torch.compile of {self.eager.__name__} "
+                          f"failed ({type(err).__name__}: {str(err)[:300]}); its eager maths "
+                          f"run instead", stacklevel=2)
+            return self.eager(*args)
+
+
+_COMPILED: dict[str, CompiledOrEager] = {}
+
+
+def compiled(fn: Any) -> CompiledOrEager:  # noqa: ANN401
+    """`fn`'s CompiledOrEager, one per process (dynamo keeps its graphs across decoders)."""
+    if fn.__name__ not in _COMPILED:
+        _COMPILED[fn.__name__] = CompiledOrEager(fn)
+    return _COMPILED[fn.__name__]
+
+
 class StaticDecoder:
     """The transformers model's weights, run by a static-shape decoder."""
 
@@ -171,6 +292,7 @@ class StaticDecoder:
         self.norm = inner.norm.weight
         self.lm_head = model.lm_head.weight  # the embedding itself when tied
         self.inv_freq = inner.rotary_emb.inv_freq.float()
+        self.dims = (self.heads, self.kv_heads, self.head_dim)
         self.layers = [self._layer(layer) for layer in inner.layers]
         self.dtype = self.embed.dtype
         self.device = self.embed.device
@@ -270,7 +392,8 @@ class StaticDecoder:
     def decode_step(self, state: DecodeState, span: int, sampling: Sampling | None) -> None:
         """Reads state.token/index/pad, writes the new K/V and state.logits over the first
         `span` cache slots; with `sampling` (graph-sampling) it also samples the next token."""
-        if self.options.fused or self.options.packed or self.options.sdpa:
+        options = self.options
+        if options.fused or options.packed or options.sdpa or options.compiled:
             self._decode_fused(state, span)
         else:
             self._decode_ref(state, span)
@@ -315,63 +438,76 @@ class StaticDecoder:
         if self.options.sdpa:  # SDPA takes the bias in the query's dtype
             bias = bias.clamp(min=torch.finfo(self.dtype).min).to(self.dtype)
         x = F.embedding(state.token, self.embed)  # [B, hidden]
-        for i, layer in enumerate(self.layers):
-            self._fused_layer(state, i, layer, x, (cos, sin_signed), bias, span)
+        if self.options.compiled:
+            x = self._compiled_layers(state, x, (cos, sin_signed), bias, span)
+        else:
+            for i, layer in enumerate(self.layers):
+                self._fused_layer(state, i, layer, x, (cos, sin_signed), bias, span)
         h = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
         torch.mm(h, self.lm_head.t(), out=state.logits)
 
-    def _qkv_fused(self, i: int, layer: _Layer, h: torch.Tensor,
-                   rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """h [B, hidden] -> q [B, H, d], k [B, KV, d], v [B, KV, 1, d] (normed, rotated)."""
-        b, d, heads, kv = h.shape[0], self.head_dim, self.heads, self.kv_heads
-        cos, sin_signed = rope
+    def _projections(self, i: int, layer: _Layer) -> tuple[Weights, Weights | None]:
+        """(q/k/v weights: the packed one or the three, q/k norm weights or None)."""
         if self.packed:
             packed = self.packed[i]
-            qkv = F.linear(h, packed.qkv)
-            qk = qkv[:, :(heads + kv) * d].view(b, heads + kv, d)
-            v = qkv[:, (heads + kv) * d:].view(b, kv, 1, d)
-            if packed.qk_norm is not None:  # transformers' order: normalize, round, weight
-                qk = F.rms_norm(qk, (d,), None, self.eps) * packed.qk_norm
-            qk = torch.addcmul(qk * cos, torch.roll(qk, d // 2, -1), sin_signed)
-            return qk[:, :heads], qk[:, heads:], v
-        q = F.linear(h, layer.q).view(b, heads, d)
-        k = F.linear(h, layer.k).view(b, kv, d)
-        v = F.linear(h, layer.v).view(b, kv, 1, d)
-        if layer.q_norm is not None:
-            q = F.rms_norm(q, (d,), layer.q_norm, self.eps)
-            k = F.rms_norm(k, (d,), layer.k_norm, self.eps)
-        q = torch.addcmul(q * cos, torch.roll(q, d // 2, -1), sin_signed)
-        k = torch.addcmul(k * cos, torch.roll(k, d // 2, -1), sin_signed)
-        return q, k, v
+            return (packed.qkv,), None if packed.qk_norm is None else (packed.qk_norm,)
+        norms = None if layer.q_norm is None else (layer.q_norm, layer.k_norm)
+        return (layer.q, layer.k, layer.v), norms
 
-    def _mlp_fused(self, i: int, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
-        if self.packed:
-            gate_up = F.linear(h, self.packed[i].gate_up)
-            ffn = gate_up.shape[-1] // 2
-            return F.silu(gate_up[:, :ffn]) * gate_up[:, ffn:]
-        return F.silu(F.linear(h, layer.gate)) * F.linear(h, layer.up)
+    def _mlp_weights(self, i: int, layer: _Layer) -> Weights:
+        return (self.packed[i].gate_up,) if self.packed else (layer.gate, layer.up)
 
     def _fused_layer(self, state: DecodeState, i: int, layer: _Layer, x: torch.Tensor,
                      rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor,
                      span: int) -> None:
         """One layer in place on the residual stream x [B, hidden]."""
-        b, hidden, d = x.shape[0], x.shape[-1], self.head_dim
+        b, hidden = x.shape
         h = F.rms_norm(x, (hidden,), layer.in_norm, self.eps)
-        q, k, v = self._qkv_fused(i, layer, h, rope)
+        weights, norms = self._projections(i, layer)
+        q, k, v = qkv_projection(h, weights, norms, rope, self.dims, self.eps)
+        out = self._attend(state, i, (q, k, v), bias, span)
+        x.addmm_(out.view(b, -1), layer.o.t())
+        h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
+        x.addmm_(gated_mlp(h, self._mlp_weights(i, layer)), layer.down.t())
+
+    def _compiled_layers(self, state: DecodeState, x: torch.Tensor,
+                         rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor,
+                         span: int) -> torch.Tensor:
+        """All layers with their elementwise work compiled (`compiled`): x [B, hidden] in,
+        the last residual stream out."""
+        head, tail = compiled(layer_head), compiled(layer_tail)
+        slot = state.index.view(1)
+        for i, layer in enumerate(self.layers):
+            weights, norms = self._projections(i, layer)
+            cache = (state.cache.k[i], state.cache.v[i], slot)
+            q = head(x, layer.in_norm, weights, norms, rope, self.dims, self.eps, cache)
+            out = self._attend_cache(state, i, q, bias, span)
+            x = tail(x, out.view(x.shape[0], -1), layer.o, layer.post_norm,
+                     self._mlp_weights(i, layer), layer.down, self.eps)
+        return x
+
+    def _attend(self, state: DecodeState, i: int, qkv: tuple[torch.Tensor, ...],
+                bias: torch.Tensor, span: int) -> torch.Tensor:
+        """Write this step's k/v into slot state.index of layer i's cache, then attend its
+        first `span` slots: q [B, H, d] -> [B, KV, group, d]."""
+        q, k, v = qkv
         slot = state.index.view(1)
         state.cache.k[i].index_copy_(2, slot, k.unsqueeze(2))
         state.cache.v[i].index_copy_(2, slot, v)
+        return self._attend_cache(state, i, q, bias, span)
+
+    def _attend_cache(self, state: DecodeState, i: int, q: torch.Tensor, bias: torch.Tensor,
+                      span: int) -> torch.Tensor:
+        """q [B, H, d] over the first `span` slots of layer i's cache -> [B, KV, group, d]."""
+        b, d = q.shape[0], self.head_dim
         qg = q.reshape(b, self.kv_heads, self.heads // self.kv_heads, d)
         keys, values = state.cache.k[i][:, :, :span], state.cache.v[i][:, :, :span]
         if self.options.sdpa:
-            out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=bias, scale=d ** -0.5)
-        else:
-            scores = torch.matmul(qg, keys.transpose(-1, -2))
-            probs = torch.softmax(torch.add(bias, scores, alpha=d ** -0.5), dim=-1)
-            out = torch.matmul(probs.to(self.dtype), values)  # [B, KV, group, d]
-        x.addmm_(out.view(b, -1), layer.o.t())
-        h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
-        x.addmm_(self._mlp_fused(i, layer, h), layer.down.t())
+            return F.scaled_dot_product_attention(qg, keys, values, attn_mask=bias,
+                                                  scale=d ** -0.5)
+        scores = torch.matmul(qg, keys.transpose(-1, -2))
+        probs = torch.softmax(torch.add(bias, scores, alpha=d ** -0.5), dim=-1)
+        return torch.matmul(probs.to(self.dtype), values)  # [B, KV, group, d]
 
     # ---- graphs --------------------------------------------------------------------------
     def graph_for(self, state: DecodeState, span: int,
@@ -465,7 +601,9 @@ class _DecodeGraph:
         self.graph = torch.cuda.CUDAGraph()
         if sampling is not None:  # its draws advance the generator's offset at each replay
             self.graph.register_generator_state(state.generator)
-        with torch.cuda.graph(self.graph, pool=pool):
+        # the warm-ups compiled `compiled`'s functions: a recompile under capture must raise
+        with torch.compiler.set_stance("fail_on_recompile"), \
+                torch.cuda.graph(self.graph, pool=pool):
             decoder.decode_step(state, span, sampling)
 
     def replay(self) -> None:

@@ -217,6 +217,7 @@ def test_variant_names_round_trip(monkeypatch) -> None:
         if options.window in (0, fg.WINDOW):
             assert fg.parse_variant(options.name) == options
     assert fg.parse_variant("fused+window").window == fg.WINDOW
+    assert fg.parse_variant("packed+compiled") == fg.DecodeOptions(packed=True, compiled=True)
     with pytest.raises(ValueError, match="unknown decoder feature"):
         fg.parse_variant("fused+turbo")
     monkeypatch.delenv(fg.VARIANT_ENV, raising=False)
@@ -248,3 +249,67 @@ def test_decode_profile_smoke_runs(capsys) -> None:
     greedy_row = next(line for line in summary.splitlines()
                       if line.startswith("greedy tokens = ref"))
     assert greedy_row.split()[-2:] == ["1", "1"]  # both variants: every greedy token as ref
+
+
+
+COMPILED_ALL = "packed+sdpa+window+graph-sampling+compiled"
+
+
+def assert_compiled_is_the_reference_path(model) -> None:  # noqa: ANN001
+    """Greedy and sampled (same seed) tokens equal today's path, log-probs within 1e-4."""
+    options = fg.parse_variant(COMPILED_ALL)
+    options = fg.DecodeOptions(**{**options.__dict__, "window": 4})  # the steps cross buckets
+    assert options.compiled and options.name == COMPILED_ALL
+    for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
+        kwargs = {**dict(top_p=1.0, top_k=-1, max_new_tokens=9, eos_token_id=None,
+                         pad_token_id=PAD, seed=3), **sampling}
+        ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
+        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+        assert ours[0] == ref[0], sampling
+        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                   atol=1e-4)
+
+
+def test_compiled_layer_functions_are_the_reference_path(monkeypatch) -> None:
+    """`compiled`'s split of a layer (head: norms, q/k/v, RoPE, the k/v cache writes; tail:
+    the residuals, MLP) run eagerly (torch.compile's force_eager stance: no inductor, ~1 s), on
+    both q/k-norm layouts; the inductor build itself is the slow test below."""
+    calls = []
+    monkeypatch.setattr(fg, "_COMPILED", {})
+    real = fg.compiled
+    monkeypatch.setattr(fg, "compiled", lambda fn: calls.append(fn.__name__) or real(fn))
+    with torch.compiler.set_stance("force_eager"):
+        assert_compiled_is_the_reference_path(tiny_model("qwen3"))
+        options = fg.DecodeOptions(compiled=True)  # unpacked weights, llama: no q/k norms
+        greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=6,
+                      eos_token_id=None, pad_token_id=PAD, seed=0)
+        llama = tiny_model("llama")
+        assert fg.fast_generate(llama, ROWS, options=options, **greedy)[0] == \
+            fg.fast_generate(llama, ROWS, options=fg.REFERENCE, **greedy)[0]
+    assert {"layer_head", "layer_tail"} <= set(calls)
+
+
+@pytest.mark.slow
+def test_compiled_variant_is_the_reference_path() -> None:
+    """The same with inductor's C++ backend (CPU, fp32): ~32 s with a cold inductor cache on
+    2 cores, ~11 s warm."""
+    assert_compiled_is_the_reference_path(tiny_model("qwen3"))
+    assert fg._COMPILED, "the compiled functions were not built"
+
+
+def test_compile_failure_falls_back_to_eager_and_says_so(monkeypatch) -> None:
+    def broken(fn, **_):  # noqa: ANN001, ANN202
+        def fails(*args):  # noqa: ANN002, ANN202
+            raise RuntimeError("no C compiler")
+        return fails
+
+    monkeypatch.setattr(fg, "_COMPILED", {})
+    monkeypatch.setattr(torch, "compile", broken)
+    model = tiny_model("qwen3")
+    greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=5, eos_token_id=None,
+                  pad_token_id=PAD, seed=0)
+    with pytest.warns(UserWarning, match="no C compiler"):
+        tokens, _ = fg.fast_generate(model, ROWS, options=fg.DecodeOptions(compiled=True),
+                                     **greedy)
+    assert tokens == fg.fast_generate(model, ROWS, options=fg.REFERENCE, **greedy)[0]
+    assert all(f.failed for f in fg._COMPILED.values())
