@@ -134,3 +134,19 @@ def nvml_devices() -> list[dict[str, Any]] | None:
         return devices
     except pynvml.NVMLError:
         return None
+
+
+def has_gpu_context(pid: int) -> bool | None:
+    """Whether process `pid` holds a CUDA context on any GPU (NVML's compute processes); None
+    without NVML. In a PID namespace NVML may report host PIDs: then this says False."""
+    pynvml = _nvml()
+    if pynvml is None:
+        return None
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            if any(p.pid == pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)):
+                return True
+        return False
+    except pynvml.NVMLError:
+        return None

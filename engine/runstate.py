@@ -172,6 +172,9 @@ class RunState:
         self.open_phases: dict[str, PhaseSpan] = {}
         self.phase_totals: dict[str, list[float]] = {}  # name -> [seconds, count]
         self.last_ended_phase: str | None = None
+        # init's steps (phase events with a parent), in the driver's order, apart from phases
+        self.init_steps: list[PhaseSpan] = []
+        self.init_parts: dict[str, dict[str, float]] = {}  # step -> {part: seconds}
         self._first_rollout: tuple[int, float] | None = None
         self._current_rollout: tuple[int, float] | None = None
         # placement and memory
@@ -251,6 +254,9 @@ class RunState:
                 self.eval_reward_keys.append(key)
 
     def _on_phase(self, event: Mapping[str, Any]) -> None:
+        if event.get("parent"):
+            self._on_init_step(event)
+            return
         name = str(event["name"])
         rollout_id = _int(event.get("rollout_id"), -1)
         ts = _num(event.get("ts"))
@@ -271,6 +277,24 @@ class RunState:
         totals = self.phase_totals.setdefault(name, [0.0, 0])
         totals[0] += seconds
         totals[1] += 1
+
+    def _on_init_step(self, event: Mapping[str, Any]) -> None:
+        name, ts = str(event["name"]), _num(event.get("ts"))
+        if event.get("state") == PHASE_START:
+            self.init_steps.append(PhaseSpan(name, -1, ts))
+            return
+        opened = next((i for i in range(len(self.init_steps) - 1, -1, -1)
+                       if self.init_steps[i].name == name and self.init_steps[i].end is None),
+                      None)
+        start = self.init_steps[opened].start if opened is not None else ts
+        done = PhaseSpan(name, -1, start, ts, _num(event.get("seconds"), ts - start))
+        if opened is None:
+            self.init_steps.append(done)
+        else:
+            self.init_steps[opened] = done
+        parts = event.get("parts")
+        if isinstance(parts, Mapping):
+            self.init_parts[name] = {str(k): _num(v) for k, v in parts.items()}
 
     def _close_span(self, opened: PhaseSpan | None, done: PhaseSpan) -> None:
         # the open span is nearly always among the last few; search from the end
@@ -347,6 +371,13 @@ class RunState:
         if not self.open_phases or self.finished:
             return None
         return next(reversed(self.open_phases))
+
+    @property
+    def current_init_step(self) -> str | None:
+        """The init step under way (None once init is over or the run has ended)."""
+        if self.finished or not self.init_steps or self.init_steps[-1].end is not None:
+            return None
+        return self.init_steps[-1].name
 
     def rollout_progress(self) -> tuple[int, int | None]:
         """(rollouts begun or done, N): 1-based while running, N/N once succeeded."""

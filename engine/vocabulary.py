@@ -73,6 +73,38 @@ PHASE_NAMES: Final = tuple(p.name for p in PHASES)
 PHASE_LABEL: Final = {p.name: p.label for p in PHASES}
 
 
+# the start before rollout 0 (rollout_id null): Ray, placement, the roles, the first push;
+# not a per-rollout phase, so not in PHASES
+INIT_PHASE: Final = "init"
+
+
+class InitStep:
+    """The steps of the `init` phase: `phase` events with `parent: "init"` (rollout_id null).
+
+    Readers that only know phases see them as spans nested in init; the fold keeps them apart
+    (RunState.init_steps) so per-rollout phase means and the "current phase" stay as before.
+    """
+
+    RAY_START: Final = "ray_start"
+    PLACEMENT: Final = "placement"
+    ROLLOUT_START: Final = "rollout_start"  # the generator (hf) or the SGLang engines
+    CRITIC_INIT: Final = "critic_init"  # process group, model build, weights, optimizer, sleep
+    ACTOR_INIT: Final = "actor_init"
+    INITIAL_PUSH: Final = "initial_push"  # the actor's first weights to the rollout side
+
+
+# in the driver's order (engine/driver/roles.py start_roles)
+INIT_STEPS: Final = (
+    PhaseInfo(InitStep.RAY_START, "ray", "Ray start"),
+    PhaseInfo(InitStep.PLACEMENT, "place", "placement group"),
+    PhaseInfo(InitStep.ROLLOUT_START, "rollout", "rollout engine start"),
+    PhaseInfo(InitStep.CRITIC_INIT, "critic", "critic init"),
+    PhaseInfo(InitStep.ACTOR_INIT, "actor", "actor init"),
+    PhaseInfo(InitStep.INITIAL_PUSH, "push", "initial weight push"),
+)
+INIT_STEP_LABEL: Final = {s.name: s.label for s in INIT_STEPS}
+
+
 class State:
     """A run's `state` in status.json and in `status` events."""
 

@@ -54,6 +54,8 @@ from engine.vocabulary import (
     ACTIVE_STATES,
     EVENT_KINDS,
     FINAL_STATES,
+    INIT_PHASE,
+    INIT_STEP_LABEL,
     Kind,
     Metric,
     State,
@@ -348,6 +350,9 @@ class RunProgress:
     @property
     def phase(self) -> str:
         current, ended = self.fold.current_phase, self.fold.last_ended_phase
+        step = self.fold.current_init_step
+        if current == INIT_PHASE and step:  # the start's minute or two, step by step
+            return f"{current}: {INIT_STEP_LABEL.get(step, step)}"
         return current or (f"{ended} done" if ended else State.STARTING)
 
     @property
@@ -718,7 +723,14 @@ def _format_metrics(e: dict[str, Any]) -> str:
 
 def _format_phase(e: dict[str, Any]) -> str:
     took = f" ({e['seconds']:.2f} s)" if isinstance(e.get("seconds"), (int, float)) else ""
-    return f"rollout {e.get('rollout_id')}  {e.get('name')} {e.get('state')}{took}"
+    parts = e.get("parts")
+    if isinstance(parts, dict) and parts:  # a trainer's init: where its seconds went
+        took += ": " + ", ".join(f"{k} {_num(v)} s" for k, v in parts.items())
+    if e.get("parent"):
+        name = INIT_STEP_LABEL.get(str(e.get("name")), e.get("name"))
+        return f"{e['parent']}  {name} {e.get('state')}{took}"
+    where = "startup" if e.get("rollout_id") is None else f"rollout {e.get('rollout_id')}"
+    return f"{where}  {e.get('name')} {e.get('state')}{took}"
 
 
 def _format_offload(e: dict[str, Any]) -> str:

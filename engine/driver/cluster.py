@@ -61,16 +61,21 @@ def joined_address(address: str | None) -> str | None:
     return address or os.environ.get("RAY_ADDRESS") or None
 
 
-def start_ray(address: str | None, num_bundles: int) -> str | None:
+def start_ray(address: str | None, num_bundles: int,
+              env_vars: dict[str, str] | None = None) -> str | None:
     """Join the cluster, or start a private local Ray with every visible GPU.
 
+    `env_vars` must reach every worker of the run: a private local Ray's workers inherit this
+    process's environment (the caller sets them there); on a joined cluster they go in the
+    job's runtime_env (only there: a runtime_env keeps Ray from using its prestarted workers).
     Returns the joined address (None for the private local Ray).
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     joined = joined_address(address)
+    runtime_env = {"env_vars": dict(env_vars)} if env_vars else None
     if joined:
         # address=None lets ray.init read RAY_ADDRESS itself, exactly as Ray documents
-        ray.init(address=address or None, log_to_driver=True)
+        ray.init(address=address or None, log_to_driver=True, runtime_env=runtime_env)
         return joined
     from engine.machine import visible_gpus
 
@@ -154,10 +159,12 @@ class Placement:
     def jsonable(self) -> list[dict[str, Any]]:
         return [vars(s) for s in self.slots]
 
-    def runtime_env(self) -> dict[str, Any]:
+    def runtime_env(self, env_vars: dict[str, str] | None = None) -> dict[str, Any]:
         """For the process that places the SGLang engines (the rollout manager): the bundle
-        order travels in its environment (it is not config, so not in its args)."""
-        return {"env_vars": {SLOTS_ENV: json.dumps(self.jsonable())}}
+        order travels in its environment (it is not config, so not in its args). `env_vars`
+        are the job's own (compile caches), restated here so they reach it however Ray
+        combines an actor's runtime_env with the job's."""
+        return {"env_vars": {**(env_vars or {}), SLOTS_ENV: json.dumps(self.jsonable())}}
 
 
 def create_placement_group(num_bundles: int, use_gpu: bool) -> Placement:

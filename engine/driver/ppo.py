@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.driver.ci_checks import CIChecks
+from engine.driver.compile_cache import apply_compile_caches
 from engine.driver.offload import sleep, wake
 from engine.driver.telemetry import Telemetry
 from engine.events import EventWriter
@@ -299,6 +300,9 @@ def run(rundir: RunDir) -> int:
     tm.status(State.RUNNING)
     roles = None
     try:
+        # first: torch sets TORCHINDUCTOR_CACHE_DIR to a temp dir once anything asks for it
+        caches = apply_compile_caches()
+        tm.log("info", caches.message(), source="driver")
         args = load_args(rundir)
         tm.status(State.RUNNING, num_rollout=args["num_rollout"])  # replays: N without status.json
         from engine.driver.preflight import preflight
@@ -307,7 +311,7 @@ def run(rundir: RunDir) -> int:
         tm.start_tracking(args)
         from engine.driver.roles import start_roles
 
-        roles, start_rollout_id = start_roles(args, tm)
+        roles, start_rollout_id = start_roles(args, tm, caches.env)
         if start_rollout_id:
             tm.log("info", f"resumed from the checkpoint of rollout {start_rollout_id - 1}: "
                    f"continuing at rollout {start_rollout_id}", source="driver")

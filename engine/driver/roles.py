@@ -6,6 +6,7 @@ turns a dead worker into an error that names the role and rank.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import ray
 from engine.driver import cluster
 from engine.driver.offload import sleep, wake
 from engine.driver.telemetry import Telemetry
-from engine.vocabulary import Kind
+from engine.vocabulary import INIT_PHASE, InitStep, Kind
 from engine.workers import CALL_TIMEOUT_S, WorkerFailure, first_line, wait_ready
 
 
@@ -33,7 +34,7 @@ class RolloutHandle:
     role = "rollout"
 
     def __init__(self, args: dict[str, Any], placement: cluster.Placement, use_gpu: bool,
-                 sglang: bool) -> None:
+                 sglang: bool, env_vars: dict[str, str] | None = None) -> None:
         from engine.rollout.manager import RolloutManager
 
         # SGLang engines take the rollout share of each bundle themselves (miles: 0.2 each), so
@@ -45,7 +46,7 @@ class RolloutHandle:
         # the engines are placed from the manager's process: it gets the bundle order
         self.actor = remote_cls.options(
             num_cpus=share, num_gpus=gpus, scheduling_strategy=placement.on(0), max_restarts=0,
-            runtime_env=placement.runtime_env(),
+            runtime_env=placement.runtime_env(env_vars),
         ).remote(args)
         self.asks = f"{share} CPU and {gpus} GPU of bundle 0"
         self.started = False  # checked at the first call, while the trainers start too
@@ -110,10 +111,20 @@ class TrainGroup:
         self.master = (master_addr, port)
         self.asks = f"{share} CPU and {gpus} GPU of its bundle"
         self.started = False  # checked at the first call, so all roles' processes start at once
+        self.warmed: list[ray.ObjectRef] = []
+
+    def warm_imports(self) -> None:
+        """Queue the host-only imports of init now (no wait): they run while the rollout engine
+        starts. A Ray actor runs its calls in order, so init() follows them."""
+        self.warmed = [w.warm_imports.remote() for w in self.workers]
 
     def init(self) -> list[dict[str, Any]]:
         self.ensure_started()
-        return self.wait([w.init.remote() for w in self.workers], "init")
+        infos = self.wait([w.init.remote() for w in self.workers], "init")
+        if self.warmed:  # done by now: init ran after them
+            for info, warm in zip(infos, self.wait(self.warmed, "warm_imports"), strict=True):
+                info["warm_imports"] = warm
+        return infos
 
     def wake_up(self) -> dict[str, Any]:
         self.ensure_started()
@@ -244,62 +255,117 @@ def torch_reserved_by_device(groups: list[TrainGroup]) -> dict[str | int, int]:
     return totals
 
 
-def start_roles(args: dict[str, Any], tm: Telemetry) -> tuple[Roles, int]:
-    """Ray, one placement group, rollout + critic + actor, initial sleep and weight sync."""
+def start_roles(args: dict[str, Any], tm: Telemetry,
+                cache_env: dict[str, str] | None = None) -> tuple[Roles, int]:
+    """Ray, one placement group, rollout + critic + actor, initial sleep and weight sync; each
+    a step of the init phase (InitStep), so the monitor shows where the start goes."""
     from engine.driver.preflight import trainer_roles
     from engine.train.platform import has_cuda
 
     # the test-only switch asks Ray for GPUs while the workers compute on CPU (engine/cluster)
     use_gpu = has_cuda() or cluster.declared_test_gpus() > 0
-    with tm.phase("init", None):
-        total_bundles, _offset = cluster.bundle_layout(args)
-        joined = cluster.start_ray(args["ray_address"], total_bundles)
-        tm.log("info", f"Ray: joined the cluster at {joined}" if joined else
-               "Ray: a private local Ray on 127.0.0.1 with every visible GPU", source="cluster")
-        cluster.check_capacity(total_bundles, use_gpu, joined)
-        placement = cluster.create_placement_group(total_bundles, use_gpu)
-        log_placement(tm, placement)
+    with tm.phase(INIT_PHASE, None):
+        with init_step(tm, InitStep.RAY_START):
+            total_bundles, _offset = cluster.bundle_layout(args)
+            # cache_env: the compile caches (engine/driver/compile_cache.py), which a private
+            # Ray's workers inherit and a joined cluster's get from the job's runtime_env
+            joined = cluster.start_ray(args["ray_address"], total_bundles, cache_env)
+            tm.log("info", f"Ray: joined the cluster at {joined}" if joined else
+                   "Ray: a private local Ray on 127.0.0.1 with every visible GPU",
+                   source="cluster")
+            cluster.check_capacity(total_bundles, use_gpu, joined)
+        with init_step(tm, InitStep.PLACEMENT):
+            placement = cluster.create_placement_group(total_bundles, use_gpu)
+            log_placement(tm, placement)
         backend, note = choose_backend(args["rollout_backend"], has_cuda())
         tm.log("info", note, source="rollout")
         args = {**args, "rollout_backend": backend}
-        rollout = RolloutHandle(args, placement, use_gpu, backend == "sglang")
+        # every role's process starts now, at once; each step below waits for its own
+        rollout = RolloutHandle(args, placement, use_gpu, backend == "sglang", cache_env)
         private = joined is None
         shares = {"critic": cluster.CRITIC_SHARE, "actor": cluster.ACTOR_SHARE}
         # GRPO builds no critic; --debug-rollout-only no trainer at all (miles)
         groups = {role: TrainGroup(role, args, placement, shares[role], use_gpu, private)
                   for role in trainer_roles(args)}
+        for group in groups.values():
+            group.warm_imports()
         critic, actor = groups.get("critic"), groups.get("actor")
         roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
-        for note in rollout.init().get("notes", []):
-            tm.log("info", note, source="rollout")
-        if args.get("offload_rollout"):
-            # miles: the generator's memory goes before the trainers allocate theirs
-            tm.offload("rollout", "offload", rollout.offload())
+        with init_step(tm, InitStep.ROLLOUT_START) as step:
+            info = rollout.init()
+            for note in info.get("notes", []):
+                tm.log("info", note, source="rollout")
+            if info.get("parts"):
+                step["parts"] = info["parts"]
+            if args.get("offload_rollout"):
+                # miles: the generator's memory goes before the trainers allocate theirs
+                tm.offload("rollout", "offload", rollout.offload())
         trainers = [g for g in (critic, actor) if g is not None]
         infos = []
         for group in trainers:  # miles: each starts asleep, before the next one allocates
-            infos.append(group.init())
-            sleep(group, tm, args["offload_train"])
+            infos.append(init_trainer(group, tm, args["offload_train"]))
         log_worker_pids(tm, rollout, trainers)
         for note in [n for info in infos for n in info[0].get("notes", [])]:
             tm.log("info", note, source="train")
         if args.get("offload_rollout"):
             tm.offload("rollout", "onload", rollout.onload())
         if actor is not None and not args["debug_train_only"]:  # miles: no push in debug modes
-            wake(actor, tm, args["offload_train"])  # the driver, not the worker, wakes it
-            exported = actor.export_hf_weights()
-            sleep(actor, tm, args["offload_train"])
-            roles.initial_sync = rollout.update_weights(exported)
-            path = roles.initial_sync["path"]
-            if path == "cuda_ipc":  # copied: the actor's device buffer can go
-                actor.release_export()
-            tm.log("info", f"initial weight push via {path} "
-                           f"({roles.initial_sync['bytes'] / 1e9:.2f} GB)", source="rollout")
+            with init_step(tm, InitStep.INITIAL_PUSH):
+                roles.initial_sync = initial_push(actor, rollout, tm, args["offload_train"])
     if use_gpu:
         tm.torch_reserved = lambda: torch_reserved_by_device(trainers)
     # miles takes the start rollout id from the critic (it is saved even during warmup)
     start = int(infos[0][0].get("start_rollout_id", 0)) if infos else 0
     return roles, start
+
+
+def init_step(tm: Telemetry, step: str) -> contextlib.AbstractContextManager[dict[str, Any]]:
+    return tm.phase(step, None, parent=INIT_PHASE)
+
+
+TRAINER_INIT_STEP = {"critic": InitStep.CRITIC_INIT, "actor": InitStep.ACTOR_INIT}
+
+
+def init_trainer(group: TrainGroup, tm: Telemetry, offload: bool) -> list[dict[str, Any]]:
+    """One trainer's init step: build (rank 0's parts on the end event and in a log line),
+    then asleep before the next role allocates."""
+    with init_step(tm, TRAINER_INIT_STEP[group.role]) as step:
+        start = time.perf_counter()
+        infos = group.init()
+        built = time.perf_counter()
+        parts = dict(infos[0].get("parts") or {})
+        # waiting for the worker: its process start and the imports warmed ahead of init
+        # (overlapped with the rollout start) where they were not done yet, and the call
+        parts = {"worker ready": round(max(0.0, built - start - sum(parts.values())), 3),
+                 **parts}
+        warm = infos[0].get("warm_imports") or {}
+        if warm:
+            step["warm_imports_seconds"] = warm["seconds"]  # overlapped with the rollout start
+        if warm.get("cuda_initialized"):
+            tm.log("warning", f"{group.role}: importing megatron-core initialized CUDA before "
+                              "init; the rollout engine's memory sizing may have seen it",
+                   source="train")
+        sleep(group, tm, offload)
+        if offload:
+            parts["sleep"] = round(time.perf_counter() - built, 3)
+        step["parts"] = parts
+    shown = ", ".join(f"{part} {seconds:.2f} s" for part, seconds in parts.items())
+    tm.log("info", f"{group.role} init {time.perf_counter() - start:.2f} s: {shown}",
+           source="train")
+    return infos
+
+
+def initial_push(actor: TrainGroup, rollout: RolloutHandle, tm: Telemetry,
+                 offload: bool) -> dict[str, Any]:
+    wake(actor, tm, offload)  # the driver, not the worker, wakes it
+    exported = actor.export_hf_weights()
+    sleep(actor, tm, offload)
+    loaded = rollout.update_weights(exported)
+    if loaded["path"] == "cuda_ipc":  # copied: the actor's device buffer can go
+        actor.release_export()
+    tm.log("info", f"initial weight push via {loaded['path']} "
+                   f"({loaded['bytes'] / 1e9:.2f} GB)", source="rollout")
+    return loaded
 
 
 def log_placement(tm: Telemetry, placement: cluster.Placement) -> None:

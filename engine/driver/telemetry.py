@@ -57,14 +57,21 @@ class Telemetry:
         self.tracking = start_tracking(args, lambda level, msg: self.log(level, msg, "tracking"))
 
     @contextlib.contextmanager
-    def phase(self, name: str, rollout_id: int | None) -> Iterator[None]:
-        self.writer.emit(Kind.PHASE, name=name, state=PHASE_START, rollout_id=rollout_id)
+    def phase(self, name: str, rollout_id: int | None,
+              parent: str | None = None) -> Iterator[dict[str, Any]]:
+        """A span; a step of another phase names it as `parent` (init's steps). Fields the
+        body puts in the yielded dict go on the end event (e.g. a trainer's init parts)."""
+        nested = {} if parent is None else {"parent": parent}
+        self.writer.emit(Kind.PHASE, name=name, state=PHASE_START, rollout_id=rollout_id,
+                         **nested)
         start = time.perf_counter()
-        yield
+        extra: dict[str, Any] = {}
+        yield extra
         seconds = time.perf_counter() - start
         self.writer.emit(Kind.PHASE, name=name, state=PHASE_END, rollout_id=rollout_id,
-                         seconds=round(seconds, 6))
-        self.memory(f"after {name}")
+                         seconds=round(seconds, 6), **nested, **extra)
+        if parent is None:  # a step's memory is its parent's to sample
+            self.memory(f"after {name}")
 
     def memory(self, label: str) -> None:
         devices = nvml_devices()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -56,6 +57,11 @@ from engine.vocabulary import Metric
 
 LossFactory = Callable[[MicroBatch], Callable[[torch.Tensor], Any]]
 _RECOMPUTE_KEYS = ("recompute_granularity", "recompute_method", "recompute_num_layers")
+# what init() imports lazily, heaviest first; warm_imports() loads them ahead of init
+_INIT_IMPORTS = ("megatron.core.parallel_state", "megatron.core.tensor_parallel",
+                 "megatron.core.distributed",
+                 "megatron.core.optimizer", "megatron.core.optimizer_param_scheduler",
+                 "engine.train.fastpaths", "engine.train.optimizer")
 
 
 class TrainWorker:
@@ -88,11 +94,29 @@ class TrainWorker:
     # ----------------------------------------------------------------------------------------
     # lifecycle
     # ----------------------------------------------------------------------------------------
+    def warm_imports(self) -> dict[str, Any]:
+        """Import what init() needs (megatron-core: ~5 s) while the rollout engine starts.
+
+        Host-only: no CUDA call, so nothing competes with the rollout's memory sizing; the
+        report says whether this process got a CUDA context all the same (torch's lazy init,
+        or NVML seeing it on a GPU: an import of transformer-engine could do that).
+        """
+        from engine.machine import has_gpu_context
+
+        start = time.perf_counter()
+        for module in _INIT_IMPORTS:
+            importlib.import_module(module)
+        seconds = round(time.perf_counter() - start, 3)
+        context = has_cuda() and (torch.cuda.is_initialized() or has_gpu_context(os.getpid()))
+        return {"seconds": seconds, "cuda_initialized": bool(context)}
+
     def init(self) -> dict:
         """Process groups, model, DDP, Megatron optimizer and LR scheduler."""
         s = self.settings
+        clock = _PartClock()
         init_distributed(self.rank, self.world_size, self.master_addr, self.master_port,
                          Parallelism(tp=s.tp, pp=s.pp, cp=s.cp), seed=s.seed)
+        clock.done("process group")
         from megatron.core import parallel_state as ps
 
         from engine.train import fastpaths
@@ -112,22 +136,28 @@ class TrainWorker:
                               pre_process=ps.is_pipeline_first_stage(),
                               post_process=ps.is_pipeline_last_stage(), seed=s.seed)
             model.to(device())  # the critic's value head is built on the host
+            clock.done("model build")
             if not self._checkpoint_sources():
                 self._init_weights(model, config)
+                clock.done("weights init")
             self.ddp = wrap_ddp(model, config, s)
             self.optimizer = build_optimizer(self.ddp, s)
             self.scheduler = build_scheduler(self.optimizer, s)
             hook_schedule(config, self.ddp, self.optimizer)
+            clock.done("optimizer")
             self._init_notes.append(f"{self.role} {describe_layer_spec()}")
             self._init_notes += [f"{self.role} fast path: {line}" for line in
                                  fastpaths.describe(model, self.optimizer)]
         loaded = self._load_checkpoints()
+        clock.done("weights load")
         if self.role == "actor" and s.use_kl_loss and self._ref_weights is None:
             self._ref_weights = weights.backup(self.model)  # the initial weights are the ref
+            clock.done("ref copy")
         return {"num_params": self._count_params(),
                 "start_rollout_id": int(loaded.get("start_rollout_id", 0)),
                 "loaded_from": loaded.get("path"),
-                "notes": self._init_notes + list(loaded.get("notes", []))}
+                "notes": self._init_notes + list(loaded.get("notes", [])),
+                "parts": clock.parts}
 
     def save(self, rollout_id: int, extra: dict[str, Any] | None = None) -> dict:
         """Megatron torch_dist checkpoint of model, optimizer, scheduler and RNG to --save
@@ -707,3 +737,14 @@ def _values_loss_factory() -> LossFactory:
     return forward_values
 
 
+class _PartClock:
+    """Seconds per part of init, in order: the driver shows where a trainer's init goes."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def done(self, part: str) -> None:
+        now = time.perf_counter()
+        self.parts[part] = round(now - self._last, 3)
+        self._last = now

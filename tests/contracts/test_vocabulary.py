@@ -60,3 +60,12 @@ def test_eval_reward_keys() -> None:
     assert not any(is_eval_reward(k) for k in ("eval/a/response_len/mean",
                                               "eval/a-truncated_ratio", "eval/a-pass@4",
                                               "eval/", Metric.REWARD))
+
+
+def test_init_steps_are_their_own_words_with_short_labels() -> None:
+    from engine.vocabulary import INIT_PHASE, INIT_STEPS, InitStep
+
+    names = [s.name for s in INIT_STEPS]
+    assert set(names) == _declared(InitStep) and len(names) == len(set(names))
+    assert not set(names) & (set(PHASE_NAMES) | {INIT_PHASE})  # a step never reads as a phase
+    assert all(s.short and s.label and len(s.short) <= 7 for s in INIT_STEPS)

@@ -38,8 +38,14 @@ def metric_series(events: list[dict[str, Any]], name: str, step_key: str = "roll
 
 
 def phase_starts(events: list[dict[str, Any]]) -> list[tuple[int | None, str]]:
+    """The phases begun, in order; init's steps (phase events with a parent) left out."""
     return [(e.get("rollout_id"), e["name"]) for e in events
-            if e["kind"] == "phase" and e["state"] == "start"]
+            if e["kind"] == "phase" and e["state"] == "start" and not e.get("parent")]
+
+
+def init_step_ends(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["kind"] == "phase" and e.get("parent") == "init"
+            and e["state"] == "end"]
 
 
 def driver_log_tail(rundir: RunDir, lines: int = 60) -> str:

@@ -6,7 +6,13 @@ import statistics
 
 import pytest
 
-from tests.engine.helpers import driver_log_tail, metric_series, phase_starts, run_preset
+from tests.engine.helpers import (
+    driver_log_tail,
+    init_step_ends,
+    metric_series,
+    phase_starts,
+    run_preset,
+)
 
 PER_STEP = ["generate", "rollout_offload", "critic_train", "actor_train", "rollout_onload",
             "update_weights"]
@@ -129,7 +135,7 @@ def test_the_driver_wakes_the_actor_for_every_export_it_did_not_train_before(tin
     _rundir, _status, events = tiny_run
     phase, woken_in = None, []
     for e in events:
-        if e["kind"] == "phase":
+        if e["kind"] == "phase" and not e.get("parent"):  # init's steps are inside init
             phase = (e["name"], e["rollout_id"]) if e["state"] == "start" else None
         elif e["kind"] == "offload" and e["model"] == "actor" and e["direction"] == "onload":
             woken_in.append(phase)
@@ -139,3 +145,23 @@ def test_the_driver_wakes_the_actor_for_every_export_it_did_not_train_before(tin
     offloads = [e for e in events if e["kind"] == "offload" and e["model"] == "actor"]
     assert sum(e["direction"] == "onload" for e in offloads) == \
         sum(e["direction"] == "offload" for e in offloads) - 1  # the sleep after its init
+
+
+def test_init_is_split_into_its_steps_in_the_drivers_order(tiny_run):
+    """Each step of init is a phase event with parent "init"; together they cover init, and
+    each trainer's step says where its seconds went (rank 0's parts)."""
+    _rundir, _status, events = tiny_run
+    steps = init_step_ends(events)
+    assert [e["name"] for e in steps] == ["ray_start", "placement", "rollout_start",
+                                          "critic_init", "actor_init", "initial_push"]
+    init = next(e for e in events if e["kind"] == "phase" and e["name"] == "init"
+                and e["state"] == "end")
+    covered = sum(e["seconds"] for e in steps)
+    assert 0.8 * init["seconds"] <= covered <= init["seconds"], (covered, init["seconds"])
+    for e in steps[3:5]:
+        parts = e["parts"]
+        assert {"worker ready", "process group", "model build", "optimizer"} <= set(parts)
+        assert sum(parts.values()) <= e["seconds"] + 0.01, (e["name"], parts)
+    logs = [e["msg"] for e in events if e["kind"] == "log"]
+    assert any(m.startswith("compile caches kept between runs: TORCHINDUCTOR_CACHE_DIR=")
+               for m in logs)

@@ -78,6 +78,15 @@ async def test_attaching_to_a_recorded_run_fills_charts_and_offload_panel(
         timeline = screen.query_one(PhaseTimeline)
         assert sorted(timeline.rollouts) == list(range(20))
         assert "actor_train" not in [s.name for s in timeline.rollouts[0]]
+        # init's steps under the rollouts, in the driver's order, each with its seconds
+        ends = [e for e in recorded("phase") if e.get("parent") and e["state"] == "end"]
+        assert [(s.name, s.seconds) for s in timeline.init_steps] == [
+            (e["name"], e["seconds"]) for e in ends]
+        rows = timeline.render().plain.splitlines()
+        assert rows[-2].startswith("init ") and rows[-2].rstrip().endswith("94s")
+        assert rows[-1].split() == ["■ray", "6s", "■place", "1s", "■rollout", "52s",
+                                    "■critic", "15s", "■actor", "15s", "■push", "4s"]
+        assert screen.state.init_parts["critic_init"]["model build"] == 6.9
         logs = screen.query_one(LogTail).lines_text
         assert len(logs) == len(recorded("log")) and "finished 20 rollouts" in logs[-1]
 
@@ -106,6 +115,28 @@ async def test_a_running_run_shows_history_then_live_updates(tui_env: Path) -> N
         await wait_until(pilot, lambda: screen.state.events_seen == len(lines))
         assert screen.query_one("#chart-reward", MetricChart).plotted[
             "rollout/raw_reward"] == metric("rollout/raw_reward")
+
+
+async def test_during_init_the_header_names_the_step_under_way(tui_env: Path) -> None:
+    lines = EVENTS_TINY.read_text().splitlines(keepends=True)
+    run = tui_env / "runs" / "260101-000000-init-0001"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps(
+        {"state": "running", "pid": 4242, "host": "elsewhere", "started": T0, "num_rollout": 20,
+         "preset": "x"}))
+    upto = 1 + next(i for i, line in enumerate(lines)
+                    if '"critic_init","state":"start"' in line)
+    (run / "events.jsonl").write_text("".join(lines[:upto]))
+    app = PPODeckApp(attach=str(run), now=T0 + 70.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.state.events_seen == upto)
+        assert screen.query_one(RunHeader).data.phase == "init: critic init"
+        timeline = screen.query_one(PhaseTimeline)
+        assert [s.name for s in timeline.init_steps][-1] == "critic_init"
+        assert timeline.init_steps[-1].end is None  # drawn as running, timed by the clock
+        assert "■critic 10s" in timeline.render().plain  # 70 s in, critic_init began at 59.8
 
 
 async def test_replay_plays_a_recording() -> None:

@@ -30,7 +30,7 @@ from app.tui.widgets.phase_timeline import PhaseTimeline
 from app.tui.widgets.run_header import HeaderData, RunHeader
 from app.tui.widgets.view_tabs import ViewTabs
 from engine.runstate import RunState
-from engine.vocabulary import FINAL_STATES, Kind, Metric, State
+from engine.vocabulary import FINAL_STATES, INIT_PHASE, INIT_STEP_LABEL, Kind, Metric, State
 
 FLUSH_S = 0.2  # at most five UI updates a second (bench: p95 lag 0.275 s at 0.25, 0.221 s at 0.2)
 POLL_S = 0.05
@@ -321,7 +321,8 @@ class MonitorScreen(Screen[None]):
                                               s.devices, s.gpu_label, s.rss_bytes)
         if Kind.PHASE in changed:
             self.query_one(PhaseTimeline).show(self.state.phases, self.state.phase_means(),
-                                               self.state.clock(self._now()))
+                                               self.state.clock(self._now()),
+                                               self.state.init_steps)
         if changed & {Kind.HEALTH, Kind.STATUS}:
             self.query_one(HealthStrip).show(self.state.health)
             self.query_one(HealthPanel).show(self.state.health)
@@ -345,7 +346,15 @@ class MonitorScreen(Screen[None]):
         state = s.state if s.state != State.UNKNOWN or self.replay is None else "replay"
         self.query_one(RunHeader).show(HeaderData(
             title=self.title_text, state=state, detail=s.detail, rollout=begun,
-            num_rollout=total, phase=s.current_phase, elapsed=s.elapsed(now), eta=s.eta(now)))
+            num_rollout=total, phase=_phase_shown(s), elapsed=s.elapsed(now), eta=s.eta(now)))
+
+
+def _phase_shown(s: RunState) -> str | None:
+    """The current phase; during init, the step under way ("init: Ray start")."""
+    step = s.current_init_step
+    if s.current_phase == INIT_PHASE and step:
+        return f"{INIT_PHASE}: {INIT_STEP_LABEL.get(step, step)}"
+    return s.current_phase
 
 
 def _run_judge(run_dir: Path):  # noqa: ANN202 - engine.health.HealthJudge, imported late

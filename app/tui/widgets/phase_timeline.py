@@ -1,4 +1,5 @@
-"""The phase timeline: one bar per recent rollout, each phase a coloured run of cells."""
+"""The phase timeline: one bar per recent rollout, each phase a coloured run of cells; under
+them the start (init) as one bar of its steps, on its own scale, and each step's seconds."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ from rich.text import Text
 from textual.widget import Widget
 
 from engine.runstate import PhaseSpan
-from engine.vocabulary import PHASES, Phase
+from engine.vocabulary import INIT_STEPS, PHASES, InitStep, Phase
 
 STYLE = {Phase.GENERATE: "green", Phase.ROLLOUT_OFFLOAD: "grey50", Phase.CRITIC_TRAIN: "yellow",
          Phase.ACTOR_TRAIN: "magenta", Phase.SAVE: "blue", Phase.ROLLOUT_ONLOAD: "grey62",
          Phase.UPDATE_WEIGHTS: "cyan", Phase.EVAL: "white"}
+INIT_STYLE = {InitStep.RAY_START: "blue", InitStep.PLACEMENT: "grey62",
+              InitStep.ROLLOUT_START: "green", InitStep.CRITIC_INIT: "yellow",
+              InitStep.ACTOR_INIT: "magenta", InitStep.INITIAL_PUSH: "cyan"}
+INIT_SHORT = {s.name: s.short for s in INIT_STEPS}
+INIT_ROWS = 2  # the init bar and its steps' seconds
 
 
 def short_seconds(seconds: float) -> str:
@@ -42,17 +48,22 @@ class PhaseTimeline(Widget):
         self.rollouts: dict[int, list[PhaseSpan]] = {}
         self.means: dict[str, float] = {}
         self.now: float | None = None
+        self.init_steps: list[PhaseSpan] = []
 
     def show(self, spans: Iterable[PhaseSpan], means: Mapping[str, float],
-             now: float | None) -> None:
+             now: float | None, init_steps: Iterable[PhaseSpan] = ()) -> None:
         self.rollouts = _group_by_rollout(spans)
         self.means = dict(means)
         self.now = now
+        self.init_steps = list(init_steps)
         self.refresh()
 
     def render(self) -> Text:
         width = max(self.size.width, 20)
         rows = max(self.size.height - 1, 1)
+        show_init = bool(self.init_steps) and rows > INIT_ROWS
+        if show_init:
+            rows -= INIT_ROWS
         text = self._legend()
         recent = sorted(self.rollouts)[-rows:][::-1]
         if not recent:
@@ -64,6 +75,30 @@ class PhaseTimeline(Widget):
             text.append("\n")
             text.append_text(self._bar(rid, width - 12, longest))
             text.append(f" {short_seconds(totals[rid]):>6}", "dim")
+        if show_init:
+            text.append_text(self._init_rows(width - 12))
+        return text
+
+    def _init_rows(self, width: int) -> Text:
+        """The start, oldest of all, under the rollouts: its steps side by side, then their
+        seconds (init is often longer than all rollouts shown, so it has its own scale)."""
+        seconds = [(s, _span_seconds(s, self.now)) for s in self.init_steps]
+        total = sum(sec for _, sec in seconds)
+        text = Text("\ninit ", "bold")
+        cells = 0
+        for span, sec in seconds:
+            n = min(max(1, round(sec / (total or 1.0) * width)), width - cells)
+            if n <= 0:
+                break
+            running = span.end is None
+            text.append(("▒" if running else "█") * n, INIT_STYLE.get(span.name, "white"))
+            cells += n
+        text.append(" " * (width - cells))
+        text.append(f" {short_seconds(total):>6}", "dim")
+        text.append("\n     ")
+        for span, sec in seconds:
+            text.append("■", INIT_STYLE.get(span.name, "white"))
+            text.append(f"{INIT_SHORT.get(span.name, span.name)} {short_seconds(sec)} ")
         return text
 
     def _legend(self) -> Text:
