@@ -45,7 +45,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-[ -x "$PY" ] || PY=/work/main/.venv/bin/python  # a worktree shares the main checkout's venv
+# a git worktree has no venv of its own: use the main checkout's (beside the common .git)
+[ -x "$PY" ] || PY="$(dirname "$(git rev-parse --path-format=absolute --git-common-dir)")/.venv/bin/python"
 export PY
 TOOLS=${TE_TOOLS:-../shared/tools}
 PART_MIB=${PART_MIB:-58}
