@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
+from engine.train.weight_transfer import Entry, IpcWeights, copy_in, layout, views
+
 CUDA_IPC = "cuda_ipc"
 PACKED_HOST = "packed_host"
 FORCE_ENV = "PPODECK_WEIGHT_SYNC"  # "packed": keep host bytes through Ray (bench comparisons)
-_ALIGN = 64  # bytes: every tensor starts aligned, so dtype views of the flat buffer are valid
 _DEVICE_ARG = 6  # rebuild_cuda_tensor's storage_device argument (torch.multiprocessing)
 
 
@@ -60,43 +61,14 @@ def weight_sync_path(args: Mapping[str, Any], cuda: bool, sglang_importable: boo
     return SyncPath(PACKED_HOST, f"rollout backend {backend!r} takes host bytes")
 
 
-# ---- the flat buffer (device agnostic: the CPU tests run these) -----------------------------
-@dataclass(frozen=True)
-class Slot:
-    name: str
-    dtype: str  # torch dtype name without the "torch." prefix
-    shape: tuple[int, ...]
-    offset: int
-    nbytes: int
-
-
-def plan_slots(state: Mapping[str, torch.Tensor]) -> tuple[tuple[Slot, ...], int]:
-    """Where each tensor goes in the flat byte buffer, and the buffer's size."""
-    slots, offset = [], 0
-    for name, tensor in state.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        slots.append(Slot(name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape),
-                          offset, nbytes))
-        offset += -(-nbytes // _ALIGN) * _ALIGN
-    return tuple(slots), offset
-
-
+# ---- the flat buffer: weight_transfer's layout, on the device ------------------------------
 def flatten(state: Mapping[str, torch.Tensor], device: torch.device
-            ) -> tuple[torch.Tensor, tuple[Slot, ...]]:
+            ) -> tuple[torch.Tensor, tuple[Entry, ...]]:
     """One uint8 buffer on `device` holding every tensor (host tensors come over in the copy)."""
-    slots, size = plan_slots(state)
+    entries, size = layout(state)
     flat = torch.empty(size, dtype=torch.uint8, device=device)
-    for slot, tensor in zip(slots, state.values(), strict=True):
-        if slot.nbytes:
-            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-            flat[slot.offset:slot.offset + slot.nbytes].copy_(raw, non_blocking=True)
-    return flat, slots
-
-
-def views(flat: torch.Tensor, slots: Sequence[Slot]) -> dict[str, torch.Tensor]:
-    """Typed, shaped views over the flat buffer, by name (no copy)."""
-    return {s.name: flat[s.offset:s.offset + s.nbytes].view(getattr(torch, s.dtype))
-            .reshape(s.shape) for s in slots}
+    copy_in(flat, entries, state, non_blocking=True)
+    return flat, entries
 
 
 # ---- the handle ------------------------------------------------------------------------------
@@ -108,7 +80,7 @@ class TorchIpcWeights:
     rebuild: Callable[..., torch.Tensor]
     rebuild_args: tuple[Any, ...]
     device_uuid: str
-    slots: tuple[Slot, ...]
+    slots: tuple[Entry, ...]
     nbytes: int
     flatten_seconds: float
 
@@ -169,6 +141,4 @@ def open_state(weights: TorchIpcWeights,
 def sync_path_of(weights: Any) -> str:  # noqa: ANN401
     """The path a pushed payload took, for the weight-sync event: IPC handles (ours or
     SGLang's) or host bytes (the packed buffer, or a plain state dict in tests)."""
-    from engine.train.weight_transfer import IpcWeights
-
     return CUDA_IPC if isinstance(weights, TorchIpcWeights | IpcWeights) else PACKED_HOST

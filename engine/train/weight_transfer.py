@@ -45,22 +45,40 @@ class PackedWeights:
         return sum(e.nbytes for e in self.entries)
 
 
-def pack(state: Mapping[str, torch.Tensor]) -> PackedWeights:
-    """Copy host or device tensors into one aligned uint8 buffer (device tensors come over in
-    one device-to-host copy each)."""
+def layout(state: Mapping[str, torch.Tensor]) -> tuple[tuple[Entry, ...], int]:
+    """Where each tensor sits in one aligned byte buffer, and the buffer's size (the packed
+    host path and the CUDA IPC path of engine/train/ipc_sync.py share it)."""
     entries, offset = [], 0
     for name, tensor in state.items():
         nbytes = tensor.numel() * tensor.element_size()
         entries.append(Entry(name, str(tensor.dtype).removeprefix("torch."),
                              tuple(tensor.shape), offset, nbytes))
         offset += -(-nbytes // _ALIGN) * _ALIGN
-    buffer = np.empty(offset, dtype=np.uint8)
-    host = torch.from_numpy(buffer)
+    return tuple(entries), offset
+
+
+def copy_in(flat: torch.Tensor, entries: tuple[Entry, ...],
+            state: Mapping[str, torch.Tensor], non_blocking: bool = False) -> None:
+    """Every tensor's bytes into its place in the uint8 buffer `flat` (any device)."""
     for entry, tensor in zip(entries, state.values(), strict=True):
         if entry.nbytes:
-            flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-            host[entry.offset:entry.offset + entry.nbytes].copy_(flat)
-    return PackedWeights(buffer, tuple(entries))
+            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+            flat[entry.offset:entry.offset + entry.nbytes].copy_(raw, non_blocking=non_blocking)
+
+
+def views(flat: torch.Tensor, entries: tuple[Entry, ...] | list[Entry]) -> dict[str, torch.Tensor]:
+    """Typed, shaped views over the uint8 buffer `flat`, by name (no copy)."""
+    return {e.name: flat[e.offset:e.offset + e.nbytes].view(getattr(torch, e.dtype))
+            .reshape(e.shape) for e in entries}
+
+
+def pack(state: Mapping[str, torch.Tensor]) -> PackedWeights:
+    """Copy host or device tensors into one aligned uint8 buffer (device tensors come over in
+    one device-to-host copy each)."""
+    entries, size = layout(state)
+    buffer = np.empty(size, dtype=np.uint8)
+    copy_in(torch.from_numpy(buffer), entries, state)
+    return PackedWeights(buffer, entries)
 
 
 def unpack(packed: PackedWeights) -> dict[str, torch.Tensor]:
@@ -70,11 +88,7 @@ def unpack(packed: PackedWeights) -> dict[str, torch.Tensor]:
         # Ray hands the buffer over read-only; nothing here writes to it
         warnings.filterwarnings("ignore", message=".*not writable.*")
         host = torch.from_numpy(packed.buffer)
-    out = {}
-    for e in packed.entries:
-        raw = host[e.offset:e.offset + e.nbytes]
-        out[e.name] = raw.view(getattr(torch, e.dtype)).reshape(e.shape)
-    return out
+    return views(host, packed.entries)
 
 
 def as_state_dict(weights: Mapping[str, torch.Tensor] | PackedWeights) -> dict[str, torch.Tensor]:
