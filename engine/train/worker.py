@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from engine.part_clock import PartClock
 from engine.train import weights
 from engine.train.batching import (
     MicroBatch,
@@ -113,7 +114,7 @@ class TrainWorker:
     def init(self) -> dict:
         """Process groups, model, DDP, Megatron optimizer and LR scheduler."""
         s = self.settings
-        clock = _PartClock()
+        clock = PartClock()
         init_distributed(self.rank, self.world_size, self.master_addr, self.master_port,
                          Parallelism(tp=s.tp, pp=s.pp, cp=s.cp), seed=s.seed)
         clock.done("process group")
@@ -735,16 +736,3 @@ def _values_loss_factory() -> LossFactory:
     from engine.train.loss import forward_values
 
     return forward_values
-
-
-class _PartClock:
-    """Seconds per part of init, in order: the driver shows where a trainer's init goes."""
-
-    def __init__(self) -> None:
-        self.parts: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def done(self, part: str) -> None:
-        now = time.perf_counter()
-        self.parts[part] = round(now - self._last, 3)
-        self._last = now
