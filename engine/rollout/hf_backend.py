@@ -40,6 +40,8 @@ class HFGenerator:
         # no token ids baked in (LlamaConfig says eos=2): generate() gets them per call,
         # and an eos_token_id=None call must not stop at some default id
         config = hf_config(shape, arch, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+        model_class(config)  # transformers imports the model's module lazily: its own part
+        clock.done("model import")
         if init_weights:
             # drawn where the model lives: seeded, so the placeholder weights are reproducible
             with torch.device(self.device), seeded(init_seed, self.device):
@@ -155,6 +157,13 @@ class HFGenerator:
 def _cpu_noop() -> dict[str, Any]:
     # a CPU-only run has nothing to release: say so instead of pretending
     return {"noop": True, "bytes": 0, "seconds": 0.0, "gbps": None, "where": "cpu"}
+
+
+def model_class(config: Any) -> type:  # noqa: ANN401 - a transformers PretrainedConfig
+    """The causal-LM class from_config will build (importing its module, ~1-5 s)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
 
 
 @contextlib.contextmanager

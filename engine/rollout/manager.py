@@ -56,7 +56,9 @@ class RolloutManager:
         self._check_required()
         notes: list[str] = []
         prompt_data, tokenizer_path = self._data_paths(notes)
+        clock.done("prompt data")
         self.tokenizer = load_tokenizer(tokenizer_path)
+        clock.done("tokenizer")
         options = PromptOptions.from_args(self.args)
         if self.args.get("synthetic_task"):
             options = self._synthetic_options(options, notes)
@@ -74,7 +76,7 @@ class RolloutManager:
         self.backend, backend_note = pick_backend(self.args["rollout_backend"])
         if self.backend != self.args["rollout_backend"]:
             notes.append(backend_note)
-        clock.done("tokenizer + prompts")
+        clock.done("prompts")
         self.generator = build_generator(self.backend, shape, arch_for(shape), self.args)
         notes.extend(getattr(self.generator, "notes", []))  # e.g. SGLang engine start times
         clock.done("engine start")
