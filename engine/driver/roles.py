@@ -244,6 +244,8 @@ def merge_offload_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("copy_seconds", "pin_seconds", "alloc_seconds"):
         if any(r.get(key) is not None for r in reports):
             merged[key] = max(float(r.get(key) or 0.0) for r in reports)
+    if any(r.get("prepinned_bytes") for r in reports):
+        merged["prepinned_bytes"] = sum(int(r.get("prepinned_bytes") or 0) for r in reports)
     if merged.get("copy_seconds"):
         merged["gbps"] = merged["bytes"] / merged["copy_seconds"] / 1e9
     return merged

@@ -550,17 +550,26 @@ class TrainWorker:
     # ----------------------------------------------------------------------------------------
     def sleep(self) -> dict:
         """Params, master weights and optimizer state to host memory; grads freed."""
-        from engine.train.offload import StorageOffloader, noop_report, train_state_tensors
+        from engine.train.offload import (
+            StorageOffloader,
+            adam_state_bytes,
+            noop_report,
+            train_state_tensors,
+        )
 
         keep, drop = train_state_tensors(self.ddp, self.optimizer)
         if not has_cuda():
             held = StorageOffloader.for_tensors(keep, drop, "cpu")
             return noop_report(held.bytes_to_copy, held.bytes_to_free, where="cpu")
-        if self._offloader is None:
+        first = self._offloader is None
+        if first:
             self._offloader = StorageOffloader()
         if not self._offloader.asleep:
             self._offloader.track(keep, drop, "cuda")
-        return self._offloader.offload()
+        report = self._offloader.offload()
+        if first:  # asleep after init: pin the Adam moments' host buffers while idle
+            self._offloader.reserve_host(adam_state_bytes(self.optimizer))
+        return report
 
     def wake_up(self) -> dict:
         from engine.train.offload import StorageOffloader, noop_report, train_state_tensors
