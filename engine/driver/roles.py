@@ -300,12 +300,11 @@ def start_roles(args: dict[str, Any], tm: Telemetry, cache_env: dict[str, str] |
             group.warm_imports()
         critic, actor = groups.get("critic"), groups.get("actor")
         roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
-        if model_checks is not None:  # done by now: the workers' imports take as long
-            model_checks.result()
         trainers = [g for g in (critic, actor) if g is not None]
         plan = plan_init(args, use_gpu, len(trainers))
         tm.log("info", plan.message, source="driver")
-        infos = run_init_steps(plan, rollout, trainers, tm, args)
+        infos = run_init_steps(plan, rollout, trainers, tm, args,
+                               None if model_checks is None else model_checks.result)
         log_worker_pids(tm, rollout, trainers)
         for note in [n for info in infos for n in info[0].get("notes", [])]:
             tm.log("info", note, source="train")
@@ -407,11 +406,21 @@ def _smallest_gpu_bytes() -> int | None:
 
 
 def run_init_steps(plan: InitPlan, rollout: RolloutHandle, trainers: list[TrainGroup],
-                   tm: Telemetry, args: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+                   tm: Telemetry, args: Mapping[str, Any],
+                   model_checks: Callable[[], Any] | None = None) -> list[list[dict[str, Any]]]:
     """The rollout engine's start and each trainer's init, as the plan says; returns each
-    trainer's per-rank infos in the order given."""
+    trainer's per-rank infos in the order given. `model_checks` (the preflight's Megatron
+    config checks, raising what they found) must pass before a trainer is asked to build its
+    model; the rollout engine does not wait for them (usually done by then: the workers'
+    own imports take as long)."""
     offload = bool(args["offload_train"])
-    steps = [functools.partial(init_trainer, group, tm, offload) for group in trainers]
+
+    def trainer_step(group: TrainGroup) -> list[dict[str, Any]]:
+        if model_checks is not None:
+            model_checks()
+        return init_trainer(group, tm, offload)
+
+    steps = [functools.partial(trainer_step, group) for group in trainers]
     start = functools.partial(start_rollout, rollout, tm, args)
     if plan.with_rollout:
         return at_once([start, *steps])[1:]

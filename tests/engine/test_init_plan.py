@@ -154,3 +154,24 @@ def test_run_init_steps_at_once_or_in_miles_order(tmp_path: Path,
     calls.clear()
     infos, seconds = run(roles.InitPlan(False, False, ""))
     assert calls == ["rollout init", "critic init", "actor init"] and seconds >= 0.4
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_a_failed_model_check_stops_the_trainers_before_they_build(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, together: bool) -> None:
+    """The preflight's Megatron config checks run alongside Ray's start: a trainer waits for
+    them and never builds a model when they failed; the error is the driver's to report."""
+    import engine.driver.roles as roles
+
+    calls: list[str] = []
+    monkeypatch.setattr(roles, "init_trainer", lambda group, tm, offload: calls.append(group))
+
+    def checks() -> None:
+        raise AssertionError("num_attention_heads must be a multiple of the TP size")
+
+    plan = roles.InitPlan(together, together, "")
+    with pytest.raises(AssertionError, match="multiple of the TP size"):
+        events_of(tmp_path, lambda tm: run_init_steps(
+            plan, StandInRollout(calls), ["critic", "actor"], tm,
+            {"offload_train": True, "offload_rollout": False}, checks))
+    assert "critic" not in calls and "actor" not in calls
