@@ -70,8 +70,8 @@ class RolloutHandle:
         except ray.exceptions.RayTaskError as err:
             raise WorkerFailure("rollout", 0, first_line(err)) from err
 
-    def init(self) -> dict[str, Any]:
-        return self._get(self.actor.init.remote(), "init")
+    def init(self, warm_up: bool = False) -> dict[str, Any]:
+        return self._get(self.actor.init.remote(warm_up), "init")
 
     def generate(self, rollout_id: int) -> Any:
         return self._get(self.actor.generate.remote(rollout_id), "generate")
@@ -421,7 +421,8 @@ def run_init_steps(plan: InitPlan, rollout: RolloutHandle, trainers: list[TrainG
         return init_trainer(group, tm, offload)
 
     steps = [functools.partial(trainer_step, group) for group in trainers]
-    start = functools.partial(start_rollout, rollout, tm, args)
+    # alongside the trainers the decoder's first-use compile is hidden: done in its start
+    start = functools.partial(start_rollout, rollout, tm, args, warm_up=plan.with_rollout)
     if plan.with_rollout:
         return at_once([start, *steps])[1:]
     start()
@@ -455,12 +456,14 @@ def at_once(steps: list[Callable[[], Any]]) -> list[Any]:
     return results
 
 
-def start_rollout(rollout: RolloutHandle, tm: Telemetry, args: Mapping[str, Any]) -> None:
+def start_rollout(rollout: RolloutHandle, tm: Telemetry, args: Mapping[str, Any],
+                  warm_up: bool = False) -> None:
     """The rollout_start step: the engine's init (its parts on the end event and in a log
-    line), then its memory released under --offload-rollout (the step's "sleep" part)."""
+    line; `warm_up`: with the first rollout's decoder compile), then its memory released
+    under --offload-rollout (the step's "sleep" part)."""
     with init_step(tm, InitStep.ROLLOUT_START) as step:
         begin = time.perf_counter()
-        info = rollout.init()
+        info = rollout.init(warm_up)
         started = time.perf_counter()
         for note in info.get("notes", []):
             tm.log("info", note, source="rollout")

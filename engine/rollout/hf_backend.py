@@ -108,6 +108,11 @@ class HFGenerator:
         log_probs = recorder.finish(new_tokens)
         return cut_at_eos(new_tokens.tolist(), log_probs.tolist(), eos_token_id, max_new_tokens)
 
+    def compiles_at_first_use(self) -> bool:
+        """The CUDA fast decoder builds (and with `compiled`, compiles) its kernels at its
+        first generate of each shape: worth a warm-up where it is hidden (manager.init)."""
+        return self._fast_path()
+
     def _fast_path(self) -> bool:
         """On CUDA: static KV cache + CUDA-graph decode (fast_generate); PPODECK_FAST_GENERATE=0
         falls back to transformers.generate."""

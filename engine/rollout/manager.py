@@ -38,9 +38,11 @@ class RolloutManager:
         self.weights_compared = False  # --ci-test: the first push is compared tensor by tensor
 
     # ---- setup --------------------------------------------------------------------------
-    def init(self) -> dict[str, Any]:
+    def init(self, warm_up: bool = False) -> dict[str, Any]:
         """Tokenizer, prompt data and generation engine; the notes say what was chosen and the
-        parts where the time went (the rollout_start step's parts, like the trainers')."""
+        parts where the time went (the rollout_start step's parts, like the trainers').
+        `warm_up`: the driver starts the trainers alongside (engine/driver/roles.py plan_init),
+        so the first rollout's decoder compile is done here, hidden behind them."""
         clock = PartClock()
         from engine.rollout.data import (
             PromptOptions,
@@ -80,10 +82,23 @@ class RolloutManager:
         self.generator = build_generator(self.backend, shape, arch_for(shape), self.args)
         notes.extend(getattr(self.generator, "notes", []))  # e.g. SGLang engine start times
         clock.done("engine start")
+        if warm_up and getattr(self.generator, "compiles_at_first_use", lambda: False)():
+            self._warm_up_decoder()
+            clock.done("decoder warm-up")
         return {"notes": notes, "backend": self.backend, "num_prompts": len(prompts),
                 "dropped_prompts": dropped, "prompt_data": str(prompt_data),
                 "tokenizer": str(tokenizer_path), "tokenizer_vocab": len(self.tokenizer),
                 "parts": init_parts(clock.parts, getattr(self.generator, "parts", None))}
+
+    def _warm_up_decoder(self) -> None:
+        """Rollout 0's prompts through the decoder once, the result dropped: its layer
+        kernels compile (or load from the compile cache) for exactly the shapes rollout 0
+        runs (batch, prompt width, response length, sampling). The weights may be the zeros
+        the initial push will overwrite: the samples are then uniform, and unused."""
+        rbs, n = int(self.args["rollout_batch_size"]), int(self.args["n_samples_per_prompt"])
+        prompts = self.source.prompts_at(0, rbs)
+        self.generator.generate([p.token_ids for p in prompts], n_samples=n,
+                                **self._sampling_params(0))
 
     def _load_eval_sets(self, options: Any, notes: list[str]) -> list[Any]:  # noqa: ANN401
         """--eval-prompt-data, read only when evaluation will run (miles: an --eval-interval,

@@ -95,8 +95,8 @@ class StandInRollout:
     def __init__(self, calls: list[str]) -> None:
         self.calls = calls
 
-    def init(self) -> dict[str, Any]:
-        self.calls.append("rollout init")
+    def init(self, warm_up: bool = False) -> dict[str, Any]:
+        self.calls.append("rollout init" + (" + warm-up" if warm_up else ""))
         time.sleep(0.05)
         return {"notes": ["synthetic task"], "parts": {"imports": 0.01, "model build": 0.02}}
 
@@ -151,6 +151,7 @@ def test_run_init_steps_at_once_or_in_miles_order(tmp_path: Path,
 
     infos, seconds = run(together)
     assert infos == [[{"role": "critic"}], [{"role": "actor"}]] and seconds < 0.38
+    assert "rollout init + warm-up" in calls  # hidden behind the trainers: the decoder warms
     calls.clear()
     infos, seconds = run(roles.InitPlan(False, False, ""))
     assert calls == ["rollout init", "critic init", "actor init"] and seconds >= 0.4
