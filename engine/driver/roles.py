@@ -371,7 +371,7 @@ def plan_init(args: Mapping[str, Any], use_gpu: bool, num_trainers: int,
 
 
 def _together(with_rollout: bool) -> str:
-    return ("the rollout engine, critic and actor start at once" if with_rollout
+    return ("the rollout engine and the trainers start at once" if with_rollout
             else "the trainers start together after the rollout engine")
 
 
@@ -383,7 +383,8 @@ def init_peak_bytes(args: Mapping[str, Any], with_rollout: bool,
                     num_trainers: int) -> int | None:
     """GPU bytes per device with every trainer awake at the end of its init (bf16/fp32
     weights, fp32 master copy when bf16, grad buffer; Adam's moments come at the first
-    step) and, `with_rollout`, the hf generator's weights."""
+    step) and, `with_rollout`, the hf generator's weights and the KV cache of its decoder
+    warm-up (rollout 0's batch)."""
     from engine.config.derived import count_params
 
     params = count_params(args)
@@ -394,8 +395,21 @@ def init_peak_bytes(args: Mapping[str, Any], with_rollout: bool,
     master = 4 if args["bf16"] else 0
     grads = 4 if args["accumulate_allreduce_grads_in_fp32"] or not args["bf16"] else 2
     trainer = shard * (weight + master + grads) + CUDA_CONTEXT_BYTES
-    rollout = 2 * params / args["rollout_num_gpus_per_engine"] + CUDA_CONTEXT_BYTES
+    rollout = (2 * params / args["rollout_num_gpus_per_engine"] + CUDA_CONTEXT_BYTES
+               + warm_up_kv_bytes(args))
     return int(num_trainers * trainer + (rollout if with_rollout else 0))
+
+
+def warm_up_kv_bytes(args: Mapping[str, Any]) -> int:
+    """bf16 K and V of every layer for rollout 0's rows at full length (prompt limit plus
+    response), and fp32 logits for them: what the decoder warm-up holds at its peak."""
+    rows = args["rollout_batch_size"] * args["n_samples_per_prompt"]
+    length = (args["max_prompt_len"] or 0) + args["rollout_max_response_len"]
+    heads = args["num_attention_heads"]
+    kv_heads = args["num_query_groups"] or heads
+    head_dim = args["kv_channels"] or args["hidden_size"] // heads
+    kv = 2 * 2 * args["num_layers"] * kv_heads * head_dim * rows * length
+    return int(kv + 4 * rows * args["vocab_size"])
 
 
 def _smallest_gpu_bytes() -> int | None:

@@ -43,8 +43,9 @@ def test_hf_on_a_big_gpu_starts_every_role_at_once_and_says_how_much_it_needs() 
     args = preset_args()
     need = init_peak_bytes(args, with_rollout=True, num_trainers=2)
     # 0.6B: two trainers at 10 B/param (bf16 weights, fp32 master and grads), the rollout's
-    # bf16 weights, a CUDA context each
-    assert 12 * GIB < need < 16 * GIB
+    # bf16 weights and its warm-up's KV cache (64 rows x 272 tokens x 28 layers: 2 GB), a
+    # CUDA context each
+    assert 14 * GIB < need < 18 * GIB
     plan = plan_init(args, use_gpu=True, num_trainers=2, gpu_bytes=141 * GIB, env={})
     assert plan.trainers_together and plan.with_rollout
     assert "start at once" in plan.message and "GiB" in plan.message
