@@ -43,11 +43,16 @@ def column(events: list[dict], created: float | None) -> dict[str, str]:
                 rows[f"    {e['name']}: imports (overlapped)"] = f"{e['warm_imports_seconds']:.2f}"
         elif e["name"] == "init":
             rows["init"] = f"{e['seconds']:.1f}"
+    plan = next((e["msg"] for e in events if e["kind"] == "log"
+                 and e["msg"].startswith("init: ")), None)
+    if plan is not None:  # the roles one after another or at once (engine/driver/roles.py)
+        rows["init plan"] = plan[len("init: "):][:24]
     for name in ("generate", "critic_train", "actor_train"):
         first = next((e for e in events if e["kind"] == "phase" and e["state"] == "end"
                       and e["name"] == name), None)
         if first is not None:
             rows[f"first {name} (rollout {first['rollout_id']})"] = f"{first['seconds']:.1f}"
+            rows.update(pinning(events, first))
     metrics = next((e for e in events if e["kind"] == "metrics"
                     and e.get("step_key") == "rollout/step"), None)
     rows["launch -> first rollout metrics"] = "-" if metrics is None else \
@@ -56,6 +61,21 @@ def column(events: list[dict], created: float | None) -> dict[str, str]:
                    and e["msg"].startswith("compile caches")), None)
     rows["compile caches"] = "-" if caches is None else caches.split(": ", 1)[1][:60]
     return rows
+
+
+def pinning(events: list[dict], end: dict) -> dict[str, str]:
+    """Host memory pinned inside a first train phase (the Adam moments' buffers), and what
+    had been pinned ahead of it after init (prepinned_bytes)."""
+    start = next(e["ts"] for e in events if e["kind"] == "phase" and e["state"] == "start"
+                 and e["name"] == end["name"] and e["rollout_id"] == end["rollout_id"])
+    moves = [e for e in events if e["kind"] == "offload" and start <= e["ts"] <= end["ts"]
+             and e["direction"] == "offload"]
+    if not moves:
+        return {}
+    pinned = sum(float(e.get("pin_seconds") or 0.0) for e in moves)
+    ahead = sum(float(e.get("prepinned_bytes") or 0.0) for e in moves) / 1e9
+    return {f"    {end['name']}: pin seconds": f"{pinned:.2f}",
+            f"    {end['name']}: pinned ahead GB": f"{ahead:.2f}"}
 
 
 def main(argv: list[str]) -> int:

@@ -148,6 +148,9 @@ def _resolve_placement(r: dict[str, Any]) -> None:
         r["rollout_num_gpus"] = world
     if r["debug_train_only"]:
         r["rollout_num_gpus"] = 0
+    # the actor's weights reach the rollout side before the first rollout (miles: not in
+    # the debug modes): the rollout model's own init is then overwritten unread
+    r["initial_weight_push"] = not (r["debug_rollout_only"] or r["debug_train_only"])
     per_engine = r["rollout_num_gpus_per_engine"]
     gpus = r["rollout_num_gpus"]
     r["rollout_engines"] = gpus // per_engine if gpus is not None and per_engine > 0 else None

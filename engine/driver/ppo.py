@@ -305,13 +305,16 @@ def run(rundir: RunDir) -> int:
         tm.log("info", caches.message(), source="driver")
         args = load_args(rundir)
         tm.status(State.RUNNING, num_rollout=args["num_rollout"])  # replays: N without status.json
-        from engine.driver.preflight import preflight
+        from engine.driver.preflight import preflight_host, preflight_in_background
 
-        preflight(args)  # a config the engine cannot take fails here, before Ray starts
+        preflight_host(args)  # a config the engine cannot take fails here, before Ray starts
+        # Megatron's own config checks (a 4-10 s import) run while Ray starts; start_roles
+        # waits for them before any model is built
+        model_checks = preflight_in_background(args)
         tm.start_tracking(args)
         from engine.driver.roles import start_roles
 
-        roles, start_rollout_id = start_roles(args, tm, caches.env)
+        roles, start_rollout_id = start_roles(args, tm, caches.env, model_checks)
         if start_rollout_id:
             tm.log("info", f"resumed from the checkpoint of rollout {start_rollout_id - 1}: "
                    f"continuing at rollout {start_rollout_id}", source="driver")

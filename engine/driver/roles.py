@@ -7,8 +7,13 @@ turns a dead worker into an error that names the role and rank.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import queue
+import threading
 import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,8 +70,8 @@ class RolloutHandle:
         except ray.exceptions.RayTaskError as err:
             raise WorkerFailure("rollout", 0, first_line(err)) from err
 
-    def init(self) -> dict[str, Any]:
-        return self._get(self.actor.init.remote(), "init")
+    def init(self, warm_up: bool = False) -> dict[str, Any]:
+        return self._get(self.actor.init.remote(warm_up), "init")
 
     def generate(self, rollout_id: int) -> Any:
         return self._get(self.actor.generate.remote(rollout_id), "generate")
@@ -239,6 +244,8 @@ def merge_offload_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("copy_seconds", "pin_seconds", "alloc_seconds"):
         if any(r.get(key) is not None for r in reports):
             merged[key] = max(float(r.get(key) or 0.0) for r in reports)
+    if any(r.get("prepinned_bytes") for r in reports):
+        merged["prepinned_bytes"] = sum(int(r.get("prepinned_bytes") or 0) for r in reports)
     if merged.get("copy_seconds"):
         merged["gbps"] = merged["bytes"] / merged["copy_seconds"] / 1e9
     return merged
@@ -255,10 +262,12 @@ def torch_reserved_by_device(groups: list[TrainGroup]) -> dict[str | int, int]:
     return totals
 
 
-def start_roles(args: dict[str, Any], tm: Telemetry,
-                cache_env: dict[str, str] | None = None) -> tuple[Roles, int]:
+def start_roles(args: dict[str, Any], tm: Telemetry, cache_env: dict[str, str] | None = None,
+                model_checks: Future[list[str]] | None = None) -> tuple[Roles, int]:
     """Ray, one placement group, rollout + critic + actor, initial sleep and weight sync; each
-    a step of the init phase (InitStep), so the monitor shows where the start goes."""
+    a step of the init phase (InitStep), so the monitor shows where the start goes.
+    `model_checks`: the preflight's TransformerConfig checks, running since before Ray; they
+    must pass before any model is built."""
     from engine.driver.preflight import trainer_roles
     from engine.train.platform import has_cuda
 
@@ -291,25 +300,17 @@ def start_roles(args: dict[str, Any], tm: Telemetry,
             group.warm_imports()
         critic, actor = groups.get("critic"), groups.get("actor")
         roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
-        with init_step(tm, InitStep.ROLLOUT_START) as step:
-            info = rollout.init()
-            for note in info.get("notes", []):
-                tm.log("info", note, source="rollout")
-            if info.get("parts"):
-                step["parts"] = info["parts"]
-            if args.get("offload_rollout"):
-                # miles: the generator's memory goes before the trainers allocate theirs
-                tm.offload("rollout", "offload", rollout.offload())
         trainers = [g for g in (critic, actor) if g is not None]
-        infos = []
-        for group in trainers:  # miles: each starts asleep, before the next one allocates
-            infos.append(init_trainer(group, tm, args["offload_train"]))
+        plan = plan_init(args, use_gpu, len(trainers))
+        tm.log("info", plan.message, source="driver")
+        infos = run_init_steps(plan, rollout, trainers, tm, args,
+                               None if model_checks is None else model_checks.result)
         log_worker_pids(tm, rollout, trainers)
         for note in [n for info in infos for n in info[0].get("notes", [])]:
             tm.log("info", note, source="train")
         if args.get("offload_rollout"):
             tm.offload("rollout", "onload", rollout.onload())
-        if actor is not None and not args["debug_train_only"]:  # miles: no push in debug modes
+        if args["initial_weight_push"]:  # miles: no push in the debug modes
             with init_step(tm, InitStep.INITIAL_PUSH):
                 roles.initial_sync = initial_push(actor, rollout, tm, args["offload_train"])
     if use_gpu:
@@ -317,6 +318,184 @@ def start_roles(args: dict[str, Any], tm: Telemetry,
     # miles takes the start rollout id from the critic (it is saved even during warmup)
     start = int(infos[0][0].get("start_rollout_id", 0)) if infos else 0
     return roles, start
+
+
+# --- init's steps, one after another or at once -----------------------------------------------
+INIT_OVERLAP_ENV = "PPODECK_INIT_OVERLAP"  # 0: always miles' order; 1: at once, also on CPU
+INIT_MEMORY_MARGIN = 0.9  # of the smallest GPU: the rest for CUDA contexts, NCCL, fragments
+
+
+@dataclass(frozen=True)
+class InitPlan:
+    """Whether the trainers start together, and alongside the rollout engine's start.
+
+    miles starts the roles one after another so that each allocates only once the one before
+    it sleeps (SGLang sizes its KV pool from the memory it finds free). The hf generator sizes
+    nothing at start (its KV cache comes with the first rollout), and Megatron's init asks for
+    what the model needs; where the sum of every role awake at once fits the GPU, the order
+    buys nothing and the steps run at once (each still ends asleep before the first rollout).
+    """
+
+    trainers_together: bool
+    with_rollout: bool
+    message: str
+
+
+def plan_init(args: Mapping[str, Any], use_gpu: bool, num_trainers: int,
+              gpu_bytes: int | None = None, env: Mapping[str, str] | None = None) -> InitPlan:
+    """The InitPlan for this run and machine (`gpu_bytes`: the smallest visible GPU's total,
+    read from NVML when not given), with the message the driver logs."""
+    env = os.environ if env is None else env
+    forced = env.get(INIT_OVERLAP_ENV)
+    if forced == "0" or num_trainers == 0:
+        why = f"{INIT_OVERLAP_ENV}=0" if forced == "0" else "no trainer to start"
+        return InitPlan(False, False, f"init: the roles start one after another ({why})")
+    hf = args["rollout_backend"] == "hf"
+    if forced == "1":
+        return InitPlan(True, hf, f"init: {_together(hf)} ({INIT_OVERLAP_ENV}=1)")
+    if not use_gpu:
+        return InitPlan(False, False, "init: the roles start one after another (CPU: they "
+                                      f"would share its cores; {INIT_OVERLAP_ENV}=1 overlaps)")
+    need = init_peak_bytes(args, with_rollout=hf, num_trainers=num_trainers)
+    have = _smallest_gpu_bytes() if gpu_bytes is None else gpu_bytes
+    if need is None or have is None:
+        what = "the model size" if need is None else "the GPU memory (NVML)"
+        return InitPlan(False, False, f"init: the roles start one after another ({what} "
+                                      "unknown: miles' order keeps one role allocating at once)")
+    sizes = f"{need / GIB:.1f} GiB for every role awake at once, of {have / GIB:.0f} GiB"
+    if need > INIT_MEMORY_MARGIN * have:
+        return InitPlan(False, False, f"init: the roles start one after another ({sizes}: "
+                                      "too much at once)")
+    why = "" if hf else "; the SGLang engines first, as they size their memory at start"
+    return InitPlan(True, hf, f"init: {_together(hf)} ({sizes}{why})")
+
+
+def _together(with_rollout: bool) -> str:
+    return ("the rollout engine and the trainers start at once" if with_rollout
+            else "the trainers start together after the rollout engine")
+
+
+GIB = float(1 << 30)
+CUDA_CONTEXT_BYTES = 1 << 29  # ~0.5 GiB per process that touches the GPU
+
+
+def init_peak_bytes(args: Mapping[str, Any], with_rollout: bool,
+                    num_trainers: int) -> int | None:
+    """GPU bytes per device with every trainer awake at the end of its init (bf16/fp32
+    weights, fp32 master copy when bf16, grad buffer; Adam's moments come at the first
+    step) and, `with_rollout`, the hf generator's weights and the KV cache of its decoder
+    warm-up (rollout 0's batch)."""
+    from engine.config.derived import count_params
+
+    params = count_params(args)
+    if params is None:
+        return None
+    shard = params / (args["tensor_model_parallel_size"] * args["pipeline_model_parallel_size"])
+    weight = 2 if args["bf16"] else 4
+    master = 4 if args["bf16"] else 0
+    grads = 4 if args["accumulate_allreduce_grads_in_fp32"] or not args["bf16"] else 2
+    trainer = shard * (weight + master + grads) + CUDA_CONTEXT_BYTES
+    rollout = (2 * params / args["rollout_num_gpus_per_engine"] + CUDA_CONTEXT_BYTES
+               + warm_up_kv_bytes(args))
+    return int(num_trainers * trainer + (rollout if with_rollout else 0))
+
+
+def warm_up_kv_bytes(args: Mapping[str, Any]) -> int:
+    """bf16 K and V of every layer for rollout 0's rows at full length (prompt limit plus
+    response), and fp32 logits for them: what the decoder warm-up holds at its peak."""
+    rows = args["rollout_batch_size"] * args["n_samples_per_prompt"]
+    length = (args["max_prompt_len"] or 0) + args["rollout_max_response_len"]
+    heads = args["num_attention_heads"]
+    kv_heads = args["num_query_groups"] or heads
+    head_dim = args["kv_channels"] or args["hidden_size"] // heads
+    kv = 2 * 2 * args["num_layers"] * kv_heads * head_dim * rows * length
+    return int(kv + 4 * rows * args["vocab_size"])
+
+
+def _smallest_gpu_bytes() -> int | None:
+    from engine.machine import nvml_devices
+
+    devices = nvml_devices() or []
+    return min((int(d["total_bytes"]) for d in devices), default=None)
+
+
+def run_init_steps(plan: InitPlan, rollout: RolloutHandle, trainers: list[TrainGroup],
+                   tm: Telemetry, args: Mapping[str, Any],
+                   model_checks: Callable[[], Any] | None = None) -> list[list[dict[str, Any]]]:
+    """The rollout engine's start and each trainer's init, as the plan says; returns each
+    trainer's per-rank infos in the order given. `model_checks` (the preflight's Megatron
+    config checks, raising what they found) must pass before a trainer is asked to build its
+    model; the rollout engine does not wait for them (usually done by then: the workers'
+    own imports take as long)."""
+    offload = bool(args["offload_train"])
+
+    def trainer_step(group: TrainGroup) -> list[dict[str, Any]]:
+        if model_checks is not None:
+            model_checks()
+        return init_trainer(group, tm, offload)
+
+    steps = [functools.partial(trainer_step, group) for group in trainers]
+    # alongside the trainers the decoder's first-use compile is hidden: done in its start
+    start = functools.partial(start_rollout, rollout, tm, args, warm_up=plan.with_rollout)
+    if plan.with_rollout:
+        return at_once([start, *steps])[1:]
+    start()
+    if plan.trainers_together:
+        return at_once(steps)
+    return [step() for step in steps]  # miles: each starts asleep, before the next allocates
+
+
+def at_once(steps: list[Callable[[], Any]]) -> list[Any]:
+    """Run the steps in threads (each mostly waits on its Ray calls); their results in order.
+    The first error is raised at once: the driver then stops Ray, which ends the other
+    steps' waits (daemon threads: none of them can hold the driver's exit)."""
+    results: list[Any] = [None] * len(steps)
+    finished: queue.Queue[BaseException | None] = queue.Queue()
+
+    def run(index: int, step: Callable[[], Any]) -> None:
+        try:
+            results[index] = step()
+        except BaseException as err:  # noqa: BLE001 - handed to the driver's thread
+            finished.put(err)
+        else:
+            finished.put(None)
+
+    for index, step in enumerate(steps):
+        threading.Thread(target=run, args=(index, step), name=f"init-step-{index}",
+                         daemon=True).start()
+    for _ in steps:
+        error = finished.get()
+        if error is not None:
+            raise error
+    return results
+
+
+def start_rollout(rollout: RolloutHandle, tm: Telemetry, args: Mapping[str, Any],
+                  warm_up: bool = False) -> None:
+    """The rollout_start step: the engine's init (its parts on the end event and in a log
+    line; `warm_up`: with the first rollout's decoder compile), then its memory released
+    under --offload-rollout (the step's "sleep" part)."""
+    with init_step(tm, InitStep.ROLLOUT_START) as step:
+        begin = time.perf_counter()
+        info = rollout.init(warm_up)
+        started = time.perf_counter()
+        for note in info.get("notes", []):
+            tm.log("info", note, source="rollout")
+        parts = dict(info.get("parts") or {})
+        if parts:  # the process start and the manager's own imports before its init
+            parts = {"worker ready": round(max(0.0, started - begin - sum(parts.values())), 3),
+                     **parts}
+        if args.get("offload_rollout"):
+            # miles: the generator's memory goes before the trainers allocate theirs
+            tm.offload("rollout", "offload", rollout.offload())
+            if parts:
+                parts["sleep"] = round(time.perf_counter() - started, 3)
+        if parts:
+            step["parts"] = parts
+    if parts:
+        shown = ", ".join(f"{part} {seconds:.2f} s" for part, seconds in parts.items())
+        tm.log("info", f"rollout start {time.perf_counter() - begin:.2f} s: {shown}",
+               source="rollout")
 
 
 def init_step(tm: Telemetry, step: str) -> contextlib.AbstractContextManager[dict[str, Any]]:

@@ -105,7 +105,7 @@ class Telemetry:
         where = "cpu" if direction == "offload" else "gpu"
         extra = {key: round(float(report[key]), 6)
                  for key in ("pin_seconds", "copy_seconds", "alloc_seconds",
-                             "nvml_after_bytes")
+                             "nvml_after_bytes", "prepinned_bytes")
                  if report.get(key) is not None}
         self.writer.emit(Kind.OFFLOAD, model=model, direction=direction,
                          where=report.get("where", where), bytes=moved,

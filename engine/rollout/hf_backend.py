@@ -1,6 +1,7 @@
 """The `hf` rollout backend: transformers generation for CPU and small GPU runs.
 
-The model is built from `hf_config(shape, arch)` (random weights) and receives the actor's
+The model is built from `hf_config(shape, arch)` (random weights, or uninitialized zeros when
+the actor's weights are pushed before the first rollout) and receives the actor's
 weights through the same Megatron -> HF conversion that feeds SGLang. Sampling log-probs are
 log-softmax(logits / temperature) of the chosen tokens: the same quantity the actor computes
 (spec 5.2), before any top-p/top-k filtering, so rollout and training log-probs are comparable.
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 
+from engine.part_clock import PartClock
 from engine.rollout.types import GenOut
 from engine.train.convert import Arch, hf_config
 from engine.train.model import ModelShape
@@ -25,21 +27,39 @@ class HFGenerator:
     """A transformers causal LM that samples batches of responses."""
 
     def __init__(self, shape: ModelShape, arch: Arch, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32, init_seed: int = 0) -> None:
+                 dtype: torch.dtype = torch.float32, init_seed: int = 0,
+                 init_weights: bool = True) -> None:
+        """`init_weights=False` when the actor's weights are pushed before the first rollout:
+        the parameters are then made as zeros on the device, never randomly initialized
+        (a seeded init of the 0.6B shape took ~35 s on one host core, all overwritten)."""
         from transformers import AutoModelForCausalLM
 
+        clock = PartClock()
         self.shape, self.arch = shape, arch
         self.device = torch.device(device)
         # no token ids baked in (LlamaConfig says eos=2): generate() gets them per call,
         # and an eos_token_id=None call must not stop at some default id
         config = hf_config(shape, arch, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-        with seeded(init_seed, torch.device("cpu")):  # the placeholder weights are reproducible
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-        self.model = model.to(self.device).eval()
+        model_class(config)  # transformers imports the model's module lazily: its own part
+        clock.done("model import")
+        if init_weights:
+            # drawn where the model lives: seeded, so the placeholder weights are reproducible
+            with torch.device(self.device), seeded(init_seed, self.device):
+                model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+            clock.done("model build + weights init")
+        else:
+            with parameters_on_meta():
+                model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+            clock.done("model build")
+        self.model = materialize(model, self.device).eval()
+        clock.done("to device")
+        self.weights_initialized = init_weights
         self.tied = bool(config.tie_word_embeddings)
         self._storage_offloader: StorageOffloader | None = None  # made at the first offload
         self.notes: list[str] = []  # shown by the rollout manager at init
         self.decode_options = self._decode_options()
+        clock.done("decoder options")
+        self.parts = clock.parts  # the rollout_start step's parts (engine/driver/roles.py)
 
     # ---- weights ------------------------------------------------------------------------
     def load_weights(self, hf_state_dict: Mapping[str, torch.Tensor]) -> int:
@@ -87,6 +107,11 @@ class HFGenerator:
         new_tokens = sequences[:, input_ids.shape[1]:]
         log_probs = recorder.finish(new_tokens)
         return cut_at_eos(new_tokens.tolist(), log_probs.tolist(), eos_token_id, max_new_tokens)
+
+    def compiles_at_first_use(self) -> bool:
+        """The CUDA fast decoder builds (and with `compiled`, compiles) its kernels at its
+        first generate of each shape: worth a warm-up where it is hidden (manager.init)."""
+        return self._fast_path()
 
     def _fast_path(self) -> bool:
         """On CUDA: static KV cache + CUDA-graph decode (fast_generate); PPODECK_FAST_GENERATE=0
@@ -137,6 +162,51 @@ class HFGenerator:
 def _cpu_noop() -> dict[str, Any]:
     # a CPU-only run has nothing to release: say so instead of pretending
     return {"noop": True, "bytes": 0, "seconds": 0.0, "gbps": None, "where": "cpu"}
+
+
+def model_class(config: Any) -> type:  # noqa: ANN401 - a transformers PretrainedConfig
+    """The causal-LM class from_config will build (importing its module, ~1-5 s)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+
+
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Modules built inside get their parameters on the meta device: no memory, and their
+    init (nn.Linear's kaiming, HF's normal_) does nothing. Buffers stay real, so values
+    computed at construction (RoPE's inv_freq) are the same as in a normal build."""
+    register = torch.nn.Module.register_parameter
+
+    def register_on_meta(module: torch.nn.Module, name: str,
+                         param: torch.nn.Parameter | None) -> None:
+        register(module, name, param)
+        if param is not None and not param.is_meta:
+            module._parameters[name] = torch.nn.Parameter(
+                param.to("meta"), requires_grad=param.requires_grad)
+
+    torch.nn.Module.register_parameter = register_on_meta  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+def materialize(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """Meta parameters become zeros on `device` (a shared one, e.g. tied embeddings, stays
+    shared); the rest of the model moves there. Zeros, not torch.empty: the model is then
+    well defined (uniform next-token distribution) should anything run before the push."""
+    made: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is None or not param.is_meta:
+                continue
+            if id(param) not in made:
+                made[id(param)] = torch.nn.Parameter(
+                    torch.zeros(param.shape, dtype=param.dtype, device=device),
+                    requires_grad=param.requires_grad)
+            module._parameters[name] = made[id(param)]
+    return model.to(device)
 
 
 def model_offloader(model: torch.nn.Module, device_type: str) -> StorageOffloader:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from engine.part_clock import PartClock
 from engine.rollout.types import GenOut, Prompt, RolloutBatch, Sample
 from engine.vocabulary import Metric
 
@@ -37,8 +38,12 @@ class RolloutManager:
         self.weights_compared = False  # --ci-test: the first push is compared tensor by tensor
 
     # ---- setup --------------------------------------------------------------------------
-    def init(self) -> dict[str, Any]:
-        """Tokenizer, prompt data and generation engine; the notes say what was chosen."""
+    def init(self, warm_up: bool = False) -> dict[str, Any]:
+        """Tokenizer, prompt data and generation engine; the notes say what was chosen and the
+        parts where the time went (the rollout_start step's parts, like the trainers').
+        `warm_up`: the driver starts the trainers alongside (engine/driver/roles.py plan_init),
+        so the first rollout's decoder compile is done here, hidden behind them."""
+        clock = PartClock()
         from engine.rollout.data import (
             PromptOptions,
             PromptSource,
@@ -49,10 +54,13 @@ class RolloutManager:
         from engine.train.convert import arch_for
         from engine.train.model import ModelShape
 
+        clock.done("imports")
         self._check_required()
         notes: list[str] = []
         prompt_data, tokenizer_path = self._data_paths(notes)
+        clock.done("prompt data")
         self.tokenizer = load_tokenizer(tokenizer_path)
+        clock.done("tokenizer")
         options = PromptOptions.from_args(self.args)
         if self.args.get("synthetic_task"):
             options = self._synthetic_options(options, notes)
@@ -70,11 +78,27 @@ class RolloutManager:
         self.backend, backend_note = pick_backend(self.args["rollout_backend"])
         if self.backend != self.args["rollout_backend"]:
             notes.append(backend_note)
+        clock.done("prompts")
         self.generator = build_generator(self.backend, shape, arch_for(shape), self.args)
         notes.extend(getattr(self.generator, "notes", []))  # e.g. SGLang engine start times
+        clock.done("engine start")
+        if warm_up and getattr(self.generator, "compiles_at_first_use", lambda: False)():
+            self._warm_up_decoder()
+            clock.done("decoder warm-up")
         return {"notes": notes, "backend": self.backend, "num_prompts": len(prompts),
                 "dropped_prompts": dropped, "prompt_data": str(prompt_data),
-                "tokenizer": str(tokenizer_path), "tokenizer_vocab": len(self.tokenizer)}
+                "tokenizer": str(tokenizer_path), "tokenizer_vocab": len(self.tokenizer),
+                "parts": init_parts(clock.parts, getattr(self.generator, "parts", None))}
+
+    def _warm_up_decoder(self) -> None:
+        """Rollout 0's prompts through the decoder once, the result dropped: its layer
+        kernels compile (or load from the compile cache) for exactly the shapes rollout 0
+        runs (batch, prompt width, response length, sampling). The weights may be the zeros
+        the initial push will overwrite: the samples are then uniform, and unused."""
+        rbs, n = int(self.args["rollout_batch_size"]), int(self.args["n_samples_per_prompt"])
+        prompts = self.source.prompts_at(0, rbs)
+        self.generator.generate([p.token_ids for p in prompts], n_samples=n,
+                                **self._sampling_params(0))
 
     def _load_eval_sets(self, options: Any, notes: list[str]) -> list[Any]:  # noqa: ANN401
         """--eval-prompt-data, read only when evaluation will run (miles: an --eval-interval,
@@ -308,6 +332,19 @@ class RolloutManager:
             self.generator = None
 
 
+def init_parts(parts: dict[str, float], engine_parts: Mapping[str, float] | None
+               ) -> dict[str, float]:
+    """The manager's parts with "engine start" split into the generator's own, where it
+    reports them (hf: model build, weights init, to device); what they leave out stays
+    under "engine start" (for hf: torch's CUDA start and the transformers model import)."""
+    if not engine_parts:
+        return dict(parts)
+    total = parts.get("engine start", 0.0)
+    rest = round(max(0.0, total - sum(engine_parts.values())), 3)
+    out = {k: v for k, v in parts.items() if k != "engine start"}
+    return {**out, "engine setup": rest, **engine_parts}
+
+
 def released() -> dict[str, Any]:
     """The offload report once the generator is gone (--debug-train-only): nothing moves."""
     return {"noop": True, "bytes": 0, "seconds": 0.0, "where": "cpu"}
@@ -344,7 +381,9 @@ def build_generator(backend: str, shape: Any, arch: str, args: Mapping[str, Any]
             # take turns, so generation may use every core (about 2x on 2 cores)
             torch.set_num_threads(os.cpu_count() or 1)
         dtype = torch.bfloat16 if cuda and args.get("bf16") else torch.float32
-        return HFGenerator(shape, arch, device="cuda" if cuda else "cpu", dtype=dtype)
+        # the actor's weights overwrite every parameter before the first rollout: no init
+        return HFGenerator(shape, arch, device="cuda" if cuda else "cpu", dtype=dtype,
+                           init_weights=not args["initial_weight_push"])
     if backend == "sglang":
         from engine.rollout.sglang_backend import SGLangGenerator
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from engine.part_clock import PartClock
 from engine.train import weights
 from engine.train.batching import (
     MicroBatch,
@@ -113,7 +114,7 @@ class TrainWorker:
     def init(self) -> dict:
         """Process groups, model, DDP, Megatron optimizer and LR scheduler."""
         s = self.settings
-        clock = _PartClock()
+        clock = PartClock()
         init_distributed(self.rank, self.world_size, self.master_addr, self.master_port,
                          Parallelism(tp=s.tp, pp=s.pp, cp=s.cp), seed=s.seed)
         clock.done("process group")
@@ -549,17 +550,26 @@ class TrainWorker:
     # ----------------------------------------------------------------------------------------
     def sleep(self) -> dict:
         """Params, master weights and optimizer state to host memory; grads freed."""
-        from engine.train.offload import StorageOffloader, noop_report, train_state_tensors
+        from engine.train.offload import (
+            StorageOffloader,
+            adam_state_bytes,
+            noop_report,
+            train_state_tensors,
+        )
 
         keep, drop = train_state_tensors(self.ddp, self.optimizer)
         if not has_cuda():
             held = StorageOffloader.for_tensors(keep, drop, "cpu")
             return noop_report(held.bytes_to_copy, held.bytes_to_free, where="cpu")
-        if self._offloader is None:
+        first = self._offloader is None
+        if first:
             self._offloader = StorageOffloader()
         if not self._offloader.asleep:
             self._offloader.track(keep, drop, "cuda")
-        return self._offloader.offload()
+        report = self._offloader.offload()
+        if first:  # asleep after init: pin the Adam moments' host buffers while idle
+            self._offloader.reserve_host(adam_state_bytes(self.optimizer))
+        return report
 
     def wake_up(self) -> dict:
         from engine.train.offload import StorageOffloader, noop_report, train_state_tensors
@@ -735,16 +745,3 @@ def _values_loss_factory() -> LossFactory:
     from engine.train.loss import forward_values
 
     return forward_values
-
-
-class _PartClock:
-    """Seconds per part of init, in order: the driver shows where a trainer's init goes."""
-
-    def __init__(self) -> None:
-        self.parts: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def done(self, part: str) -> None:
-        now = time.perf_counter()
-        self.parts[part] = round(now - self._last, 3)
-        self._last = now

@@ -119,7 +119,7 @@ def test_a_failed_ci_check_fails_the_run_with_that_detail(tmp_path: Path,
     rundir = prepare_run(config, "test", run_dir=tmp_path / "run")
     stand_ins = roles_module.Roles(rollout=EvalRollout(), critic=FakeTrainer("critic"),
                              actor=KlActor("actor"))
-    monkeypatch.setattr(roles_module, "start_roles", lambda args, tm, env: (stand_ins, 0))
+    monkeypatch.setattr(roles_module, "start_roles", lambda args, tm, *rest: (stand_ins, 0))
     monkeypatch.setattr(roles_module, "stop_roles", lambda roles: None)
     monkeypatch.setattr(driver, "start_reaper", lambda rundir: None)
     monkeypatch.setattr(driver.signal, "signal", lambda *a: None)

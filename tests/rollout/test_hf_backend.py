@@ -187,3 +187,35 @@ def test_decoder_variant_env_is_noted(monkeypatch) -> None:
     assert "ignored" in HFGenerator(SHAPE, "llama", init_seed=5).notes[0]
     monkeypatch.delenv("PPODECK_DECODE")
     assert HFGenerator(SHAPE, "llama", init_seed=5).notes == []
+
+
+@pytest.mark.parametrize(("shape", "arch"), [(SHAPE, "llama"), (QWEN_SHAPE, "qwen3")])
+def test_a_generator_whose_weights_will_be_pushed_skips_the_random_init(
+        shape: ModelShape, arch: str) -> None:
+    """init_weights=False: every parameter is zeros on the device (no meta tensor left), a
+    tied head stays the embedding, the buffers (RoPE) are those of a normal build, and after
+    a push it samples exactly as a randomly initialized generator given the same weights."""
+    empty = HFGenerator(shape, arch, init_weights=False)
+    source = HFGenerator(shape, arch, init_seed=3)
+    params = dict(empty.model.named_parameters())
+    assert params and all(not p.is_meta and not p.any() for p in params.values())
+    assert not empty.weights_initialized and "weights init" not in " ".join(empty.parts)
+    assert {"model import", "model build", "to device"} <= set(empty.parts)
+    if not shape.untie_embeddings:
+        assert empty.model.lm_head.weight is empty.model.model.embed_tokens.weight
+    for (name, buffer), (_, built) in zip(empty.model.named_buffers(),
+                                          source.model.named_buffers(), strict=True):
+        assert torch.equal(buffer, built), name
+    empty.load_weights({k: v.clone() for k, v in source.model.state_dict().items()})
+    assert sample(empty) == sample(source)
+
+
+def test_a_generator_without_a_push_keeps_its_seeded_random_weights() -> None:
+    """--debug-rollout-only / --debug-train-only sample from the generator's own weights:
+    real, seeded, reproducible."""
+    a, b = HFGenerator(SHAPE, "llama", init_seed=7), HFGenerator(SHAPE, "llama", init_seed=7)
+    assert a.weights_initialized and "model build + weights init" in a.parts
+    for (name, x), (_, y) in zip(a.model.named_parameters(), b.model.named_parameters(),
+                                 strict=True):
+        assert torch.equal(x, y), name
+    assert a.model.model.embed_tokens.weight.std() > 0.01

@@ -174,3 +174,48 @@ def test_flag_rm_type_is_used_when_metadata_has_none(tmp_path: Path) -> None:
     mgr.init()
     batch = mgr.generate(0)
     assert len(batch) == 8 and all(0.0 <= r <= 1.0 for r in batch.rewards)
+
+
+def test_init_reports_its_parts_and_builds_no_random_weights_before_a_push(
+        manager: RolloutManager) -> None:
+    """The rollout_start step's parts (the driver shows them like the trainers'); the
+    actor's initial push overwrites the model, so it was not randomly initialized."""
+    parts = manager.info["parts"]
+    assert list(parts)[:4] == ["imports", "prompt data", "tokenizer", "prompts"]
+    assert {"engine setup", "model import", "model build", "to device"} <= set(parts)
+    assert all(seconds >= 0 for seconds in parts.values())
+    assert manager.generator.weights_initialized is False
+
+
+def test_debug_rollout_only_samples_from_seeded_random_weights(tmp_path: Path) -> None:
+    args = tiny_args(tmp_path, debug_rollout_only=True)
+    assert args["initial_weight_push"] is False
+    mgr = RolloutManager(args)
+    assert "model build + weights init" in mgr.init()["parts"]
+    assert mgr.generator.weights_initialized is True
+
+
+def test_a_warm_up_runs_rollout_0s_shapes_once_where_the_decoder_compiles(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """init(warm_up=True) (the driver starts the trainers alongside) sends rollout 0's prompts
+    through the generator once, with rollout 0's sampling, where the decoder compiles at first
+    use (CUDA); elsewhere, or without warm_up, nothing runs."""
+    from engine.rollout.hf_backend import HFGenerator
+
+    seen: list[tuple[int, int, int]] = []
+    generate = HFGenerator.generate
+
+    def recorded(self, prompt_ids, **kw):  # noqa: ANN001, ANN003, ANN202
+        seen.append((len(prompt_ids), kw["n_samples"], kw["max_new_tokens"]))
+        return generate(self, prompt_ids, **kw)
+
+    monkeypatch.setattr(HFGenerator, "generate", recorded)
+    assert "decoder warm-up" not in RolloutManager(tiny_args(tmp_path)).init(warm_up=True)["parts"]
+    monkeypatch.setattr(HFGenerator, "compiles_at_first_use", lambda self: True)
+    assert "decoder warm-up" not in RolloutManager(tiny_args(tmp_path)).init()["parts"]
+    assert seen == []
+    mgr = RolloutManager(tiny_args(tmp_path))
+    assert mgr.init(warm_up=True)["parts"]["decoder warm-up"] >= 0
+    assert seen == [(16, 4, 6)]
+    mgr.generate(0)
+    assert seen == [(16, 4, 6)] * 2

@@ -191,3 +191,33 @@ def test_offload_reports_the_copy_rate_apart_from_the_one_time_pinning() -> None
     assert back["seconds"] >= back["copy_seconds"] + back["alloc_seconds"]
     assert back["gbps"] == pytest.approx(back["bytes"] / back["copy_seconds"] / 1e9)
     assert torch.equal(state, torch.ones(1 << 16))
+
+
+def test_host_buffers_reserved_ahead_serve_the_adam_moments_of_the_first_step() -> None:
+    """After init's sleep the worker pins the moments' buffers ahead (reserve_host, in a
+    thread); the offload after the first step takes them by size instead of pinning then,
+    pins what was not reserved, and says how many bytes came pinned ahead."""
+    from engine.train.offload import adam_state_bytes
+
+    param = torch.nn.Parameter(torch.ones(6))
+    optimizer = torch.optim.AdamW([param])
+    inner = type("Chained", (), {"optimizer": optimizer})()  # a Megatron optimizer's shape
+    assert adam_state_bytes(inner) == [24, 24]
+    held = StorageOffloader.for_tensors([param], [], "cpu")
+    assert "prepinned_bytes" not in held.offload()
+    held.onload()
+    held.reserve_host(adam_state_bytes(inner))
+    param.grad = torch.ones(6)
+    optimizer.step()
+    assert adam_state_bytes(inner) == []  # the moments exist now
+    reserved = held._reserving.result()
+    ready = {id(t) for buffers in reserved.values() for t in buffers}
+    odd = torch.ones(5)  # no buffer of its size was reserved
+    held.track([*optimizer.state[param].values(), odd], [], "cpu")
+    report = held.offload()
+    assert report["prepinned_bytes"] == 48
+    moments = [h for h in held.keep[1:] if h.nbytes == 24]  # the step counter is 4 bytes
+    assert len(moments) == 2 and {id(h.host) for h in moments} == ready
+    assert id(held.keep[-1].host) not in ready
+    held.onload()
+    assert torch.equal(odd, torch.ones(5)) and held._reserving is None
