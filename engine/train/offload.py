@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.train.pinned import pinned_buffers
+
 
 @dataclass
 class _Held:
@@ -35,6 +37,8 @@ class StorageOffloader:
     keep: list[_Held] = field(default_factory=list)
     drop: list[_Held] = field(default_factory=list)
     asleep: bool = False
+    pinned_bytes: int = 0  # page-locked host bytes behind the copies (engine/train/pinned.py)
+    pinned_rounded: bool = False  # torch's power-of-two allocator had to be used
 
     @classmethod
     def for_tensors(cls, keep: Iterable[torch.Tensor], drop: Iterable[torch.Tensor],
@@ -78,16 +82,24 @@ class StorageOffloader:
         _empty_cache()
         self.asleep = True
         report = _report(self.bytes_to_copy, self.bytes_to_free, start, where="cpu")
-        return with_copy_rate(report, copy_seconds, pin_seconds)
+        return {**with_copy_rate(report, copy_seconds, pin_seconds),
+                "pinned_bytes": self.pinned_bytes, "pinned_rounded": self.pinned_rounded}
 
     def _allocate_host_buffers(self, pin: bool) -> float:
         """Pinned host buffers for storages that have none yet; returns the seconds it took.
         Pinning gigabytes costs seconds but happens once per storage, so it is reported apart
         from the copy rate (the first offload of a run would otherwise read as ~1.5 GB/s)."""
         start = time.perf_counter()
-        for held in self.keep:
-            if held.host is None:
-                held.host = torch.empty(held.nbytes, dtype=torch.uint8, pin_memory=pin)
+        new = [held for held in self.keep if held.host is None]
+        if not pin:
+            for held in new:
+                held.host = torch.empty(held.nbytes, dtype=torch.uint8)
+        elif new:  # one exactly sized page-locked slab for the storages new since last time
+            batch = pinned_buffers([held.nbytes for held in new])
+            self.pinned_bytes += batch.pinned_bytes
+            self.pinned_rounded |= batch.rounded
+            for held, buffer in zip(new, batch.buffers, strict=True):
+                held.host = buffer
         return time.perf_counter() - start
 
     def onload(self) -> dict:

@@ -559,7 +559,11 @@ class TrainWorker:
             self._offloader = StorageOffloader()
         if not self._offloader.asleep:
             self._offloader.track(keep, drop, "cuda")
-        return self._offloader.offload()
+        report = self._offloader.offload()
+        if "pinned_bytes" in report:  # the KL reference and swap copies are pinned host too
+            report["pinned_bytes"] += sum(_host_bytes(saved) for saved in
+                                          (self._ref_weights, self._own_weights))
+        return report
 
     def wake_up(self) -> dict:
         from engine.train.offload import StorageOffloader, noop_report, train_state_tensors
@@ -750,6 +754,10 @@ class _PartClock:
         now = time.perf_counter()
         self.parts[part] = round(now - self._last, 3)
         self._last = now
+
+
+def _host_bytes(saved: dict[str, torch.Tensor] | None) -> int:
+    return sum(t.numel() * t.element_size() for t in (saved or {}).values())
 
 
 def release_cached_device_memory() -> None:
