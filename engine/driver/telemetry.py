@@ -106,7 +106,8 @@ class Telemetry:
         where = "cpu" if direction == "offload" else "gpu"
         extra = {key: round(float(report[key]), 6)
                  for key in ("pin_seconds", "copy_seconds", "alloc_seconds",
-                             "nvml_after_bytes", "pinned_bytes")
+                             "nvml_after_bytes", "pinned_bytes", "device_allocated_after",
+                             "device_reserved_after")
                  if report.get(key) is not None}
         if report.get("pinned_rounded") and model not in self._rounded_pins_shown:
             self._rounded_pins_shown.add(model)

@@ -83,7 +83,8 @@ class StorageOffloader:
         self.asleep = True
         report = _report(self.bytes_to_copy, self.bytes_to_free, start, where="cpu")
         return {**with_copy_rate(report, copy_seconds, pin_seconds),
-                "pinned_bytes": self.pinned_bytes, "pinned_rounded": self.pinned_rounded}
+                "pinned_bytes": self.pinned_bytes, "pinned_rounded": self.pinned_rounded,
+                **_device_left()}
 
     def _allocate_host_buffers(self, pin: bool) -> float:
         """Pinned host buffers for storages that have none yet; returns the seconds it took.
@@ -175,6 +176,15 @@ def _byte_view(storage: torch.UntypedStorage, nbytes: int) -> torch.Tensor:
 def _synchronize() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def _device_left() -> dict[str, int]:
+    """What this process still holds on its GPU once asleep: live tensors (allocated) and
+    torch's reserve (allocated + cached blocks it could not hand back)."""
+    if not torch.cuda.is_available():
+        return {}
+    return {"device_allocated_after": torch.cuda.memory_allocated(),
+            "device_reserved_after": torch.cuda.memory_reserved()}
 
 
 def _empty_cache() -> None:

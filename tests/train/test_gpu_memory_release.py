@@ -52,3 +52,34 @@ def test_cpu_has_nothing_to_hand_back(monkeypatch: pytest.MonkeyPatch) -> None:
     actor = _bare_actor("hf")
     actor.release_export()
     assert actor._ipc_buffer is None
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, kind: str, **fields: Any) -> None:  # noqa: ANN401
+        self.events.append((kind, fields))
+
+
+def test_offload_events_carry_host_and_device_leftovers() -> None:
+    """Ranks' pinned bytes add up, the device leftovers are the largest rank's; a fallback to
+    torch's rounded pinned blocks is warned once per model."""
+    from engine.driver.roles import merge_offload_reports
+    from engine.driver.telemetry import Telemetry
+
+    rank = {"bytes": 10, "seconds": 1.0, "copy_seconds": 0.5, "pinned_bytes": 4096,
+            "pinned_rounded": True, "device_allocated_after": 7, "device_reserved_after": 9}
+    merged = merge_offload_reports([rank, {**rank, "pinned_rounded": False,
+                                           "device_reserved_after": 20}])
+    assert merged["pinned_bytes"] == 8192 and merged["pinned_rounded"]
+    assert (merged["device_allocated_after"], merged["device_reserved_after"]) == (7, 20)
+    writer = _Writer()
+    telemetry = Telemetry(writer, 0)  # type: ignore[arg-type]
+    for _ in range(2):
+        telemetry.offload("actor", "offload", merged)
+    telemetry.close()
+    offloads = [f for kind, f in writer.events if kind == "offload"]
+    assert offloads[0]["pinned_bytes"] == 8192 and offloads[0]["device_reserved_after"] == 20
+    warnings = [f for kind, f in writer.events if kind == "log" and f["level"] == "warning"]
+    assert len(warnings) == 1 and "power of two" in warnings[0]["msg"]
