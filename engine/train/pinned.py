@@ -14,6 +14,7 @@ torch's allocator, rounded; `PinnedBatch.rounded` says so, and so do the offload
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ def pinned_buffers(sizes: Sequence[int]) -> PinnedBatch:
     locked = round_up(total, PAGE)
     address = raw.data_ptr() + start
     if int(torch.cuda.cudart().cudaHostRegister(address, locked, 0)) != _SUCCESS:
+        _clear_last_cuda_error()
         del raw
         buffers = [_torch_pinned(size) for size in sizes]
         return PinnedBatch(buffers, sum(power_of_two_ceil(s) for s in sizes), True)
@@ -88,6 +90,26 @@ def pinned_buffers(sizes: Sequence[int]) -> PinnedBatch:
         buffer._pinned_registration = registration  # the slab lives as long as its buffers
         buffers.append(buffer)
     return PinnedBatch(buffers, locked, False)
+
+
+def _clear_last_cuda_error() -> None:
+    """A failed runtime call leaves its error as the thread's last one, and torch's next
+    kernel-launch check would raise it as its own: reset it (torch binds no
+    cudaGetLastError, so the loaded libcudart's is called)."""
+    import ctypes
+
+    libraries = [line.split()[-1] for line in _maps() if "libcudart" in line]
+    for path in dict.fromkeys(libraries):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(path).cudaGetLastError()
+
+
+def _maps() -> list[str]:
+    try:
+        with open("/proc/self/maps") as maps:
+            return maps.read().splitlines()
+    except OSError:
+        return []
 
 
 def _torch_pinned(size: int) -> torch.Tensor:
