@@ -6,12 +6,19 @@ qwen3-1.7b-ppo-1gpu).
     python3 bench/preset_memory.py qwen3-1.7b-ppo-1gpu --num-rollout 4 --out $OUT   # H200
     .venv/bin/python bench/preset_memory.py tiny-cpu --num-rollout 3                # CPU: no NVML
 
-While `ppodeck run` runs, a thread samples NVML's used bytes (all GPUs summed) every 50 ms;
-each phase's peak is the highest sample between its start and end events, over all rollouts.
-The estimate is check()'s derived memory table (engine/config/derived.py: GiB per GPU, total of
-actor + critic + rollout) and host_offload_gib (engine.host_memory's figure). Host bytes
-measured: the largest offload event of each model (what its StorageOffloader copied to pinned
-memory).
+While `ppodeck run` runs, a thread samples NVML's used bytes (all GPUs summed) every 50 ms,
+and every 4th sample each process's used bytes (nvmlDeviceGetComputeRunningProcesses); each
+phase's peak is the highest sample between its start and end events, over all rollouts. The
+processes are named by the run's "worker pids" log line (rollout/0, critic/0, actor/0); a pid
+NVML reports from outside the container's pid namespace stays a number.
+The estimate is check()'s derived memory table (engine/config/derived.py: GiB per GPU: actor,
+critic, rollout, and the total with the driver's reserve) and host_offload_gib
+(engine.host_memory's figure). Host bytes measured: the largest `pinned_bytes` of each model's
+offload events (its pinned buffers, the actor's KL reference and swap copies included), or, from
+an engine that does not report it, the bytes its offload copied; and the process tree's RSS (the
+gpu events' rss_bytes), whose excess over the pinned bytes is the processes' own memory.
+The offload events' device_allocated_after / device_reserved_after say what each sleeping
+process kept on the GPU in torch's allocator.
 """
 
 from __future__ import annotations
@@ -34,10 +41,14 @@ ESTIMATED_PHASES = ("generate", "critic_train", "actor_train")
 
 
 class NvmlSampler:
-    """(time.time(), used bytes summed over GPUs) every `period` seconds; empty without NVML."""
+    """(time.time(), used bytes summed over GPUs) every `period` seconds, and (time.time(),
+    {pid: used bytes}) every PROCESS_EVERY samples; empty without NVML."""
+
+    PROCESS_EVERY = 4
 
     def __init__(self, period: float = 0.05) -> None:
         self.period, self.samples = period, []
+        self.process_samples: list[tuple[float, dict[int, int]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -50,9 +61,13 @@ class NvmlSampler:
             return
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
                    for i in range(pynvml.nvmlDeviceGetCount())]
+        count = 0
         while not self._stop.is_set():
             used = sum(int(pynvml.nvmlDeviceGetMemoryInfo(h).used) for h in handles)
             self.samples.append((time.time(), used))
+            if count % self.PROCESS_EVERY == 0:
+                self.process_samples.append((time.time(), per_process(pynvml, handles)))
+            count += 1
             self._stop.wait(self.period)
 
     def __enter__(self) -> NvmlSampler:
@@ -64,10 +79,24 @@ class NvmlSampler:
         self._thread.join(timeout=5)
 
 
-def phase_peaks(events: list[dict], samples: list[tuple[float, int]]) -> dict[str, float]:
-    """Highest NVML sample (GiB) inside each phase name's intervals."""
+def per_process(pynvml, handles: list) -> dict[int, int]:  # noqa: ANN001 - the module
+    """{pid: used bytes} of the compute processes on the GPUs (None where NVML cannot say)."""
+    out: dict[int, int] = {}
+    for handle in handles:
+        try:
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except Exception:  # noqa: BLE001 - not supported here: no per-process figures
+            continue
+        for proc in procs:
+            if proc.usedGpuMemory is not None:
+                out[int(proc.pid)] = out.get(int(proc.pid), 0) + int(proc.usedGpuMemory)
+    return out
+
+
+def phase_intervals(events: list[dict]) -> list[tuple[str, float, float]]:
+    """(phase name, start ts, end ts) of every phase span of the run."""
     starts: dict[tuple[str, object], float] = {}
-    peaks: dict[str, float] = {}
+    spans = []
     for e in events:
         if e["kind"] != "phase":
             continue
@@ -75,9 +104,41 @@ def phase_peaks(events: list[dict], samples: list[tuple[float, int]]) -> dict[st
         if e["state"] == "start":
             starts[key] = float(e["ts"])
         elif key in starts:
-            inside = [used for ts, used in samples if starts[key] <= ts <= float(e["ts"])]
-            if inside:
-                peaks[e["name"]] = max(peaks.get(e["name"], 0.0), max(inside) / GIB)
+            spans.append((e["name"], starts.pop(key), float(e["ts"])))
+    return spans
+
+
+def phase_peaks(events: list[dict], samples: list[tuple[float, int]]) -> dict[str, float]:
+    """Highest NVML sample (GiB) inside each phase name's intervals."""
+    peaks: dict[str, float] = {}
+    for name, start, end in phase_intervals(events):
+        inside = [used for ts, used in samples if start <= ts <= end]
+        if inside:
+            peaks[name] = max(peaks.get(name, 0.0), max(inside) / GIB)
+    return peaks
+
+
+def worker_names(events: list[dict]) -> dict[int, str]:
+    """pid -> role from the run's "worker pids" log event (role/rank: pid)."""
+    for e in events:
+        if e["kind"] == "log" and isinstance(e.get("pids"), dict):
+            return {int(pid): role.split("/")[0] for role, pid in e["pids"].items()}
+    return {}
+
+
+def process_peaks(events: list[dict], samples: list[tuple[float, dict[int, int]]]
+                  ) -> dict[str, dict[str, float]]:
+    """{phase: {role or pid: highest GiB of that process inside the phase}}."""
+    names = worker_names(events)
+    peaks: dict[str, dict[str, float]] = {}
+    for phase, start, end in phase_intervals(events):
+        for ts, used in samples:
+            if not start <= ts <= end:
+                continue
+            row = peaks.setdefault(phase, {})
+            for pid, nbytes in used.items():
+                name = names.get(pid, f"pid {pid}")
+                row[name] = max(row.get(name, 0.0), nbytes / GIB)
     return peaks
 
 
@@ -101,16 +162,22 @@ def offload_figures(events: list[dict]) -> dict[str, dict[str, float | None]]:
                  and not e["noop"]]
         rates = {d: [e["gbps"] for e in moves if e["direction"] == d and e["gbps"]]
                  for d in ("offload", "onload")}
+        sleeps = [e for e in moves if e["direction"] == "offload"]
+        pinned = [e["pinned_bytes"] for e in sleeps if e.get("pinned_bytes") is not None]
         out[model] = {
-            "host GiB": max((e["bytes"] for e in moves if e["direction"] == "offload"),
-                            default=0) / GIB or None,
+            # pinned_bytes: the host truth; older engines only say what they copied
+            "host GiB": max(pinned or [e["bytes"] for e in sleeps], default=0) / GIB or None,
+            "host source": "pinned" if pinned else "copied",
+            "kept on GPU asleep, GiB": max((e.get("device_reserved_after", 0) for e in sleeps),
+                                           default=0) / GIB,
             "offload GB/s": statistics.fmean(rates["offload"]) if rates["offload"] else None,
             "onload GB/s": statistics.fmean(rates["onload"]) if rates["onload"] else None,
         }
     return out
 
 
-def report(preset: str, events: list[dict], samples: list[tuple[float, int]]) -> dict:
+def report(preset: str, events: list[dict], samples: list[tuple[float, int]],
+           process_samples: list[tuple[float, dict[int, int]]] | None = None) -> dict:
     memory, host = estimates(preset)
     peaks = phase_peaks(events, samples)
     print(f"\nGPU memory, GiB: NVML peak inside the phase vs check()'s estimate "
@@ -120,17 +187,41 @@ def report(preset: str, events: list[dict], samples: list[tuple[float, int]]) ->
         peak, est = peaks.get(phase), (memory.get(phase) or {}).get("total")
         ratio = f"{peak / est:>10.2f}" if peak and est else f"{'-':>10}"
         print(f"{phase:<16}{_f(peak):>12}{_f(est):>12}{ratio}")
+    by_process = process_peaks(events, process_samples or [])
+    print_process_table(by_process, memory)
     moves = offload_figures(events)
-    print("\npinned host memory of the offloaded state, GiB, and offload rates")
-    print(f"{'model':<10}{'measured':>10}{'estimate':>10}{'offload GB/s':>14}{'onload GB/s':>13}")
+    print("\npinned host memory of the offloaded state, GiB, offload rates, and what each "
+          "model kept on the GPU asleep (torch reserve)")
+    print(f"{'model':<10}{'measured':>10}{'estimate':>10}{'offload GB/s':>14}"
+          f"{'onload GB/s':>13}{'kept on GPU':>13}")
     for model, figures in moves.items():
         est = None if host is None else host[model]
         print(f"{model:<10}{_f(figures['host GiB']):>10}{_f(est):>10}"
-              f"{_f(figures['offload GB/s']):>14}{_f(figures['onload GB/s']):>13}")
+              f"{_f(figures['offload GB/s']):>14}{_f(figures['onload GB/s']):>13}"
+              f"{_f(figures['kept on GPU asleep, GiB']):>13}"
+              + ("" if figures["host source"] == "pinned" else "  (copied bytes)"))
     measured_total = sum(f["host GiB"] or 0.0 for f in moves.values())
     print(f"{'total':<10}{_f(measured_total):>10}{_f(host and host['total']):>10}")
+    rss = max((e.get("rss_bytes") or 0 for e in events if e["kind"] == "gpu"), default=0) / GIB
+    print(f"{'processes':<10}{_f(rss - measured_total if rss else None):>10}"
+          f"{_f(host and host['processes']):>10}   (process-tree RSS peak {rss:.2f} GiB "
+          "less the pinned total)")
     return {"peaks_gib": peaks, "estimate_gib": memory, "host_estimate_gib": host,
-            "offload": moves}
+            "offload": moves, "process_peaks_gib": by_process, "rss_peak_gib": rss}
+
+
+def print_process_table(by_process: dict[str, dict[str, float]], memory: dict) -> None:
+    """Per process (NVML), per phase: its peak against the estimate's role."""
+    if not by_process:
+        print("\n(no per-process NVML figures here)")
+        return
+    names = sorted({name for row in by_process.values() for name in row})
+    print("\nper process, GiB: NVML peak in the phase (estimate of that role)")
+    print(f"{'phase':<16}" + "".join(f"{name:>18}" for name in names))
+    for phase in ESTIMATED_PHASES:
+        row, est = by_process.get(phase, {}), memory.get(phase) or {}
+        cells = [f"{_f(row.get(name))} ({_f(est.get(name))})" for name in names]
+        print(f"{phase:<16}" + "".join(f"{cell:>18}" for cell in cells))
 
 
 def _f(value: float | None) -> str:
@@ -148,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         events, wall, tail = run_preset(ns.preset, ns.num_rollout, {}, ns.timeout)
     print(f"== {ns.preset}: {ns.num_rollout} rollouts, {wall:.0f} s\n{tail}")
     print(table({ns.preset: summarize(events)}))
-    figures = report(ns.preset, events, sampler.samples)
+    figures = report(ns.preset, events, sampler.samples, sampler.process_samples)
     if ns.out is not None:
         name = ns.preset.replace(".", "_")
         (ns.out / f"{name}_events.jsonl").write_text("".join(json.dumps(e) + "\n"

@@ -2,10 +2,10 @@
 
 README-memory: how the per-GPU memory estimate is computed
 -----------------------------------------------------------
-It is a planning number, not a promise: expect +-30% against `nvidia-smi` for dense models,
-worse for MoE, long contexts or custom kernels. It answers "which phase is tight, and which
-model dominates it", not "will it fit to the last GiB". All figures are GiB per GPU on the train
-GPUs (the rollout entry of a non-colocated run is on the rollout GPUs instead).
+It is a planning number, not a promise: it aims at NVML's used memory per GPU within +-15%
+for dense models on one GPU (checked against the H200 at Qwen3-1.7B, below), worse for MoE,
+long contexts or custom kernels. All figures are GiB per GPU on the train GPUs (the rollout
+entry of a non-colocated run is on the rollout GPUs instead).
 
 Parameters P (from the Megatron shape flags; vocab padded to --make-vocab-size-divisible-by x TP):
     attention  = h*(heads*kv) + 2*h*(groups*kv) + (heads*kv)*h   (+ biases unless
@@ -15,7 +15,7 @@ Parameters P (from the Megatron shape flags; vocab padded to --make-vocab-size-d
     per layer  = attention + mlp + 2*h norms;   P = L*layer + V*h*(2 if untied else 1) + h
 The shard one GPU holds is P_gpu = P / (TP*PP) (embeddings are not split out per stage).
 
-Train state of one model (actor or critic) on one GPU, bf16 training:
+A trainer (actor or critic) awake on one GPU, bf16 training:
     weights      2 B * P_gpu
     grads        4 B * P_gpu with --accumulate-allreduce-grads-in-fp32, else 2 B
     optimizer    12 B * P_gpu (fp32 master + Adam m, v), divided by DP with the distributed
@@ -32,22 +32,42 @@ Train state of one model (actor or critic) on one GPU, bf16 training:
                  set; otherwise every local layer keeps its working set.
     logits       actor only: 6 B * T * V/TP (bf16 logits + fp32 softmax), on the last stage;
                  the critic's value head output is negligible.
-Each process also holds a CUDA context: CONTEXT_GIB = 0.5.
+    export       actor only, when its weights reach a colocated rollout as a device buffer:
+                 4 B * P_gpu (HF tensors + the flat buffer), after the step: the peak takes the
+                 larger of it and activations + logits.
+    process      CONTEXT_GIB (CUDA context) + TRAINER_RUNTIME_GIB (NCCL communicators,
+                 library handles, kernel images: memory torch does not see, kept while asleep).
+Asleep under --offload-train a trainer costs its process, and the actor also what it keeps
+after its step, 3 B * T * V/TP (ACTOR_KEPT_BYTES_PER_LOGIT: measured, not explained yet);
+without offload, all of the above (freed activations stay in torch's cache, which NVML
+counts).
 
-Checked on an H200 against bench/gpu_bench.py (Qwen3-0.6B shape, 8 x 1024 tokens, bf16, the
-default fast paths): torch's peak allocated was actor 30.1 GiB, critic 21.0 GiB; the estimate
-for `qwen3-0.6b-ppo-1gpu` (--max-tokens-per-gpu 8192) is 26.4 and 19.4 with the context (the
-34*T*h working set gave 23.8 and 16.8). Still low by 10-15%: allocator slack and temporaries
-are not modelled.
-
-Rollout engine: with SGLang it reserves --sglang-mem-fraction-static (0.8 when unset) of
-GPU_GIB = 80 GiB; with --rollout-backend hf it holds the bf16 weights, 2 B * P / gpus-per-engine.
+Rollout engine generating: SGLang reserves --sglang-mem-fraction-static (0.8 when unset) of
+GPU_GIB = 80 GiB. The hf backend's fast decoder, per GPU of an engine:
+    weights      2 B * P
+    KV cache     2 (k, v) * 2 B * L * rows * groups * kv * S, rows = rollout-batch-size x
+                 n-samples-per-prompt / engines, S = max-prompt-len + rollout-max-response-len
+                 rounded up to 64
+    sampling     26 B * rows * V: fp32 softmax, noise and log-softmax twice (graph pool and the
+                 eager first token) + the bf16 logits
+    packed       with PPODECK_DECODE=...packed...: 2 B * L * h * ((heads+2*groups)*kv + 2*ffn),
+                 q/k/v and gate/up copied side by side
+    process      CONTEXT_GIB
+Released under --offload-rollout, it costs its context.
 
 Phases (miles' order): `generate` (rollout active, train models asleep), `critic_train`
-(critic awake, rollout released) and `actor_train` (actor awake). An asleep model costs only its
-context when --offload-train is on, and its whole train state otherwise. A released rollout
-costs only its context when --offload-rollout is on. `total` is what one train GPU holds:
-actor + critic, plus the rollout when colocated.
+(critic awake, rollout released) and `actor_train` (actor awake). `total` is what one train
+GPU holds: actor + critic, plus the rollout when colocated, plus DRIVER_RESERVED_GIB (the
+driver's own reservation, which NVML counts as used).
+
+Checked on the H200 at Qwen3-1.7B (`bash bench/gpu_device_run.sh e2e-1.7b`, 2026-12-03, that
+run's decoder PPODECK_DECODE=packed+...): NVML peak generate 22.0, critic_train 60.3,
+actor_train 61.8 GiB. Through generate and the critic's phase the sleeping actor also held its
+freed 3.2 GiB export buffer, since returned (engine/train/worker.py
+release_cached_device_memory; in its own phase the actor reuses it): 18.8 / 57.1 / 61.8 GiB
+against the estimate's 17.9 / 55.1 / 58.6 (-5%, -4%, -5%). And bench/gpu_bench.py's torch peak
+allocated for the Qwen3-0.6B shape (8 x 1024 tokens): actor 30.1, critic 21.0 GiB against the
+awake roles' 29.7 and 22.7.
 
 Unknown shape (missing --num-layers, --hidden-size, --num-attention-heads or --vocab-size) gives
 None everywhere instead of a guess.
@@ -55,6 +75,7 @@ None everywhere instead of a guess.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,8 +86,32 @@ from engine.vocabulary import Phase
 
 GIB = float(1 << 30)
 GPU_GIB = 80.0
-CONTEXT_GIB = 0.5
 DEFAULT_SGLANG_FRACTION = 0.8
+# ---- per-process and per-GPU terms the flags do not scale (measured on the H200, NVML) ----
+# NVML counts the driver's own reservation as used: 1.21 GiB during ray_start, before any
+# process of the run had touched the GPU (e2e-1.7b)
+DRIVER_RESERVED_GIB = 1.2
+# one process's CUDA context: rollout_start's peak 4.94 GiB = 1.21 driver + 3.20 bf16 weights
+# + 0.53 (e2e-1.7b)
+CONTEXT_GIB = 0.5
+# what a trainer process holds beyond its context and torch's reserve, also while it sleeps:
+# NCCL communicators of Megatron's process groups, cuBLAS/cuDNN handles, kernel images. The
+# gpu events' non-torch bytes: 1.25 GiB a trainer after init, 2.17 after its first step at
+# 1.7B; 1.22 and 2.12 at 0.6B: it does not scale with the model
+TRAINER_RUNTIME_GIB = 2.15
+# what the sleeping actor keeps in torch's reserve once it has trained, per logit of one
+# micro-batch (T x V/TP): after the sleep's empty_cache, the trainers' torch reserve grew by
+# 3.72 GB at 0.6B and 3.88 GB at 1.7B (both T = 8192, V = 151936) with the actor's first step,
+# and by 0.07 GB with the critic's. Live tensors, or segments of the logits pinned by a small
+# live one: the offload events' device_allocated_after / device_reserved_after will tell.
+# Modelled until found, as it costs every other phase.
+ACTOR_KEPT_BYTES_PER_LOGIT = 3
+# the hf fast decoder's sampling: fp32 softmax, exponential noise and log-softmax over
+# [batch, vocab], once in the CUDA-graph pool and once for the eager first token, plus the
+# bf16 logits buffer (engine/rollout/fast_generate.py sample_sync_free, DecodeState.logits)
+SAMPLING_BYTES_PER_LOGIT = 2 * 3 * 4 + 2
+KV_CACHE_ROUND = 64  # fast_generate.CACHE_ROUND: the static cache's length granularity
+DECODE_VARIANT_ENV = "PPODECK_DECODE"  # `packed` copies q/k/v and gate/up side by side
 PHASES = (Phase.GENERATE, Phase.CRITIC_TRAIN, Phase.ACTOR_TRAIN)  # those the estimate covers
 ROLES = ("actor", "critic", "rollout", "total")
 
@@ -169,6 +214,7 @@ def _tokens_per_gpu(r: Mapping[str, Any]) -> int | None:
 
 
 def _train_state_gib(r: Mapping[str, Any], params: int, dp: int, role: str) -> float:
+    """A trainer awake: its state, its peak working memory and its process."""
     tp, pp = r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"]
     shard = params / (tp * pp)
     weights = 2 * shard
@@ -185,7 +231,25 @@ def _train_state_gib(r: Mapping[str, Any], params: int, dp: int, role: str) -> f
     else:
         acts = local_layers * working
     logits = 6 * tokens * r["vocab_size"] / tp if role == "actor" else 0.0
-    return (weights + grads + optim + acts + logits) / GIB + CONTEXT_GIB
+    # after its step the actor exports while awake: the converted HF tensors and the flat
+    # buffer the rollout maps (engine/train/ipc_sync.py), 2 B/param each; activations are
+    # gone by then, so the larger of the two is the peak
+    export = 4 * shard if role == "actor" and _ipc_export(r) else 0.0
+    peak_work = max(acts + logits, export)
+    return (weights + grads + optim + peak_work) / GIB + CONTEXT_GIB + TRAINER_RUNTIME_GIB
+
+
+def _actor_kept_gib(r: Mapping[str, Any]) -> float:
+    """The actor's torch reserve kept through its sleep (ACTOR_KEPT_BYTES_PER_LOGIT)."""
+    tokens = _tokens_per_gpu(r) or 0
+    logits = tokens * r["vocab_size"] / r["tensor_model_parallel_size"]
+    return ACTOR_KEPT_BYTES_PER_LOGIT * logits / GIB
+
+
+def _ipc_export(r: Mapping[str, Any]) -> bool:
+    """The actor's weights reach the rollout as a device buffer (ipc_sync.weight_sync_path)."""
+    one_gpu = r["actor_num_nodes"] * r["actor_num_gpus_per_node"] == 1
+    return bool(r["colocate"]) and one_gpu and r["rollout_backend"] in ("hf", "sglang")
 
 
 def _layer_bytes_per_token(r: Mapping[str, Any]) -> int:
@@ -200,29 +264,66 @@ def _layer_bytes_per_token(r: Mapping[str, Any]) -> int:
     return 2 * (4 * hidden + 2 * qkv + heads * kv + mlp)
 
 
-def _rollout_gib(r: Mapping[str, Any], params: int) -> float:
-    if r["rollout_backend"] == "hf":
-        per_engine = r["rollout_num_gpus_per_engine"]
-        return 2 * params / max(per_engine, 1) / GIB + CONTEXT_GIB
-    fraction = r["sglang_mem_fraction_static"]
-    return (DEFAULT_SGLANG_FRACTION if fraction is None else fraction) * GPU_GIB
+def _rollout_gib(r: Mapping[str, Any], params: int, packed: bool) -> float:
+    """The rollout engine generating, on one of its GPUs."""
+    if r["rollout_backend"] != "hf":
+        fraction = r["sglang_mem_fraction_static"]
+        return (DEFAULT_SGLANG_FRACTION if fraction is None else fraction) * GPU_GIB
+    per_engine = _count(r["rollout_num_gpus_per_engine"]) or 1
+    weights = 2 * params / per_engine
+    rows = _rows_per_engine(r)
+    layers, hidden = r["num_layers"], r["hidden_size"]
+    heads, kv = r["num_attention_heads"], r["kv_channels"] or hidden // r["num_attention_heads"]
+    groups = r["num_query_groups"] or heads
+    # the static KV cache: k and v, bf16, [layers, rows, groups, length, kv] (fast_generate)
+    kv_cache = 2 * 2 * layers * rows * groups * _cache_length(r) * kv / per_engine
+    sampling = SAMPLING_BYTES_PER_LOGIT * rows * r["vocab_size"]
+    # `packed`: each layer's q/k/v and gate/up weights copied side by side, bf16
+    packed_copy = (2 * layers * hidden * ((heads + 2 * groups) * kv + 2 * r["ffn_hidden_size"])
+                   / per_engine if packed else 0.0)
+    return (weights + kv_cache + sampling + packed_copy) / GIB + CONTEXT_GIB
 
 
-def memory_estimate(r: Mapping[str, Any], params: int | None
-                    ) -> dict[str, dict[str, float | None]]:
-    """Per-GPU GiB for each phase and role; see the module docstring for the formula."""
+def _rows_per_engine(r: Mapping[str, Any]) -> int:
+    """Sequences one engine decodes at once: every sample of the rollout, split over engines."""
+    rows = _count(r["rollout_batch_size"]) * _count(r["n_samples_per_prompt"])
+    return -(-rows // (_count(r["rollout_engines"]) or 1))
+
+
+def _count(value: Any) -> int:  # noqa: ANN401
+    """A positive int flag, 0 when unset or invalid (check() reports it on its own)."""
+    return value if _positive(value) else 0
+
+
+def _cache_length(r: Mapping[str, Any]) -> int:
+    """Prompt + response slots, rounded as the decoder rounds them (an unset prompt limit
+    counts as no prompt: the response alone)."""
+    slots = _count(r["max_prompt_len"]) + _count(r["rollout_max_response_len"])
+    return -(-slots // KV_CACHE_ROUND) * KV_CACHE_ROUND
+
+
+def packed_decoder(env: Mapping[str, str]) -> bool:
+    """PPODECK_DECODE names the `packed` feature (fast_generate.parse_variant's syntax)."""
+    return "packed" in (part.strip().lower() for part in env.get(DECODE_VARIANT_ENV, "").split("+"))
+
+
+def memory_estimate(r: Mapping[str, Any], params: int | None,
+                    env: Mapping[str, str] | None = None) -> dict[str, dict[str, float | None]]:
+    """Per-GPU GiB for each phase and role; see the module docstring for the formula. `env`:
+    where PPODECK_DECODE is read (os.environ when None)."""
     tp, pp, dp = (r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"],
                   r["dp_size"])
     if params is None or not _positive(tp, pp, dp):
         return {phase: dict.fromkeys(ROLES) for phase in PHASES}
     actor_awake = _train_state_gib(r, params, dp, "actor")
     critic_awake = _train_state_gib(r, params, dp, "critic") if r["use_critic"] else 0.0
-    rollout_active = _rollout_gib(r, params)
-    asleep = CONTEXT_GIB if r["offload_train"] else None
+    rollout_active = _rollout_gib(r, params, packed_decoder(os.environ if env is None else env))
+    asleep = CONTEXT_GIB + TRAINER_RUNTIME_GIB if r["offload_train"] else None
+    actor_asleep = None if asleep is None else asleep + _actor_kept_gib(r)
     released = CONTEXT_GIB if r["offload_rollout"] else rollout_active
     table = {
-        Phase.GENERATE: (asleep or actor_awake, asleep or critic_awake, rollout_active),
-        Phase.CRITIC_TRAIN: (asleep or actor_awake, critic_awake, released),
+        Phase.GENERATE: (actor_asleep or actor_awake, asleep or critic_awake, rollout_active),
+        Phase.CRITIC_TRAIN: (actor_asleep or actor_awake, critic_awake, released),
         Phase.ACTOR_TRAIN: (actor_awake, asleep or critic_awake, released),
     }
     if not r["use_critic"]:
@@ -231,7 +332,7 @@ def memory_estimate(r: Mapping[str, Any], params: int | None
     out: dict[str, dict[str, float | None]] = {}
     for phase, (actor, critic, rollout) in table.items():
         critic = critic if r["use_critic"] else 0.0
-        total = actor + critic + (rollout if r["colocate"] else 0.0)
+        total = actor + critic + (rollout if r["colocate"] else 0.0) + DRIVER_RESERVED_GIB
         out[phase] = {"actor": round(actor, 2), "critic": round(critic, 2),
                       "rollout": round(rollout, 2), "total": round(total, 2)}
     return out
@@ -241,8 +342,15 @@ def memory_estimate(r: Mapping[str, Any], params: int | None
 # What the offload keeps in pinned host memory per GPU (engine/train/offload.py
 # train_state_tensors: bf16 params, fp32 master weights and Adam m, v; grads are freed, not
 # copied), the actor's pinned reference and swap copies under --use-kl-loss
-# (engine/train/worker.py: weights.backup), and the hf rollout's offloaded bf16 weights.
-HOST_USABLE_FRACTION = 0.9  # the rest: the OS, each process's own memory, Ray's object store
+# (engine/train/worker.py: weights.backup), and the hf rollout's offloaded bf16 weights. Each is
+# pinned at exactly its size (engine/train/pinned.py; torch's own pinned allocator would round
+# every tensor up to a power of two: 1.34x at 1.7B).
+HOST_USABLE_FRACTION = 0.9  # the rest: the OS and its page cache
+# each process of the run besides its pinned state (process-tree RSS, the gpu events'
+# rss_bytes, less the pinned blocks): imports, torch.compile's worker pools, Ray, the driver.
+# 24.7 GiB at 1.7B and 26.6 at 0.6B for three workers (actor, critic, hf rollout) on the H200
+# host; RSS counts shared pages in every process, so this is an upper bound
+HOST_PER_WORKER_GIB = 8.5
 
 
 def _offloaded_state_bytes(r: Mapping[str, Any], params: int, role: str) -> float:
@@ -255,8 +363,10 @@ def _offloaded_state_bytes(r: Mapping[str, Any], params: int, role: str) -> floa
 
 
 def host_offload_gib(r: Mapping[str, Any], params: int | None) -> dict[str, float] | None:
-    """Pinned host GiB on the first node (the one that also holds the hf rollout) while the
-    models sleep, by role and in total; None without --offload-train or a known shape."""
+    """Host GiB on the first node (the one that also holds the hf rollout) while the models
+    sleep: pinned state by role and in total, and apart from it the worker processes
+    themselves (an RSS sum, which counts shared pages once per process: an upper bound); None
+    without --offload-train or a known shape."""
     tp, pp, dp = (r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"],
                   r["dp_size"])
     if params is None or not r["offload_train"] or not _positive(tp, pp, dp):
@@ -268,5 +378,8 @@ def host_offload_gib(r: Mapping[str, Any], params: int | None) -> dict[str, floa
     # auto picks hf wherever sglang is missing: counted, as the larger of the two
     hf_rollout = r["rollout_backend"] != "sglang" and r["colocate"] and r["offload_rollout"]
     rollout = 2 * params / GIB if hf_rollout else 0.0
+    engines = per_node // (_count(r["rollout_num_gpus_per_engine"]) or 1) or 1
+    workers = per_node * (2 if r["use_critic"] else 1) + (engines if r["colocate"] else 0)
+    processes = HOST_PER_WORKER_GIB * workers
     return {"actor": actor, "critic": critic, "rollout": rollout,
-            "total": actor + critic + rollout}
+            "total": actor + critic + rollout, "processes": processes}

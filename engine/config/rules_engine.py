@@ -223,23 +223,35 @@ def _precision(r: dict, s: set, m: Machine, out: Out) -> None:
 
 def _host_memory(r: dict, m: Machine, out: Out) -> None:
     """--offload-train parks both models' train state in pinned host memory between phases:
-    it must fit the RAM of the node that holds it (a cluster is checked at launch)."""
+    it must fit the RAM of the node that holds it (a cluster is checked at launch). Pinned
+    memory cannot be swapped: past the RAM, the run fails; the processes' own memory (an upper
+    bound, measured) only makes it tight."""
     from engine.config.derived import HOST_USABLE_FRACTION, count_params, host_offload_gib
 
     if not m.cuda or m.host_memory_bytes is None or _on_a_cluster(r):
         return  # on CPU nothing is pinned: the train state lives in RAM either way
     need = host_offload_gib(r, count_params(r))
-    usable = HOST_USABLE_FRACTION * m.host_memory_bytes / (1 << 30)
-    if need is None or need["total"] <= usable:
+    ram = m.host_memory_bytes / (1 << 30)
+    usable = HOST_USABLE_FRACTION * ram
+    if need is None or need["total"] + need["processes"] <= usable:
         return
-    _issue(out, "error", "engine.host_memory", ("offload_train",),
-           f"--offload-train keeps {need['total']:.1f} GiB in pinned host memory on the first "
-           f"node (actor {need['actor']:.1f}, critic {need['critic']:.1f}, rollout "
-           f"{need['rollout']:.1f} GiB: bf16 params, fp32 master weights and Adam moments per "
-           f"GPU), but this machine has {m.host_memory_bytes / (1 << 30):.0f} GiB of RAM "
-           f"({usable:.0f} GiB usable beside the OS, the processes and Ray).",
-           "turn --offload-train off (the state stays on the GPUs), pick a smaller model, "
-           "or spread the model over more GPUs or nodes (TP/PP) so each holds less")
+    pinned = (f"--offload-train keeps {need['total']:.1f} GiB in pinned host memory on the "
+              f"first node (actor {need['actor']:.1f}, critic {need['critic']:.1f}, rollout "
+              f"{need['rollout']:.1f} GiB: bf16 params, fp32 master weights and Adam moments "
+              "per GPU)")
+    if need["total"] > usable:
+        _issue(out, "error", "engine.host_memory", ("offload_train",),
+               f"{pinned}, but this machine has {ram:.0f} GiB of RAM ({usable:.0f} GiB usable "
+               "beside the OS).",
+               "turn --offload-train off (the state stays on the GPUs), pick a smaller model, "
+               "or spread the model over more GPUs or nodes (TP/PP) so each holds less")
+        return
+    _issue(out, "warning", "engine.host_memory_tight", ("offload_train",),
+           f"{pinned}; with the run's processes (up to {need['processes']:.0f} GiB on the H200 "
+           f"host) that is {need['total'] + need['processes']:.0f} GiB of the {usable:.0f} "
+           f"GiB usable of {ram:.0f} GiB RAM: it may not fit.",
+           "watch the host memory of the first rollouts (`ppodeck tail RUN` gpu events: "
+           "rss_bytes), or turn --offload-train off")
 
 
 def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = None) -> None:

@@ -248,6 +248,12 @@ def merge_offload_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
         merged["prepinned_bytes"] = sum(int(r.get("prepinned_bytes") or 0) for r in reports)
     if merged.get("copy_seconds"):
         merged["gbps"] = merged["bytes"] / merged["copy_seconds"] / 1e9
+    if any("pinned_bytes" in r for r in reports):  # host memory the ranks hold, together
+        merged["pinned_bytes"] = sum(int(r.get("pinned_bytes") or 0) for r in reports)
+        merged["pinned_rounded"] = any(r.get("pinned_rounded") for r in reports)
+    for key in ("device_allocated_after", "device_reserved_after"):  # the largest rank's
+        if any(key in r for r in reports):
+            merged[key] = max(int(r.get(key) or 0) for r in reports)
     return merged
 
 

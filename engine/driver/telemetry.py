@@ -47,6 +47,7 @@ class Telemetry:
         # wandb/TensorBoard take ~1 ms a call (p99 5-8 ms, bench/tracking_bench.py): off the
         # loop, in call order (one worker)
         self._tracker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracking")
+        self._rounded_pins_shown: set[str] = set()  # models whose pinning fell back, warned once
 
     def start_tracking(self, args: Mapping[str, Any]) -> None:
         """wandb / TensorBoard for this run's metrics; their libraries load only when on."""
@@ -105,8 +106,14 @@ class Telemetry:
         where = "cpu" if direction == "offload" else "gpu"
         extra = {key: round(float(report[key]), 6)
                  for key in ("pin_seconds", "copy_seconds", "alloc_seconds",
-                             "nvml_after_bytes", "prepinned_bytes")
+                             "nvml_after_bytes", "prepinned_bytes", "pinned_bytes",
+                             "device_allocated_after", "device_reserved_after")
                  if report.get(key) is not None}
+        if report.get("pinned_rounded") and model not in self._rounded_pins_shown:
+            self._rounded_pins_shown.add(model)
+            self.log("warning", f"{model}: page-locking the offload buffers in place failed "
+                                "(cudaHostRegister): torch's pinned allocator holds them, each "
+                                "rounded up to a power of two (up to 2x the host memory)")
         self.writer.emit(Kind.OFFLOAD, model=model, direction=direction,
                          where=report.get("where", where), bytes=moved,
                          seconds=round(seconds, 6),

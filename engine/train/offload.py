@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.train.pinned import PinnedBatch, pinned_buffers
+
 
 @dataclass
 class _Held:
@@ -37,8 +39,10 @@ class StorageOffloader:
     drop: list[_Held] = field(default_factory=list)
     asleep: bool = False
     # host buffers pinned ahead, by size, for storages not tracked yet (reserve_host)
-    _reserving: Future[dict[int, list[torch.Tensor]]] | None = None
+    _reserving: Future[_Reserved] | None = None
     prepinned_bytes: int = 0  # of the last offload's new host buffers, reserved ahead
+    pinned_bytes: int = 0  # page-locked host bytes behind the copies (engine/train/pinned.py)
+    pinned_rounded: bool = False  # torch's power-of-two allocator had to be used
 
     @classmethod
     def for_tensors(cls, keep: Iterable[torch.Tensor], drop: Iterable[torch.Tensor],
@@ -84,7 +88,9 @@ class StorageOffloader:
         report = _report(self.bytes_to_copy, self.bytes_to_free, start, where="cpu")
         if self.prepinned_bytes:
             report["prepinned_bytes"] = self.prepinned_bytes
-        return with_copy_rate(report, copy_seconds, pin_seconds)
+        return {**with_copy_rate(report, copy_seconds, pin_seconds),
+                "pinned_bytes": self.pinned_bytes, "pinned_rounded": self.pinned_rounded,
+                **_device_left()}
 
     def _allocate_host_buffers(self, pin: bool) -> float:
         """Pinned host buffers for storages that have none yet; returns the seconds it took.
@@ -92,17 +98,31 @@ class StorageOffloader:
         from the copy rate (the first offload of a run would otherwise read as ~1.5 GB/s).
         Buffers reserved ahead (reserve_host) are used first, by size."""
         start = time.perf_counter()
-        missing = [held for held in self.keep if held.host is None]
-        reserved = self._take_reserved() if missing else {}
+        new = [held for held in self.keep if held.host is None]
+        reserved = self._take_reserved() if new else {}
         self.prepinned_bytes = 0
-        for held in missing:
+        for held in new:
             ready = reserved.get(held.nbytes)
             if ready:
                 held.host = ready.pop()
                 self.prepinned_bytes += held.nbytes
-            else:
-                held.host = torch.empty(held.nbytes, dtype=torch.uint8, pin_memory=pin)
+        self._attach_new_buffers([held for held in new if held.host is None], pin)
         return time.perf_counter() - start
+
+    def _attach_new_buffers(self, new: list[_Held], pin: bool) -> None:
+        if not pin:
+            for held in new:
+                held.host = torch.empty(held.nbytes, dtype=torch.uint8)
+            return
+        if new:  # one exactly sized page-locked slab for the storages new since last time
+            batch = self._count(pinned_buffers([held.nbytes for held in new]))
+            for held, buffer in zip(new, batch.buffers, strict=True):
+                held.host = buffer
+
+    def _count(self, batch: PinnedBatch) -> PinnedBatch:
+        self.pinned_bytes += batch.pinned_bytes
+        self.pinned_rounded |= batch.rounded
+        return batch
 
     def reserve_host(self, sizes: Iterable[int]) -> None:
         """Pin host buffers of these byte sizes in a background thread, for storages that do
@@ -121,14 +141,18 @@ class StorageOffloader:
 
     def _take_reserved(self) -> dict[int, list[torch.Tensor]]:
         """The buffers reserve_host pinned, once; none if it failed (then they are pinned
-        now, as without a reservation, and the report's pin_seconds shows it)."""
+        now, as without a reservation, and the report's pin_seconds shows it). A reserved
+        slab counts whole in pinned_bytes: a buffer left unused stays pinned with the rest."""
         reserving, self._reserving = self._reserving, None
         if reserving is None:
             return {}
         try:
-            return reserving.result()
+            reserved = reserving.result()
         except (RuntimeError, MemoryError):
             return {}
+        if reserved.batch is not None:
+            self._count(reserved.batch)
+        return reserved.by_size
 
     def onload(self) -> dict:
         """Pinned host -> device; gradient storages come back zeroed. Idempotent.
@@ -155,12 +179,22 @@ class StorageOffloader:
                 "alloc_seconds": copy_start - start}
 
 
-def _pinned_buffers(sizes: list[int], pin: bool) -> dict[int, list[torch.Tensor]]:
-    buffers: dict[int, list[torch.Tensor]] = {}
-    for nbytes in sizes:
-        buffers.setdefault(nbytes, []).append(
-            torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin))
-    return buffers
+@dataclass
+class _Reserved:
+    by_size: dict[int, list[torch.Tensor]]
+    batch: PinnedBatch | None  # None: plain host buffers (no CUDA)
+
+
+def _pinned_buffers(sizes: list[int], pin: bool) -> _Reserved:
+    if pin:
+        batch = pinned_buffers(sizes)
+        buffers = batch.buffers
+    else:
+        batch, buffers = None, [torch.empty(n, dtype=torch.uint8) for n in sizes]
+    by_size: dict[int, list[torch.Tensor]] = {}
+    for nbytes, buffer in zip(sizes, buffers, strict=True):
+        by_size.setdefault(nbytes, []).append(buffer)
+    return _Reserved(by_size, batch)
 
 
 def adam_state_bytes(optimizer) -> list[int]:  # noqa: ANN001
@@ -226,6 +260,15 @@ def _byte_view(storage: torch.UntypedStorage, nbytes: int) -> torch.Tensor:
 def _synchronize() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def _device_left() -> dict[str, int]:
+    """What this process still holds on its GPU once asleep: live tensors (allocated) and
+    torch's reserve (allocated + cached blocks it could not hand back)."""
+    if not torch.cuda.is_available():
+        return {}
+    return {"device_allocated_after": torch.cuda.memory_allocated(),
+            "device_reserved_after": torch.cuda.memory_reserved()}
 
 
 def _empty_cache() -> None:

@@ -201,12 +201,18 @@ def backup(model: torch.nn.Module,
     memory is slow, so a backup taken every rollout reuses its buffers)."""
     out = {} if into is None else into
     pin = torch.cuda.is_available()
-    for name, param in model.named_parameters():
-        host = out.get(name)
-        if host is None:
-            host = torch.empty(param.shape, dtype=param.dtype, device="cpu", pin_memory=pin)
-            out[name] = host
-        host.copy_(param.detach(), non_blocking=pin)
+    params = dict(model.named_parameters())
+    missing = [name for name in params if name not in out]
+    if not pin:
+        for name in missing:
+            out[name] = torch.empty(params[name].shape, dtype=params[name].dtype, device="cpu")
+    elif missing:  # exactly sized, in one page-locked slab (engine/train/pinned.py)
+        from engine.train.pinned import pinned_like
+
+        hosts, _ = pinned_like([params[name] for name in missing])
+        out.update(zip(missing, hosts, strict=True))
+    for name, param in params.items():
+        out[name].copy_(param.detach(), non_blocking=pin)
     if pin:
         torch.cuda.synchronize()
     return out

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import derive, resolve
-from engine.config.derived import PHASES, ROLES
+from engine.config.derived import CONTEXT_GIB, PHASES, ROLES, TRAINER_RUNTIME_GIB
 
 from .conftest import make_config
 
@@ -71,7 +71,12 @@ def test_seed_derived_values() -> None:
     mem = d.memory_gib
     assert mem["generate"]["rollout"] == pytest.approx(64.0)
     assert mem["actor_train"]["actor"] > mem["critic_train"]["critic"] > 5
-    assert mem["generate"]["actor"] == 0.5  # asleep: context only
+    # asleep: its process only (context, NCCL and library memory), the state is on the host;
+    # the actor also keeps 3 B per logit of a micro-batch (16384 x 151936)
+    assert mem["generate"]["critic"] == CONTEXT_GIB + TRAINER_RUNTIME_GIB
+    kept = 3 * 16384 * 151936 / 2**30
+    assert mem["generate"]["actor"] == pytest.approx(CONTEXT_GIB + TRAINER_RUNTIME_GIB + kept,
+                                                     abs=0.01)
 
 
 def test_unknown_shape_gives_none() -> None:

@@ -49,6 +49,10 @@ CASES: list[tuple[str, Machine, dict[str, Any], dict[str, Any]]] = [
     ("engine.host_memory", Machine(1, False, False, host_memory_bytes=1 << 20),
      {"offload_train": True, "actor_num_gpus_per_node": 1},
      {"offload_train": False, "actor_num_gpus_per_node": 1}),
+    # a tiny state fits 16 GiB pinned, not beside three workers' processes (25.5 GiB)
+    ("engine.host_memory_tight", Machine(1, False, False, host_memory_bytes=16 << 30),
+     {"offload_train": True, "actor_num_gpus_per_node": 1},
+     {"offload_train": False, "actor_num_gpus_per_node": 1}),
 ]
 
 
