@@ -31,6 +31,12 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   (memory-efficient kernel with the mask as a bias; a KV group's query heads
                   are its query rows, so no GQA copies) instead of matmul, scale+mask, softmax,
                   cast, matmul;
+  decode-attn     `fused` with each layer's attention one Triton kernel made for a single query
+                  token (engine/rollout/decode_attention.py: one program per row and KV head,
+                  the group's query heads one tile, fp32 online softmax, only the row's filled
+                  slots [pad, index] read, so no mask and no buckets); where Triton cannot run
+                  (no CUDA, not importable) the same maths as batched matmuls, said in a
+                  warning and in the PPODECK_DECODE note. Not with `sdpa`;
   window          attention over the filled part of the cache only, in WINDOW-slot buckets (one
                   graph per bucket) instead of the whole cache every step;
   graph-sampling  sampling, log-prob, next token, cache index and EOS flag inside the captured
@@ -46,7 +52,8 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   bucket), so the two functions compile once per model shape and serve every
                   layer and bucket. The compile happens in the capture's warm-up steps (never
                   under capture: a recompile there raises).
-e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`.
+e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`,
+`packed+decode-attn+graph-sampling+compiled` (one graph: the kernel needs no window buckets).
 
 `fast_generate(model, rows, ...)` is the entry point; `can_use(model)` says whether a model is
 one this decoder understands (Llama / Qwen3 families, default RoPE).
@@ -63,12 +70,14 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from engine.rollout import decode_attention
+
 SUPPORTED = ("llama", "qwen3")
 EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
 CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are masked)
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
-FEATURES = ("fused", "packed", "sdpa", "window", "graph-sampling", "compiled")
+FEATURES = ("fused", "packed", "sdpa", "decode-attn", "window", "graph-sampling", "compiled")
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
@@ -81,14 +90,24 @@ class DecodeOptions:
     fused: bool = False
     packed: bool = False  # implies the fused layer code
     sdpa: bool = False  # implies the fused layer code
+    decode_attn: bool = False  # implies the fused layer code; not with sdpa
     window: int = 0  # bucket of the attended cache prefix; 0 = the whole cache every step
     sample_in_graph: bool = False
     compiled: bool = False  # implies the fused layer code
 
+    def __post_init__(self) -> None:
+        if self.sdpa and self.decode_attn:
+            raise ValueError("'sdpa' and 'decode-attn' are two attention kernels: name one")
+
+    @property
+    def layers_fused(self) -> bool:
+        """Whether the layers run the fused code (every feature but window/graph-sampling)."""
+        return self.fused or self.packed or self.sdpa or self.decode_attn or self.compiled
+
     @property
     def name(self) -> str:
-        flags = (self.fused, self.packed, self.sdpa, self.window > 0, self.sample_in_graph,
-                 self.compiled)
+        flags = (self.fused, self.packed, self.sdpa, self.decode_attn, self.window > 0,
+                 self.sample_in_graph, self.compiled)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -110,6 +129,7 @@ def parse_variant(name: str) -> DecodeOptions:
         raise ValueError(f"unknown decoder feature(s) {unknown}: use 'ref' or a '+'-joined "
                          f"subset of {', '.join(FEATURES)}")
     return DecodeOptions(fused="fused" in parts, packed="packed" in parts, sdpa="sdpa" in parts,
+                         decode_attn="decode-attn" in parts,
                          window=WINDOW if "window" in parts else 0,
                          sample_in_graph="graph-sampling" in parts,
                          compiled="compiled" in parts)
@@ -129,7 +149,18 @@ def options_from_env() -> tuple[DecodeOptions, str | None]:
     except ValueError as err:
         return default_options(), (f"{VARIANT_ENV}={raw!r} ignored ({err}); decoding with "
                                    f"'{DEFAULT_VARIANT}'")
-    return options, f"{VARIANT_ENV}={raw!r}: the hf decoder runs variant '{options.name}'"
+    note = f"{VARIANT_ENV}={raw!r}: the hf decoder runs variant '{options.name}'"
+    if options.decode_attn:
+        note += "; " + attention_note(torch.device("cuda"))
+    return options, note
+
+
+def attention_note(device: torch.device) -> str:
+    """What `decode-attn` runs on `device`: the Triton kernel, or (said why) batched matmuls."""
+    ok, why = decode_attention.kernel_status(device)
+    if ok:
+        return "decode-attn: the Triton decode-attention kernel"
+    return f"decode-attn: {why}, so attention runs as batched matmuls (the same maths)"
 
 
 def can_use(model: Any) -> tuple[bool, str]:  # noqa: ANN401
@@ -298,9 +329,17 @@ class StaticDecoder:
         self.device = self.embed.device
         self.packed = [_Packed.empty_like(layer) for layer in self.layers] \
             if options.packed else []
+        self.attention_kernel = options.decode_attn and self._kernel_usable()
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
+
+    def _kernel_usable(self) -> bool:
+        """decode-attn: whether its Triton kernel runs here; on CUDA a fallback is said."""
+        ok, _ = decode_attention.kernel_status(self.device)
+        if not ok and self.device.type == "cuda":
+            warnings.warn(f"fast_generate {attention_note(self.device)}", stacklevel=3)
+        return ok
 
     @staticmethod
     def _layer(layer: Any) -> _Layer:  # noqa: ANN401
@@ -392,8 +431,7 @@ class StaticDecoder:
     def decode_step(self, state: DecodeState, span: int, sampling: Sampling | None) -> None:
         """Reads state.token/index/pad, writes the new K/V and state.logits over the first
         `span` cache slots; with `sampling` (graph-sampling) it also samples the next token."""
-        options = self.options
-        if options.fused or options.packed or options.sdpa or options.compiled:
+        if self.options.layers_fused:
             self._decode_fused(state, span)
         else:
             self._decode_ref(state, span)
@@ -432,11 +470,7 @@ class StaticDecoder:
         # rotate(x) * sin == roll(x, half) * sin_signed: RoPE is x*cos, roll, addcmul
         sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
         cos, sin_signed = cos[:, None, :], sin_signed[:, None, :]  # [B, 1, d] over heads
-        bias = state.pad_bias[:, :span].masked_fill(
-            state.key_index[:span] > state.index, torch.finfo(torch.float32).min)
-        bias = bias[:, None, None, :]
-        if self.options.sdpa:  # SDPA takes the bias in the query's dtype
-            bias = bias.clamp(min=torch.finfo(self.dtype).min).to(self.dtype)
+        bias = None if self.attention_kernel else self._attention_bias(state, span)
         x = F.embedding(state.token, self.embed)  # [B, hidden]
         if self.options.compiled:
             x = self._compiled_layers(state, x, (cos, sin_signed), bias, span)
@@ -445,6 +479,15 @@ class StaticDecoder:
                 self._fused_layer(state, i, layer, x, (cos, sin_signed), bias, span)
         h = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
         torch.mm(h, self.lm_head.t(), out=state.logits)
+
+    def _attention_bias(self, state: DecodeState, span: int) -> torch.Tensor:
+        """[B, 1, 1, span]: 0 on each row's filled slots, the float min elsewhere."""
+        bias = state.pad_bias[:, :span].masked_fill(
+            state.key_index[:span] > state.index, torch.finfo(torch.float32).min)
+        bias = bias[:, None, None, :]
+        if self.options.sdpa:  # SDPA takes the bias in the query's dtype
+            bias = bias.clamp(min=torch.finfo(self.dtype).min).to(self.dtype)
+        return bias
 
     def _projections(self, i: int, layer: _Layer) -> tuple[Weights, Weights | None]:
         """(q/k/v weights: the packed one or the three, q/k norm weights or None)."""
@@ -458,7 +501,7 @@ class StaticDecoder:
         return (self.packed[i].gate_up,) if self.packed else (layer.gate, layer.up)
 
     def _fused_layer(self, state: DecodeState, i: int, layer: _Layer, x: torch.Tensor,
-                     rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor,
+                     rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None,
                      span: int) -> None:
         """One layer in place on the residual stream x [B, hidden]."""
         b, hidden = x.shape
@@ -471,7 +514,7 @@ class StaticDecoder:
         x.addmm_(gated_mlp(h, self._mlp_weights(i, layer)), layer.down.t())
 
     def _compiled_layers(self, state: DecodeState, x: torch.Tensor,
-                         rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor,
+                         rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None,
                          span: int) -> torch.Tensor:
         """All layers with their elementwise work compiled (`compiled`): x [B, hidden] in,
         the last residual stream out."""
@@ -487,7 +530,7 @@ class StaticDecoder:
         return x
 
     def _attend(self, state: DecodeState, i: int, qkv: tuple[torch.Tensor, ...],
-                bias: torch.Tensor, span: int) -> torch.Tensor:
+                bias: torch.Tensor | None, span: int) -> torch.Tensor:
         """Write this step's k/v into slot state.index of layer i's cache, then attend its
         first `span` slots: q [B, H, d] -> [B, KV, group, d]."""
         q, k, v = qkv
@@ -496,10 +539,15 @@ class StaticDecoder:
         state.cache.v[i].index_copy_(2, slot, v)
         return self._attend_cache(state, i, q, bias, span)
 
-    def _attend_cache(self, state: DecodeState, i: int, q: torch.Tensor, bias: torch.Tensor,
-                      span: int) -> torch.Tensor:
-        """q [B, H, d] over the first `span` slots of layer i's cache -> [B, KV, group, d]."""
+    def _attend_cache(self, state: DecodeState, i: int, q: torch.Tensor,
+                      bias: torch.Tensor | None, span: int) -> torch.Tensor:
+        """q [B, H, d] over the first `span` slots of layer i's cache -> [B, KV, group, d]
+        (`bias` None: the decode-attention kernel, which bounds itself by pad and index)."""
         b, d = q.shape[0], self.head_dim
+        if bias is None:
+            out = decode_attention.attend(q, state.cache.k[i], state.cache.v[i], state.pad,
+                                          state.index, d ** -0.5)
+            return out.view(b, self.kv_heads, self.heads // self.kv_heads, d)
         qg = q.reshape(b, self.kv_heads, self.heads // self.kv_heads, d)
         keys, values = state.cache.k[i][:, :, :span], state.cache.v[i][:, :, :span]
         if self.options.sdpa:
