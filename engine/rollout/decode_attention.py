@@ -104,10 +104,11 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
 
 
 def attend(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pad: torch.Tensor,
-           index: torch.Tensor, scale: float) -> torch.Tensor:
+           index: torch.Tensor, scale: float, block: int = BLOCK_L,
+           num_warps: int = NUM_WARPS) -> torch.Tensor:
     """q [B, H, d] (any strides with a unit last one) over one layer's cache k, v [B, KV, S, d]
     (this step's k/v already in slot `index` [] long), each row from slot pad[b] [B] long on
-    -> [B, H, d] in q's dtype."""
+    -> [B, H, d] in q's dtype. `block`, `num_warps`: the launch (the bench tries others)."""
     b, heads, head_dim = q.shape
     kv_heads = cache_k.shape[1]
     if q.stride(-1) != 1:
@@ -121,10 +122,10 @@ def attend(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pad: t
         q.stride(0), q.stride(1), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2),
         cache_v.stride(0), cache_v.stride(1), cache_v.stride(2), out.stride(0), out.stride(1),
         GROUP=group, BLOCK_G=max(MIN_DOT, _pow2(group)), HEAD_DIM=head_dim,
-        BLOCK_D=max(MIN_DOT, _pow2(head_dim)), BLOCK=BLOCK_L,
+        BLOCK_D=max(MIN_DOT, _pow2(head_dim)), BLOCK=block,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         # the interpreter's tl.dot reads bf16/fp16 bits as integers: fp32 operands there
-        UPCAST=interpret and q.dtype != torch.float32, num_warps=NUM_WARPS)
+        UPCAST=interpret and q.dtype != torch.float32, num_warps=num_warps)
     return out
 
 
@@ -133,13 +134,14 @@ def attend_by_matmul(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
     """`attend`'s maths by batched matmuls over the KV groups (fp32 scores and softmax)."""
     b, heads, head_dim = q.shape
     kv_heads = cache_k.shape[1]
-    qg = q.reshape(b, kv_heads, heads // kv_heads, head_dim).float()
-    scores = torch.matmul(qg, cache_k.float().transpose(-1, -2)) * scale  # [B, KV, G, S]
+    wide = torch.promote_types(q.dtype, torch.float32)  # fp32 at least
+    qg = q.reshape(b, kv_heads, heads // kv_heads, head_dim).to(wide)
+    scores = torch.matmul(qg, cache_k.to(wide).transpose(-1, -2)) * scale  # [B, KV, G, S]
     slots = torch.arange(cache_k.shape[2], device=q.device)
     valid = (slots[None, :] >= pad[:, None]) & (slots[None, :] <= index)
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
-    out = torch.matmul(probs.to(q.dtype).float(), cache_v.float())
+    out = torch.matmul(probs.to(q.dtype).to(wide), cache_v.to(wide))
     return out.to(q.dtype).reshape(b, heads, head_dim)
 
 
