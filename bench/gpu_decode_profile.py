@@ -52,6 +52,7 @@ from engine.rollout import fast_generate as fg  # noqa: E402
 # and not (so these fit whatever the budget: the compile, ~20-60 s on a cold inductor cache, is
 # in a variant's first call), then each feature alone and in steps
 DEFAULT_VARIANTS = ("ref", "packed+sdpa+window+graph-sampling+compiled",
+                    "packed+decode-attn+graph-sampling+fused-sampling+compiled",
                     "packed+decode-attn+graph-sampling+compiled",
                     "packed+decode-attn+graph-sampling", "packed+sdpa+window+graph-sampling",
                     "packed+window+graph-sampling", "graph-sampling", "window", "fused",
@@ -469,21 +470,25 @@ def alone(decoder: fg.StaticDecoder, setup: Setup, options: fg.DecodeOptions, fi
     decode_ms = statistics.fmean(ms for _, ms in per_span)  # steps spread evenly over spans
     fig.add("decode alone (replay)", decode_ms, "ms",
             "per span: " + ", ".join(f"{s}:{ms:.3f}" for s, ms in per_span))
-    sample_ms = sampler_alone(state, sampling, options, clock, repeat)
+    sample_ms = sampler_alone(state, sampling, options, clock, repeat,
+                              decoder.sampling_kernel)
     fig.add("sampling alone", sample_ms, "ms",
+            "fused-sampling's kernels, eager" if decoder.sampling_kernel else
             "sync-free sampler, eager" if options.sample_in_graph else "torch.multinomial path")
     return decode_ms, sample_ms
 
 
 def sampler_alone(state: fg.DecodeState, sampling: fg.Sampling, options: fg.DecodeOptions,
-                  clock: Clock, repeat: int) -> float:
+                  clock: Clock, repeat: int, kernel: bool) -> float:
     generator = torch.Generator(device=state.logits.device).manual_seed(0)
     logits = torch.randn(state.logits.shape, generator=None, device=state.logits.device)
     logits = logits.to(state.logits.dtype) * 4
     times = []
     for _ in range(repeat):
         start = clock.now()
-        if options.sample_in_graph:
+        if kernel:
+            fg.sample_fused(logits, sampling, generator)
+        elif options.sample_in_graph:
             fg.sample_sync_free(logits, sampling, generator)
         else:
             fg.sample(logits, 1.0, 1.0, -1, generator)
@@ -583,12 +588,15 @@ def summary(figures: list[Figures]) -> None:
                "greedy log-prob max|diff| vs ref", "sampled tokens = ref (same seed)",
                "log-prob max|diff| vs transformers", "first call (capture)")
     print("\n=== summary (one run, same model and prompts) ===")
-    print(f"{'measurement':36s} " + " ".join(f"{f.variant[:22]:>22s}" for f in figures))
+    for number, f in enumerate(figures, 1):  # names are long: columns are numbered
+        print(f"  ({number}) {f.variant}")
+    print(f"{'measurement':36s} " + " ".join(f"{f'({n})':>12s}" for n in
+                                             range(1, len(figures) + 1)))
     for column in columns:
         cells = []
         for f in figures:
             value = f.values.get(column)
-            cells.append(f"{'-' if value is None else gb.fmt(value):>22s}")
+            cells.append(f"{'-' if value is None else gb.fmt(value):>12s}")
         print(f"{column:36s} " + " ".join(cells))
     for f in figures:
         for note in f.notes:

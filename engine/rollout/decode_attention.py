@@ -33,7 +33,7 @@ def kernel_status(device: torch.device) -> tuple[bool, str]:
     """(usable, why not) for the Triton kernel on `device`."""
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     if device.type != "cuda" and not interpret:
-        return False, f"the decode-attention kernel needs CUDA (device {device.type})"
+        return False, f"its Triton kernel needs CUDA (device {device.type})"
     try:
         _kernel(interpret)
     except ImportError as err:

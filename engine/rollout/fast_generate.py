@@ -43,6 +43,11 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   graph (Gumbel-max with exponential noise from a generator registered with the
                   graph: the same draws as torch.multinomial, without its two host syncs), so a
                   step is one replay and no per-step host work;
+  fused-sampling  graph-sampling's draw at T=1 without filters in two Triton kernels
+                  (engine/rollout/sampling_kernel.py: argmax(logit - log q) with the same noise,
+                  the log-prob from an online max and sum) instead of an fp32 softmax and
+                  log-softmax over the vocabulary; other sampling settings, or no Triton (said),
+                  as graph-sampling. Needs graph-sampling;
   compiled        `fused` with each layer's elementwise work compiled by torch.compile
                   (inductor, static shapes, no inductor cudagraphs: our graph captures the
                   compiled kernels): RMSNorm, q/k norms, RoPE and the k/v cache writes before
@@ -70,14 +75,15 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from engine.rollout import decode_attention
+from engine.rollout import decode_attention, sampling_kernel
 
 SUPPORTED = ("llama", "qwen3")
 EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
 CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are masked)
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
-FEATURES = ("fused", "packed", "sdpa", "decode-attn", "window", "graph-sampling", "compiled")
+FEATURES = ("fused", "packed", "sdpa", "decode-attn", "window", "graph-sampling", "fused-sampling",
+            "compiled")
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
@@ -93,11 +99,14 @@ class DecodeOptions:
     decode_attn: bool = False  # implies the fused layer code; not with sdpa
     window: int = 0  # bucket of the attended cache prefix; 0 = the whole cache every step
     sample_in_graph: bool = False
+    fused_sampling: bool = False  # graph-sampling's T=1 draw in Triton kernels
     compiled: bool = False  # implies the fused layer code
 
     def __post_init__(self) -> None:
         if self.sdpa and self.decode_attn:
             raise ValueError("'sdpa' and 'decode-attn' are two attention kernels: name one")
+        if self.fused_sampling and not self.sample_in_graph:
+            raise ValueError("'fused-sampling' is graph-sampling's draw: name graph-sampling too")
 
     @property
     def layers_fused(self) -> bool:
@@ -107,7 +116,7 @@ class DecodeOptions:
     @property
     def name(self) -> str:
         flags = (self.fused, self.packed, self.sdpa, self.decode_attn, self.window > 0,
-                 self.sample_in_graph, self.compiled)
+                 self.sample_in_graph, self.fused_sampling, self.compiled)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -132,6 +141,7 @@ def parse_variant(name: str) -> DecodeOptions:
                          decode_attn="decode-attn" in parts,
                          window=WINDOW if "window" in parts else 0,
                          sample_in_graph="graph-sampling" in parts,
+                         fused_sampling="fused-sampling" in parts,
                          compiled="compiled" in parts)
 
 
@@ -150,17 +160,27 @@ def options_from_env() -> tuple[DecodeOptions, str | None]:
         return default_options(), (f"{VARIANT_ENV}={raw!r} ignored ({err}); decoding with "
                                    f"'{DEFAULT_VARIANT}'")
     note = f"{VARIANT_ENV}={raw!r}: the hf decoder runs variant '{options.name}'"
-    if options.decode_attn:
-        note += "; " + attention_note(torch.device("cuda"))
+    for feature in kernel_features(options):
+        note += "; " + kernel_note(feature, torch.device("cuda"))
     return options, note
 
 
-def attention_note(device: torch.device) -> str:
-    """What `decode-attn` runs on `device`: the Triton kernel, or (said why) batched matmuls."""
+# the features that run Triton kernels: what runs instead where they cannot
+KERNEL_FALLBACKS = {"decode-attn": "attention runs as batched matmuls (the same maths)",
+                    "fused-sampling": "graph-sampling samples with torch ops (the same draws)"}
+
+
+def kernel_features(options: DecodeOptions) -> list[str]:
+    return [name for name, on in (("decode-attn", options.decode_attn),
+                                  ("fused-sampling", options.fused_sampling)) if on]
+
+
+def kernel_note(feature: str, device: torch.device) -> str:
+    """What a Triton feature runs on `device`: its kernel, or (said why) its torch fallback."""
     ok, why = decode_attention.kernel_status(device)
     if ok:
-        return "decode-attn: the Triton decode-attention kernel"
-    return f"decode-attn: {why}, so attention runs as batched matmuls (the same maths)"
+        return f"{feature}: its Triton kernel"
+    return f"{feature}: {why}, so {KERNEL_FALLBACKS[feature]}"
 
 
 def can_use(model: Any) -> tuple[bool, str]:  # noqa: ANN401
@@ -329,16 +349,17 @@ class StaticDecoder:
         self.device = self.embed.device
         self.packed = [_Packed.empty_like(layer) for layer in self.layers] \
             if options.packed else []
-        self.attention_kernel = options.decode_attn and self._kernel_usable()
+        self.attention_kernel = options.decode_attn and self._kernel_usable("decode-attn")
+        self.sampling_kernel = options.fused_sampling and self._kernel_usable("fused-sampling")
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
 
-    def _kernel_usable(self) -> bool:
-        """decode-attn: whether its Triton kernel runs here; on CUDA a fallback is said."""
+    def _kernel_usable(self, feature: str) -> bool:
+        """Whether `feature`'s Triton kernel runs here; on CUDA a fallback is said."""
         ok, _ = decode_attention.kernel_status(self.device)
         if not ok and self.device.type == "cuda":
-            warnings.warn(f"fast_generate {attention_note(self.device)}", stacklevel=3)
+            warnings.warn(f"fast_generate {kernel_note(feature, self.device)}", stacklevel=3)
         return ok
 
     @staticmethod
@@ -436,7 +457,7 @@ class StaticDecoder:
         else:
             self._decode_ref(state, span)
         if sampling is not None:
-            advance(state, sampling)
+            advance(state, sampling, self.sampling_kernel)
 
     def _decode_ref(self, state: DecodeState, span: int) -> None:
         b = state.token.shape[0]
@@ -730,10 +751,22 @@ def record(state: DecodeState, tokens: torch.Tensor, log_probs: torch.Tensor) ->
     state.step += 1
 
 
-def advance(state: DecodeState, sampling: Sampling) -> None:
-    """The in-graph tail of a graph-sampling step: sample from state.logits, record, and move
-    the cache index to the next slot."""
-    tokens, log_probs = sample_sync_free(state.logits, sampling, state.generator)
+def sample_fused(logits: torch.Tensor, sampling: Sampling,
+                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fused-sampling`: sample_sync_free's draw, at T=1 without filters by the Triton kernels
+    (engine/rollout/sampling_kernel.py: the same noise, no softmax/log-softmax written out)."""
+    if sampling.temperature != 1.0 or sampling.top_p < 1.0 or \
+            0 < sampling.top_k < logits.shape[-1]:
+        return sample_sync_free(logits, sampling, generator)
+    noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+    return sampling_kernel.sample_plain(logits, noise.exponential_(1, generator=generator))
+
+
+def advance(state: DecodeState, sampling: Sampling, kernel: bool = False) -> None:
+    """The in-graph tail of a graph-sampling step: sample from state.logits (`kernel`: by
+    fused-sampling's kernels), record, and move the cache index to the next slot."""
+    draw = sample_fused if kernel else sample_sync_free
+    tokens, log_probs = draw(state.logits, sampling, state.generator)
     record(state, tokens, log_probs)
     state.index += 1
 
@@ -874,7 +907,8 @@ def _generate_in_graph(call: _Call, logits: torch.Tensor,
     state.finished.zero_()
     state.step.zero_()
     call.mark("sample", 0)
-    record(state, *sample_sync_free(logits, call.sampling, state.generator))
+    draw = sample_fused if call.decoder.sampling_kernel else sample_sync_free
+    record(state, *draw(logits, call.sampling, state.generator))
     state.index.fill_(call.width)
     produced = 1
     while produced < call.max_new_tokens:

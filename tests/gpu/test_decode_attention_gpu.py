@@ -62,6 +62,8 @@ def test_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
 @pytest.mark.parametrize("features", [
     dict(packed=True, decode_attn=True, sample_in_graph=True),
     dict(packed=True, decode_attn=True, sample_in_graph=True, compiled=True),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+         compiled=True),
     dict(decode_attn=True, window=16),
 ])
 def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) -> None:  # noqa: ANN001
@@ -80,6 +82,7 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
         graph = fg.fast_generate(model, rows, temperature=temperature, **kwargs)
         decoder = fg.decoder_for(model, options)
         assert decoder.attention_kernel and decoder._graphs, "kernel or graph missing"
+        assert decoder.sampling_kernel == options.fused_sampling
         fg.release_decoders()
         eager = fg.fast_generate(model, rows, temperature=temperature, use_cuda_graph=False,
                                  **kwargs)
@@ -96,3 +99,19 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
                     len(ref))
         torch.testing.assert_close(torch.tensor(lp[:same]), torch.tensor(ref_lp[:same]),
                                    rtol=0, atol=5e-2)
+
+
+def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> None:
+    """fused-sampling's kernels at batch 64 x 151,936 (bf16 logits): the tokens of
+    argmax(softmax / noise), the log-softmax of each within 1e-5."""
+    from engine.rollout import sampling_kernel as sk
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    logits = (torch.randn(64, 151_936, generator=gen, device="cuda") * 4).to(torch.bfloat16)
+    noise = torch.empty(64, 151_936, device="cuda").exponential_(1, generator=gen)
+    tokens, log_probs = sk.sample_plain(logits, noise)
+    expected = (torch.softmax(logits, -1, dtype=torch.float32) / noise).argmax(-1)
+    assert tokens.tolist() == expected.tolist()
+    log_softmax = torch.log_softmax(logits, -1, dtype=torch.float32)
+    torch.testing.assert_close(log_probs, log_softmax.gather(-1, expected[:, None])[:, 0],
+                               rtol=0, atol=1e-5)

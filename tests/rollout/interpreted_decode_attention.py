@@ -12,6 +12,7 @@ import torch
 
 from engine.rollout import decode_attention as da
 from engine.rollout import fast_generate as fg
+from engine.rollout import sampling_kernel as sk
 from tests.rollout.test_decode_attention import SHAPES, cache_case
 from tests.rollout.test_fast_generate import PAD, ROWS, tiny_model
 
@@ -66,6 +67,48 @@ def test_decode_attn_variant_is_the_reference_path(interpreted, arch) -> None:  
                       pad_token_id=PAD, seed=3) | sampling
         ours = fg.fast_generate(model, rows, options=options, **kwargs)
         ref = fg.fast_generate(model, rows, options=fg.REFERENCE, **kwargs)
+        assert ours[0] == ref[0], sampling
+        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize(("dtype", "rows", "vocab"), [
+    (torch.float32, 4, 48), (torch.bfloat16, 3, 10_000), (torch.float32, 2, 2 * sk.CHUNK + 5)])
+def test_sampling_kernels_draw_torch_multinomials_tokens(interpreted, dtype, rows,  # noqa: ANN001
+                                                          vocab) -> None:
+    """argmax(softmax / noise), as torch.multinomial draws, and log-softmax of the token."""
+    gen = torch.Generator().manual_seed(vocab)
+    logits = (torch.randn(rows, vocab, generator=gen) * 3).to(dtype)
+    noise = torch.empty(rows, vocab).exponential_(1, generator=gen)
+    tokens, log_probs = sk.sample_plain(logits, noise)
+    expected = (torch.softmax(logits, -1, dtype=torch.float32) / noise).argmax(-1)
+    assert tokens.dtype == torch.long and tokens.tolist() == expected.tolist()
+    log_softmax = torch.log_softmax(logits, -1, dtype=torch.float32)
+    torch.testing.assert_close(log_probs, log_softmax.gather(-1, expected[:, None])[:, 0],
+                               rtol=0, atol=1e-5)
+
+
+def test_sampling_kernels_take_the_first_of_tied_tokens(interpreted) -> None:  # noqa: ANN001
+    logits = torch.zeros(2, 3 * sk.CHUNK)
+    noise = torch.ones(2, 3 * sk.CHUNK)  # every score equal: torch's argmax takes token 0
+    tokens, log_probs = sk.sample_plain(logits, noise)
+    assert tokens.tolist() == [0, 0]
+    uniform = -torch.log(torch.tensor(3.0 * sk.CHUNK))
+    torch.testing.assert_close(log_probs, uniform.expand(2))
+
+
+def test_fused_sampling_variant_draws_todays_tokens(interpreted) -> None:  # noqa: ANN001
+    """Both kernels in fast_generate: T=1 by the sampling kernels, T=0.7 with filters by
+    graph-sampling's torch ops; tokens equal today's path, log-probs within 1e-5."""
+    model = tiny_model("qwen3")
+    options = fg.parse_variant("packed+decode-attn+graph-sampling+fused-sampling")
+    decoder = fg.StaticDecoder(model, options)
+    assert decoder.attention_kernel and decoder.sampling_kernel
+    for sampling in (dict(temperature=1.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
+        kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=8, eos_token_id=None,
+                      pad_token_id=PAD, seed=5) | sampling
+        ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
+        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
         assert ours[0] == ref[0], sampling
         torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
                                    atol=1e-5)

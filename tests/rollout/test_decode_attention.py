@@ -67,12 +67,14 @@ def test_without_triton_the_variant_runs_the_matmul_maths() -> None:
 def test_sdpa_and_decode_attn_are_exclusive_and_the_note_says_what_runs(monkeypatch) -> None:
     with pytest.raises(ValueError, match="two attention kernels"):
         fg.parse_variant("sdpa+decode-attn")
+    with pytest.raises(ValueError, match="name graph-sampling too"):
+        fg.parse_variant("fused-sampling")
     monkeypatch.setenv(fg.VARIANT_ENV, "decode-attn+compiled")
     options, note = fg.options_from_env()
     assert options == fg.DecodeOptions(decode_attn=True, compiled=True)
     assert "decode-attn" in note
     ok, why = da.kernel_status(torch.device("cuda"))
-    assert ("Triton decode-attention kernel" in note) == ok
+    assert ("decode-attn: its Triton kernel" in note) == ok
     if not ok:
         assert why in note and "batched matmuls" in note
 
@@ -94,3 +96,14 @@ def test_the_kernel_under_the_triton_interpreter() -> None:
     tail = (done.stdout + done.stderr)[-3000:]
     assert done.returncode == 0, tail
     assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+
+
+def test_without_triton_fused_sampling_draws_graph_samplings_tokens() -> None:
+    options = fg.parse_variant("graph-sampling+fused-sampling")
+    assert options.name == "graph-sampling+fused-sampling"
+    model = tiny_model("qwen3")
+    assert not fg.StaticDecoder(model, options).sampling_kernel
+    kwargs = dict(temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
+                  pad_token_id=PAD, seed=2)
+    assert fg.fast_generate(model, ROWS, options=options, **kwargs)[0] == \
+        fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)[0]

@@ -241,7 +241,7 @@ def test_decode_profile_smoke_runs(capsys) -> None:
 
     assert profile.main(["--smoke", "--variant", "ref", "--variant",
                          "packed+sdpa+window+graph-sampling", "--variant",
-                         "packed+decode-attn+graph-sampling"]) == 0
+                         "packed+decode-attn+graph-sampling+fused-sampling"]) == 0
     out = capsys.readouterr().out
     assert "FAILED" not in out and "Traceback" not in out
     assert "=== attention alone" in out and "matmul (fused, no sdpa)" in out
