@@ -270,7 +270,8 @@ def reset_step(state: fg.DecodeState, span: int) -> None:
 # --------------------------------------------------------------------------------------------
 # attention alone: one layer's decode attention at the run's shape, each implementation
 # --------------------------------------------------------------------------------------------
-ATTENTION_LAUNCHES = ((32, 4), (64, 4), (64, 8), (128, 4), (128, 8))  # decode-attn (block, warps)
+# decode-attn launches tried: (block, warps, stages); the decoder's is (64, 4, 2)
+ATTENTION_LAUNCHES = ((32, 4, 2), (64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 4, 2), (128, 8, 1))
 
 
 @dataclass
@@ -377,11 +378,11 @@ def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
         candidates: list[tuple[str, Any]] = [("sdpa (today's sdpa variant)", case.sdpa),
                                              ("matmul (fused, no sdpa)", case.matmul)]
         if usable:
-            candidates += [(f"decode-attn block {block} warps {warps}",
-                            lambda block=block, warps=warps, case=case:
+            candidates += [(f"decode-attn block {block} warps {warps} stages {stages}",
+                            lambda block=block, warps=warps, stages=stages, case=case:
                             fg.decode_attention.attend(**case.kernel_args(), block=block,
-                                                       num_warps=warps))
-                           for block, warps in ATTENTION_LAUNCHES]
+                                                       num_warps=warps, num_stages=stages))
+                           for block, warps, stages in ATTENTION_LAUNCHES]
         else:
             print(f"  decode-attn kernel not run here: {why}")
         for name, fn in candidates:

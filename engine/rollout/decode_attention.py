@@ -26,6 +26,7 @@ import torch
 
 BLOCK_L = 64  # cache slots per loop iteration
 NUM_WARPS = 4
+NUM_STAGES = 2  # K/V tiles in flight per program: 2 x 32 KB of shared memory at block 64
 MIN_DOT = 16  # tl.dot's smallest tile side: the group's query heads are padded up to it
 
 
@@ -105,10 +106,11 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
 
 def attend(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pad: torch.Tensor,
            index: torch.Tensor, scale: float, block: int = BLOCK_L,
-           num_warps: int = NUM_WARPS) -> torch.Tensor:
+           num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES) -> torch.Tensor:
     """q [B, H, d] (any strides with a unit last one) over one layer's cache k, v [B, KV, S, d]
     (this step's k/v already in slot `index` [] long), each row from slot pad[b] [B] long on
-    -> [B, H, d] in q's dtype. `block`, `num_warps`: the launch (the bench tries others)."""
+    -> [B, H, d] in q's dtype. `block`, `num_warps`, `num_stages`: the launch (the bench
+    tries others)."""
     b, heads, head_dim = q.shape
     kv_heads = cache_k.shape[1]
     if q.stride(-1) != 1:
@@ -125,7 +127,8 @@ def attend(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pad: t
         BLOCK_D=max(MIN_DOT, _pow2(head_dim)), BLOCK=block,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         # the interpreter's tl.dot reads bf16/fp16 bits as integers: fp32 operands there
-        UPCAST=interpret and q.dtype != torch.float32, num_warps=num_warps)
+        UPCAST=interpret and q.dtype != torch.float32, num_warps=num_warps,
+        num_stages=num_stages)
     return out
 
 
