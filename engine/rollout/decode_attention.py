@@ -58,8 +58,8 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
             BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
             UPCAST: tl.constexpr):
-        row = tl.program_id(0)
-        kv = tl.program_id(1)
+        row = tl.program_id(0).to(tl.int64)  # row x stride passes 2**31 in large caches
+        kv = tl.program_id(1).to(tl.int64)
         g = tl.arange(0, BLOCK_G)
         d = tl.arange(0, BLOCK_D)
         head_ok = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]

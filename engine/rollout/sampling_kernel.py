@@ -38,7 +38,7 @@ def _kernels(interpret: bool) -> tuple[Any, Any]:  # noqa: ANN401
     def gumbel_chunk_kernel(logits_ptr, noise_ptr, part_max_ptr, part_sum_ptr, part_score_ptr,
                             part_token_ptr, vocab, logits_stride, noise_stride, chunks,
                             CHUNK: tl.constexpr):
-        row = tl.program_id(0)
+        row = tl.program_id(0).to(tl.int64)
         chunk = tl.program_id(1)
         tokens = chunk * CHUNK + tl.arange(0, CHUNK)
         ok = tokens < vocab
@@ -60,7 +60,7 @@ def _kernels(interpret: bool) -> tuple[Any, Any]:  # noqa: ANN401
     def gumbel_combine_kernel(logits_ptr, part_max_ptr, part_sum_ptr, part_score_ptr,
                               part_token_ptr, token_ptr, log_prob_ptr, logits_stride, chunks,
                               vocab, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
+        row = tl.program_id(0).to(tl.int64)
         i = tl.arange(0, BLOCK)
         ok = i < chunks
         top = tl.load(part_max_ptr + row * chunks + i, mask=ok, other=float("-inf"))
