@@ -107,3 +107,33 @@ def test_without_triton_fused_sampling_draws_graph_samplings_tokens() -> None:
                   pad_token_id=PAD, seed=2)
     assert fg.fast_generate(model, ROWS, options=options, **kwargs)[0] == \
         fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)[0]
+
+
+def test_the_kernels_compile_for_hopper() -> None:
+    """Both features' kernels through Triton's whole compiler (to a cubin for sm_90 with the
+    wheel's ptxas, no GPU needed) at the 0.6B shapes and each launch the bench tries: what
+    the interpreter cannot check (tile shapes, dot operand types, loop-carried types)."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from engine.rollout import sampling_kernel as sk
+
+    target = GPUTarget("cuda", 90, 32)
+    kernel = da._kernel(False)
+    types = ["*bf16"] * 4 + ["*i64", "*i64", "fp32"] + ["i32"] * 10
+    signature = dict(zip(kernel.arg_names, types + ["constexpr"] * 7, strict=True))
+    for block, warps in ((32, 4), (64, 4), (128, 8)):
+        constants = dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, BLOCK=block,
+                         PRECISION="tf32", UPCAST=False)
+        triton.compile(ASTSource(kernel, signature, constants), target=target,
+                       options=dict(num_warps=warps, num_stages=2))
+    chunk, combine = sk._kernels(False)
+    types = ["*bf16", "*fp32", "*fp32", "*fp32", "*fp32", "*i32", "i32", "i32", "i32", "i32"]
+    triton.compile(ASTSource(chunk, dict(zip(chunk.arg_names, [*types, "constexpr"],
+                                             strict=True)), dict(CHUNK=sk.CHUNK)),
+                   target=target, options=dict(num_warps=8))
+    types = ["*bf16", "*fp32", "*fp32", "*fp32", "*i32", "*i64", "*fp32", "i32", "i32", "i32"]
+    triton.compile(ASTSource(combine, dict(zip(combine.arg_names, [*types, "constexpr"],
+                                               strict=True)), dict(BLOCK=64)),
+                   target=target, options=dict(num_warps=1))
