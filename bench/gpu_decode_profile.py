@@ -52,7 +52,7 @@ from engine.rollout import fast_generate as fg  # noqa: E402
 # and not (so these fit whatever the budget: the compile, ~20-60 s on a cold inductor cache, is
 # in a variant's first call), then each feature alone and in steps
 DEFAULT_VARIANTS = ("ref", "packed+sdpa+window+graph-sampling+compiled",
-                    "packed+decode-attn+graph-sampling+fused-sampling+compiled",
+                    "packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled",
                     "packed+decode-attn+graph-sampling+compiled",
                     "packed+decode-attn+graph-sampling", "packed+sdpa+window+graph-sampling",
                     "packed+window+graph-sampling", "graph-sampling", "window", "fused",

@@ -48,6 +48,9 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   the log-prob from an online max and sum) instead of an fp32 softmax and
                   log-softmax over the vocabulary; other sampling settings, or no Triton (said),
                   as graph-sampling. Needs graph-sampling;
+  fused-prefill   the prefill (one eager pass over the prompts) in the fused step's building
+                  blocks over all B x P tokens at once (packed weights when `packed`): about
+                  a third of the reference prefill's kernels per layer;
   compiled        `fused` with each layer's elementwise work compiled by torch.compile
                   (inductor, static shapes, no inductor cudagraphs: our graph captures the
                   compiled kernels): RMSNorm, q/k norms, RoPE and the k/v cache writes before
@@ -83,7 +86,7 @@ CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
 FEATURES = ("fused", "packed", "sdpa", "decode-attn", "window", "graph-sampling", "fused-sampling",
-            "compiled")
+            "fused-prefill", "compiled")
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
@@ -100,6 +103,7 @@ class DecodeOptions:
     window: int = 0  # bucket of the attended cache prefix; 0 = the whole cache every step
     sample_in_graph: bool = False
     fused_sampling: bool = False  # graph-sampling's T=1 draw in Triton kernels
+    fused_prefill: bool = False  # the prefill in the fused step's building blocks
     compiled: bool = False  # implies the fused layer code
 
     def __post_init__(self) -> None:
@@ -116,7 +120,7 @@ class DecodeOptions:
     @property
     def name(self) -> str:
         flags = (self.fused, self.packed, self.sdpa, self.decode_attn, self.window > 0,
-                 self.sample_in_graph, self.fused_sampling, self.compiled)
+                 self.sample_in_graph, self.fused_sampling, self.fused_prefill, self.compiled)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -142,6 +146,7 @@ def parse_variant(name: str) -> DecodeOptions:
                          window=WINDOW if "window" in parts else 0,
                          sample_in_graph="graph-sampling" in parts,
                          fused_sampling="fused-sampling" in parts,
+                         fused_prefill="fused-prefill" in parts,
                          compiled="compiled" in parts)
 
 
@@ -420,14 +425,12 @@ class StaticDecoder:
     # ---- prefill (eager) -----------------------------------------------------------------
     def prefill(self, ids: torch.Tensor, pad: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Left-padded prompts [B, P] (pad[b] pad tokens first) -> last-position logits [B, V]."""
+        if self.options.fused_prefill:
+            return self._prefill_fused(ids, pad, cache)
         b, p = ids.shape
-        index = torch.arange(p, device=ids.device)
-        positions = (index[None, :] - pad[:, None]).clamp(min=0)
+        positions = (torch.arange(p, device=ids.device)[None, :] - pad[:, None]).clamp(min=0)
         cos, sin = self.rope(positions)
-        allowed = (index[None, None, :] <= index[None, :, None]) & \
-            (index[None, None, :] >= pad[:, None, None])  # [B, P(q), P(k)]
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=ids.device)
-        mask = mask.masked_fill(~allowed, torch.finfo(self.dtype).min).unsqueeze(1)
+        mask = self._prefill_mask(p, pad)
         group = self.heads // self.kv_heads
         x = F.embedding(ids, self.embed)
         for i, layer in enumerate(self.layers):
@@ -440,6 +443,46 @@ class StaticDecoder:
             x = x + F.linear(attn.transpose(1, 2).reshape(b, p, -1), layer.o)
             x = x + self.mlp(layer, x)
         return self.logits(x[:, -1])
+
+    def _prefill_mask(self, p: int, pad: torch.Tensor) -> torch.Tensor:
+        """[B, 1, P(q), P(k)] in the model's dtype: 0 where causal and past the row's pads."""
+        index = torch.arange(p, device=pad.device)
+        allowed = (index[None, None, :] <= index[None, :, None]) & \
+            (index[None, None, :] >= pad[:, None, None])
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=pad.device)
+        return mask.masked_fill(~allowed, torch.finfo(self.dtype).min).unsqueeze(1)
+
+    def _prefill_fused(self, ids: torch.Tensor, pad: torch.Tensor,
+                       cache: KVCache) -> torch.Tensor:
+        """`fused-prefill`: prefill with the fused step's blocks over all B x P tokens at once
+        (F.rms_norm, packed q/k/v and gate/up when `packed`, RoPE by roll + addcmul, the
+        residual adds inside the o/down GEMMs): about a third of the kernels per layer."""
+        b, p = ids.shape
+        heads, kv, d = self.dims
+        positions = (torch.arange(p, device=ids.device)[None, :] - pad[:, None]).clamp(min=0)
+        cos, sin = self.rope(positions.reshape(-1))  # [B*P, d]
+        sin_signed = torch.cat((-sin[:, :d // 2], sin[:, d // 2:]), dim=-1)
+        rope = (cos[:, None, :], sin_signed[:, None, :])
+        mask = self._prefill_mask(p, pad)
+        x = F.embedding(ids.reshape(-1), self.embed)  # [B*P, hidden]
+        hidden = x.shape[-1]
+        for i, layer in enumerate(self.layers):
+            h = F.rms_norm(x, (hidden,), layer.in_norm, self.eps)
+            weights, norms = self._projections(i, layer)
+            q, k, v = qkv_projection(h, weights, norms, rope, self.dims, self.eps)
+            q = q.reshape(b, p, heads, d).transpose(1, 2)
+            k = k.reshape(b, p, kv, d).transpose(1, 2)
+            v = v.reshape(b, p, kv, d).transpose(1, 2)
+            cache.k[i, :, :, :p] = k
+            cache.v[i, :, :, :p] = v
+            attn = F.scaled_dot_product_attention(
+                q, k.repeat_interleave(heads // kv, dim=1),
+                v.repeat_interleave(heads // kv, dim=1), attn_mask=mask, scale=d ** -0.5)
+            x.addmm_(attn.transpose(1, 2).reshape(b * p, heads * d), layer.o.t())
+            h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
+            x.addmm_(gated_mlp(h, self._mlp_weights(i, layer)), layer.down.t())
+        last = F.rms_norm(x.view(b, p, hidden)[:, -1], (hidden,), self.norm, self.eps)
+        return F.linear(last, self.lm_head)
 
     # ---- one decode step (graph-capturable: no host syncs, static shapes) ----------------
     def span(self, slot: int, length: int) -> int:

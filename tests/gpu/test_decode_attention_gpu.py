@@ -63,7 +63,7 @@ def test_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
     dict(packed=True, decode_attn=True, sample_in_graph=True),
     dict(packed=True, decode_attn=True, sample_in_graph=True, compiled=True),
     dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
-         compiled=True),
+         fused_prefill=True, compiled=True),
     dict(decode_attn=True, window=16),
 ])
 def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) -> None:  # noqa: ANN001

@@ -137,3 +137,21 @@ def test_the_kernels_compile_for_hopper() -> None:
     triton.compile(ASTSource(combine, dict(zip(combine.arg_names, [*types, "constexpr"],
                                                strict=True)), dict(BLOCK=64)),
                    target=target, options=dict(num_warps=1))
+
+
+@pytest.mark.parametrize(("arch", "variant"), [("qwen3", "packed+graph-sampling+fused-prefill"),
+                                               ("llama", "fused-prefill")])
+def test_fused_prefill_is_the_reference_path(arch, variant) -> None:  # noqa: ANN001
+    """fused-prefill (packed q/k norms on qwen3; separate weights, no q/k norms on llama):
+    greedy and sampled tokens equal today's path, log-probs within 1e-5 (fp32)."""
+    model = tiny_model(arch)
+    options = fg.parse_variant(variant)
+    assert options.fused_prefill and options.name == variant
+    for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
+        kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=5, eos_token_id=None,
+                      pad_token_id=PAD, seed=4) | sampling
+        ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
+        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+        assert ours[0] == ref[0], sampling
+        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                   atol=1e-5)
