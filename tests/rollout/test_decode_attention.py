@@ -155,3 +155,20 @@ def test_fused_prefill_is_the_reference_path(arch, variant) -> None:  # noqa: AN
         assert ours[0] == ref[0], sampling
         torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
                                    atol=1e-5)
+
+
+def test_the_full_decode_attn_variant_is_the_reference_path() -> None:
+    """The bench's decode-attn combination (compiled's layer functions run eagerly by the
+    force_eager stance; the kernels' torch fallbacks on CPU): tokens equal today's path."""
+    options = fg.parse_variant(
+        "packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled")
+    model = tiny_model("qwen3")
+    with torch.compiler.set_stance("force_eager"):
+        for temperature in (0.0, 1.0):
+            kwargs = dict(temperature=temperature, top_p=1.0, top_k=-1, max_new_tokens=6,
+                          eos_token_id=None, pad_token_id=PAD, seed=6)
+            ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
+            ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+            assert ours[0] == ref[0], temperature
+            torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                       atol=1e-5)
