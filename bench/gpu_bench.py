@@ -15,7 +15,7 @@
                    SwiGLU; PPODECK_COMPILE_LAYERS=0), direct TP=1 linears, fused log-probs,
                    batch-first logits, foreach grad norm, fused AdamW
       sdpa+layers  the default: the same, but each transformer layer compiled whole
-    and, with --layer-spec te (the default where transformer_engine.pytorch imports):
+    and, with --layer-spec te (PPODECK_TE=1; by default where transformer_engine.pytorch imports):
       te           transformer-engine's layer spec (TE linears, norms and fused attention) with
                    the fast paths that still apply (fused log-probs, batch-first logits,
                    foreach grad norm, fused AdamW); the local rows run with PPODECK_TE=0

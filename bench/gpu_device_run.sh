@@ -30,8 +30,8 @@
 #   te-carry      join the parts this call brought (carry=[".carry-te/bin", ".carry-te/pNN"]);
 #                 once every part is in, the set is unpacked in /tmp/te
 #   te-build      the core and meta wheels into /tmp/te-site (first on PYTHONPATH once the torch
-#                 binding imports: every later step and `ppodeck run` take the TE layer spec;
-#                 PPODECK_TE=0 keeps the local spec), then the torch
+#                 binding imports: every later step and `ppodeck run` can take the TE layer
+#                 spec with PPODECK_TE=1; the local spec stays the default), then the torch
 #                 binding: a carried .te-wheel/transformer_engine_torch-*.whl if there is one,
 #                 else compiled from the sdist (pip wheel -w $OUT/te-wheel, timeout 560);
 #                 build time, versions, include dirs and the first error lines: $OUT/te_build.log
@@ -165,7 +165,7 @@ te_build() {  # the core wheels into $TE_SITE, then the torch binding (carried o
     return 1
   fi
   if [ ! -e "$TE_SITE/.ppodeck-te-core" ]; then
-    te_pip --target "$TE_SITE" $set/core/*.whl || return 1
+    te_pip --target "$TE_SITE" $set/core/*.whl || return 1  # the sdist's build needs the core
     te_runtime_deps || return 1
     touch "$TE_SITE/.ppodeck-te-core"
   fi
@@ -178,7 +178,10 @@ te_build() {  # the core wheels into $TE_SITE, then the torch binding (carried o
     wheel=$(ls "$OUT"/te-wheel/transformer_engine_torch-*.whl /tmp/transformer_engine_torch-*.whl \
       2>/dev/null | head -1)
   fi
-  te_pip --target "$TE_SITE" "$wheel" || return 1
+  # one pip call for all three: the binding's wheel lies in transformer_engine/wheel_lib, and
+  # `pip --target --upgrade` replaces a whole top-level folder, so installing it alone would
+  # take transformer_engine/pytorch away (seen on the H200, 2026-12-03)
+  te_pip --target "$TE_SITE" $set/core/*.whl "$wheel" || return 1
   PYTHONPATH=$TE_SITE:$PYTHONPATH python3 - <<'PY' 2>&1 | tee -a "$log"
 import importlib.metadata as md
 import time

@@ -459,8 +459,8 @@ _PARALLELISM = (
     _choice("--qkv-format", ("thd", "bshd"), "thd", "parallelism",
             "Attention layout; bshd needs megatron and no dynamic batch.",
             engine=command_only(
-                "the engine picks its attention layout itself (transformer-engine when "
-                "importable on CUDA, SDPA otherwise)")),
+                "the engine picks its attention layout itself (SDPA; transformer-engine's "
+                "with PPODECK_TE=1 on CUDA)")),
     _choice("--recompute-granularity", ("full", "selective"), None, "parallelism",
             "Activation recomputation granularity."),
     _choice("--recompute-method", ("uniform", "block"), None, "parallelism",
@@ -469,8 +469,8 @@ _PARALLELISM = (
     _choice("--attention-backend", ("flash", "fused", "unfused", "local", "auto"), "auto",
             "parallelism", "Attention kernel (remove 'flash' for MLA models).",
             engine=command_only(
-                "the engine picks its attention kernel itself (transformer-engine when "
-                "importable on CUDA, SDPA otherwise)")),
+                "the engine picks its attention kernel itself (SDPA; transformer-engine's "
+                "with PPODECK_TE=1 on CUDA)")),
     _f("--accumulate-allreduce-grads-in-fp32", "bool", False, "parallelism",
        "Accumulate and all-reduce gradients in fp32."),
     _f("--attention-softmax-in-fp32", "bool", False, "parallelism", "Softmax in fp32.",

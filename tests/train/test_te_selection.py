@@ -19,6 +19,10 @@ def cuda_here(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_status_says_why_te_is_not_used(cuda_here, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(__import__("sys").modules, "transformer_engine.pytorch", None)
+    # TE is opt-in (the local spec measured faster on the H200): unasked, the reason says so
+    assert platform.transformer_engine_status() == (False, platform.TE_NOT_ASKED)
+    assert "PPODECK_TE=1" in platform.TE_NOT_ASKED
+    monkeypatch.setenv(platform.TE_ENV, "1")
     assert platform.transformer_engine_status() == (
         False, "transformer_engine.pytorch does not import (ModuleNotFoundError)")
     monkeypatch.setenv(platform.TE_ENV, "0")
@@ -35,7 +39,10 @@ def test_given_up_wins_over_an_importable_te(cuda_here, monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "transformer_engine", types.ModuleType("transformer_engine"))
     monkeypatch.setitem(sys.modules, "transformer_engine.pytorch",
                         types.ModuleType("transformer_engine.pytorch"))
-    assert platform.transformer_engine_status() == (True, "transformer_engine.pytorch imports")
+    assert platform.transformer_engine_status() == (False, platform.TE_NOT_ASKED)
+    monkeypatch.setenv(platform.TE_ENV, "1")
+    assert platform.transformer_engine_status() == (
+        True, "transformer_engine.pytorch imports and PPODECK_TE=1")
     platform.give_up_transformer_engine("its model failed to build (RuntimeError: x)")
     assert platform.transformer_engine_status() == (
         False, "its model failed to build (RuntimeError: x)")
@@ -99,6 +106,7 @@ def test_a_te_model_that_fails_to_build_is_built_with_the_local_spec(
     assert platform._te_given_up == "its model failed to build (RuntimeError: cuDNN version " \
                                     "mismatch)"
     monkeypatch.setattr(platform, "has_cuda", lambda: True)  # the line a CUDA run logs
+    monkeypatch.setenv(platform.TE_ENV, "1")  # asked for TE, and it failed
     assert model.describe_layer_spec() == (
         "layer spec: megatron's local spec with SDPA attention; transformer-engine not used: "
         "its model failed to build (RuntimeError: cuDNN version mismatch)")
