@@ -6,8 +6,11 @@
 
 Issue 20: 10.7k tokens/s at batch 64 is about 6 ms per decode step, against 0.25 ms to read the
 weights. For the Qwen3-0.6B shape (bench/gpu_bench.py's plan: random init, bf16), batch 64,
-prompts of 128 tokens (a quarter of them 8-24 shorter: left padding), 256 new tokens, and for
-each decoder variant of engine/rollout/fast_generate.py (DecodeOptions) it prints:
+prompts of 128 tokens (a quarter of them 8-24 shorter: left padding), 256 new tokens, it first
+times one layer's attention alone (mid-generation and at the last step): today's SDPA, the
+batched matmuls, and decode-attn's Triton kernel at a few launch shapes, each with the GB/s of
+the K/V it must read and its max |diff| from the fp32-softmax maths (--no-attention skips it).
+Then for each decoder variant of engine/rollout/fast_generate.py (DecodeOptions) it prints:
   - tokens/s and wall ms per decode step (sampling at T=1 as the rollout does; the prefill,
     timed alone, is taken out of the per-step figure), and the first call (graph capture);
   - the step split in the real loop with CUDA events: sampling part vs decode (graph replay)
@@ -45,12 +48,15 @@ import torch  # noqa: E402
 
 from engine.rollout import fast_generate as fg  # noqa: E402
 
-# today's path first, the best combination next, then it compiled (so these fit whatever the
-# budget: the compile, ~20-60 s on a cold inductor cache, is in its first call), then each
-# feature alone and in steps
-DEFAULT_VARIANTS = ("ref", "packed+sdpa+window+graph-sampling",
-                    "packed+sdpa+window+graph-sampling+compiled", "graph-sampling", "window",
-                    "fused", "packed", "packed+sdpa")
+# today's path first, today's best next, then the decode-attention kernel in its place, compiled
+# and not (so these fit whatever the budget: the compile, ~20-60 s on a cold inductor cache, is
+# in a variant's first call), then each feature alone and in steps
+DEFAULT_VARIANTS = ("ref", "packed+sdpa+window+graph-sampling+compiled",
+                    "packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled",
+                    "packed+decode-attn+graph-sampling+compiled",
+                    "packed+decode-attn+graph-sampling", "packed+sdpa+window+graph-sampling",
+                    "packed+window+graph-sampling", "graph-sampling", "window", "fused",
+                    "packed", "packed+sdpa")
 PROFILED_STEPS = 20
 START = time.perf_counter()
 
@@ -174,6 +180,7 @@ def kernel_profiler(device: torch.device) -> Any:  # noqa: ANN401
 # kernel tables
 # --------------------------------------------------------------------------------------------
 KINDS = (
+    ("attn-kernel", ("decode_attention",)),  # decode-attn's Triton kernel
     ("compiled", ("triton_",)),  # inductor's fused kernels (`compiled`): norms, RoPE, residuals
     ("sampling", ("exponential", "multinomial", "distribution", "sort", "topk", "cumsum",
                   "argmax", "logsoftmax", "cunn_softmax", "philox", "radix")),
@@ -261,6 +268,135 @@ def reset_step(state: fg.DecodeState, span: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# attention alone: one layer's decode attention at the run's shape, each implementation
+# --------------------------------------------------------------------------------------------
+# decode-attn launches tried: (block, warps, stages); the decoder's is (64, 4, 2)
+ATTENTION_LAUNCHES = ((32, 4, 2), (64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 4, 2), (128, 8, 1))
+
+
+@dataclass
+class AttentionCase:
+    """One layer's q and cache at the step writing slot `index` (rows left-padded as the
+    profile's prompts are), and the bucket a `window` variant attends at that step."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    pad: torch.Tensor
+    index: torch.Tensor
+    span: int
+
+    @classmethod
+    def make(cls, setup: Setup, rows: list[list[int]], slot: int) -> AttentionCase:
+        shape, device, dtype = setup.shape, setup.device, setup.dtype
+        heads, kv, d = shape.num_attention_heads, shape.num_query_groups, shape.kv_channels
+        length = -(-(setup.prompt + setup.new) // fg.CACHE_ROUND) * fg.CACHE_ROUND
+        gen = torch.Generator(device=device).manual_seed(0)
+
+        def randn(*size: int) -> torch.Tensor:
+            return torch.randn(size, generator=gen, device=device).to(dtype)
+
+        q = randn(setup.batch, heads + kv, d)[:, :heads]  # the packed projection's slice
+        pad = fg.left_padded(rows, 0, device)[1]
+        span = min(length, (slot // fg.WINDOW + 1) * fg.WINDOW)
+        return cls(q, randn(setup.batch, kv, length, d), randn(setup.batch, kv, length, d), pad,
+                   torch.tensor(slot, device=device), span)
+
+    def kernel_args(self) -> dict[str, Any]:
+        return dict(q=self.q, cache_k=self.k, cache_v=self.v, pad=self.pad, index=self.index,
+                    scale=self.q.shape[-1] ** -0.5)
+
+    def useful_bytes(self) -> int:
+        """K and V bytes of the rows' filled slots: what attention must read at least."""
+        filled = int((self.index + 1 - self.pad).sum())
+        return 2 * filled * self.k.shape[1] * self.k.shape[-1] * self.k.element_size()
+
+    def sdpa(self) -> torch.Tensor:
+        """Today's `sdpa` variant: SDPA over the bucket, mask as a bias in q's dtype."""
+        return self._grouped(attn_mask=True)
+
+    def matmul(self) -> torch.Tensor:
+        """The fused path without sdpa: matmul, fp32 scale+bias, softmax, cast, matmul."""
+        return self._grouped(attn_mask=False)
+
+    def _grouped(self, attn_mask: bool) -> torch.Tensor:
+        b, heads, d = self.q.shape
+        kv = self.k.shape[1]
+        qg = self.q.reshape(b, kv, heads // kv, d)
+        keys, values = self.k[:, :, :self.span], self.v[:, :, :self.span]
+        slots = torch.arange(self.span, device=self.q.device)
+        masked = (slots[None, :] < self.pad[:, None]) | (slots[None, :] > self.index)
+        bias = torch.zeros(masked.shape, device=self.q.device).masked_fill(
+            masked, torch.finfo(torch.float32).min)[:, None, None, :]
+        if attn_mask:
+            bias = bias.clamp(min=torch.finfo(self.q.dtype).min).to(self.q.dtype)
+            return torch.nn.functional.scaled_dot_product_attention(
+                qg, keys, values, attn_mask=bias, scale=d ** -0.5)
+        scores = torch.matmul(qg, keys.transpose(-1, -2))
+        probs = torch.softmax(torch.add(bias, scores, alpha=d ** -0.5), dim=-1)
+        return torch.matmul(probs.to(self.q.dtype), values)
+
+
+def per_call_us(fn: Any, device: torch.device, calls: int = 20) -> float:  # noqa: ANN401
+    """Device microseconds per call: `calls` calls captured in one CUDA graph, replayed (no
+    launch gaps, as in the decoder's graphs); on CPU the wall time of eager calls."""
+    for _ in range(2):  # compile, autotune, allocator
+        fn()
+    sync(device)
+    if device.type != "cuda":
+        return gb.timed(fn, device, calls) * 1e6
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    clock = Clock(device)
+    times = []
+    for _ in range(5):
+        start = clock.now()
+        graph.replay()
+        times.append(clock.ms(start, clock.now()))
+    return statistics.median(times) * 1e3 / calls
+
+
+def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
+    """Each attention implementation on one layer, mid-generation and at the last step: us
+    per call, the GB/s of the K/V it must read (the filled slots), x layers as ms per step,
+    and max |diff| against decode_attention.attend_by_matmul (fp32 softmax)."""
+    layers = setup.shape.num_layers
+    usable, why = fg.decode_attention.kernel_status(setup.device)
+    for slot in (setup.prompt + setup.new // 2, setup.prompt + setup.new - 1):
+        case = AttentionCase.make(setup, rows, slot)
+        expected = fg.decode_attention.attend_by_matmul(**case.kernel_args()).float()
+        print(f"\n=== attention alone: one layer, step writing slot {slot} (bucket of "
+              f"{case.span} slots), {case.useful_bytes() / 1e6:.1f} MB of filled K/V ===")
+        candidates: list[tuple[str, Any]] = [("sdpa (today's sdpa variant)", case.sdpa),
+                                             ("matmul (fused, no sdpa)", case.matmul)]
+        if usable:
+            candidates += [(f"decode-attn block {block} warps {warps} stages {stages}",
+                            lambda block=block, warps=warps, stages=stages, case=case:
+                            fg.decode_attention.attend(**case.kernel_args(), block=block,
+                                                       num_warps=warps, num_stages=stages))
+                           for block, warps, stages in ATTENTION_LAUNCHES]
+        else:
+            print(f"  decode-attn kernel not run here: {why}")
+        for name, fn in candidates:
+            try:
+                us = per_call_us(fn, setup.device)
+                diff = (fn().float().reshape(expected.shape) - expected).abs().max().item()
+            except Exception as err:  # noqa: BLE001 - the other implementations still count
+                print(f"  {name:36s} FAILED: {type(err).__name__}: {str(err)[:160]}")
+                continue
+            print(f"  {name:36s} {us:9.2f} us  {case.useful_bytes() / us / 1e3:8.1f} GB/s  "
+                  f"x{layers} = {us * layers / 1e3:.3f} ms/step  max|diff| {diff:.2e}")
+
+
+# --------------------------------------------------------------------------------------------
 # one variant
 # --------------------------------------------------------------------------------------------
 @dataclass
@@ -335,21 +471,25 @@ def alone(decoder: fg.StaticDecoder, setup: Setup, options: fg.DecodeOptions, fi
     decode_ms = statistics.fmean(ms for _, ms in per_span)  # steps spread evenly over spans
     fig.add("decode alone (replay)", decode_ms, "ms",
             "per span: " + ", ".join(f"{s}:{ms:.3f}" for s, ms in per_span))
-    sample_ms = sampler_alone(state, sampling, options, clock, repeat)
+    sample_ms = sampler_alone(state, sampling, options, clock, repeat,
+                              decoder.sampling_kernel)
     fig.add("sampling alone", sample_ms, "ms",
+            "fused-sampling's kernels, eager" if decoder.sampling_kernel else
             "sync-free sampler, eager" if options.sample_in_graph else "torch.multinomial path")
     return decode_ms, sample_ms
 
 
 def sampler_alone(state: fg.DecodeState, sampling: fg.Sampling, options: fg.DecodeOptions,
-                  clock: Clock, repeat: int) -> float:
+                  clock: Clock, repeat: int, kernel: bool) -> float:
     generator = torch.Generator(device=state.logits.device).manual_seed(0)
     logits = torch.randn(state.logits.shape, generator=None, device=state.logits.device)
     logits = logits.to(state.logits.dtype) * 4
     times = []
     for _ in range(repeat):
         start = clock.now()
-        if options.sample_in_graph:
+        if kernel:
+            fg.sample_fused(logits, sampling, generator)
+        elif options.sample_in_graph:
             fg.sample_sync_free(logits, sampling, generator)
         else:
             fg.sample(logits, 1.0, 1.0, -1, generator)
@@ -449,12 +589,15 @@ def summary(figures: list[Figures]) -> None:
                "greedy log-prob max|diff| vs ref", "sampled tokens = ref (same seed)",
                "log-prob max|diff| vs transformers", "first call (capture)")
     print("\n=== summary (one run, same model and prompts) ===")
-    print(f"{'measurement':36s} " + " ".join(f"{f.variant[:22]:>22s}" for f in figures))
+    for number, f in enumerate(figures, 1):  # names are long: columns are numbered
+        print(f"  ({number}) {f.variant}")
+    print(f"{'measurement':36s} " + " ".join(f"{f'({n})':>12s}" for n in
+                                             range(1, len(figures) + 1)))
     for column in columns:
         cells = []
         for f in figures:
             value = f.values.get(column)
-            cells.append(f"{'-' if value is None else gb.fmt(value):>22s}")
+            cells.append(f"{'-' if value is None else gb.fmt(value):>12s}")
         print(f"{column:36s} " + " ".join(cells))
     for f in figures:
         for note in f.notes:
@@ -467,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU")
     parser.add_argument("--variant", action="append",
                         help=f"a variant name (repeatable); default: {', '.join(DEFAULT_VARIANTS)}")
+    parser.add_argument("--attention", action=argparse.BooleanOptionalAction, default=True,
+                        help="time each attention implementation alone first (default on)")
     parser.add_argument("--budget", type=float, default=150.0,
                         help="seconds: later work is skipped past it (default 150)")
     ns = parser.parse_args(argv)
@@ -475,12 +620,13 @@ def main(argv: list[str] | None = None) -> int:
     if setup.device.type == "cpu":
         torch.set_num_threads(1)  # tiny shapes: threads only contend
     try:
-        return profile_all(setup, ns.variant or list(DEFAULT_VARIANTS), ns.budget)
+        return profile_all(setup, ns.variant or list(DEFAULT_VARIANTS), ns.budget,
+                           ns.attention)
     finally:
         torch.set_num_threads(threads)
 
 
-def profile_all(setup: Setup, variants: list[str], budget: float) -> int:
+def profile_all(setup: Setup, variants: list[str], budget: float, attention: bool) -> int:
     from engine.rollout.hf_backend import HFGenerator
 
     print(f"decode profile: {setup.batch} rows x {setup.prompt}-token prompts, {setup.new} new "
@@ -490,6 +636,12 @@ def profile_all(setup: Setup, variants: list[str], budget: float) -> int:
     model = HFGenerator(setup.shape, "qwen3", device=setup.device, dtype=setup.dtype).model
     rows = setup.rows()
     print(f"model built at {elapsed():.0f} s", flush=True)
+    if attention:
+        try:
+            attention_alone(setup, rows)
+        except Exception:  # noqa: BLE001 - the variants must still be measured
+            traceback.print_exc()
+        gb.release_memory()
     ref = Reference(greedy=generate(model, rows, setup, fg.REFERENCE, temperature=0.0),
                     sampled=generate(model, rows, setup, fg.REFERENCE)[0])
     figures = []

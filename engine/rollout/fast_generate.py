@@ -31,12 +31,26 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   (memory-efficient kernel with the mask as a bias; a KV group's query heads
                   are its query rows, so no GQA copies) instead of matmul, scale+mask, softmax,
                   cast, matmul;
+  decode-attn     `fused` with each layer's attention one Triton kernel made for a single query
+                  token (engine/rollout/decode_attention.py: one program per row and KV head,
+                  the group's query heads one tile, fp32 online softmax, only the row's filled
+                  slots [pad, index] read, so no mask and no buckets); where Triton cannot run
+                  (no CUDA, not importable) the same maths as batched matmuls, said in a
+                  warning and in the PPODECK_DECODE note. Not with `sdpa`;
   window          attention over the filled part of the cache only, in WINDOW-slot buckets (one
                   graph per bucket) instead of the whole cache every step;
   graph-sampling  sampling, log-prob, next token, cache index and EOS flag inside the captured
                   graph (Gumbel-max with exponential noise from a generator registered with the
                   graph: the same draws as torch.multinomial, without its two host syncs), so a
                   step is one replay and no per-step host work;
+  fused-sampling  graph-sampling's draw at T=1 without filters in two Triton kernels
+                  (engine/rollout/sampling_kernel.py: argmax(logit - log q) with the same noise,
+                  the log-prob from an online max and sum) instead of an fp32 softmax and
+                  log-softmax over the vocabulary; other sampling settings, or no Triton (said),
+                  as graph-sampling. Needs graph-sampling;
+  fused-prefill   the prefill (one eager pass over the prompts) in the fused step's building
+                  blocks over all B x P tokens at once (packed weights when `packed`): about
+                  a third of the reference prefill's kernels per layer;
   compiled        `fused` with each layer's elementwise work compiled by torch.compile
                   (inductor, static shapes, no inductor cudagraphs: our graph captures the
                   compiled kernels): RMSNorm, q/k norms, RoPE and the k/v cache writes before
@@ -46,7 +60,8 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   bucket), so the two functions compile once per model shape and serve every
                   layer and bucket. The compile happens in the capture's warm-up steps (never
                   under capture: a recompile there raises).
-e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`.
+e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`,
+`packed+decode-attn+graph-sampling+compiled` (one graph: the kernel needs no window buckets).
 
 `fast_generate(model, rows, ...)` is the entry point; `can_use(model)` says whether a model is
 one this decoder understands (Llama / Qwen3 families, default RoPE).
@@ -63,12 +78,15 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from engine.rollout import decode_attention, sampling_kernel
+
 SUPPORTED = ("llama", "qwen3")
 EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
 CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are masked)
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
-FEATURES = ("fused", "packed", "sdpa", "window", "graph-sampling", "compiled")
+FEATURES = ("fused", "packed", "sdpa", "decode-attn", "window", "graph-sampling", "fused-sampling",
+            "fused-prefill", "compiled")
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
@@ -81,14 +99,28 @@ class DecodeOptions:
     fused: bool = False
     packed: bool = False  # implies the fused layer code
     sdpa: bool = False  # implies the fused layer code
+    decode_attn: bool = False  # implies the fused layer code; not with sdpa
     window: int = 0  # bucket of the attended cache prefix; 0 = the whole cache every step
     sample_in_graph: bool = False
+    fused_sampling: bool = False  # graph-sampling's T=1 draw in Triton kernels
+    fused_prefill: bool = False  # the prefill in the fused step's building blocks
     compiled: bool = False  # implies the fused layer code
+
+    def __post_init__(self) -> None:
+        if self.sdpa and self.decode_attn:
+            raise ValueError("'sdpa' and 'decode-attn' are two attention kernels: name one")
+        if self.fused_sampling and not self.sample_in_graph:
+            raise ValueError("'fused-sampling' is graph-sampling's draw: name graph-sampling too")
+
+    @property
+    def layers_fused(self) -> bool:
+        """Whether the layers run the fused code (every feature but window/graph-sampling)."""
+        return self.fused or self.packed or self.sdpa or self.decode_attn or self.compiled
 
     @property
     def name(self) -> str:
-        flags = (self.fused, self.packed, self.sdpa, self.window > 0, self.sample_in_graph,
-                 self.compiled)
+        flags = (self.fused, self.packed, self.sdpa, self.decode_attn, self.window > 0,
+                 self.sample_in_graph, self.fused_sampling, self.fused_prefill, self.compiled)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -110,8 +142,11 @@ def parse_variant(name: str) -> DecodeOptions:
         raise ValueError(f"unknown decoder feature(s) {unknown}: use 'ref' or a '+'-joined "
                          f"subset of {', '.join(FEATURES)}")
     return DecodeOptions(fused="fused" in parts, packed="packed" in parts, sdpa="sdpa" in parts,
+                         decode_attn="decode-attn" in parts,
                          window=WINDOW if "window" in parts else 0,
                          sample_in_graph="graph-sampling" in parts,
+                         fused_sampling="fused-sampling" in parts,
+                         fused_prefill="fused-prefill" in parts,
                          compiled="compiled" in parts)
 
 
@@ -129,7 +164,28 @@ def options_from_env() -> tuple[DecodeOptions, str | None]:
     except ValueError as err:
         return default_options(), (f"{VARIANT_ENV}={raw!r} ignored ({err}); decoding with "
                                    f"'{DEFAULT_VARIANT}'")
-    return options, f"{VARIANT_ENV}={raw!r}: the hf decoder runs variant '{options.name}'"
+    note = f"{VARIANT_ENV}={raw!r}: the hf decoder runs variant '{options.name}'"
+    for feature in kernel_features(options):
+        note += "; " + kernel_note(feature, torch.device("cuda"))
+    return options, note
+
+
+# the features that run Triton kernels: what runs instead where they cannot
+KERNEL_FALLBACKS = {"decode-attn": "attention runs as batched matmuls (the same maths)",
+                    "fused-sampling": "graph-sampling samples with torch ops (the same draws)"}
+
+
+def kernel_features(options: DecodeOptions) -> list[str]:
+    return [name for name, on in (("decode-attn", options.decode_attn),
+                                  ("fused-sampling", options.fused_sampling)) if on]
+
+
+def kernel_note(feature: str, device: torch.device) -> str:
+    """What a Triton feature runs on `device`: its kernel, or (said why) its torch fallback."""
+    ok, why = decode_attention.kernel_status(device)
+    if ok:
+        return f"{feature}: its Triton kernel"
+    return f"{feature}: {why}, so {KERNEL_FALLBACKS[feature]}"
 
 
 def can_use(model: Any) -> tuple[bool, str]:  # noqa: ANN401
@@ -298,9 +354,18 @@ class StaticDecoder:
         self.device = self.embed.device
         self.packed = [_Packed.empty_like(layer) for layer in self.layers] \
             if options.packed else []
+        self.attention_kernel = options.decode_attn and self._kernel_usable("decode-attn")
+        self.sampling_kernel = options.fused_sampling and self._kernel_usable("fused-sampling")
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
+
+    def _kernel_usable(self, feature: str) -> bool:
+        """Whether `feature`'s Triton kernel runs here; on CUDA a fallback is said."""
+        ok, _ = decode_attention.kernel_status(self.device)
+        if not ok and self.device.type == "cuda":
+            warnings.warn(f"fast_generate {kernel_note(feature, self.device)}", stacklevel=3)
+        return ok
 
     @staticmethod
     def _layer(layer: Any) -> _Layer:  # noqa: ANN401
@@ -360,14 +425,12 @@ class StaticDecoder:
     # ---- prefill (eager) -----------------------------------------------------------------
     def prefill(self, ids: torch.Tensor, pad: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Left-padded prompts [B, P] (pad[b] pad tokens first) -> last-position logits [B, V]."""
+        if self.options.fused_prefill:
+            return self._prefill_fused(ids, pad, cache)
         b, p = ids.shape
-        index = torch.arange(p, device=ids.device)
-        positions = (index[None, :] - pad[:, None]).clamp(min=0)
+        positions = (torch.arange(p, device=ids.device)[None, :] - pad[:, None]).clamp(min=0)
         cos, sin = self.rope(positions)
-        allowed = (index[None, None, :] <= index[None, :, None]) & \
-            (index[None, None, :] >= pad[:, None, None])  # [B, P(q), P(k)]
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=ids.device)
-        mask = mask.masked_fill(~allowed, torch.finfo(self.dtype).min).unsqueeze(1)
+        mask = self._prefill_mask(p, pad)
         group = self.heads // self.kv_heads
         x = F.embedding(ids, self.embed)
         for i, layer in enumerate(self.layers):
@@ -381,6 +444,46 @@ class StaticDecoder:
             x = x + self.mlp(layer, x)
         return self.logits(x[:, -1])
 
+    def _prefill_mask(self, p: int, pad: torch.Tensor) -> torch.Tensor:
+        """[B, 1, P(q), P(k)] in the model's dtype: 0 where causal and past the row's pads."""
+        index = torch.arange(p, device=pad.device)
+        allowed = (index[None, None, :] <= index[None, :, None]) & \
+            (index[None, None, :] >= pad[:, None, None])
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=pad.device)
+        return mask.masked_fill(~allowed, torch.finfo(self.dtype).min).unsqueeze(1)
+
+    def _prefill_fused(self, ids: torch.Tensor, pad: torch.Tensor,
+                       cache: KVCache) -> torch.Tensor:
+        """`fused-prefill`: prefill with the fused step's blocks over all B x P tokens at once
+        (F.rms_norm, packed q/k/v and gate/up when `packed`, RoPE by roll + addcmul, the
+        residual adds inside the o/down GEMMs): about a third of the kernels per layer."""
+        b, p = ids.shape
+        heads, kv, d = self.dims
+        positions = (torch.arange(p, device=ids.device)[None, :] - pad[:, None]).clamp(min=0)
+        cos, sin = self.rope(positions.reshape(-1))  # [B*P, d]
+        sin_signed = torch.cat((-sin[:, :d // 2], sin[:, d // 2:]), dim=-1)
+        rope = (cos[:, None, :], sin_signed[:, None, :])
+        mask = self._prefill_mask(p, pad)
+        x = F.embedding(ids.reshape(-1), self.embed)  # [B*P, hidden]
+        hidden = x.shape[-1]
+        for i, layer in enumerate(self.layers):
+            h = F.rms_norm(x, (hidden,), layer.in_norm, self.eps)
+            weights, norms = self._projections(i, layer)
+            q, k, v = qkv_projection(h, weights, norms, rope, self.dims, self.eps)
+            q = q.reshape(b, p, heads, d).transpose(1, 2)
+            k = k.reshape(b, p, kv, d).transpose(1, 2)
+            v = v.reshape(b, p, kv, d).transpose(1, 2)
+            cache.k[i, :, :, :p] = k
+            cache.v[i, :, :, :p] = v
+            attn = F.scaled_dot_product_attention(
+                q, k.repeat_interleave(heads // kv, dim=1),
+                v.repeat_interleave(heads // kv, dim=1), attn_mask=mask, scale=d ** -0.5)
+            x.addmm_(attn.transpose(1, 2).reshape(b * p, heads * d), layer.o.t())
+            h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
+            x.addmm_(gated_mlp(h, self._mlp_weights(i, layer)), layer.down.t())
+        last = F.rms_norm(x.view(b, p, hidden)[:, -1], (hidden,), self.norm, self.eps)
+        return F.linear(last, self.lm_head)
+
     # ---- one decode step (graph-capturable: no host syncs, static shapes) ----------------
     def span(self, slot: int, length: int) -> int:
         """Cache slots a step writing `slot` attends: the bucket holding it, or all of them."""
@@ -392,13 +495,12 @@ class StaticDecoder:
     def decode_step(self, state: DecodeState, span: int, sampling: Sampling | None) -> None:
         """Reads state.token/index/pad, writes the new K/V and state.logits over the first
         `span` cache slots; with `sampling` (graph-sampling) it also samples the next token."""
-        options = self.options
-        if options.fused or options.packed or options.sdpa or options.compiled:
+        if self.options.layers_fused:
             self._decode_fused(state, span)
         else:
             self._decode_ref(state, span)
         if sampling is not None:
-            advance(state, sampling)
+            advance(state, sampling, self.sampling_kernel)
 
     def _decode_ref(self, state: DecodeState, span: int) -> None:
         b = state.token.shape[0]
@@ -432,11 +534,7 @@ class StaticDecoder:
         # rotate(x) * sin == roll(x, half) * sin_signed: RoPE is x*cos, roll, addcmul
         sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
         cos, sin_signed = cos[:, None, :], sin_signed[:, None, :]  # [B, 1, d] over heads
-        bias = state.pad_bias[:, :span].masked_fill(
-            state.key_index[:span] > state.index, torch.finfo(torch.float32).min)
-        bias = bias[:, None, None, :]
-        if self.options.sdpa:  # SDPA takes the bias in the query's dtype
-            bias = bias.clamp(min=torch.finfo(self.dtype).min).to(self.dtype)
+        bias = None if self.attention_kernel else self._attention_bias(state, span)
         x = F.embedding(state.token, self.embed)  # [B, hidden]
         if self.options.compiled:
             x = self._compiled_layers(state, x, (cos, sin_signed), bias, span)
@@ -445,6 +543,15 @@ class StaticDecoder:
                 self._fused_layer(state, i, layer, x, (cos, sin_signed), bias, span)
         h = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
         torch.mm(h, self.lm_head.t(), out=state.logits)
+
+    def _attention_bias(self, state: DecodeState, span: int) -> torch.Tensor:
+        """[B, 1, 1, span]: 0 on each row's filled slots, the float min elsewhere."""
+        bias = state.pad_bias[:, :span].masked_fill(
+            state.key_index[:span] > state.index, torch.finfo(torch.float32).min)
+        bias = bias[:, None, None, :]
+        if self.options.sdpa:  # SDPA takes the bias in the query's dtype
+            bias = bias.clamp(min=torch.finfo(self.dtype).min).to(self.dtype)
+        return bias
 
     def _projections(self, i: int, layer: _Layer) -> tuple[Weights, Weights | None]:
         """(q/k/v weights: the packed one or the three, q/k norm weights or None)."""
@@ -458,7 +565,7 @@ class StaticDecoder:
         return (self.packed[i].gate_up,) if self.packed else (layer.gate, layer.up)
 
     def _fused_layer(self, state: DecodeState, i: int, layer: _Layer, x: torch.Tensor,
-                     rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor,
+                     rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None,
                      span: int) -> None:
         """One layer in place on the residual stream x [B, hidden]."""
         b, hidden = x.shape
@@ -471,7 +578,7 @@ class StaticDecoder:
         x.addmm_(gated_mlp(h, self._mlp_weights(i, layer)), layer.down.t())
 
     def _compiled_layers(self, state: DecodeState, x: torch.Tensor,
-                         rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor,
+                         rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None,
                          span: int) -> torch.Tensor:
         """All layers with their elementwise work compiled (`compiled`): x [B, hidden] in,
         the last residual stream out."""
@@ -487,7 +594,7 @@ class StaticDecoder:
         return x
 
     def _attend(self, state: DecodeState, i: int, qkv: tuple[torch.Tensor, ...],
-                bias: torch.Tensor, span: int) -> torch.Tensor:
+                bias: torch.Tensor | None, span: int) -> torch.Tensor:
         """Write this step's k/v into slot state.index of layer i's cache, then attend its
         first `span` slots: q [B, H, d] -> [B, KV, group, d]."""
         q, k, v = qkv
@@ -496,10 +603,15 @@ class StaticDecoder:
         state.cache.v[i].index_copy_(2, slot, v)
         return self._attend_cache(state, i, q, bias, span)
 
-    def _attend_cache(self, state: DecodeState, i: int, q: torch.Tensor, bias: torch.Tensor,
-                      span: int) -> torch.Tensor:
-        """q [B, H, d] over the first `span` slots of layer i's cache -> [B, KV, group, d]."""
+    def _attend_cache(self, state: DecodeState, i: int, q: torch.Tensor,
+                      bias: torch.Tensor | None, span: int) -> torch.Tensor:
+        """q [B, H, d] over the first `span` slots of layer i's cache -> [B, KV, group, d]
+        (`bias` None: the decode-attention kernel, which bounds itself by pad and index)."""
         b, d = q.shape[0], self.head_dim
+        if bias is None:
+            out = decode_attention.attend(q, state.cache.k[i], state.cache.v[i], state.pad,
+                                          state.index, d ** -0.5)
+            return out.view(b, self.kv_heads, self.heads // self.kv_heads, d)
         qg = q.reshape(b, self.kv_heads, self.heads // self.kv_heads, d)
         keys, values = state.cache.k[i][:, :, :span], state.cache.v[i][:, :, :span]
         if self.options.sdpa:
@@ -682,10 +794,22 @@ def record(state: DecodeState, tokens: torch.Tensor, log_probs: torch.Tensor) ->
     state.step += 1
 
 
-def advance(state: DecodeState, sampling: Sampling) -> None:
-    """The in-graph tail of a graph-sampling step: sample from state.logits, record, and move
-    the cache index to the next slot."""
-    tokens, log_probs = sample_sync_free(state.logits, sampling, state.generator)
+def sample_fused(logits: torch.Tensor, sampling: Sampling,
+                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fused-sampling`: sample_sync_free's draw, at T=1 without filters by the Triton kernels
+    (engine/rollout/sampling_kernel.py: the same noise, no softmax/log-softmax written out)."""
+    if sampling.temperature != 1.0 or sampling.top_p < 1.0 or \
+            0 < sampling.top_k < logits.shape[-1]:
+        return sample_sync_free(logits, sampling, generator)
+    noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+    return sampling_kernel.sample_plain(logits, noise.exponential_(1, generator=generator))
+
+
+def advance(state: DecodeState, sampling: Sampling, kernel: bool = False) -> None:
+    """The in-graph tail of a graph-sampling step: sample from state.logits (`kernel`: by
+    fused-sampling's kernels), record, and move the cache index to the next slot."""
+    draw = sample_fused if kernel else sample_sync_free
+    tokens, log_probs = draw(state.logits, sampling, state.generator)
     record(state, tokens, log_probs)
     state.index += 1
 
@@ -826,7 +950,8 @@ def _generate_in_graph(call: _Call, logits: torch.Tensor,
     state.finished.zero_()
     state.step.zero_()
     call.mark("sample", 0)
-    record(state, *sample_sync_free(logits, call.sampling, state.generator))
+    draw = sample_fused if call.decoder.sampling_kernel else sample_sync_free
+    record(state, *draw(logits, call.sampling, state.generator))
     state.index.fill_(call.width)
     produced = 1
     while produced < call.max_new_tokens:

@@ -240,15 +240,17 @@ def test_decode_profile_smoke_runs(capsys) -> None:
     import gpu_decode_profile as profile
 
     assert profile.main(["--smoke", "--variant", "ref", "--variant",
-                         "packed+sdpa+window+graph-sampling"]) == 0
+                         "packed+sdpa+window+graph-sampling", "--variant",
+                         "packed+decode-attn+graph-sampling+fused-sampling"]) == 0
     out = capsys.readouterr().out
     assert "FAILED" not in out and "Traceback" not in out
+    assert "=== attention alone" in out and "matmul (fused, no sdpa)" in out
     summary = out[out.index("=== summary"):]
     for row in ("tokens/s", "decode alone (replay)", "kernels/step", "greedy tokens = ref"):
         assert row in summary
     greedy_row = next(line for line in summary.splitlines()
                       if line.startswith("greedy tokens = ref"))
-    assert greedy_row.split()[-2:] == ["1", "1"]  # both variants: every greedy token as ref
+    assert greedy_row.split()[-3:] == ["1", "1", "1"]  # every variant: each greedy token
 
 
 

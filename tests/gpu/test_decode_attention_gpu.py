@@ -1,0 +1,117 @@
+"""decode-attn on the GPU (`python -m pytest tests/gpu/test_decode_attention_gpu.py -m gpu -q`):
+the Triton kernel compiled for the device against the fp32-softmax matmul maths at the
+Qwen3-0.6B decode shape, replayed from a CUDA graph, and fast_generate's decode-attn variants
+against today's path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def _case(dtype: torch.dtype, b: int = 64, heads: int = 16, kv: int = 8, slots: int = 384,
+          d: int = 128, index: int = 300) -> dict:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def randn(*size: int) -> torch.Tensor:
+        return torch.randn(size, generator=gen, device="cuda").to(dtype)
+
+    pad = torch.tensor([(i % 4) * 8 for i in range(b)], device="cuda")
+    return dict(q=randn(b, heads + kv, d)[:, :heads], cache_k=randn(b, kv, slots, d),
+                cache_v=randn(b, kv, slots, d), pad=pad,
+                index=torch.tensor(index, device="cuda"), scale=d ** -0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_kernel_is_the_matmul_maths_at_the_decode_shape(dtype) -> None:  # noqa: ANN001
+    from engine.rollout import decode_attention as da
+
+    assert da.kernel_status(torch.device("cuda")) == (True, "ok")
+    case = _case(dtype)
+    expected = da.attend_by_matmul(**case).float()
+    atol = 1.6e-2 if dtype == torch.bfloat16 else 1e-5
+    for block, warps in ((32, 4), (64, 4), (128, 8)):
+        out = da.attend(**case, block=block, num_warps=warps)
+        torch.testing.assert_close(out.float(), expected, rtol=0, atol=atol)
+    slots = torch.arange(case["cache_k"].shape[2], device="cuda")
+    outside = (slots[None, :] < case["pad"][:, None]) | (slots[None, :] > case["index"])
+    for name in ("cache_k", "cache_v"):  # never read: NaN there must not reach the output
+        case[name] = case[name].masked_fill(outside[:, None, :, None], float("nan"))
+    torch.testing.assert_close(da.attend(**case).float(), expected, rtol=0, atol=atol)
+
+
+def test_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
+    from engine.rollout import decode_attention as da
+
+    case = _case(torch.bfloat16)
+    da.attend(**case)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = da.attend(**case)
+    for index, shift in ((130, 0), (383, 3), (200, 5)):
+        case["index"].fill_(index)
+        case["pad"].copy_((torch.arange(64, device="cuda") * shift) % 100)
+        graph.replay()
+        torch.testing.assert_close(out, da.attend(**case), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("features", [
+    dict(packed=True, decode_attn=True, sample_in_graph=True),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, compiled=True),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+         fused_prefill=True, compiled=True),
+    dict(decode_attn=True, window=16),
+])
+def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) -> None:  # noqa: ANN001
+    """Its CUDA graphs replay its eager loop exactly; greedy (bf16) against today's path:
+    >= 95% of the tokens equal, log-probs within 5e-2 on each row's common prefix (the
+    tolerance of the other fused variants' GPU tests)."""
+    from engine.rollout import fast_generate as fg
+    from tests.gpu.test_gpu_smoke import _small_qwen3_bf16
+
+    model = _small_qwen3_bf16()
+    options = fg.DecodeOptions(**features)
+    rows = [[5 + i, 6 + 2 * i, 7 + 3 * i][: 1 + i % 3] for i in range(12)]
+    kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=70, eos_token_id=None, pad_token_id=0,
+                  seed=3, options=options)
+    for temperature in (0.0, 1.0):
+        graph = fg.fast_generate(model, rows, temperature=temperature, **kwargs)
+        decoder = fg.decoder_for(model, options)
+        assert decoder.attention_kernel and decoder._graphs, "kernel or graph missing"
+        assert decoder.sampling_kernel == options.fused_sampling
+        fg.release_decoders()
+        eager = fg.fast_generate(model, rows, temperature=temperature, use_cuda_graph=False,
+                                 **kwargs)
+        assert graph[0] == eager[0], f"T={temperature}"
+        torch.testing.assert_close(torch.tensor(graph[1]), torch.tensor(eager[1]))
+    tokens, log_probs = fg.fast_generate(model, rows, temperature=0.0, **kwargs)
+    ref_tokens, ref_log_probs = fg.fast_generate(
+        model, rows, temperature=0.0, **{**kwargs, "options": fg.REFERENCE})
+    pairs = [(a, b) for ra, rb in zip(tokens, ref_tokens, strict=True)
+             for a, b in zip(ra, rb, strict=True)]
+    assert sum(a == b for a, b in pairs) / len(pairs) >= 0.95
+    for ours, ref, lp, ref_lp in zip(tokens, ref_tokens, log_probs, ref_log_probs, strict=True):
+        same = next((i for i, (a, b) in enumerate(zip(ours, ref, strict=True)) if a != b),
+                    len(ref))
+        torch.testing.assert_close(torch.tensor(lp[:same]), torch.tensor(ref_lp[:same]),
+                                   rtol=0, atol=5e-2)
+
+
+def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> None:
+    """fused-sampling's kernels at batch 64 x 151,936 (bf16 logits): the tokens of
+    argmax(softmax / noise), the log-softmax of each within 1e-5."""
+    from engine.rollout import sampling_kernel as sk
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    logits = (torch.randn(64, 151_936, generator=gen, device="cuda") * 4).to(torch.bfloat16)
+    noise = torch.empty(64, 151_936, device="cuda").exponential_(1, generator=gen)
+    tokens, log_probs = sk.sample_plain(logits, noise)
+    expected = (torch.softmax(logits, -1, dtype=torch.float32) / noise).argmax(-1)
+    assert tokens.tolist() == expected.tolist()
+    log_softmax = torch.log_softmax(logits, -1, dtype=torch.float32)
+    torch.testing.assert_close(log_probs, log_softmax.gather(-1, expected[:, None])[:, 0],
+                               rtol=0, atol=1e-5)

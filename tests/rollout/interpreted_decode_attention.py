@@ -1,0 +1,114 @@
+"""The decode-attention kernel run by Triton's CPU interpreter (CPU tensors): collected only
+when named, by test_decode_attention.py::test_the_kernel_under_the_triton_interpreter, which runs
+this file in a fresh process with TRITON_INTERPRET=1 (triton.jit reads it when Triton's own
+library is decorated, at its import)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from engine.rollout import decode_attention as da
+from engine.rollout import fast_generate as fg
+from engine.rollout import sampling_kernel as sk
+from tests.rollout.test_decode_attention import SHAPES, cache_case
+from tests.rollout.test_fast_generate import PAD, ROWS, tiny_model
+
+
+@pytest.fixture
+def interpreted() -> None:
+    """The kernel under Triton's interpreter (CPU tensors)."""
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_decode_attention.py"
+    assert da.kernel_status(torch.device("cpu")) == (True, "ok")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_is_the_matmul_maths(interpreted, dtype) -> None:  # noqa: ANN001
+    for shape in SHAPES:
+        case = cache_case(shape, dtype)
+        out = da.attend(**case)
+        assert out.dtype == dtype and out.shape == case["q"].shape
+        expected = da.attend_by_matmul(**case)
+        atol = 1e-5 if dtype == torch.float32 else 1.6e-2  # bf16: ~1 ulp of |out| <= 2
+        torch.testing.assert_close(out.float(), expected.float(), rtol=0, atol=atol)
+
+
+def test_kernel_reads_only_the_rows_filled_slots(interpreted) -> None:  # noqa: ANN001
+    """NaN in every pad slot and past the step's slot: a read there would reach the output."""
+    case = cache_case((3, 4, 2, 70, 16), torch.float32)
+    expected = da.attend_by_matmul(**case)
+    slots = torch.arange(70)
+    outside = (slots[None, :] < case["pad"][:, None]) | (slots[None, :] > case["index"])
+    for name in ("cache_k", "cache_v"):
+        case[name] = case[name].masked_fill(outside[:, None, :, None], float("nan"))
+    torch.testing.assert_close(da.attend(**case), expected, rtol=0, atol=1e-5)
+
+
+def test_kernel_launch_options_give_the_same_result(interpreted) -> None:  # noqa: ANN001
+    case = cache_case((2, 4, 2, 70, 16), torch.float32)
+    expected = da.attend_by_matmul(**case)
+    for block in (16, 32, 128):
+        torch.testing.assert_close(da.attend(**case, block=block, num_warps=8), expected,
+                                   rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_decode_attn_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
+    """fast_generate with the kernel in every layer (fp32): greedy and sampled tokens equal
+    today's path, log-probs within 1e-5; the steps cross a 64-slot block (left pads of 0-3)."""
+    model = tiny_model(arch)
+    options = fg.DecodeOptions(packed=True, decode_attn=True, sample_in_graph=True)
+    assert fg.StaticDecoder(model, options).attention_kernel
+    rows = [ROWS[0] * 15, ROWS[1] * 15, ROWS[2] * 20, ROWS[3] * 30]  # 60, 15, 60, 60 tokens
+    for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
+        kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
+                      pad_token_id=PAD, seed=3) | sampling
+        ours = fg.fast_generate(model, rows, options=options, **kwargs)
+        ref = fg.fast_generate(model, rows, options=fg.REFERENCE, **kwargs)
+        assert ours[0] == ref[0], sampling
+        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize(("dtype", "rows", "vocab"), [
+    (torch.float32, 4, 48), (torch.bfloat16, 3, 10_000), (torch.float32, 2, 2 * sk.CHUNK + 5)])
+def test_sampling_kernels_draw_torch_multinomials_tokens(interpreted, dtype, rows,  # noqa: ANN001
+                                                          vocab) -> None:
+    """argmax(softmax / noise), as torch.multinomial draws, and log-softmax of the token."""
+    gen = torch.Generator().manual_seed(vocab)
+    logits = (torch.randn(rows, vocab, generator=gen) * 3).to(dtype)
+    noise = torch.empty(rows, vocab).exponential_(1, generator=gen)
+    tokens, log_probs = sk.sample_plain(logits, noise)
+    expected = (torch.softmax(logits, -1, dtype=torch.float32) / noise).argmax(-1)
+    assert tokens.dtype == torch.long and tokens.tolist() == expected.tolist()
+    log_softmax = torch.log_softmax(logits, -1, dtype=torch.float32)
+    torch.testing.assert_close(log_probs, log_softmax.gather(-1, expected[:, None])[:, 0],
+                               rtol=0, atol=1e-5)
+
+
+def test_sampling_kernels_take_the_first_of_tied_tokens(interpreted) -> None:  # noqa: ANN001
+    logits = torch.zeros(2, 3 * sk.CHUNK)
+    noise = torch.ones(2, 3 * sk.CHUNK)  # every score equal: torch's argmax takes token 0
+    tokens, log_probs = sk.sample_plain(logits, noise)
+    assert tokens.tolist() == [0, 0]
+    uniform = -torch.log(torch.tensor(3.0 * sk.CHUNK))
+    torch.testing.assert_close(log_probs, uniform.expand(2))
+
+
+def test_fused_sampling_variant_draws_todays_tokens(interpreted) -> None:  # noqa: ANN001
+    """Both kernels in fast_generate: T=1 by the sampling kernels, T=0.7 with filters by
+    graph-sampling's torch ops; tokens equal today's path, log-probs within 1e-5."""
+    model = tiny_model("qwen3")
+    options = fg.parse_variant("packed+decode-attn+graph-sampling+fused-sampling")
+    decoder = fg.StaticDecoder(model, options)
+    assert decoder.attention_kernel and decoder.sampling_kernel
+    for sampling in (dict(temperature=1.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
+        kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=8, eos_token_id=None,
+                      pad_token_id=PAD, seed=5) | sampling
+        ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
+        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+        assert ours[0] == ref[0], sampling
+        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                   atol=1e-5)

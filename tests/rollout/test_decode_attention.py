@@ -1,0 +1,177 @@
+"""decode_attention (fast_generate's `decode-attn`): the batched-matmul maths against the textbook
+definition, the variant without Triton, its note; the Triton kernel itself runs under Triton's
+CPU interpreter in a fresh process (interpreted_decode_attention.py; skipped where Triton is not
+installed: the GPU image has it, and tests/gpu/test_decode_attention_gpu.py runs the kernel
+compiled on the H200)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.rollout import decode_attention as da
+from engine.rollout import fast_generate as fg
+from tests.rollout.test_fast_generate import PAD, ROWS, tiny_model
+
+# (batch, heads, kv heads, cache slots, head dim): GQA groups of 2 and 3 (not a power of two),
+# plain MHA, a head dim below tl.dot's 16 and one not a power of two, more slots than a block
+SHAPES = [(3, 4, 2, 70, 16), (2, 6, 2, 20, 24), (2, 3, 3, 9, 8), (2, 16, 8, 130, 128)]
+
+
+def cache_case(shape: tuple[int, ...], dtype: torch.dtype, seed: int = 0) -> dict:
+    """Random q (a strided slice, as the packed projection gives it), k/v cache, left pads
+    (0 for row 0) and the step's slot, two slots short of the cache's end."""
+    b, heads, kv, slots, d = shape
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, heads + kv, d, generator=gen).to(dtype)[:, :heads]
+    k = torch.randn(b, kv, slots, d, generator=gen).to(dtype)
+    v = torch.randn(b, kv, slots, d, generator=gen).to(dtype)
+    pad = torch.tensor([(3 * i) % max(1, slots // 2) for i in range(b)])
+    return dict(q=q, cache_k=k, cache_v=v, pad=pad, index=torch.tensor(slots - 3),
+                scale=d ** -0.5)
+
+
+def test_matmul_maths_is_attention_over_each_rows_filled_slots() -> None:
+    for shape in SHAPES:
+        case = cache_case(shape, torch.float64)
+        out = da.attend_by_matmul(**case)
+        b, heads, kv, _, d = shape
+        end = int(case["index"]) + 1
+        for row in range(b):
+            first = int(case["pad"][row])
+            k = case["cache_k"][row, :, first:end].repeat_interleave(heads // kv, dim=0)
+            v = case["cache_v"][row, :, first:end].repeat_interleave(heads // kv, dim=0)
+            expected = F.scaled_dot_product_attention(case["q"][row][:, None], k, v)[:, 0]
+            torch.testing.assert_close(out[row], expected, rtol=0, atol=1e-12)
+
+
+def test_without_triton_the_variant_runs_the_matmul_maths() -> None:
+    """On CPU (no interpreter) the kernel cannot run: `decode-attn` decodes by batched matmuls,
+    token for token today's path."""
+    options = fg.parse_variant("packed+decode-attn+graph-sampling")
+    assert options.decode_attn and options.name == "packed+decode-attn+graph-sampling"
+    model = tiny_model("qwen3")
+    assert not fg.StaticDecoder(model, options).attention_kernel
+    greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
+                  pad_token_id=PAD, seed=0)
+    assert fg.fast_generate(model, ROWS, options=options, **greedy)[0] == \
+        fg.fast_generate(model, ROWS, options=fg.REFERENCE, **greedy)[0]
+
+
+def test_sdpa_and_decode_attn_are_exclusive_and_the_note_says_what_runs(monkeypatch) -> None:
+    with pytest.raises(ValueError, match="two attention kernels"):
+        fg.parse_variant("sdpa+decode-attn")
+    with pytest.raises(ValueError, match="name graph-sampling too"):
+        fg.parse_variant("fused-sampling")
+    monkeypatch.setenv(fg.VARIANT_ENV, "decode-attn+compiled")
+    options, note = fg.options_from_env()
+    assert options == fg.DecodeOptions(decode_attn=True, compiled=True)
+    assert "decode-attn" in note
+    ok, why = da.kernel_status(torch.device("cuda"))
+    assert ("decode-attn: its Triton kernel" in note) == ok
+    if not ok:
+        assert why in note and "batched matmuls" in note
+
+
+
+
+def test_the_kernel_under_the_triton_interpreter() -> None:
+    """interpreted_decode_attention.py in a fresh process with TRITON_INTERPRET=1: the kernel
+    against the matmul maths (fp32, bf16, GQA groups 1-3, pads, NaN outside the filled slots,
+    launch options) and fast_generate's decode-attn variant against today's path."""
+    pytest.importorskip("triton")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
+        p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(Path(__file__).with_name("interpreted_decode_attention.py"))],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
+    tail = (done.stdout + done.stderr)[-3000:]
+    assert done.returncode == 0, tail
+    summary = tail.strip().splitlines()[-1]  # pytest's last line: "N passed[, ...] in T s"
+    assert re.search(r"\d+ passed", summary), tail
+    assert not re.search(r"\d+ (failed|skipped|error)", summary), tail
+
+
+def test_without_triton_fused_sampling_draws_graph_samplings_tokens() -> None:
+    options = fg.parse_variant("graph-sampling+fused-sampling")
+    assert options.name == "graph-sampling+fused-sampling"
+    model = tiny_model("qwen3")
+    assert not fg.StaticDecoder(model, options).sampling_kernel
+    kwargs = dict(temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
+                  pad_token_id=PAD, seed=2)
+    assert fg.fast_generate(model, ROWS, options=options, **kwargs)[0] == \
+        fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)[0]
+
+
+def test_the_kernels_compile_for_hopper() -> None:
+    """Both features' kernels through Triton's whole compiler (to a cubin for sm_90 with the
+    wheel's ptxas, no GPU needed) at the 0.6B shapes and each launch the bench tries: what
+    the interpreter cannot check (tile shapes, dot operand types, loop-carried types)."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from engine.rollout import sampling_kernel as sk
+
+    target = GPUTarget("cuda", 90, 32)
+    kernel = da._kernel(False)
+    types = ["*bf16"] * 4 + ["*i64", "*i64", "fp32"] + ["i32"] * 10
+    signature = dict(zip(kernel.arg_names, types + ["constexpr"] * 7, strict=True))
+    for block, warps in ((32, 4), (64, 4), (128, 8)):
+        constants = dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, BLOCK=block,
+                         PRECISION="tf32", UPCAST=False)
+        triton.compile(ASTSource(kernel, signature, constants), target=target,
+                       options=dict(num_warps=warps, num_stages=2))
+    chunk, combine = sk._kernels(False)
+    types = ["*bf16", "*fp32", "*fp32", "*fp32", "*fp32", "*i32", "i32", "i32", "i32", "i32"]
+    triton.compile(ASTSource(chunk, dict(zip(chunk.arg_names, [*types, "constexpr"],
+                                             strict=True)), dict(CHUNK=sk.CHUNK)),
+                   target=target, options=dict(num_warps=8))
+    types = ["*bf16", "*fp32", "*fp32", "*fp32", "*i32", "*i64", "*fp32", "i32", "i32", "i32"]
+    triton.compile(ASTSource(combine, dict(zip(combine.arg_names, [*types, "constexpr"],
+                                               strict=True)), dict(BLOCK=64)),
+                   target=target, options=dict(num_warps=1))
+
+
+@pytest.mark.parametrize(("arch", "variant"), [("qwen3", "packed+graph-sampling+fused-prefill"),
+                                               ("llama", "fused-prefill")])
+def test_fused_prefill_is_the_reference_path(arch, variant) -> None:  # noqa: ANN001
+    """fused-prefill (packed q/k norms on qwen3; separate weights, no q/k norms on llama):
+    greedy and sampled tokens equal today's path, log-probs within 1e-5 (fp32)."""
+    model = tiny_model(arch)
+    options = fg.parse_variant(variant)
+    assert options.fused_prefill and options.name == variant
+    for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
+        kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=5, eos_token_id=None,
+                      pad_token_id=PAD, seed=4) | sampling
+        ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
+        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+        assert ours[0] == ref[0], sampling
+        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                   atol=1e-5)
+
+
+def test_the_full_decode_attn_variant_is_the_reference_path() -> None:
+    """The bench's decode-attn combination (compiled's layer functions run eagerly by the
+    force_eager stance; the kernels' torch fallbacks on CPU): tokens equal today's path."""
+    options = fg.parse_variant(
+        "packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled")
+    model = tiny_model("qwen3")
+    with torch.compiler.set_stance("force_eager"):
+        for temperature in (0.0, 1.0):
+            kwargs = dict(temperature=temperature, top_p=1.0, top_k=-1, max_new_tokens=6,
+                          eos_token_id=None, pad_token_id=PAD, seed=6)
+            ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
+            ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+            assert ours[0] == ref[0], temperature
+            torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                       atol=1e-5)
