@@ -652,15 +652,19 @@ def sglang_vs_hf_generate(gen, hf, rows, plan: Plan, res: Results) -> None:  # n
 
 # --------------------------------------------------------------------------------------------
 def step_section(plan: Plan, res: Results) -> None:
-    """(e) a real PPO step per phase, the weight-sync paths side by side (bench/step_bench.py:
-    qwen3-0.6b-ppo-1gpu with the default path, then with PPODECK_WEIGHT_SYNC=packed)."""
+    """(e) a real PPO step per phase, the weight-sync paths and decoder variants side by side
+    (bench/step_bench.py: qwen3-0.6b-ppo-1gpu with the default path and decoder, then with
+    PPODECK_WEIGHT_SYNC=packed, then with PPODECK_DECODE=ref)."""
     from step_bench import step_breakdown
 
-    preset = "qwen3-0.6b-ppo-1gpu" if plan.device.type == "cuda" else "tiny-cpu"
+    cuda = plan.device.type == "cuda"
+    preset = "qwen3-0.6b-ppo-1gpu" if cuda else "tiny-cpu"
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
-    columns = step_breakdown(preset, num_rollout=5, timeout_s=300.0, out_dir=out)
+    columns = step_breakdown(preset, num_rollout=5, timeout_s=300.0, out_dir=out,
+                             decoders=("ref",) if cuda else ())
     for name, column in columns.items():
-        for key in ("update_weights", "actor_train", "wall per rollout", "sync seconds"):
+        for key in ("update_weights", "generate", "actor_train", "wall per rollout",
+                    "sync seconds"):
             value = column.get(key)
             res.add("step", f"{key} ({name})", value if isinstance(value, float) else None,
                     "s", f"path {column.get('sync path')}")

@@ -22,7 +22,8 @@
 # Weight sync (issue 20):
 #   sync          tests/gpu/test_ipc_sync_gpu.py (CUDA IPC sync bit-exact, greedy tokens equal the
 #                 packed path's), then bench/step_bench.py: qwen3-0.6b-ppo-1gpu twice (CUDA IPC,
-#                 then PPODECK_WEIGHT_SYNC=packed), the phase breakdown side by side (~6 min)
+#                 then PPODECK_WEIGHT_SYNC=packed), the phase breakdown side by side (~6 min);
+#                 STEP_ARGS='--decode ref' adds a run per decoder variant
 #   e2e-1.7b      `ppodeck run qwen3-1.7b-ppo-1gpu` (4 rollouts: 3 PPO steps) under
 #                 bench/preset_memory.py: NVML peak per phase vs check()'s estimate, pinned host
 #                 memory of the offloaded state vs engine.host_memory's figure, offload GB/s,
@@ -275,8 +276,8 @@ PY
         -p no:cacheprovider --timeout-method=thread > "$OUT/gpu_tests_ipc_sync.log" 2>&1
       grep -E "PASSED|FAILED|ERROR|Timeout|passed|failed|IPC load|^E " \
         "$OUT/gpu_tests_ipc_sync.log" | head -30
-      timeout 420 python3 bench/step_bench.py --num-rollout 5 --timeout 200 --out "$OUT" 2>&1 \
-        | tee "$OUT/step_bench.log" ;;
+      timeout 420 python3 bench/step_bench.py --num-rollout 5 --timeout 200 --out "$OUT" \
+        ${STEP_ARGS:-} 2>&1 | tee "$OUT/step_bench.log" ;;
     e2e-1.7b)
       timeout 570 python3 bench/preset_memory.py qwen3-1.7b-ppo-1gpu --num-rollout 4 \
         --timeout 540 --out "$OUT" 2>&1 | tee "$OUT/preset_memory_1_7b.log" ;;
@@ -323,10 +324,11 @@ PY
       # one pytest per file, side by side (the GPU has room): a hang in one file costs only that
       # file; the thread method dumps every stack on a per-test timeout; logs come back in $OUT
       pids=()
-      for target in tests/gpu/test_fused_gpu.py tests/gpu/test_gpu_smoke.py \
-          tests/train/test_worker_gpu.py tests/train/test_checkpoint.py; do
+      # every gpu-marked file but SGLang's (its own step, after the sglang install)
+      for target in $(ls tests/gpu/test_*.py | grep -v sglang) tests/train/test_worker_gpu.py \
+          tests/train/test_checkpoint.py tests/train/test_init_weights_device.py; do
         log="$OUT/gpu_tests_$(basename "$target" .py).log"
-        timeout 480 python3 -m pytest "$target" -m gpu -v -p no:cacheprovider \
+        timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest "$target" -m gpu -v -p no:cacheprovider \
           --timeout-method=thread > "$log" 2>&1 &
         pids+=($!)
       done

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The per-phase breakdown of a real PPO step, weight-sync paths side by side in one run.
+"""The per-phase breakdown of a real PPO step, weight-sync paths (and, with --decode, the hf
+decoder's variants) side by side in one run.
 
     python3 bench/step_bench.py                     # on the H200: qwen3-0.6b-ppo-1gpu, twice
     .venv/bin/python bench/step_bench.py --smoke    # tiny-cpu, both runs on the packed path
@@ -117,16 +118,21 @@ def table(columns: dict[str, dict]) -> str:
 
 
 def step_breakdown(preset: str, num_rollout: int, timeout_s: float,
-                   out_dir: Path | None = None) -> dict[str, dict]:
-    """Both runs, the table printed; the events copied to out_dir when given."""
+                   out_dir: Path | None = None,
+                   decoders: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Both runs (and one per decoder variant named), the table printed; the events copied to
+    out_dir when given."""
+    runs = [("default path", {}), ("packed forced", {"PPODECK_WEIGHT_SYNC": "packed"})]
+    runs += [(f"decode {variant}", {"PPODECK_DECODE": variant}) for variant in decoders]
     columns = {}
-    for name, env in (("default path", {}), ("packed forced", {"PPODECK_WEIGHT_SYNC": "packed"})):
+    for name, env in runs:
         events, wall, tail = run_preset(preset, num_rollout, env, timeout_s)
         print(f"== {name}: {preset}, {num_rollout} rollouts, {wall:.0f} s\n{tail}", flush=True)
         for e in syncs(events):
             print(f"  {e['msg'][:200]}")
         if out_dir is not None:
-            (out_dir / f"step_{name.split()[0]}_events.jsonl").write_text(
+            slug = name.split()[0] if not env.get("PPODECK_DECODE") else f"decode_{len(columns)}"
+            (out_dir / f"step_{slug}_events.jsonl").write_text(
                 "".join(json.dumps(e) + "\n" for e in events))
         columns[name] = summarize(events)
     print(table(columns), flush=True)
@@ -140,9 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-rollout", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     parser.add_argument("--out", type=Path, default=None, help="copy both runs' events here")
+    parser.add_argument("--decode", action="append", default=[], metavar="VARIANT",
+                        help="one more run with PPODECK_DECODE=VARIANT (the hf decoder; "
+                             "repeatable), e.g. ref against the default")
     ns = parser.parse_args(argv)
     preset = ns.preset or ("tiny-cpu" if ns.smoke else "qwen3-0.6b-ppo-1gpu")
-    step_breakdown(preset, ns.num_rollout, ns.timeout, ns.out)
+    step_breakdown(preset, ns.num_rollout, ns.timeout, ns.out, tuple(ns.decode))
     return 0
 
 

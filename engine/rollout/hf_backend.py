@@ -124,11 +124,12 @@ class HFGenerator:
 
     def _decode_options(self) -> Any:  # noqa: ANN401
         """The fast decoder's variant (PPODECK_DECODE=<name>), noted whenever it is set."""
-        from engine.rollout.fast_generate import options_from_env
+        from engine.rollout.fast_generate import VARIANT_ENV, options_from_env
 
         options, note = options_from_env()
-        if note is not None:
-            where = "" if self._fast_path() else " (not used: the fast decoder runs on CUDA only)"
+        fast = self._fast_path()
+        if note is not None and (fast or VARIANT_ENV in os.environ):  # the default: only on CUDA
+            where = "" if fast else " (not used: the fast decoder runs on CUDA only)"
             self.notes.append(note + where)
         return options
 

@@ -44,6 +44,9 @@ def two_node_cluster() -> Iterator[TestCluster]:
     loopback_only()  # both nodes and every process on 127.0.0.1, nothing on the network
     address_file = Path(get_ray_address_file(None))
     previous = address_file.read_text() if address_file.is_file() else None
+    # Cluster.add_node writes the machine-wide address file whatever temp_dir says; on a fresh
+    # machine its folder (/tmp/ray) does not exist yet
+    address_file.parent.mkdir(parents=True, exist_ok=True)
     # its own temp dir: the Jobs supervisor finds its cluster through the address file there
     # (RAY_ADDRESS for the entrypoint); the machine-wide one is put back as it was
     temp_dir = tempfile.mkdtemp(prefix="ppdrc-", dir="/tmp")  # short: socket paths live here

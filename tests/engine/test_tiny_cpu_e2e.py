@@ -6,6 +6,7 @@ import statistics
 
 import pytest
 
+from engine.presets import load_preset, resolve_preset
 from tests.engine.helpers import (
     driver_log_tail,
     init_step_ends,
@@ -105,9 +106,13 @@ def first_losses(events) -> dict[str, float]:
 
 def test_two_pipeline_stages_through_ray_match_one_rank(tiny_run, tmp_path):
     """PP=2 over gloo, value head on the last stage only: the same losses as one rank."""
+    full = resolve_preset(load_preset("tiny-cpu"))
+    # the lr schedule of the 60-rollout run: cosine decays over num_rollout's optimizer steps
+    decay_iters = (full.get("num_rollout") * full.get("rollout_batch_size")
+                   * full.get("n_samples_per_prompt") // full.get("global_batch_size"))
     rundir, status, events = run_preset(
         tmp_path, "tiny-cpu", timeout=240, num_rollout=2, actor_num_gpus_per_node=2,
-        num_gpus_per_node=2, pipeline_model_parallel_size=2)
+        num_gpus_per_node=2, pipeline_model_parallel_size=2, lr_decay_iters=decay_iters)
     assert status["state"] == "succeeded", driver_log_tail(rundir)
     expected = first_losses(tiny_run[2])
     got = first_losses(events)

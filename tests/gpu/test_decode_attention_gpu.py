@@ -68,8 +68,11 @@ def test_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
 ])
 def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) -> None:  # noqa: ANN001
     """Its CUDA graphs replay its eager loop exactly; greedy (bf16) against today's path:
-    >= 95% of the tokens equal, log-probs within 5e-2 on each row's common prefix (the
-    tolerance of the other fused variants' GPU tests)."""
+    log-probs within 5e-2 on each row's common prefix (the tolerance of the other fused
+    variants' GPU tests), and where a row's tokens part, both picked a top token of the same
+    log-prob within 5e-2: a near-tie of the random-init model, not a wrong kernel. (A share of
+    equal tokens is no measure: one near-tie changes every later token of its row; 789 of 840
+    on the H200 for the fused-sampling variant.)"""
     from engine.rollout import fast_generate as fg
     from tests.gpu.test_gpu_smoke import _small_qwen3_bf16
 
@@ -91,14 +94,16 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
     tokens, log_probs = fg.fast_generate(model, rows, temperature=0.0, **kwargs)
     ref_tokens, ref_log_probs = fg.fast_generate(
         model, rows, temperature=0.0, **{**kwargs, "options": fg.REFERENCE})
-    pairs = [(a, b) for ra, rb in zip(tokens, ref_tokens, strict=True)
-             for a, b in zip(ra, rb, strict=True)]
-    assert sum(a == b for a, b in pairs) / len(pairs) >= 0.95
+    parted = 0
     for ours, ref, lp, ref_lp in zip(tokens, ref_tokens, log_probs, ref_log_probs, strict=True):
         same = next((i for i, (a, b) in enumerate(zip(ours, ref, strict=True)) if a != b),
                     len(ref))
         torch.testing.assert_close(torch.tensor(lp[:same]), torch.tensor(ref_lp[:same]),
                                    rtol=0, atol=5e-2)
+        if same < len(ref):  # the same prefix, two argmaxes: their log-probs must tie
+            parted += 1
+            assert abs(lp[same] - ref_lp[same]) <= 5e-2, (same, lp[same], ref_lp[same])
+    assert parted < len(rows), "every row parted from the reference"
 
 
 def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> None:

@@ -221,13 +221,20 @@ def test_variant_names_round_trip(monkeypatch) -> None:
     with pytest.raises(ValueError, match="unknown decoder feature"):
         fg.parse_variant("fused+turbo")
     monkeypatch.delenv(fg.VARIANT_ENV, raising=False)
-    assert fg.options_from_env() == (fg.default_options(), None)
+    backend_default = fg.parse_variant(fg.BACKEND_VARIANT)
+    assert backend_default.compiled and backend_default.sample_in_graph
+    options, note = fg.options_from_env()
+    assert options == backend_default
+    # unset, a note only where its Triton kernels cannot run (then it names the fallback)
+    triton_runs = fg.decode_attention.kernel_status(torch.device("cuda"))[0]
+    assert (note is None) == triton_runs
+    assert triton_runs or ("default variant" in note and "batched matmuls" in note)
     monkeypatch.setenv(fg.VARIANT_ENV, "graph-sampling")
     options, note = fg.options_from_env()
     assert options.sample_in_graph and "graph-sampling" in note
     monkeypatch.setenv(fg.VARIANT_ENV, "nope")
     options, note = fg.options_from_env()
-    assert options == fg.default_options() and "ignored" in note
+    assert options == backend_default and "ignored" in note and fg.BACKEND_VARIANT in note
 
 
 def test_decode_profile_smoke_runs(capsys) -> None:

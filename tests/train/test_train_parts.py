@@ -211,7 +211,7 @@ def test_host_buffers_reserved_ahead_serve_the_adam_moments_of_the_first_step() 
     optimizer.step()
     assert adam_state_bytes(inner) == []  # the moments exist now
     reserved = held._reserving.result()
-    ready = {id(t) for buffers in reserved.values() for t in buffers}
+    ready = {id(t) for buffers in reserved.by_size.values() for t in buffers}
     odd = torch.ones(5)  # no buffer of its size was reserved
     held.track([*optimizer.state[param].values(), odd], [], "cpu")
     report = held.offload()
