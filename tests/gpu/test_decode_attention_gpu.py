@@ -120,3 +120,51 @@ def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> 
     log_softmax = torch.log_softmax(logits, -1, dtype=torch.float32)
     torch.testing.assert_close(log_probs, log_softmax.gather(-1, expected[:, None])[:, 0],
                                rtol=0, atol=1e-5)
+
+
+def test_the_backend_default_follows_transformers_generate() -> None:
+    """The hf backend's CUDA default (fast_generate.BACKEND_VARIANT) against
+    transformers.generate, greedy in bf16: the same tokens up to each row's first difference,
+    and there a near-tie by transformers' own log-probs (teacher-forced, within 5e-2 of the
+    token it picked), not a wrong kernel."""
+    from engine.rollout import fast_generate as fg
+    from engine.rollout.hf_backend import left_pad
+    from tests.gpu.test_gpu_smoke import _small_qwen3_bf16
+
+    model = _small_qwen3_bf16()
+    rows = [[5 + i, 6 + 2 * i, 7 + 3 * i][: 1 + i % 3] for i in range(12)]
+    new = 48
+    tokens, _ = fg.fast_generate(model, rows, temperature=0.0, top_p=1.0, top_k=-1,
+                                 max_new_tokens=new, eos_token_id=None, pad_token_id=0, seed=0,
+                                 options=fg.parse_variant(fg.BACKEND_VARIANT))
+    ids, mask = left_pad(rows, 0, torch.device("cuda"))
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                             max_new_tokens=new, min_new_tokens=new, pad_token_id=0,
+                             eos_token_id=None)
+    theirs = out[:, ids.shape[1]:].tolist()
+    ours_lp = _teacher_forced(model, rows, tokens)
+    theirs_lp = _teacher_forced(model, rows, theirs)
+    parted = 0
+    for row, (ours, ref) in enumerate(zip(tokens, theirs, strict=True)):
+        same = next((i for i, (a, b) in enumerate(zip(ours, ref, strict=True)) if a != b), new)
+        if same < new:
+            parted += 1
+            gap = float(theirs_lp[row, same] - ours_lp[row, same])
+            assert gap <= 5e-2, (row, same, gap)
+    assert parted < len(rows), "every row parted from transformers.generate"
+
+
+def _teacher_forced(model, rows, tokens) -> torch.Tensor:  # noqa: ANN001
+    """log-softmax of `tokens` given the prompt and the tokens before, by transformers."""
+    from engine.rollout.hf_backend import left_pad
+
+    full = [r + t for r, t in zip(rows, tokens, strict=True)]
+    ids, mask = left_pad(full, 0, torch.device("cuda"))
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    new = len(tokens[0])
+    chosen = torch.tensor(tokens, device="cuda")
+    return torch.log_softmax(logits[:, -new - 1:-1].float(), -1).gather(
+        -1, chosen[..., None]).squeeze(-1)
