@@ -13,17 +13,10 @@
 # Nothing of it is in git: the folders are added to .git/info/exclude.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-# a git worktree has no venv of its own: use the main checkout's (beside the common .git)
-[ -x "$PY" ] || PY="$(dirname "$(git rev-parse --path-format=absolute --git-common-dir)")/.venv/bin/python"
-export PY
+source bench/wheel_set_common.sh
 TOOLS=${SMOL_TOOLS:-../shared/tools}
 PART_MIB=${PART_MIB:-58}
-EXCLUDE="$(git rev-parse --git-common-dir)/info/exclude"  # a worktree's .git is a file
-mkdir -p "$(dirname "$EXCLUDE")"
-for path in /.smol-wheels/ /.carry-smol/ /.whl/; do
-  grep -qx "$path" "$EXCLUDE" 2>/dev/null || echo "$path" >> "$EXCLUDE"
-done
+exclude_from_git /.smol-wheels/ /.carry-smol/ /.whl/
 ls .whl/megatron_core-*.whl >/dev/null 2>&1 || bash bench/make_gpu_wheels.sh
 rm -rf .smol-wheels
 mkdir -p .smol-wheels

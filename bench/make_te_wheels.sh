@@ -44,18 +44,11 @@
 # index (the JSON form pip reads) and checked against the index's sha256.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-# a git worktree has no venv of its own: use the main checkout's (beside the common .git)
-[ -x "$PY" ] || PY="$(dirname "$(git rev-parse --path-format=absolute --git-common-dir)")/.venv/bin/python"
-export PY
+source bench/wheel_set_common.sh
 TOOLS=${TE_TOOLS:-../shared/tools}
 PART_MIB=${PART_MIB:-58}
 TE_VERSION=${TE_VERSION:-2.19.0}
-EXCLUDE="$(git rev-parse --git-common-dir)/info/exclude"  # a worktree's .git is a file
-mkdir -p "$(dirname "$EXCLUDE")"
-for path in /.te-wheels/ /.te-wheel/ /.carry-te/ /.whl/; do
-  grep -qx "$path" "$EXCLUDE" 2>/dev/null || echo "$path" >> "$EXCLUDE"
-done
+exclude_from_git /.te-wheels/ /.te-wheel/ /.carry-te/ /.whl/
 ls .whl/megatron_core-*.whl >/dev/null 2>&1 || bash bench/make_gpu_wheels.sh
 fetch() {  # binary cp312 manylinux wheels for the device, no dependencies
   local dest=$1
