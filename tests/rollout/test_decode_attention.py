@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from engine.rollout import decode_attention as da
 from engine.rollout import fast_generate as fg
-from tests.rollout.test_fast_generate import PAD, ROWS, tiny_model
+from tests.rollout.test_fast_generate import PAD, assert_follows_reference, tiny_model
 
 # (batch, heads, kv heads, cache slots, head dim): GQA groups of 2 and 3 (not a power of two),
 # plain MHA, a head dim below tl.dot's 16 and one not a power of two, more slots than a block
@@ -61,8 +61,7 @@ def test_without_triton_the_variant_runs_the_matmul_maths() -> None:
     assert not fg.StaticDecoder(model, options).attention_kernel
     greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
                   pad_token_id=PAD, seed=0)
-    assert fg.fast_generate(model, ROWS, options=options, **greedy)[0] == \
-        fg.fast_generate(model, ROWS, options=fg.REFERENCE, **greedy)[0]
+    assert_follows_reference(model, options, **greedy)
 
 
 def test_sdpa_and_decode_attn_are_exclusive_and_the_note_says_what_runs(monkeypatch) -> None:
@@ -108,8 +107,7 @@ def test_without_triton_fused_sampling_draws_graph_samplings_tokens() -> None:
     assert not fg.StaticDecoder(model, options).sampling_kernel
     kwargs = dict(temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
                   pad_token_id=PAD, seed=2)
-    assert fg.fast_generate(model, ROWS, options=options, **kwargs)[0] == \
-        fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)[0]
+    assert_follows_reference(model, options, **kwargs)
 
 
 def test_the_kernels_compile_for_hopper() -> None:
@@ -153,11 +151,7 @@ def test_fused_prefill_is_the_reference_path(arch, variant) -> None:  # noqa: AN
     for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
         kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=5, eos_token_id=None,
                       pad_token_id=PAD, seed=4) | sampling
-        ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
-        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
-        assert ours[0] == ref[0], sampling
-        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
-                                   atol=1e-5)
+        assert_follows_reference(model, options, atol=1e-5, **kwargs)
 
 
 def test_the_full_decode_attn_variant_is_the_reference_path() -> None:
@@ -170,8 +164,4 @@ def test_the_full_decode_attn_variant_is_the_reference_path() -> None:
         for temperature in (0.0, 1.0):
             kwargs = dict(temperature=temperature, top_p=1.0, top_k=-1, max_new_tokens=6,
                           eos_token_id=None, pad_token_id=PAD, seed=6)
-            ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
-            ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
-            assert ours[0] == ref[0], temperature
-            torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
-                                       atol=1e-5)
+            assert_follows_reference(model, options, atol=1e-5, **kwargs)

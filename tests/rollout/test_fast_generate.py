@@ -27,6 +27,18 @@ def tiny_model(arch: str):  # noqa: ANN201
     return model.eval()
 
 
+def assert_follows_reference(model, options, atol: float | None = None,  # noqa: ANN001
+                             **kwargs) -> None:
+    """The variant's tokens equal today's path's (REFERENCE) for these sampling settings; with
+    `atol`, its log-probs too."""
+    ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
+    ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+    assert ours[0] == ref[0], kwargs
+    if atol is not None:
+        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                   atol=atol)
+
+
 def hf_greedy(model, rows: list[list[int]], new: int) -> list[list[int]]:  # noqa: ANN001
     from engine.rollout.hf_backend import left_pad
 
@@ -169,12 +181,7 @@ def test_variant_is_the_reference_path(name) -> None:
     torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(ref_log_probs),
                                rtol=0, atol=1e-5)
     for sampling in (dict(temperature=0.7, top_p=0.9, top_k=20), dict(temperature=1.0)):
-        sampled = {**greedy, **sampling, "seed": 3}
-        ours = fg.fast_generate(model, ROWS, options=options, **sampled)
-        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **sampled)
-        assert ours[0] == ref[0], sampling
-        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
-                                   atol=1e-5)
+        assert_follows_reference(model, options, atol=1e-5, **{**greedy, **sampling, "seed": 3})
 
 
 def test_packed_weights_follow_loads_and_llama() -> None:
