@@ -132,14 +132,19 @@ class TrainGroup:
         return infos
 
     def wake_up(self) -> dict[str, Any]:
-        self.ensure_started()
-        return merge_offload_reports(self.wait([w.wake_up.remote() for w in self.workers],
-                                               "wake_up"))
+        return self.start_wake_up().result()
 
     def sleep(self) -> dict[str, Any]:
+        return self.start_sleep().result()
+
+    def start_wake_up(self) -> PendingMove:
+        """Every rank starts its onload now; result() waits and merges (a hand-over overlaps)."""
         self.ensure_started()
-        return merge_offload_reports(self.wait([w.sleep.remote() for w in self.workers],
-                                               "sleep"))
+        return PendingMove(self, [w.wake_up.remote() for w in self.workers], "wake_up")
+
+    def start_sleep(self) -> PendingMove:
+        self.ensure_started()
+        return PendingMove(self, [w.sleep.remote() for w in self.workers], "sleep")
 
     def train_critic(self, rollout_id: int, batch: Any) -> dict[str, Any]:  # noqa: ANN401
         self.ensure_started()
@@ -231,6 +236,16 @@ def logging_rank(outs: list[dict[str, Any]]) -> dict[str, Any]:
             return {"step_metrics": out["step_metrics"],
                     "rollout_metrics": out.get("rollout_metrics", {})}
     return {"step_metrics": [], "rollout_metrics": {}}
+
+
+class PendingMove:
+    """A started train-state move of every rank; result() is the blocking wait of today."""
+
+    def __init__(self, group: TrainGroup, refs: list[Any], what: str) -> None:
+        self.group, self.refs, self.what = group, refs, what
+
+    def result(self) -> dict[str, Any]:
+        return merge_offload_reports(self.group.wait(self.refs, self.what))
 
 
 def merge_offload_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
