@@ -31,8 +31,8 @@ def hand_over(leaving: Any, arriving: Any, tm: Telemetry) -> None:  # noqa: ANN4
 
     Both moves start before either is waited on; the leaving model's result is taken first so
     its error (a WorkerFailure from TrainGroup.wait) surfaces as it does today. Each move is
-    its own `offload` event with today's fields. Not yet wired into the driver (opt-in work in
-    progress: PPODECK_OVERLAP_MOVES, see the branch report).
+    its own `offload` event with today's fields. Not wired into train() yet: the planned opt-in
+    (PPODECK_OVERLAP_MOVES) still needs the rollout's async moves and a memory plan.
     """
     leaving_move = leaving.start_sleep()
     arriving_move = arriving.start_wake_up()
