@@ -160,8 +160,9 @@ def _train_words(run: ShellRun, issues: list[Issue]) -> tuple[Command | None, li
     if found:
         command, index = found[0]
         if len(found) > 1:
-            others = ", ".join(f"{c.file}:{c.line}" for c, _ in found[1:])
-            issues.append(Issue("info", "command.several_train_commands", (),
+            ignored = tuple(f"{c.file}:{c.line}" for c, _ in found[1:])
+            others = ", ".join(ignored)
+            issues.append(Issue("info", "command.several_train_commands", ignored,
                                 f"{len(found)} train commands found; imported the first "
                                 f"({command.file}:{command.line}), not {others}.",
                                 "keep the one you run in the pasted text"))

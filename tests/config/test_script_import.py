@@ -200,3 +200,12 @@ def test_an_unclosed_quote_keeps_its_last_character_whole() -> None:
     assert import_script('0"\u00e9', env={}).config.passthrough == ("0\u00e9",)
     report = import_script('python3 train.py --wandb-group "run\u00e9"', env={})
     assert report.config.values["wandb_group"] == "run\u00e9"
+
+
+def test_a_second_train_command_is_named_by_its_line() -> None:
+    """Found by the property test: the info about the ignored commands named no place."""
+    from engine.config.script_import import parse_command_line
+
+    _config, issues = parse_command_line("python3 train.py --lr 1e-5\npython3 train.py --lr 2e-5\n")
+    (several,) = [i for i in issues if i.code == "command.several_train_commands"]
+    assert several.flags == ("<pasted>:2",) and "<pasted>:1" in several.message
