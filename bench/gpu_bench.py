@@ -63,7 +63,6 @@ import argparse
 import contextlib
 import gc
 import os
-import socket
 import sys
 import time
 import traceback
@@ -197,13 +196,8 @@ def matmul_tflops(plan: Plan) -> float:
 # --------------------------------------------------------------------------------------------
 # (a) Megatron train steps
 # --------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def init_megatron() -> None:
+    from engine.ports import free_port
     from engine.train.platform import Parallelism, init_distributed
 
     init_distributed(0, 1, "127.0.0.1", free_port(), Parallelism(), seed=1234)

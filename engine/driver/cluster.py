@@ -17,7 +17,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from engine.ports import free_port
 from engine.workers import SLOTS_ENV
 
 # per-bundle shares, as miles: actor 0.4 + critic 0.4 + rollout 0.2 = one GPU
@@ -43,12 +43,6 @@ TEST_RAY_GPUS_ENV = "PPODECK_TEST_RAY_GPUS"
 PLACEMENT_TIMEOUT_S = 120.0   # the placement group's bundles reserved
 PROBE_TIMEOUT_S = 60.0        # small tasks: bundle order, rendezvous port
 CAPACITY_GRACE_S = 15.0       # nodes that just joined report their resources
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def declared_test_gpus() -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ import pytest
 import torch
 
 from engine.config.resolve import resolve_values
+from engine.ports import free_port
 from engine.rollout import sglang_backend as sb
 from engine.rollout.types import GenOut
 from engine.train.model import ModelShape
@@ -503,12 +503,6 @@ def test_split_evenly_and_buckets() -> None:
 # --------------------------------------------------------------------------------------------
 # update_weights_from_distributed: our broadcaster against a receiver in another process
 # --------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _receiver(conn: Any) -> None:  # noqa: ANN401
     """Plays SGLang's receiving side: join the group, then receive each named broadcast."""
     from engine.rollout.sglang_backend import init_custom_process_group
@@ -557,7 +551,7 @@ def test_distributed_weight_sync_broadcasts_every_tensor() -> None:
     proc.start()
     try:
         engine = PipeEngine(parent)
-        sync = sb.DistributedWeightSync([engine], "127.0.0.1", _free_port(), tp_size=1,
+        sync = sb.DistributedWeightSync([engine], "127.0.0.1", free_port(), tp_size=1,
                                         backend="gloo", bucket_bytes=4 << 10,
                                         group_name="ppodeck_test_sync")
         sync.connect(timeout_s=60)

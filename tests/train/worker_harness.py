@@ -7,14 +7,13 @@ On the CPU, children come from a forkserver that has torch and megatron imported
 from __future__ import annotations
 
 import multiprocessing
-import random
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from engine.ports import free_port
 from engine.rollout.types import RolloutBatch
 
 _PRELOAD = ["torch", "torch.distributed", "megatron.core", "megatron.core.models.gpt",
@@ -70,31 +69,6 @@ def tiny_batch(num_samples: int = 8, seed: int = 0, reward: float | None = None,
     return RolloutBatch(tokens=tokens, prompt_lengths=prompts, response_lengths=responses,
                         loss_masks=masks, rewards=rewards, truncated=[False] * num_samples,
                         rollout_log_probs=None, sample_indices=list(range(num_samples)))
-
-
-def free_port() -> int:
-    """A free port below the kernel's ephemeral range. The ports are picked before a scenario
-    starts and bound up to minutes later; the connections made meanwhile (each rank's store
-    client, gloo) take their source ports from the ephemeral range, where bind(0) picks too
-    (seen once in CI: EADDRINUSE on the fourth port of test_algo_flags)."""
-    top = min(_ephemeral_low(), 32768)
-    pick = random.SystemRandom()  # not the seeded module state: every process would agree
-    for _ in range(200):
-        port = pick.randrange(20000, top) if top > 20000 else 0
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return sock.getsockname()[1]
-    raise RuntimeError("no free port below the ephemeral range after 200 tries")
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
 
 
 def run_ranks(world_size: int, body: Callable[..., dict], out_dir: Path, *args: Any,
