@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.driver.ci_checks import CIChecks
 from engine.driver.compile_cache import apply_compile_caches
-from engine.driver.offload import sleep, wake
+from engine.driver.offload import Moves, sleep, wake
 from engine.driver.telemetry import Telemetry
 from engine.events import EventWriter
 from engine.rundir import RunDir, write_status
@@ -60,6 +60,8 @@ class StopFlag:
 def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
           start_rollout_id: int, rundir: RunDir) -> None:
     offload = bool(args["offload_train"])
+    moves = Moves(tm, offload, roles.move_plan)
+    together, with_rollout = roles.move_plan.trainers_together, roles.move_plan.with_rollout
     announce_run_modes(args, tm)
     ci = CIChecks(args, tm.log) if args["ci_test"] else None
     if ci is not None:
@@ -67,42 +69,54 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
     for rollout_id in range(start_rollout_id, args["num_rollout"]):
         if eval_before_training(args, rollout_id, start_rollout_id):
             evaluate(roles, tm, rollout_id)
+        actor_will_train = roles.actor is not None and actor_trains(args, rollout_id)
+        if with_rollout:  # their onloads run while the rollout generates
+            moves.prefetch(roles.critic)
+            moves.prefetch(roles.actor if actor_will_train else None)
         with tm.phase(Phase.GENERATE, rollout_id):
             batch = roles.rollout.generate(rollout_id)
+        moves.poll()
         with tm.phase(Phase.ROLLOUT_OFFLOAD, rollout_id):
             tm.offload("rollout", "offload", roles.rollout.offload())
 
         critic_out = None  # grpo: no critic, advantages from the group-normalized rewards
         if roles.critic is not None:
             with tm.phase(Phase.CRITIC_TRAIN, rollout_id):
-                wake(roles.critic, tm, offload)
+                moves.wake(roles.critic)
+                if together and actor_will_train:  # the actor onloads while the critic trains
+                    moves.prefetch(roles.actor)
                 critic_out = roles.critic.train_critic(rollout_id, batch)
-                sleep(roles.critic, tm, offload)
+                moves.sleep(roles.critic, later=together and actor_will_train)
 
-        if roles.actor is not None and actor_trains(args, rollout_id):
+        if actor_will_train:
             values = None if critic_out is None else critic_out["values"]
             with tm.phase(Phase.ACTOR_TRAIN, rollout_id):
-                wake(roles.actor, tm, offload)
+                moves.wake(roles.actor)
                 actor_out = roles.actor.train_actor(rollout_id, batch, values)
                 exported = export_while_awake(args, roles, rollout_id)
-                sleep(roles.actor, tm, offload)
+                moves.sleep(roles.actor, later=with_rollout)
         else:
             actor_out = None  # value-function warmup: the actor is not woken, trained or logged
             exported = None
 
+        if not with_rollout:  # the rollout's memory comes back only once both have left
+            moves.settle()
         if save_due(args, rollout_id):
             with tm.phase(Phase.SAVE, rollout_id):
+                moves.settle()
                 save(args, roles, tm, rollout_id, offload)
 
         with tm.phase(Phase.ROLLOUT_ONLOAD, rollout_id):
             tm.offload("rollout", "onload", roles.rollout.onload())
         if push_due(args, rollout_id):
             with tm.phase(Phase.UPDATE_WEIGHTS, rollout_id):
-                exported = exported or export_woken(roles, tm, offload)  # critic-only warmup
+                if exported is None:  # critic-only warmup
+                    moves.settle(roles.actor)
+                    exported = export_woken(roles, tm, offload)
                 sync_start = time.perf_counter()
                 loaded = roles.rollout.update_weights(exported.ref)
                 if loaded["path"] == "cuda_ipc":  # copied: the actor's device buffer can go
-                    roles.actor.release_export()
+                    moves.after(roles.actor, roles.actor.start_release_export)
                 log_weight_sync(tm, loaded, exported, time.perf_counter() - sync_start)
             if ci is not None:
                 ci.weight_push(loaded, actor_trained=actor_out is not None)
@@ -119,10 +133,13 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             raise EventsNotWritten(tm.writer.error)
         write_status(rundir, state=State.RUNNING, rollout_id=rollout_id,
                      num_rollout=args["num_rollout"])
+        if stop.requested:
+            moves.settle()
         if stop.requested and args.get("save") and not save_due(args, rollout_id):
             with tm.phase(Phase.SAVE, rollout_id):  # a graceful stop keeps this rollout's training
                 save(args, roles, tm, rollout_id, offload)
         stop.check()
+    moves.settle()
 
 
 def actor_trains(args: dict[str, Any], rollout_id: int) -> bool:

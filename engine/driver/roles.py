@@ -20,7 +20,7 @@ from typing import Any
 import ray
 
 from engine.driver import cluster
-from engine.driver.offload import sleep, wake
+from engine.driver.offload import MovePlan, plan_moves, sleep, wake
 from engine.driver.telemetry import Telemetry
 from engine.vocabulary import INIT_PHASE, InitStep, Kind
 from engine.workers import CALL_TIMEOUT_S, WorkerFailure, first_line, wait_ready
@@ -33,6 +33,7 @@ class Roles:
     actor: Any
     placement: Any = None
     initial_sync: dict[str, Any] | None = None  # the rollout's report of the first weight push
+    move_plan: MovePlan = MovePlan()  # which train-state moves overlap (engine/driver/offload.py)
 
 
 class RolloutHandle:
@@ -172,8 +173,12 @@ class TrainGroup:
 
     def release_export(self) -> None:
         """The rollout has copied the CUDA IPC push: the actor frees the buffer behind it."""
+        self.start_release_export().result()
+
+    def start_release_export(self) -> PendingCall:
         self.ensure_started()
-        self.wait([w.release_export.remote() for w in self.workers], "release_export")
+        return PendingCall(self, [w.release_export.remote() for w in self.workers],
+                           "release_export")
 
     def save(self, rollout_id: int) -> None:
         self.ensure_started()
@@ -238,11 +243,24 @@ def logging_rank(outs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"step_metrics": [], "rollout_metrics": {}}
 
 
-class PendingMove:
-    """A started train-state move of every rank; result() is the blocking wait of today."""
+class PendingCall:
+    """A call sent to every rank; result() waits as TrainGroup.wait does (a dead or late rank
+    named), done() says whether every rank has answered."""
 
     def __init__(self, group: TrainGroup, refs: list[Any], what: str) -> None:
         self.group, self.refs, self.what = group, refs, what
+
+    def done(self) -> bool:
+        ready, _ = ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
+        return len(ready) == len(self.refs)
+
+    def result(self) -> dict[str, Any]:
+        self.group.wait(self.refs, self.what)
+        return {}
+
+
+class PendingMove(PendingCall):
+    """A started train-state move of every rank, its ranks' reports merged."""
 
     def result(self) -> dict[str, Any]:
         return merge_offload_reports(self.group.wait(self.refs, self.what))
@@ -320,7 +338,11 @@ def start_roles(args: dict[str, Any], tm: Telemetry, cache_env: dict[str, str] |
         for group in groups.values():
             group.warm_imports()
         critic, actor = groups.get("critic"), groups.get("actor")
-        roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement)
+        on_cuda = has_cuda()
+        move_plan = plan_moves(args, on_cuda, _smallest_gpu_bytes() if on_cuda else None)
+        roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement,
+                      move_plan=move_plan)
+        tm.log("info", move_plan.message, source="driver")
         trainers = [g for g in (critic, actor) if g is not None]
         plan = plan_init(args, use_gpu, len(trainers))
         tm.log("info", plan.message, source="driver")

@@ -31,6 +31,19 @@ class FakeRollout:
         return {"seconds": 0.0, "bytes": 0, "path": "packed_host"}
 
 
+class DoneCall:
+    """A call of a stand-in trainer: it ran when it was sent."""
+
+    def __init__(self, report: dict) -> None:
+        self.report = report
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> dict:
+        return self.report
+
+
 class FakeTrainer:
     def __init__(self, role: str) -> None:
         self.role = role
@@ -41,6 +54,15 @@ class FakeTrainer:
 
     def sleep(self) -> dict:
         return {"noop": True}
+
+    def start_wake_up(self) -> DoneCall:
+        return DoneCall(self.wake_up())
+
+    def start_sleep(self) -> DoneCall:
+        return DoneCall(self.sleep())
+
+    def start_release_export(self) -> DoneCall:
+        return DoneCall({})
 
     def train_critic(self, rollout_id: int, batch: RolloutBatch) -> dict:
         self.calls.append(("train_critic", rollout_id))
