@@ -648,15 +648,15 @@ def sglang_vs_hf_generate(gen, hf, rows, plan: Plan, res: Results) -> None:  # n
 def step_section(plan: Plan, res: Results) -> None:
     """(e) a real PPO step per phase, the weight-sync paths and decoder variants side by side
     (bench/step_bench.py: qwen3-0.6b-ppo-1gpu with the default path and decoder, then with
-    PPODECK_WEIGHT_SYNC=packed, then with every train-state move waited on
-    (PPODECK_OVERLAP_MOVES=0), then with PPODECK_DECODE=ref)."""
+    PPODECK_WEIGHT_SYNC=packed, then with the train-state moves overlapped
+    (PPODECK_OVERLAP_MOVES=1), then with PPODECK_DECODE=ref)."""
     from step_bench import step_breakdown
 
     cuda = plan.device.type == "cuda"
     preset = "qwen3-0.6b-ppo-1gpu" if cuda else "tiny-cpu"
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     columns = step_breakdown(preset, num_rollout=5, timeout_s=300.0, out_dir=out,
-                             decoders=("ref",) if cuda else (), waited=cuda)
+                             decoders=("ref",) if cuda else (), overlap=cuda)
     for name, column in columns.items():
         for key in ("update_weights", "generate", "critic_train", "actor_train",
                     "wall per rollout", "sync seconds"):

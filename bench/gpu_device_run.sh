@@ -19,6 +19,10 @@
 #   e2e-resident  e2e-hf with every model resident on the GPU (--offload-train false
 #                 --offload-rollout false): the step without the offload moves
 #   sglang-tests  tests/gpu/test_sglang_gpu.py
+# The PPO step (issue 20):
+#   step          bench/step_bench.py alone, 6 rollouts per run; STEP_ARGS='--overlap --no-packed'
+#                 puts PPODECK_OVERLAP_MOVES=1 (train-state moves overlapped as the memory plan
+#                 allows) beside the default, '--decode VARIANT' adds a decoder column
 # Weight sync (issue 20):
 #   sync          tests/gpu/test_ipc_sync_gpu.py (CUDA IPC sync bit-exact, greedy tokens equal the
 #                 packed path's), then bench/step_bench.py: qwen3-0.6b-ppo-1gpu twice (CUDA IPC,
@@ -278,6 +282,9 @@ PY
         "$OUT/gpu_tests_ipc_sync.log" | head -30
       timeout 420 python3 bench/step_bench.py --num-rollout 5 --timeout 200 --out "$OUT" \
         ${STEP_ARGS:-} 2>&1 | tee "$OUT/step_bench.log" ;;
+    step)  # bench/step_bench.py alone: STEP_ARGS picks the columns (--overlap, --decode ...)
+      timeout "${STEP_TIMEOUT:-420}" python3 bench/step_bench.py --num-rollout 6 --timeout 200 \
+        --out "$OUT" ${STEP_ARGS:-} 2>&1 | tee "$OUT/step_bench.log" ;;
     e2e-1.7b)
       timeout 570 python3 bench/preset_memory.py qwen3-1.7b-ppo-1gpu --num-rollout 4 \
         --timeout 540 --out "$OUT" 2>&1 | tee "$OUT/preset_memory_1_7b.log" ;;

@@ -17,7 +17,8 @@ only where check()'s estimate (engine/config/derived.py) of every role awake at 
             actor trains (both trainers awake, the rollout released);
   rollout:  also the trainers onload during generate, and the actor offloads behind the
             weight sync and the next generate (every role awake at once).
-PPODECK_OVERLAP_MOVES=0 keeps every move waited on where it starts (miles' order).
+The overlap is opt-in (PPODECK_OVERLAP_MOVES=1) until it has been timed on a GPU: unset or 0
+keeps every move waited on where it starts (miles' order), and the log line says which.
 """
 
 from __future__ import annotations
@@ -67,8 +68,9 @@ def plan_moves(args: Mapping[str, Any], use_gpu: bool, gpu_bytes: int | None,
     forced = env.get(OVERLAP_ENV, "").strip()
     if not args["offload_train"]:
         return MovePlan(message="moves: none (no --offload-train: the trainers stay on the GPU)")
-    if forced == "0":
-        return MovePlan(message=f"moves: each one waited on where it starts ({OVERLAP_ENV}=0)")
+    if forced != "1":
+        return MovePlan(message=f"moves: each one waited on where it starts ({OVERLAP_ENV}=1 "
+                                "overlaps them where the GPU holds the roles awake at once)")
     if not use_gpu:
         return MovePlan(message="moves: each one waited on where it starts (CPU: nothing "
                                 "moves, the offload is a reported no-op)")
@@ -82,12 +84,11 @@ def plan_moves(args: Mapping[str, Any], use_gpu: bool, gpu_bytes: int | None,
     if everything <= have:
         return MovePlan(True, True, f"moves: overlapped with generate, training and the weight "
                                     f"sync (every role awake at once: {everything:.1f} GiB {of}; "
-                                    f"{OVERLAP_ENV}=0 waits on each)")
+                                    f"{OVERLAP_ENV}=1)")
     if trainers <= have:
         return MovePlan(True, False, f"moves: the trainers hand over to each other (both awake: "
                                      f"{trainers:.1f} GiB {of}; with the rollout "
-                                     f"{everything:.1f} GiB would not fit; {OVERLAP_ENV}=0 "
-                                     "waits on each)")
+                                     f"{everything:.1f} GiB would not fit; {OVERLAP_ENV}=1)")
     return MovePlan(message=f"moves: each one waited on where it starts (both trainers awake: "
                             f"{trainers:.1f} GiB {of} does not fit)")
 

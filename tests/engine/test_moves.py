@@ -18,6 +18,7 @@ from tests.engine.test_driver_estimators import FakeRollout
 
 H200 = 143_771_000_832  # NVML's total on the H200
 A100_80G = 80 << 30
+ON = {OVERLAP_ENV: "1"}
 
 
 def _args(preset: str, **changes: object) -> dict:
@@ -30,29 +31,30 @@ def _args(preset: str, **changes: object) -> dict:
 
 def test_06b_and_17b_overlap_everything_on_the_h200() -> None:
     for preset in ("qwen3-0.6b-ppo-1gpu", "qwen3-1.7b-ppo-1gpu"):
-        plan = plan_moves(_args(preset), True, H200, env={})
+        plan = plan_moves(_args(preset), True, H200, env=ON)
         assert plan.trainers_together and plan.with_rollout, preset
-        assert "every role awake at once" in plan.message and f"{OVERLAP_ENV}=0" in plan.message
+        assert "every role awake at once" in plan.message and f"{OVERLAP_ENV}=1" in plan.message
 
 
 def test_17b_hands_over_between_trainers_only_where_the_rollout_does_not_fit_too() -> None:
     # 1.7B: 103.1 GiB both trainers awake, 108.8 with the rollout; 90% of 118 GiB is 106.2
-    plan = plan_moves(_args("qwen3-1.7b-ppo-1gpu"), True, 118 << 30, env={})
+    plan = plan_moves(_args("qwen3-1.7b-ppo-1gpu"), True, 118 << 30, env=ON)
     assert plan.trainers_together and not plan.with_rollout
     assert "would not fit" in plan.message
 
 
 def test_17b_on_an_80g_gpu_waits_on_every_move() -> None:
-    plan = plan_moves(_args("qwen3-1.7b-ppo-1gpu"), True, A100_80G, env={})
+    plan = plan_moves(_args("qwen3-1.7b-ppo-1gpu"), True, A100_80G, env=ON)
     assert plan == MovePlan(message=plan.message)
     assert "does not fit" in plan.message
 
 
 @pytest.mark.parametrize(("use_gpu", "gpu_bytes", "env", "changes", "says"), [
-    (True, H200, {OVERLAP_ENV: "0"}, {}, f"{OVERLAP_ENV}=0"),
-    (False, None, {}, {}, "CPU"),
-    (True, None, {}, {}, "GPU memory (NVML) unknown"),
-    (True, H200, {}, {"offload_train": False}, "no --offload-train"),
+    (True, H200, {}, {}, f"{OVERLAP_ENV}=1 overlaps them"),  # opt-in until timed on a GPU
+    (True, H200, {OVERLAP_ENV: "0"}, {}, f"{OVERLAP_ENV}=1 overlaps them"),
+    (False, None, ON, {}, "CPU"),
+    (True, None, ON, {}, "GPU memory (NVML) unknown"),
+    (True, H200, ON, {"offload_train": False}, "no --offload-train"),
 ])
 def test_no_overlap_says_why(use_gpu: bool, gpu_bytes: int | None, env: dict,
                              changes: dict, says: str) -> None:

@@ -1,0 +1,108 @@
+"""train()'s train-state moves through real Ray actors (engine/driver/offload.py): each plan
+keeps every trainer's calls in a valid order, and the overlapping plans do run a move beside
+the other trainer's work, as Ray's per-actor call order allows. The workers are MoveProbes
+(tests/cluster/probes.py): every call takes 0.3 s and is recorded on the worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.config.resolve import resolve_values
+from engine.driver import cluster
+from engine.driver.offload import MovePlan
+from engine.driver.roles import Roles, TrainGroup
+from engine.driver.telemetry import Telemetry
+from engine.events import EventWriter, read_events
+from engine.rundir import RunDir
+from tests.cluster.conftest import worker_env
+from tests.cluster.probes import MoveProbe
+from tests.engine.test_driver_estimators import FakeRollout
+
+Call = tuple[str, float, float, bool]  # name, start, end, awake before
+
+
+@pytest.fixture(scope="module")
+def joined(ray_cluster):
+    import ray
+
+    ray.init(address=ray_cluster.address, runtime_env={"env_vars": worker_env()},
+             log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+class IpcRollout(FakeRollout):
+    def update_weights(self, weights: Any) -> dict:  # noqa: ANN401
+        return {"seconds": 0.0, "bytes": 0, "path": "cuda_ipc"}
+
+
+def run_train(ray, tmp_path: Path, plan: MovePlan) -> tuple[dict[str, list[Call]], list[dict]]:  # noqa: ANN001
+    from engine.driver.ppo import StopFlag, train
+
+    args = resolve_values({"advantage_estimator": "ppo", "n_samples_per_prompt": 1,
+                           "rollout_batch_size": 1, "global_batch_size": 1, "num_rollout": 3,
+                           "num_critic_only_steps": 1, "offload_train": True,
+                           "actor_num_nodes": 1, "actor_num_gpus_per_node": 1})
+    placement = cluster.create_placement_group(1, use_gpu=True)
+    groups = {role: TrainGroup(role, args, placement, 0.4, True, False, worker_cls=MoveProbe)
+              for role in ("critic", "actor")}
+    rundir = RunDir(tmp_path / "run")
+    rundir.path.mkdir(parents=True)
+    writer = EventWriter(rundir.events_jsonl)
+    try:
+        train(args, Roles(rollout=IpcRollout(), critic=groups["critic"], actor=groups["actor"],
+                          move_plan=plan), Telemetry(writer, 0), StopFlag(), 0, rundir)
+        calls = {role: ray.get(g.workers[0].recorded.remote()) for role, g in groups.items()}
+    finally:
+        writer.close()
+        for group in groups.values():
+            group.kill()
+        ray.util.remove_placement_group(placement.group)
+    return calls, read_events(rundir.events_jsonl)[0]
+
+
+def check_order(calls: list[Call]) -> None:
+    """wake/sleep alternate from asleep, and the work runs awake."""
+    awake = False
+    for name, _, _, awake_before in calls:
+        assert awake_before == awake, (name, calls)
+        if name == "wake_up":
+            assert not awake
+            awake = True
+        elif name == "sleep":
+            assert awake
+            awake = False
+        elif name in ("train_critic", "train_actor", "export"):
+            assert awake, (name, calls)
+    assert not awake
+
+
+def overlapping(a: list[Call], b: list[Call], name_a: str, name_b: str) -> bool:
+    return any(x[1] < y[2] and y[1] < x[2] for x in a if x[0] == name_a
+               for y in b if y[0] == name_b)
+
+
+PLANS = {"none": MovePlan(), "trainers": MovePlan(True, False, "t"),
+         "rollout": MovePlan(True, True, "r")}
+
+
+@pytest.mark.parametrize("level", ["none", "trainers", "rollout"])
+def test_moves_on_ray_keep_each_trainer_in_order(joined, tmp_path: Path, level: str) -> None:
+    calls, events = run_train(joined, tmp_path, PLANS[level])
+    critic, actor = calls["critic"], calls["actor"]
+    check_order(critic)
+    check_order(actor)
+    assert [c[0] for c in critic].count("train_critic") == 3
+    assert [c[0] for c in actor].count("train_actor") == 2
+    moves = [e for e in events if e["kind"] == "offload" and e["model"] != "rollout"]
+    assert len(moves) == sum(c[0] in ("wake_up", "sleep") for c in critic + actor)
+    critic_sleeps_while_actor_works = (overlapping(critic, actor, "sleep", "train_actor")
+                                       or overlapping(critic, actor, "sleep", "wake_up"))
+    actor_wakes_while_critic_trains = overlapping(actor, critic, "wake_up", "train_critic")
+    if level == "none":
+        assert not critic_sleeps_while_actor_works and not actor_wakes_while_critic_trains
+    else:
+        assert critic_sleeps_while_actor_works and actor_wakes_while_critic_trains
