@@ -88,6 +88,17 @@ def worker_env() -> dict[str, str]:
     return {"PYTHONPATH": f"{FAKE_SGLANG}:{REPO}", "RAY_AUTH_MODE": "disabled"}
 
 
+@pytest.fixture(scope="module")
+def joined(ray_cluster: TestCluster) -> Iterator[object]:
+    """This test module's driver connected to the cluster (the ray module), disconnected after."""
+    import ray
+
+    ray.init(address=ray_cluster.address, runtime_env={"env_vars": worker_env()},
+             log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
 def driver_env(address: str | None = None) -> dict[str, str]:
     """For a driver subprocess that joins the test cluster: loopback mode (its node IP must
     be the cluster's 127.0.0.1), GPUs asked of Ray while computing on CPU."""

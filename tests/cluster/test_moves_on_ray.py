@@ -17,21 +17,10 @@ from engine.driver.roles import Roles, TrainGroup
 from engine.driver.telemetry import Telemetry
 from engine.events import EventWriter, read_events
 from engine.rundir import RunDir
-from tests.cluster.conftest import worker_env
 from tests.cluster.probes import MoveProbe
 from tests.engine.test_driver_estimators import FakeRollout
 
 Call = tuple[str, float, float, bool]  # name, start, end, awake before
-
-
-@pytest.fixture(scope="module")
-def joined(ray_cluster):
-    import ray
-
-    ray.init(address=ray_cluster.address, runtime_env={"env_vars": worker_env()},
-             log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 class IpcRollout(FakeRollout):

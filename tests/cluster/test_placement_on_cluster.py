@@ -15,18 +15,8 @@ from engine import workers
 from engine.driver import cluster
 from engine.driver.roles import TrainGroup
 from engine.presets import load_preset, resolve_preset
-from tests.cluster.conftest import NODE_GPUS, worker_env
+from tests.cluster.conftest import NODE_GPUS
 from tests.cluster.probes import EngineStarter, PlacementProbe
-
-
-@pytest.fixture(scope="module")
-def joined(ray_cluster):
-    import ray
-
-    ray.init(address=ray_cluster.address, runtime_env={"env_vars": worker_env()},
-             log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 def preset_args(name: str, **values) -> dict:
