@@ -68,12 +68,12 @@ def plan_moves(args: Mapping[str, Any], use_gpu: bool, gpu_bytes: int | None,
     forced = env.get(OVERLAP_ENV, "").strip()
     if not args["offload_train"]:
         return MovePlan(message="moves: none (no --offload-train: the trainers stay on the GPU)")
-    if forced != "1":
-        return MovePlan(message=f"moves: each one waited on where it starts ({OVERLAP_ENV}=1 "
-                                "overlaps them where the GPU holds the roles awake at once)")
     if not use_gpu:
         return MovePlan(message="moves: each one waited on where it starts (CPU: nothing "
                                 "moves, the offload is a reported no-op)")
+    if forced != "1":
+        return MovePlan(message=f"moves: each one waited on where it starts ({OVERLAP_ENV}=1 "
+                                "overlaps them where the GPU holds the roles awake at once)")
     need = awake_at_once_gib(args, gpu_bytes, env)
     if need is None or gpu_bytes is None:
         what = "the model size" if need is None else "the GPU memory (NVML)"

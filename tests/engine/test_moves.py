@@ -53,6 +53,7 @@ def test_17b_on_an_80g_gpu_waits_on_every_move() -> None:
     (True, H200, {}, {}, f"{OVERLAP_ENV}=1 overlaps them"),  # opt-in until timed on a GPU
     (True, H200, {OVERLAP_ENV: "0"}, {}, f"{OVERLAP_ENV}=1 overlaps them"),
     (False, None, ON, {}, "CPU"),
+    (False, None, {}, {}, "CPU"),
     (True, None, ON, {}, "GPU memory (NVML) unknown"),
     (True, H200, ON, {"offload_train": False}, "no --offload-train"),
 ])
