@@ -348,9 +348,11 @@ def memory_estimate(r: Mapping[str, Any], params: int | None,
 HOST_USABLE_FRACTION = 0.9  # the rest: the OS and its page cache
 # each process of the run besides its pinned state (process-tree RSS, the gpu events'
 # rss_bytes, less the pinned blocks): imports, torch.compile's worker pools, Ray, the driver.
-# 24.7 GiB at 1.7B and 26.6 at 0.6B for three workers (actor, critic, hf rollout) on the H200
-# host; RSS counts shared pages in every process, so this is an upper bound
-HOST_PER_WORKER_GIB = 8.5
+# For three workers (actor, critic, hf rollout) on the H200 host: 24.7 GiB at 1.7B and 26.6 at
+# 0.6B in earlier runs, then 35.2 at 1.7B (bench/preset_memory.py, 2026-12-04: process-tree
+# RSS peak 89.7 GiB less 54.5 pinned). The largest, per worker: RSS counts shared pages in
+# every process, so this stays an upper bound
+HOST_PER_WORKER_GIB = 11.8
 
 
 def _offloaded_state_bytes(r: Mapping[str, Any], params: int, role: str) -> float:
