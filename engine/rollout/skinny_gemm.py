@@ -96,10 +96,12 @@ def _block_k(block_n: int, k: int, split: int) -> int:
 def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
            residual: torch.Tensor | None = None,
            tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
-    """x [M, K] @ weight[N, K]^T in x's dtype (fp32 accumulation), M <= MAX_M, both contiguous:
-    into a new tensor, into `out` [M, N], or added in place to `residual` [M, N] (what the
-    decoder's x.addmm_(h, W.t()) does) and returned. `tiles`: (BLOCK_N, BLOCK_K, SPLIT_K)
-    instead of `plan`'s (the tests)."""
+    """x [M, K] @ weight[N, K]^T in x's dtype (fp32 accumulation), rows contiguous: into a new
+    tensor, into `out` [M, N], or added in place to `residual` [M, N] (what the decoder's
+    x.addmm_(h, W.t()) does) and returned. Past MAX_M rows (not skinny: cuBLAS tiles fill the
+    GPU) by linear_by_torch. `tiles`: (BLOCK_N, BLOCK_K, SPLIT_K) instead of `plan`'s."""
+    if x.shape[0] > MAX_M:
+        return linear_by_torch(x, weight, out, residual)
     if x.stride(1) != 1:
         x = x.contiguous()
     if weight.stride(1) != 1:
@@ -147,8 +149,6 @@ def _target(x: torch.Tensor, n: int, out: torch.Tensor | None,
     if out is not None and residual is not None:
         raise ValueError("skinny GEMM: pass `out` or `residual`, not both")
     m = x.shape[0]
-    if m > MAX_M:
-        raise ValueError(f"skinny GEMM rows {m} > {MAX_M}")
     target = residual if residual is not None else out
     if target is None:
         return torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -236,3 +236,15 @@ def _cdiv(a: int, b: int) -> int:
 
 def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
+
+
+@torch.library.custom_op("ppodeck::skinny_linear", mutates_args=())
+def linear_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`linear` into a new tensor as one opaque op, for torch.compile'd code (dynamo would
+    otherwise trace into the launches and the partial-buffer cache)."""
+    return linear(x, weight)
+
+
+@linear_op.register_fake
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((x.shape[0], weight.shape[0]))
