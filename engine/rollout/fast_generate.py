@@ -61,6 +61,12 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   bucket), so the two functions compile once per model shape and serve every
                   layer and bucket. The compile happens in the capture's warm-up steps (never
                   under capture: a recompile there raises).
+  skinny-gemm     `fused` with the decode step's projections (q/k/v, o, gate/up, down, the lm
+                  head) by a Triton GEMM made for few rows (engine/rollout/skinny_gemm.py:
+                  narrow column tiles and deterministic split-K, about 2-4 programs per SM
+                  streaming the weight once; the o/down residuals and the logits written in
+                  its epilogue); the prefill keeps cuBLAS. Where Triton cannot run, cuBLAS
+                  (said, as decode-attn's fallback is);
 e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`,
 `packed+decode-attn+graph-sampling+compiled` (one graph: the kernel needs no window buckets).
 
@@ -72,14 +78,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
-from engine.rollout import decode_attention, sampling_kernel
+from engine.rollout import decode_attention, sampling_kernel, skinny_gemm
 
 SUPPORTED = ("llama", "qwen3")
 EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
@@ -87,7 +93,7 @@ CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
 FEATURES = ("fused", "packed", "sdpa", "decode-attn", "window", "graph-sampling", "fused-sampling",
-            "fused-prefill", "compiled")
+            "fused-prefill", "compiled", "skinny-gemm")
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
@@ -106,6 +112,7 @@ class DecodeOptions:
     fused_sampling: bool = False  # graph-sampling's T=1 draw in Triton kernels
     fused_prefill: bool = False  # the prefill in the fused step's building blocks
     compiled: bool = False  # implies the fused layer code
+    skinny_gemm: bool = False  # the decode step's projections by Triton; implies fused code
 
     def __post_init__(self) -> None:
         if self.sdpa and self.decode_attn:
@@ -116,12 +123,14 @@ class DecodeOptions:
     @property
     def layers_fused(self) -> bool:
         """Whether the layers run the fused code (every feature but window/graph-sampling)."""
-        return self.fused or self.packed or self.sdpa or self.decode_attn or self.compiled
+        return self.fused or self.packed or self.sdpa or self.decode_attn or self.compiled \
+            or self.skinny_gemm
 
     @property
     def name(self) -> str:
         flags = (self.fused, self.packed, self.sdpa, self.decode_attn, self.window > 0,
-                 self.sample_in_graph, self.fused_sampling, self.fused_prefill, self.compiled)
+                 self.sample_in_graph, self.fused_sampling, self.fused_prefill, self.compiled,
+                 self.skinny_gemm)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -154,7 +163,8 @@ def parse_variant(name: str) -> DecodeOptions:
                          sample_in_graph="graph-sampling" in parts,
                          fused_sampling="fused-sampling" in parts,
                          fused_prefill="fused-prefill" in parts,
-                         compiled="compiled" in parts)
+                         compiled="compiled" in parts,
+                         skinny_gemm="skinny-gemm" in parts)
 
 
 def default_options() -> DecodeOptions:
@@ -181,7 +191,7 @@ def options_from_env() -> tuple[DecodeOptions, str | None]:
 def _fallback_note(options: DecodeOptions) -> str | None:
     cuda = torch.device("cuda")
     fallbacks = [kernel_note(feature, cuda) for feature in kernel_features(options)
-                 if not decode_attention.kernel_status(cuda)[0]]
+                 if not KERNEL_STATUS[feature](cuda)[0]]
     if not fallbacks:
         return None
     return f"the hf decoder's default variant '{options.name}': " + "; ".join(fallbacks)
@@ -189,17 +199,24 @@ def _fallback_note(options: DecodeOptions) -> str | None:
 
 # the features that run Triton kernels: what runs instead where they cannot
 KERNEL_FALLBACKS = {"decode-attn": "attention runs as batched matmuls (the same maths)",
-                    "fused-sampling": "graph-sampling samples with torch ops (the same draws)"}
+                    "fused-sampling": "graph-sampling samples with torch ops (the same draws)",
+                    "skinny-gemm": "the projections run as cuBLAS GEMMs (the same maths)"}
+# each feature's kernel_status(device) -> (usable, why not); sampling_kernel's is decode_attention's
+KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
+    "decode-attn": decode_attention.kernel_status,
+    "fused-sampling": decode_attention.kernel_status,
+    "skinny-gemm": skinny_gemm.kernel_status}
 
 
 def kernel_features(options: DecodeOptions) -> list[str]:
     return [name for name, on in (("decode-attn", options.decode_attn),
-                                  ("fused-sampling", options.fused_sampling)) if on]
+                                  ("fused-sampling", options.fused_sampling),
+                                  ("skinny-gemm", options.skinny_gemm)) if on]
 
 
 def kernel_note(feature: str, device: torch.device) -> str:
     """What a Triton feature runs on `device`: its kernel, or (said why) its torch fallback."""
-    ok, why = decode_attention.kernel_status(device)
+    ok, why = KERNEL_STATUS[feature](device)
     if ok:
         return f"{feature}: its Triton kernel"
     return f"{feature}: {why}, so {KERNEL_FALLBACKS[feature]}"
@@ -242,27 +259,29 @@ class _Layer:
 
 
 Weights = tuple[torch.Tensor, ...]  # one packed weight, or the separate ones
+Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # x [M, K], W [N, K] -> x W^T
 
 
 def qkv_projection(h: torch.Tensor, weights: Weights, norms: Weights | None,
                    rope: tuple[torch.Tensor, torch.Tensor], dims: tuple[int, int, int],
-                   eps: float) -> tuple[torch.Tensor, ...]:
+                   eps: float, linear: Linear = F.linear) -> tuple[torch.Tensor, ...]:
     """h [B, hidden] -> q [B, H, d], k [B, KV, d], v [B, KV, 1, d] (normed, rotated); `weights`
-    (q, k, v) or packed (qkv,), `norms` (q_norm, k_norm), packed per head, or None."""
+    (q, k, v) or packed (qkv,), `norms` (q_norm, k_norm), packed per head, or None; `linear`
+    the GEMM (skinny-gemm's in the decode step)."""
     heads, kv, d = dims
     b = h.shape[0]
     cos, sin_signed = rope
     if len(weights) == 1:
-        qkv = F.linear(h, weights[0])
+        qkv = linear(h, weights[0])
         qk = qkv[:, :(heads + kv) * d].view(b, heads + kv, d)
         v = qkv[:, (heads + kv) * d:].view(b, kv, 1, d)
         if norms is not None:  # transformers' order: normalize, round, weight
             qk = F.rms_norm(qk, (d,), None, eps) * norms[0]
         qk = torch.addcmul(qk * cos, torch.roll(qk, d // 2, -1), sin_signed)
         return qk[:, :heads], qk[:, heads:], v
-    q = F.linear(h, weights[0]).view(b, heads, d)
-    k = F.linear(h, weights[1]).view(b, kv, d)
-    v = F.linear(h, weights[2]).view(b, kv, 1, d)
+    q = linear(h, weights[0]).view(b, heads, d)
+    k = linear(h, weights[1]).view(b, kv, d)
+    v = linear(h, weights[2]).view(b, kv, 1, d)
     if norms is not None:
         q = F.rms_norm(q, (d,), norms[0], eps)
         k = F.rms_norm(k, (d,), norms[1], eps)
@@ -271,24 +290,25 @@ def qkv_projection(h: torch.Tensor, weights: Weights, norms: Weights | None,
     return q, k, v
 
 
-def gated_mlp(h: torch.Tensor, weights: Weights) -> torch.Tensor:
+def gated_mlp(h: torch.Tensor, weights: Weights, linear: Linear = F.linear) -> torch.Tensor:
     """silu(gate(h)) * up(h), from (gate, up) or packed (gate_up,)."""
     if len(weights) == 1:
-        gate_up = F.linear(h, weights[0])
+        gate_up = linear(h, weights[0])
         ffn = gate_up.shape[-1] // 2
         return F.silu(gate_up[:, :ffn]) * gate_up[:, ffn:]
-    return F.silu(F.linear(h, weights[0])) * F.linear(h, weights[1])
+    return F.silu(linear(h, weights[0])) * linear(h, weights[1])
 
 
 def layer_head(x: torch.Tensor, in_norm: torch.Tensor, weights: Weights,
                norms: Weights | None, rope: tuple[torch.Tensor, torch.Tensor],
                dims: tuple[int, int, int], eps: float,
-               cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+               cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+               skinny: bool = False) -> torch.Tensor:
     """`compiled`, before attention: RMSNorm, q/k/v, q/k norms, RoPE, and k/v written into
     the layer's cache (k [B, KV, S, d], v, slot [1]: inductor scatters them in place from
-    the RoPE kernel, no copy of the cache) -> q [B, H, d]."""
+    the RoPE kernel, no copy of the cache) -> q [B, H, d]. `skinny`: skinny-gemm's GEMM."""
     h = F.rms_norm(x, (x.shape[-1],), in_norm, eps)
-    q, k, v = qkv_projection(h, weights, norms, rope, dims, eps)
+    q, k, v = qkv_projection(h, weights, norms, rope, dims, eps, _compiled_linear(skinny))
     cache_k, cache_v, slot = cache
     cache_k.index_copy_(2, slot, k.unsqueeze(2))
     cache_v.index_copy_(2, slot, v)
@@ -296,11 +316,19 @@ def layer_head(x: torch.Tensor, in_norm: torch.Tensor, weights: Weights,
 
 
 def layer_tail(x: torch.Tensor, attn: torch.Tensor, o: torch.Tensor, post_norm: torch.Tensor,
-               weights: Weights, down: torch.Tensor, eps: float) -> torch.Tensor:
+               weights: Weights, down: torch.Tensor, eps: float,
+               skinny: bool = False) -> torch.Tensor:
     """`compiled`, after attention: o-projection residual, RMSNorm, MLP residual -> x."""
-    x = x + F.linear(attn, o)
+    linear = _compiled_linear(skinny)
+    x = x + linear(attn, o)
     h = F.rms_norm(x, (x.shape[-1],), post_norm, eps)
-    return x + F.linear(gated_mlp(h, weights), down)
+    return x + linear(gated_mlp(h, weights, linear), down)
+
+
+def _compiled_linear(skinny: bool) -> Linear:
+    """The GEMM inside compiled code: skinny-gemm's as one opaque custom op (dynamo does not
+    trace into its launches; the residual add is then inductor's), else F.linear."""
+    return skinny_gemm.linear_op if skinny else F.linear
 
 
 class CompiledOrEager:
@@ -373,13 +401,14 @@ class StaticDecoder:
             if options.packed else []
         self.attention_kernel = options.decode_attn and self._kernel_usable("decode-attn")
         self.sampling_kernel = options.fused_sampling and self._kernel_usable("fused-sampling")
+        self.gemm_kernel = options.skinny_gemm and self._kernel_usable("skinny-gemm")
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
 
     def _kernel_usable(self, feature: str) -> bool:
         """Whether `feature`'s Triton kernel runs here; on CUDA a fallback is said."""
-        ok, _ = decode_attention.kernel_status(self.device)
+        ok, _ = KERNEL_STATUS[feature](self.device)
         if not ok and self.device.type == "cuda":
             warnings.warn(f"fast_generate {kernel_note(feature, self.device)}", stacklevel=3)
         return ok
@@ -559,7 +588,21 @@ class StaticDecoder:
             for i, layer in enumerate(self.layers):
                 self._fused_layer(state, i, layer, x, (cos, sin_signed), bias, span)
         h = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
-        torch.mm(h, self.lm_head.t(), out=state.logits)
+        if self.gemm_kernel:
+            skinny_gemm.linear(h, self.lm_head, out=state.logits)
+        else:
+            torch.mm(h, self.lm_head.t(), out=state.logits)
+
+    def _step_linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The decode step's GEMM x W^T: skinny-gemm's kernel where it runs, else cuBLAS."""
+        return skinny_gemm.linear(x, weight) if self.gemm_kernel else F.linear(x, weight)
+
+    def _add_linear(self, x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor) -> None:
+        """x += a W^T in place (the residual add in the GEMM's epilogue)."""
+        if self.gemm_kernel:
+            skinny_gemm.linear(a, weight, residual=x)
+        else:
+            x.addmm_(a, weight.t())
 
     def _attention_bias(self, state: DecodeState, span: int) -> torch.Tensor:
         """[B, 1, 1, span]: 0 on each row's filled slots, the float min elsewhere."""
@@ -588,11 +631,13 @@ class StaticDecoder:
         b, hidden = x.shape
         h = F.rms_norm(x, (hidden,), layer.in_norm, self.eps)
         weights, norms = self._projections(i, layer)
-        q, k, v = qkv_projection(h, weights, norms, rope, self.dims, self.eps)
+        q, k, v = qkv_projection(h, weights, norms, rope, self.dims, self.eps,
+                                 self._step_linear)
         out = self._attend(state, i, (q, k, v), bias, span)
-        x.addmm_(out.view(b, -1), layer.o.t())
+        self._add_linear(x, out.view(b, -1), layer.o)
         h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
-        x.addmm_(gated_mlp(h, self._mlp_weights(i, layer)), layer.down.t())
+        self._add_linear(x, gated_mlp(h, self._mlp_weights(i, layer), self._step_linear),
+                         layer.down)
 
     def _compiled_layers(self, state: DecodeState, x: torch.Tensor,
                          rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None,
@@ -604,10 +649,11 @@ class StaticDecoder:
         for i, layer in enumerate(self.layers):
             weights, norms = self._projections(i, layer)
             cache = (state.cache.k[i], state.cache.v[i], slot)
-            q = head(x, layer.in_norm, weights, norms, rope, self.dims, self.eps, cache)
+            q = head(x, layer.in_norm, weights, norms, rope, self.dims, self.eps, cache,
+                     self.gemm_kernel)
             out = self._attend_cache(state, i, q, bias, span)
             x = tail(x, out.view(x.shape[0], -1), layer.o, layer.post_norm,
-                     self._mlp_weights(i, layer), layer.down, self.eps)
+                     self._mlp_weights(i, layer), layer.down, self.eps, self.gemm_kernel)
         return x
 
     def _attend(self, state: DecodeState, i: int, qkv: tuple[torch.Tensor, ...],

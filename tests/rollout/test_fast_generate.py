@@ -329,3 +329,48 @@ def test_compile_failure_falls_back_to_eager_and_says_so(monkeypatch) -> None:
                                      **greedy)
     assert tokens == fg.fast_generate(model, ROWS, options=fg.REFERENCE, **greedy)[0]
     assert all(f.failed for f in fg._COMPILED.values())
+
+
+def test_skinny_gemm_variant_parses_and_implies_the_fused_layers() -> None:
+    options = fg.parse_variant("packed+graph-sampling+skinny-gemm")
+    assert options == fg.DecodeOptions(packed=True, sample_in_graph=True, skinny_gemm=True)
+    assert options.name == "packed+graph-sampling+skinny-gemm" and options.layers_fused
+    assert fg.parse_variant("skinny-gemm").layers_fused
+    assert fg.kernel_features(options) == ["skinny-gemm"]
+    assert not fg.parse_variant(fg.BACKEND_VARIANT).skinny_gemm  # the measured default stays
+
+
+def test_skinny_gemm_falls_back_on_cpu_with_its_note(monkeypatch) -> None:
+    """Without CUDA (no interpreter) the decode step's GEMMs stay cuBLAS, said in the note;
+    tokens and log-probs are today's path's (fused and compiled layer code)."""
+    from engine.rollout import skinny_gemm
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    note = fg.kernel_note("skinny-gemm", torch.device("cpu"))
+    assert note.startswith("skinny-gemm: its Triton kernels need CUDA") and "cuBLAS" in note
+    monkeypatch.setenv(fg.VARIANT_ENV, "packed+skinny-gemm")
+    options, note = fg.options_from_env()
+    assert options.skinny_gemm and "'packed+skinny-gemm'" in note
+    ok, why = skinny_gemm.kernel_status(torch.device("cuda"))
+    assert ("skinny-gemm: its Triton kernel" in note) == ok
+    assert ok or (why in note and "cuBLAS" in note)
+    model = tiny_model("qwen3")
+    assert not fg.StaticDecoder(model, options).gemm_kernel
+    greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
+                  pad_token_id=PAD, seed=0)
+    with torch.compiler.set_stance("force_eager"):
+        for variant in ("packed+graph-sampling+skinny-gemm", "compiled+skinny-gemm"):
+            assert_follows_reference(model, fg.parse_variant(variant), atol=1e-5, **greedy)
+            assert_follows_reference(model, fg.parse_variant(variant), atol=1e-5,
+                                     **{**greedy, "temperature": 0.7, "top_k": 20, "seed": 2})
+
+
+def test_each_feature_notes_its_own_kernels_fallback(monkeypatch) -> None:
+    """The default variant's note names the features whose kernel cannot run, each by its own
+    kernel_status (skinny_gemm's here, decode_attention's for the others)."""
+    monkeypatch.setitem(fg.KERNEL_STATUS, "skinny-gemm", lambda device: (False, "no GEMM"))
+    monkeypatch.setitem(fg.KERNEL_STATUS, "decode-attn", lambda device: (True, "ok"))
+    monkeypatch.setitem(fg.KERNEL_STATUS, "fused-sampling", lambda device: (True, "ok"))
+    note = fg._fallback_note(fg.parse_variant("packed+decode-attn+skinny-gemm"))
+    assert note is not None and "skinny-gemm: no GEMM, so" in note and "decode-attn:" not in note
+    assert fg._fallback_note(fg.parse_variant("packed+decode-attn")) is None

@@ -1,0 +1,99 @@
+"""The skinny-GEMM kernels run by Triton's CPU interpreter (CPU tensors): collected only when
+named, by test_skinny_gemm.py::test_the_kernels_under_the_triton_interpreter, which runs this
+file in a fresh process with TRITON_INTERPRET=1 (triton.jit reads it when Triton's own library
+is decorated, at its import)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+import torch
+
+from engine.rollout import fast_generate as fg
+from engine.rollout import skinny_gemm as sg
+from tests.rollout.test_fast_generate import PAD, ROWS, tiny_model
+from tests.rollout.test_skinny_gemm import case
+
+# every (M, N, K): rows of 1 and 5 (padded to 16) and 64, columns not a multiple of the tile,
+# K not a multiple of BLOCK_K; split-K, column tile and output mode cycle over them
+SHAPES = list(itertools.product((1, 5, 64), (16, 40, 96), (32, 80)))
+MODES = ("new", "out", "residual")
+
+
+@pytest.fixture
+def interpreted() -> None:
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_skinny_gemm.py"
+    assert sg.kernel_status(torch.device("cpu")) == (True, "ok")
+
+
+def run(x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, mode: str,
+        tiles: tuple[int, int, int] | None) -> torch.Tensor:
+    """sg.linear in `mode`, checked to write where that mode says."""
+    if mode == "new":
+        return sg.linear(x, w, tiles=tiles)
+    target = r.clone() if mode == "residual" else torch.full_like(r, float("nan"))
+    kwargs = {"residual" if mode == "residual" else "out": target}
+    assert sg.linear(x, w, tiles=tiles, **kwargs) is target
+    return target
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernels_are_torch_matmul(interpreted, dtype) -> None:  # noqa: ANN001
+    """Against x @ W^T (+ r) in fp64 from the same inputs: fp32 to summation order, bf16 to
+    its rounding of |out| <= ~40 (one rounding: fp32 accumulation and residual add)."""
+    tol = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else dict(rtol=8e-3, atol=2e-2)
+    for i, (m, n, k) in enumerate(SHAPES):
+        x, w, r = case(m, n, k, dtype, seed=i)
+        mode = MODES[i % 3]
+        tiles = ((16, 32)[i % 2 if n > 16 else 0], 16, (1, 3)[(i // 2) % 2])
+        out = run(x, w, r, mode, tiles)
+        expected = x.double() @ w.double().T + (r.double() if mode == "residual" else 0)
+        assert out.dtype == dtype and out.shape == (m, n)
+        torch.testing.assert_close(out.double(), expected, **tol, msg=f"{m, n, k, mode, tiles}")
+
+
+def test_plans_tiles_and_a_deterministic_split(interpreted) -> None:  # noqa: ANN001
+    """`plan`'s own tiles (a split of 2 over K = 256), and split-K's fixed-order sum: the same
+    bits on a second run."""
+    x, w, r = case(64, 96, 256, torch.float32)
+    assert sg.plan(64, 96, 256)[2] == 2
+    first = run(x, w, r, "residual", None)
+    torch.testing.assert_close(first, r + x @ w.T, rtol=1e-5, atol=1e-4)
+    assert torch.equal(run(x, w, r, "residual", None), first)
+
+
+@pytest.mark.parametrize(("arch", "variant"), [("qwen3", "packed+graph-sampling+skinny-gemm"),
+                                               ("llama", "compiled+skinny-gemm")])
+def test_skinny_gemm_variant_is_the_reference_path(interpreted, arch, variant) -> None:  # noqa: ANN001
+    """fast_generate with the kernels for every decode-step GEMM (fp32; packed qkv/gate_up,
+    in-place o/down residuals, the logits buffer; `compiled`'s functions eagerly, through the
+    custom op): greedy (and on qwen3 sampled) tokens equal today's path, log-probs within
+    1e-5."""
+    model = tiny_model(arch)
+    options = fg.parse_variant(variant)
+    assert fg.StaticDecoder(model, options).gemm_kernel
+    samplings = [dict(temperature=0.0)]
+    if arch == "qwen3":
+        samplings.append(dict(temperature=0.7, top_p=0.9, top_k=20))
+    with torch.compiler.set_stance("force_eager"):
+        for sampling in samplings:
+            kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
+                          pad_token_id=PAD, seed=3) | sampling
+            ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
+            ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+            assert ours[0] == ref[0], sampling
+            torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                       atol=1e-5)
+
+
+def test_compiled_layer_tail_traces_in_one_graph(interpreted) -> None:  # noqa: ANN001
+    """dynamo takes the custom op whole (fullgraph: no break at the Triton launches); the
+    result is the cuBLAS tail's."""
+    x, attn, o = (torch.randn(5, 64), torch.randn(5, 64), torch.randn(64, 64) / 8)
+    gate_up, down, norm = torch.randn(192, 64) / 8, torch.randn(64, 96) / 8, torch.ones(64)
+    args = (x, attn, o, norm, (gate_up,), down, 1e-6)
+    tail = torch.compile(fg.layer_tail, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(tail(*args, True), fg.layer_tail(*args, False), rtol=1e-5,
+                               atol=1e-4)
