@@ -48,11 +48,13 @@ import torch  # noqa: E402
 
 from engine.rollout import fast_generate as fg  # noqa: E402
 
-# today's path first, today's best next, then the decode-attention kernel in its place, compiled
-# and not (so these fit whatever the budget: the compile, ~20-60 s on a cold inductor cache, is
-# in a variant's first call), then each feature alone and in steps
-DEFAULT_VARIANTS = ("ref", "packed+sdpa+window+graph-sampling+compiled",
-                    "packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled",
+# today's path first, the backend's default next and that default with skinny-gemm's GEMMs
+# (not yet timed on a GPU), then the decode-attention kernel compiled and not (so these fit
+# whatever the budget: the compile, ~20-60 s on a cold inductor cache, is in a variant's first
+# call), then each feature alone and in steps
+BACKEND_DEFAULT = "packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled"
+DEFAULT_VARIANTS = ("ref", BACKEND_DEFAULT, BACKEND_DEFAULT + "+skinny-gemm",
+                    "packed+sdpa+window+graph-sampling+compiled",
                     "packed+decode-attn+graph-sampling+compiled",
                     "packed+decode-attn+graph-sampling", "packed+sdpa+window+graph-sampling",
                     "packed+window+graph-sampling", "graph-sampling", "window", "fused",
