@@ -140,8 +140,9 @@ def decode_attention_merge_kernel(
     outs = tl.load(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :],
                    mask=split_ok[:, None] & (d < HEAD_DIM)[None, :], other=0.0)
     best = tl.max(maxes, 0)
-    # an empty chunk (max -inf) weighs 0: exp(-inf - best) would be NaN when all are empty
-    weight = tl.where(maxes > float("-inf"), tl.exp(maxes - best), 0.0)
+    # each chunk weighed by exp(its max - the row's): an empty one (max -inf) by 0; a row
+    # without slots (every max -inf) subtracts 0, not -inf (no -inf - -inf = NaN)
+    weight = tl.exp(maxes - tl.where(best > float("-inf"), best, 0.0))
     total = tl.sum(weight * sums, 0)
     total = tl.where(total > 0, total, 1.0)  # no valid slot (a capture warm-up): zeros
     out = tl.sum(weight[:, None] * outs, 0) / total
