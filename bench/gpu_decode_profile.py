@@ -8,8 +8,9 @@ Issue 20: 10.7k tokens/s at batch 64 is about 6 ms per decode step, against 0.25
 weights. For the Qwen3-0.6B shape (bench/gpu_bench.py's plan: random init, bf16), batch 64,
 prompts of 128 tokens (a quarter of them 8-24 shorter: left padding), 256 new tokens, it first
 times one layer's attention alone (mid-generation and at the last step): today's SDPA, the
-batched matmuls, and decode-attn's Triton kernel at a few launch shapes, each with the GB/s of
-the K/V it must read and its max |diff| from the fp32-softmax maths (--no-attention skips it).
+batched matmuls, decode-attn's Triton kernel at a few launch shapes and decode-attn-split's
+split-K kernels at a few split counts (split_count's choice first), each with the GB/s of the
+K/V it must read and its max |diff| from the fp32-softmax maths (--no-attention skips it).
 Then for each decoder variant of engine/rollout/fast_generate.py (DecodeOptions) it prints:
   - tokens/s and wall ms per decode step (sampling at T=1 as the rollout does; the prefill,
     timed alone, is taken out of the per-step figure), and the first call (graph capture);
@@ -48,12 +49,14 @@ import torch  # noqa: E402
 
 from engine.rollout import fast_generate as fg  # noqa: E402
 
-# today's path first, the backend's default next and that default with skinny-gemm's GEMMs
-# (not yet timed on a GPU), then the decode-attention kernel compiled and not (so these fit
-# whatever the budget: the compile, ~20-60 s on a cold inductor cache, is in a variant's first
-# call), then each feature alone and in steps
+# today's path first, the backend's default next with its two candidates beside it (split-K
+# decode attention, skinny-gemm's GEMMs; neither timed on a GPU yet), then other decode-attention
+# variants compiled and not (so these fit whatever the budget: the compile, ~20-60 s on a cold
+# inductor cache, is in a variant's first call), then each feature alone and in steps
 BACKEND_DEFAULT = "packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled"
-DEFAULT_VARIANTS = ("ref", BACKEND_DEFAULT, BACKEND_DEFAULT + "+skinny-gemm",
+SPLIT_VARIANT = ("packed+decode-attn+decode-attn-split+graph-sampling+fused-sampling+"
+                 "fused-prefill+compiled")
+DEFAULT_VARIANTS = ("ref", BACKEND_DEFAULT, SPLIT_VARIANT, BACKEND_DEFAULT + "+skinny-gemm",
                     "packed+sdpa+window+graph-sampling+compiled",
                     "packed+decode-attn+graph-sampling+compiled",
                     "packed+decode-attn+graph-sampling", "packed+sdpa+window+graph-sampling",
@@ -182,6 +185,8 @@ def kernel_profiler(device: torch.device) -> Any:  # noqa: ANN401
 # kernel tables
 # --------------------------------------------------------------------------------------------
 KINDS = (
+    ("attn-split", ("decode_attention_split",)),  # decode-attn-split's chunks
+    ("attn-merge", ("decode_attention_merge",)),  # ... and their merge
     ("attn-kernel", ("decode_attention",)),  # decode-attn's Triton kernel
     ("compiled", ("triton_",)),  # inductor's fused kernels (`compiled`): norms, RoPE, residuals
     ("sampling", ("exponential", "multinomial", "distribution", "sort", "topk", "cumsum",
@@ -274,6 +279,10 @@ def reset_step(state: fg.DecodeState, span: int) -> None:
 # --------------------------------------------------------------------------------------------
 # decode-attn launches tried: (block, warps, stages); the decoder's is (64, 4, 2)
 ATTENTION_LAUNCHES = ((32, 4, 2), (64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 4, 2), (128, 8, 1))
+# decode-attn-split launches tried: (splits, block, warps, stages); None is split_count's
+# choice, which the decoder runs at (block 64, 4 warps, 2 stages)
+SPLIT_LAUNCHES = ((None, 64, 4, 2), (None, 32, 4, 2), (2, 64, 4, 2), (4, 64, 4, 2),
+                  (4, 32, 4, 2), (8, 32, 4, 2), (8, 16, 4, 2), (16, 16, 4, 2))
 
 
 @dataclass
@@ -366,6 +375,22 @@ def per_call_us(fn: Any, device: torch.device, calls: int = 20) -> float:  # noq
     return statistics.median(times) * 1e3 / calls
 
 
+def split_candidates(case: AttentionCase) -> list[tuple[str, Any]]:
+    """(name, call) of each SPLIT_LAUNCHES launch of decode_attention.attend_split."""
+    b, kv, slots = case.k.shape[0], case.k.shape[1], case.k.shape[2]
+    chosen = fg.decode_attention.split_count(
+        b, kv, slots, fg.decode_attention.multiprocessors(case.q.device))
+    out = []
+    for splits, block, warps, stages in SPLIT_LAUNCHES:
+        label = f"{chosen} (auto)" if splits is None else str(splits)
+        out.append((f"decode-attn-split {label} block {block} warps {warps} st {stages}",
+                    lambda splits=splits, block=block, warps=warps, stages=stages, case=case:
+                    fg.decode_attention.attend_split(**case.kernel_args(), splits=splits,
+                                                     block=block, num_warps=warps,
+                                                     num_stages=stages)))
+    return out
+
+
 def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
     """Each attention implementation on one layer, mid-generation and at the last step: us
     per call, the GB/s of the K/V it must read (the filled slots), x layers as ms per step,
@@ -385,6 +410,7 @@ def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
                             fg.decode_attention.attend(**case.kernel_args(), block=block,
                                                        num_warps=warps, num_stages=stages))
                            for block, warps, stages in ATTENTION_LAUNCHES]
+            candidates += split_candidates(case)
         else:
             print(f"  decode-attn kernel not run here: {why}")
         for name, fn in candidates:
@@ -392,9 +418,9 @@ def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
                 us = per_call_us(fn, setup.device)
                 diff = (fn().float().reshape(expected.shape) - expected).abs().max().item()
             except Exception as err:  # noqa: BLE001 - the other implementations still count
-                print(f"  {name:36s} FAILED: {type(err).__name__}: {str(err)[:160]}")
+                print(f"  {name:50s} FAILED: {type(err).__name__}: {str(err)[:160]}")
                 continue
-            print(f"  {name:36s} {us:9.2f} us  {case.useful_bytes() / us / 1e3:8.1f} GB/s  "
+            print(f"  {name:50s} {us:9.2f} us  {case.useful_bytes() / us / 1e3:8.1f} GB/s  "
                   f"x{layers} = {us * layers / 1e3:.3f} ms/step  max|diff| {diff:.2e}")
 
 

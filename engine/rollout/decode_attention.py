@@ -11,9 +11,18 @@ Here one Triton program per (row, KV head) streams that head's filled cache slot
     for the product with V, as the matmul path rounds them).
 Launches are plain Triton launches: capturable by a CUDA graph, with no host sync.
 
-`attend` runs the kernel; `attend_by_matmul` is the same maths by batched matmuls (the reference
-the tests compare with). `kernel_status(device)` says whether the kernel can run there: on CUDA
-with Triton importable, or anywhere under TRITON_INTERPRET=1 (the CPU tests).
+Split-K (flash-decoding, fast_generate's `decode-attn-split`): 512 programs (64 rows x 8 KV
+heads) each walking ~300 slots in sequence read the cache at about half the H200's bandwidth.
+`attend_split` cuts each row's filled slots into `splits` equal chunks, one program each (grid
+rows x KV heads x splits), which write their unnormalized fp32 output with its running max and
+sum; a second small kernel merges them exactly (log-sum-exp: each chunk weighted by
+exp(its max - the row's max)). Chunks past a row's filled range read nothing and write max -inf,
+sum 0, which the merge weighs 0. `split_count` picks `splits` from static shapes only (batch, KV
+heads, cache length, the device's SM count), so one CUDA graph keeps its launch.
+
+`attend` runs the one-pass kernel; `attend_by_matmul` is the same maths by batched matmuls (the
+reference the tests compare with). `kernel_status(device)` says whether the kernels can run
+there: on CUDA with Triton importable, or anywhere under TRITON_INTERPRET=1 (the CPU tests).
 """
 
 from __future__ import annotations
@@ -28,15 +37,25 @@ BLOCK_L = 64  # cache slots per loop iteration
 NUM_WARPS = 4
 NUM_STAGES = 2  # K/V tiles in flight per program: 2 x 32 KB of shared memory at block 64
 MIN_DOT = 16  # tl.dot's smallest tile side: the group's query heads are padded up to it
+# split-K: programs aimed at per SM (about 4 waves of ~4 resident programs: a first guess for
+# the H200's bench to tune; the split kernel compiled for sm_90 at block 64 takes 22 KB of
+# shared memory), the fewest slots worth a chunk of their own, and a ceiling on the partials
+# the merge reads per head
+SPLIT_PROGRAMS_PER_SM = 16
+MIN_SPLIT_SLOTS = 16
+MAX_SPLITS = 16
+NOMINAL_SMS = 132  # an H200's SM count: the split count off CUDA (the interpreter's tests)
+MERGE_WARPS = 4  # the merge reads SPLITS x HEAD_DIM fp32 per (row, head)
 
 
 def kernel_status(device: torch.device) -> tuple[bool, str]:
-    """(usable, why not) for the Triton kernel on `device`."""
+    """(usable, why not) for the Triton kernels (one-pass and split-K) on `device`."""
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     if device.type != "cuda" and not interpret:
         return False, f"its Triton kernel needs CUDA (device {device.type})"
     try:
         _kernel(interpret)
+        _split_kernels(interpret)
     except ImportError as err:
         return False, f"Triton is not importable ({err})"
     return True, "ok"
@@ -44,64 +63,22 @@ def kernel_status(device: torch.device) -> tuple[bool, str]:
 
 @functools.cache
 def _kernel(interpret: bool) -> Any:  # noqa: ANN401
-    """The jitted kernel, built at first use (Triton imported lazily; `interpret` keys the cache:
-    triton.jit reads TRITON_INTERPRET when it decorates)."""
+    """The jitted one-pass kernel (Triton imported at first use; `interpret` keys the cache as
+    sampling_kernel's: the module's kernels were decorated as TRITON_INTERPRET said at import)."""
     del interpret
-    import triton
-    import triton.language as tl
+    from engine.rollout import decode_attention_triton as kernels
 
-    @triton.jit
-    def decode_attention_kernel(
-            q_ptr, k_ptr, v_ptr, out_ptr, pad_ptr, index_ptr, scale,
-            q_stride_b, q_stride_h, k_stride_b, k_stride_h, k_stride_s,
-            v_stride_b, v_stride_h, v_stride_s, out_stride_b, out_stride_h,
-            GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
-            BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-            UPCAST: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)  # row x stride passes 2**31 in large caches
-        kv = tl.program_id(1).to(tl.int64)
-        g = tl.arange(0, BLOCK_G)
-        d = tl.arange(0, BLOCK_D)
-        head_ok = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
-        heads = kv * GROUP + g
-        q = tl.load(q_ptr + row * q_stride_b + heads[:, None] * q_stride_h + d[None, :],
-                    mask=head_ok, other=0.0)
-        if UPCAST:
-            q = q.to(tl.float32)
-        first = tl.load(pad_ptr + row)  # left padding: slots before it are not the row's
-        end = tl.load(index_ptr) + 1  # this step's slot, written just before, is the last
-        k_row = k_ptr + row * k_stride_b + kv * k_stride_h
-        v_row = v_ptr + row * v_stride_b + kv * v_stride_h
-        best = tl.full([BLOCK_G], float("-inf"), tl.float32)
-        total = tl.zeros([BLOCK_G], tl.float32)
-        acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-        for start in range(first, end, BLOCK):
-            slots = start + tl.arange(0, BLOCK)
-            slot_ok = slots < end
-            tile_ok = slot_ok[:, None] & (d < HEAD_DIM)[None, :]
-            k = tl.load(k_row + slots[:, None] * k_stride_s + d[None, :], mask=tile_ok,
-                        other=0.0)
-            if UPCAST:
-                k = k.to(tl.float32)
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-            scores = tl.where(slot_ok[None, :], scores, float("-inf"))
-            new_best = tl.maximum(best, tl.max(scores, 1))
-            probs = tl.exp(scores - new_best[:, None])
-            rescale = tl.exp(best - new_best)
-            total = total * rescale + tl.sum(probs, 1)
-            v = tl.load(v_row + slots[:, None] * v_stride_s + d[None, :], mask=tile_ok,
-                        other=0.0)
-            probs = probs.to(v.dtype)  # rounded like the matmul path's probabilities
-            if UPCAST:
-                probs, v = probs.to(tl.float32), v.to(tl.float32)
-            acc = acc * rescale[:, None] + tl.dot(probs, v, input_precision=PRECISION)
-            best = new_best
-        total = tl.where(total > 0, total, 1.0)  # no valid slot (a capture warm-up): zeros
-        out = acc / total[:, None]
-        tl.store(out_ptr + row * out_stride_b + heads[:, None] * out_stride_h + d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=head_ok)
+    return kernels.decode_attention_kernel
 
-    return decode_attention_kernel
+
+@functools.cache
+def _split_kernels(interpret: bool) -> tuple[Any, Any]:
+    """(split, merge): split-K's two jitted kernels. The partials are contiguous fp32
+    [B, H, SPLITS(, HEAD_DIM)]: (row, head, split) at (row * heads + head) * SPLITS + split."""
+    del interpret
+    from engine.rollout import decode_attention_triton as kernels
+
+    return kernels.decode_attention_split_kernel, kernels.decode_attention_merge_kernel
 
 
 def attend(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pad: torch.Tensor,
@@ -130,6 +107,65 @@ def attend(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pad: t
         UPCAST=interpret and q.dtype != torch.float32, num_warps=num_warps,
         num_stages=num_stages)
     return out
+
+
+def attend_split(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
+                 pad: torch.Tensor, index: torch.Tensor, scale: float, splits: int | None = None,
+                 block: int = BLOCK_L, num_warps: int = NUM_WARPS,
+                 num_stages: int = NUM_STAGES) -> torch.Tensor:
+    """`attend` by split-K: each row's filled slots in `splits` chunks (None: split_count's
+    choice for these shapes on q's device), one program each, then their exact merge. Two
+    launches and fp32 partials from the caching allocator: capturable, no host sync."""
+    b, heads, head_dim = q.shape
+    kv_heads, slots = cache_k.shape[1], cache_k.shape[2]
+    if splits is None:
+        splits = split_count(b, kv_heads, slots, multiprocessors(q.device))
+    if not 1 <= splits <= slots:
+        raise ValueError(f"splits must be in [1, {slots}] (cache slots), got {splits}")
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    part_out = torch.empty((b, heads, splits, head_dim), dtype=torch.float32, device=q.device)
+    part_max = torch.empty((b, heads, splits), dtype=torch.float32, device=q.device)
+    part_sum = torch.empty_like(part_max)
+    out = torch.empty((b, heads, head_dim), dtype=q.dtype, device=q.device)
+    group = heads // kv_heads
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    split_kernel, merge_kernel = _split_kernels(interpret)
+    block_d = max(MIN_DOT, _pow2(head_dim))
+    split_kernel[(b, kv_heads, splits)](
+        q, cache_k, cache_v, part_out, part_max, part_sum, pad, index, scale, heads,
+        q.stride(0), q.stride(1), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2),
+        cache_v.stride(0), cache_v.stride(1), cache_v.stride(2),
+        SPLITS=splits, GROUP=group, BLOCK_G=max(MIN_DOT, _pow2(group)), HEAD_DIM=head_dim,
+        BLOCK_D=block_d, BLOCK=block,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        UPCAST=interpret and q.dtype != torch.float32, num_warps=num_warps,
+        num_stages=num_stages)
+    merge_kernel[(b, heads)](
+        part_out, part_max, part_sum, out, heads, out.stride(0), out.stride(1),
+        SPLITS=splits, BLOCK_S=_pow2(splits), HEAD_DIM=head_dim, BLOCK_D=block_d,
+        num_warps=MERGE_WARPS)
+    return out
+
+
+def split_count(batch: int, kv_heads: int, slots: int, sms: int) -> int:
+    """Chunks per (row, KV head) from static shapes: enough programs for SPLIT_PROGRAMS_PER_SM
+    per SM, no chunk of a full cache under MIN_SPLIT_SLOTS slots, at most MAX_SPLITS."""
+    wanted = -(-sms * SPLIT_PROGRAMS_PER_SM // (batch * kv_heads))
+    return max(1, min(wanted, slots // MIN_SPLIT_SLOTS, MAX_SPLITS))
+
+
+def multiprocessors(device: torch.device) -> int:
+    """The device's SM count (NOMINAL_SMS off CUDA)."""
+    if device.type != "cuda":
+        return NOMINAL_SMS
+    return _cuda_multiprocessors(device.index if device.index is not None
+                                 else torch.cuda.current_device())
+
+
+@functools.cache
+def _cuda_multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def attend_by_matmul(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,

@@ -38,6 +38,12 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   slots [pad, index] read, so no mask and no buckets); where Triton cannot run
                   (no CUDA, not importable) the same maths as batched matmuls, said in a
                   warning and in the PPODECK_DECODE note. Not with `sdpa`;
+  decode-attn-split  decode-attn by split-K (flash-decoding): each row's filled slots in
+                  equal chunks, one program each (rows x KV heads x splits, the split count
+                  from static shapes: decode_attention.split_count), then a small kernel
+                  merging the chunks exactly (log-sum-exp); more programs in flight for the
+                  cache's bandwidth. Implies decode-attn (its name joins the variant's); no
+                  Triton: the same batched matmuls, said the same way;
   window          attention over the filled part of the cache only, in WINDOW-slot buckets (one
                   graph per bucket) instead of the whole cache every step;
   graph-sampling  sampling, log-prob, next token, cache index and EOS flag inside the captured
@@ -68,7 +74,8 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   its epilogue); the prefill keeps cuBLAS. Where Triton cannot run, cuBLAS
                   (said, as decode-attn's fallback is);
 e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`,
-`packed+decode-attn+graph-sampling+compiled` (one graph: the kernel needs no window buckets).
+`packed+decode-attn+graph-sampling+compiled` (one graph: the kernel needs no window buckets),
+`packed+decode-attn+decode-attn-split+graph-sampling+fused-sampling+fused-prefill+compiled`.
 
 `fast_generate(model, rows, ...)` is the entry point; `can_use(model)` says whether a model is
 one this decoder understands (Llama / Qwen3 families, default RoPE).
@@ -92,8 +99,8 @@ EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
 CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are masked)
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
-FEATURES = ("fused", "packed", "sdpa", "decode-attn", "window", "graph-sampling", "fused-sampling",
-            "fused-prefill", "compiled", "skinny-gemm")
+FEATURES = ("fused", "packed", "sdpa", "decode-attn", "decode-attn-split", "window",
+            "graph-sampling", "fused-sampling", "fused-prefill", "compiled", "skinny-gemm")
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
@@ -107,6 +114,7 @@ class DecodeOptions:
     packed: bool = False  # implies the fused layer code
     sdpa: bool = False  # implies the fused layer code
     decode_attn: bool = False  # implies the fused layer code; not with sdpa
+    decode_attn_split: bool = False  # decode-attn by split-K: sets decode_attn
     window: int = 0  # bucket of the attended cache prefix; 0 = the whole cache every step
     sample_in_graph: bool = False
     fused_sampling: bool = False  # graph-sampling's T=1 draw in Triton kernels
@@ -115,6 +123,8 @@ class DecodeOptions:
     skinny_gemm: bool = False  # the decode step's projections by Triton; implies fused code
 
     def __post_init__(self) -> None:
+        if self.decode_attn_split:  # a way of running decode-attn: named with it
+            object.__setattr__(self, "decode_attn", True)
         if self.sdpa and self.decode_attn:
             raise ValueError("'sdpa' and 'decode-attn' are two attention kernels: name one")
         if self.fused_sampling and not self.sample_in_graph:
@@ -128,9 +138,9 @@ class DecodeOptions:
 
     @property
     def name(self) -> str:
-        flags = (self.fused, self.packed, self.sdpa, self.decode_attn, self.window > 0,
-                 self.sample_in_graph, self.fused_sampling, self.fused_prefill, self.compiled,
-                 self.skinny_gemm)
+        flags = (self.fused, self.packed, self.sdpa, self.decode_attn, self.decode_attn_split,
+                 self.window > 0, self.sample_in_graph, self.fused_sampling,
+                 self.fused_prefill, self.compiled, self.skinny_gemm)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -159,6 +169,7 @@ def parse_variant(name: str) -> DecodeOptions:
                          f"subset of {', '.join(FEATURES)}")
     return DecodeOptions(fused="fused" in parts, packed="packed" in parts, sdpa="sdpa" in parts,
                          decode_attn="decode-attn" in parts,
+                         decode_attn_split="decode-attn-split" in parts,
                          window=WINDOW if "window" in parts else 0,
                          sample_in_graph="graph-sampling" in parts,
                          fused_sampling="fused-sampling" in parts,
@@ -199,17 +210,23 @@ def _fallback_note(options: DecodeOptions) -> str | None:
 
 # the features that run Triton kernels: what runs instead where they cannot
 KERNEL_FALLBACKS = {"decode-attn": "attention runs as batched matmuls (the same maths)",
+                    "decode-attn-split": "attention runs as batched matmuls (the same maths)",
                     "fused-sampling": "graph-sampling samples with torch ops (the same draws)",
                     "skinny-gemm": "the projections run as cuBLAS GEMMs (the same maths)"}
-# each feature's kernel_status(device) -> (usable, why not); sampling_kernel's is decode_attention's
+# each feature's kernel_status(device) -> (usable, why not); the split kernels and
+# sampling_kernel's share decode_attention's
 KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
     "decode-attn": decode_attention.kernel_status,
+    "decode-attn-split": decode_attention.kernel_status,
     "fused-sampling": decode_attention.kernel_status,
     "skinny-gemm": skinny_gemm.kernel_status}
 
 
 def kernel_features(options: DecodeOptions) -> list[str]:
-    return [name for name, on in (("decode-attn", options.decode_attn),
+    """The Triton features of `options` (decode-attn-split named for its attention, as it
+    is the kernel that runs)."""
+    attention = "decode-attn-split" if options.decode_attn_split else "decode-attn"
+    return [name for name, on in ((attention, options.decode_attn),
                                   ("fused-sampling", options.fused_sampling),
                                   ("skinny-gemm", options.skinny_gemm)) if on]
 
@@ -399,7 +416,8 @@ class StaticDecoder:
         self.device = self.embed.device
         self.packed = [_Packed.empty_like(layer) for layer in self.layers] \
             if options.packed else []
-        self.attention_kernel = options.decode_attn and self._kernel_usable("decode-attn")
+        self.attention_kernel = options.decode_attn and self._kernel_usable(
+            "decode-attn-split" if options.decode_attn_split else "decode-attn")
         self.sampling_kernel = options.fused_sampling and self._kernel_usable("fused-sampling")
         self.gemm_kernel = options.skinny_gemm and self._kernel_usable("skinny-gemm")
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
@@ -672,8 +690,10 @@ class StaticDecoder:
         (`bias` None: the decode-attention kernel, which bounds itself by pad and index)."""
         b, d = q.shape[0], self.head_dim
         if bias is None:
-            out = decode_attention.attend(q, state.cache.k[i], state.cache.v[i], state.pad,
-                                          state.index, d ** -0.5)
+            attend = decode_attention.attend_split if self.options.decode_attn_split \
+                else decode_attention.attend
+            out = attend(q, state.cache.k[i], state.cache.v[i], state.pad, state.index,
+                         d ** -0.5)
             return out.view(b, self.kv_heads, self.heads // self.kv_heads, d)
         qg = q.reshape(b, self.kv_heads, self.heads // self.kv_heads, d)
         keys, values = state.cache.k[i][:, :, :span], state.cache.v[i][:, :, :span]

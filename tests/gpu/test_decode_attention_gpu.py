@@ -1,7 +1,7 @@
 """decode-attn on the GPU (`python -m pytest tests/gpu/test_decode_attention_gpu.py -m gpu -q`):
 the Triton kernel compiled for the device against the fp32-softmax matmul maths at the
-Qwen3-0.6B decode shape, replayed from a CUDA graph, and fast_generate's decode-attn variants
-against today's path."""
+Qwen3-0.6B decode shape, replayed from a CUDA graph, the same for split-K (decode-attn-split),
+and fast_generate's decode-attn variants (split-K's among them) against today's path."""
 
 from __future__ import annotations
 
@@ -59,8 +59,53 @@ def test_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
         torch.testing.assert_close(out, da.attend(**case), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_split_kernel_is_the_matmul_maths_at_the_decode_shape(dtype) -> None:  # noqa: ANN001
+    """decode-attn-split at the 0.6B decode shape (64 x 16 heads x 8 KV heads x 320 slots x
+    128), mid-generation and at the cache's last slot: split_count's choice and fixed counts
+    (1, more chunks than the short rows' slots), then NaN outside the filled slots."""
+    from engine.rollout import decode_attention as da
+
+    atol = 1.6e-2 if dtype == torch.bfloat16 else 1e-5
+    assert da.split_count(64, 8, 320, da.multiprocessors(torch.device("cuda"))) > 1
+    for index in (200, 319):
+        case = _case(dtype, slots=320, index=index)
+        case["pad"][1] = index  # a row of one slot: its later chunks are empty
+        expected = da.attend_by_matmul(**case).float()
+        for splits, block in ((None, 64), (1, 64), (2, 64), (4, 32), (16, 32)):
+            out = da.attend_split(**case, splits=splits, block=block)
+            torch.testing.assert_close(out.float(), expected, rtol=0, atol=atol,
+                                       msg=lambda m, s=splits, i=index: f"{i} {s}: {m}")
+        slots = torch.arange(320, device="cuda")
+        outside = (slots[None, :] < case["pad"][:, None]) | (slots[None, :] > case["index"])
+        for name in ("cache_k", "cache_v"):
+            case[name] = case[name].masked_fill(outside[:, None, :, None], float("nan"))
+        torch.testing.assert_close(da.attend_split(**case).float(), expected, rtol=0,
+                                   atol=atol)
+
+
+def test_split_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
+    from engine.rollout import decode_attention as da
+
+    case = _case(torch.bfloat16, slots=320)
+    da.attend_split(**case)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = da.attend_split(**case)
+    for index, shift in ((130, 0), (319, 3), (200, 5)):
+        case["index"].fill_(index)
+        case["pad"].copy_((torch.arange(64, device="cuda") * shift) % 100)
+        graph.replay()
+        torch.testing.assert_close(out, da.attend_split(**case), rtol=0, atol=0)
+        expected = da.attend_by_matmul(**case).float()
+        torch.testing.assert_close(out.float(), expected, rtol=0, atol=1.6e-2)
+
+
 @pytest.mark.parametrize("features", [
     dict(packed=True, decode_attn=True, sample_in_graph=True),
+    dict(packed=True, decode_attn_split=True, sample_in_graph=True, fused_sampling=True,
+         fused_prefill=True, compiled=True),
     dict(packed=True, decode_attn=True, sample_in_graph=True, compiled=True),
     dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
          fused_prefill=True, compiled=True),

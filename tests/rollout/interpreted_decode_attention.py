@@ -112,3 +112,88 @@ def test_fused_sampling_variant_draws_todays_tokens(interpreted) -> None:  # noq
         assert ours[0] == ref[0], sampling
         torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
                                    atol=1e-5)
+
+
+# ---- split-K (decode-attn-split) ------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_kernel_is_the_matmul_maths(interpreted, dtype) -> None:  # noqa: ANN001
+    """GQA groups 2, 3 and 1 (SHAPES), split counts from 1 to more chunks than some rows have
+    slots, and split_count's own choice."""
+    atol = 1e-5 if dtype == torch.float32 else 1.6e-2
+    for shape in SHAPES:
+        case = cache_case(shape, dtype)
+        expected = da.attend_by_matmul(**case).float()
+        for splits in (1, 2, 3, 7, None):
+            out = da.attend_split(**case, splits=splits)
+            assert out.dtype == dtype and out.shape == case["q"].shape
+            torch.testing.assert_close(out.float(), expected, rtol=0, atol=atol,
+                                       msg=lambda m, s=splits, sh=shape: f"{sh} {s}: {m}")
+
+
+def uneven_rows_case(dtype: torch.dtype, shape: tuple[int, ...]) -> dict:
+    """Rows of very different filled lengths, NaN in every slot outside them: row 0 every
+    slot, row 1 one slot (the last), row 2 three slots, row 3 from the middle."""
+    b, _, _, slots, _ = shape
+    assert b == 4
+    case = cache_case(shape, dtype)
+    case["index"] = torch.tensor(slots - 1)
+    case["pad"] = torch.tensor([0, slots - 1, slots - 3, slots // 2])
+    positions = torch.arange(slots)
+    outside = (positions[None, :] < case["pad"][:, None]) | (positions[None, :] > case["index"])
+    for name in ("cache_k", "cache_v"):
+        case[name] = case[name].masked_fill(outside[:, None, :, None], float("nan"))
+    return case
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads_kv", [(2, 2), (4, 2), (6, 2)])  # GQA groups of 1, 2, 3
+def test_split_kernel_over_rows_of_very_different_lengths(interpreted, dtype,  # noqa: ANN001
+                                                          heads_kv) -> None:
+    """Chunks empty for the short rows (one slot in 4 or 8 chunks) must weigh nothing in the
+    merge, and nothing outside a row's slots (NaN there) may be read."""
+    heads, kv = heads_kv
+    case = uneven_rows_case(dtype, (4, heads, kv, 40, 16))
+    clean = {**case, **{name: torch.nan_to_num(case[name]) for name in ("cache_k", "cache_v")}}
+    expected = da.attend_by_matmul(**clean).float()
+    atol = 1e-5 if dtype == torch.float32 else 1.6e-2
+    for splits in (1, 4, 8):
+        out = da.attend_split(**case, splits=splits, block=16).float()
+        assert not out.isnan().any(), splits
+        torch.testing.assert_close(out, expected, rtol=0, atol=atol)
+
+
+def test_split_kernel_gives_zeros_for_a_row_without_slots(interpreted) -> None:  # noqa: ANN001
+    """A capture warm-up's step can have index < pad: every chunk empty (max -inf, sum 0), the
+    merge writes zeros there as the one-pass kernel does, the other rows are unharmed."""
+    case = cache_case((3, 4, 2, 20, 16), torch.float32)
+    case["index"] = torch.tensor(10)
+    case["pad"] = torch.tensor([0, 15, 4])
+    one_pass = da.attend(**case)
+    assert one_pass[1].eq(0).all()
+    for splits in (1, 3):
+        torch.testing.assert_close(da.attend_split(**case, splits=splits), one_pass, rtol=0,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_decode_attn_split_variant_is_the_reference_path(interpreted, arch,  # noqa: ANN001
+                                                         monkeypatch) -> None:
+    """fast_generate with split-K in every layer (fp32; split_count's choice here is several
+    chunks a row): greedy and sampled tokens equal today's path, log-probs within 1e-5."""
+    chosen = []
+    real = da.split_count
+    monkeypatch.setattr(da, "split_count", lambda *shape: chosen.append(real(*shape)) or
+                        chosen[-1])
+    model = tiny_model(arch)
+    options = fg.parse_variant("packed+decode-attn-split+graph-sampling")
+    assert fg.StaticDecoder(model, options).attention_kernel
+    rows = [ROWS[0] * 15, ROWS[1] * 15, ROWS[2] * 20, ROWS[3] * 30]  # 60, 15, 60, 60 tokens
+    for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
+        kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
+                      pad_token_id=PAD, seed=3) | sampling
+        ours = fg.fast_generate(model, rows, options=options, **kwargs)
+        ref = fg.fast_generate(model, rows, options=fg.REFERENCE, **kwargs)
+        assert ours[0] == ref[0], sampling
+        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
+                                   atol=1e-5)
+    assert chosen and min(chosen) > 1, chosen

@@ -79,12 +79,63 @@ def test_sdpa_and_decode_attn_are_exclusive_and_the_note_says_what_runs(monkeypa
         assert why in note and "batched matmuls" in note
 
 
+def test_decode_attn_split_names_implies_decode_attn_and_round_trips() -> None:
+    options = fg.parse_variant("packed+decode-attn-split+graph-sampling")
+    assert options.decode_attn and options.decode_attn_split
+    assert options.name == "packed+decode-attn+decode-attn-split+graph-sampling"
+    assert fg.parse_variant(options.name) == options
+    assert fg.DecodeOptions(decode_attn_split=True) == fg.DecodeOptions(
+        decode_attn=True, decode_attn_split=True)
+    assert fg.kernel_features(options) == ["decode-attn-split"]
+    with pytest.raises(ValueError, match="two attention kernels"):
+        fg.parse_variant("sdpa+decode-attn-split")
+
+
+def test_without_triton_the_split_variant_runs_the_matmul_maths_and_says_so(
+        monkeypatch) -> None:  # noqa: ANN001
+    """On CPU (no interpreter) decode-attn-split decodes by batched matmuls, token for token
+    today's path (greedy and sampled), and PPODECK_DECODE's note names that fallback."""
+    name = "packed+decode-attn+decode-attn-split+graph-sampling+fused-sampling+fused-prefill"
+    options = fg.parse_variant(name)
+    model = tiny_model("qwen3")
+    assert not fg.StaticDecoder(model, options).attention_kernel
+    for temperature in (0.0, 1.0):
+        kwargs = dict(temperature=temperature, top_p=1.0, top_k=-1, max_new_tokens=6,
+                      eos_token_id=None, pad_token_id=PAD, seed=7)
+        assert_follows_reference(model, options, atol=1e-5, **kwargs)
+    monkeypatch.setenv(fg.VARIANT_ENV, name)
+    from_env, note = fg.options_from_env()
+    assert from_env == options and f"'{name}'" in note
+    ok, why = da.kernel_status(torch.device("cuda"))
+    assert ("decode-attn-split: its Triton kernel" in note) == ok
+    if not ok:
+        assert f"decode-attn-split: {why}, so attention runs as batched matmuls" in note
+
+
+def test_split_count_comes_from_static_shapes() -> None:
+    """The 0.6B decode shape (64 rows x 8 KV heads, 320 slots) on 132 SMs: 5 chunks (2,560
+    programs, ~64 slots each at the last step); a batch that fills the SMs alone: 1; a short
+    cache: no chunk under MIN_SPLIT_SLOTS slots; never above MAX_SPLITS."""
+    assert da.split_count(64, 8, 320, 132) == 5
+    assert da.split_count(512, 8, 320, 132) == 1
+    assert da.split_count(4, 2, 64, 132) == 64 // da.MIN_SPLIT_SLOTS
+    assert da.split_count(4, 2, 8, 132) == 1
+    assert da.split_count(1, 1, 4096, 132) == da.MAX_SPLITS
+    assert da.multiprocessors(torch.device("cpu")) == da.NOMINAL_SMS
+
+
+def test_split_attend_refuses_a_split_count_outside_the_cache() -> None:
+    case = cache_case((2, 4, 2, 9, 8), torch.float32)
+    for splits in (0, 10):
+        with pytest.raises(ValueError, match="splits must be in"):
+            da.attend_split(**case, splits=splits)
 
 
 def test_the_kernel_under_the_triton_interpreter() -> None:
     """interpreted_decode_attention.py in a fresh process with TRITON_INTERPRET=1: the kernel
-    against the matmul maths (fp32, bf16, GQA groups 1-3, pads, NaN outside the filled slots,
-    launch options) and fast_generate's decode-attn variant against today's path."""
+    and split-K's kernels against the matmul maths (fp32, bf16, GQA groups 1-3, pads, rows of
+    one slot to all, empty chunks, NaN outside the filled slots, launch options, split counts)
+    and fast_generate's decode-attn and decode-attn-split variants against today's path."""
     pytest.importorskip("triton")
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
@@ -111,8 +162,9 @@ def test_without_triton_fused_sampling_draws_graph_samplings_tokens() -> None:
 
 
 def test_the_kernels_compile_for_hopper() -> None:
-    """Both features' kernels through Triton's whole compiler (to a cubin for sm_90 with the
-    wheel's ptxas, no GPU needed) at the 0.6B shapes and each launch the bench tries: what
+    """The features' kernels (decode-attn, its split-K pair, fused-sampling) through Triton's
+    whole compiler (to a cubin for sm_90 with the wheel's ptxas, no GPU needed) at the 0.6B
+    shapes and launches the bench tries (split counts 1, 5, 16 among them): what
     the interpreter cannot check (tile shapes, dot operand types, loop-carried types)."""
     triton = pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
@@ -129,6 +181,19 @@ def test_the_kernels_compile_for_hopper() -> None:
                          PRECISION="tf32", UPCAST=False)
         triton.compile(ASTSource(kernel, signature, constants), target=target,
                        options=dict(num_warps=warps, num_stages=2))
+    split, merge = da._split_kernels(False)
+    types = ["*bf16"] * 3 + ["*fp32"] * 3 + ["*i64", "*i64", "fp32"] + ["i32"] * 9
+    signature = dict(zip(split.arg_names, types + ["constexpr"] * 8, strict=True))
+    merge_types = ["*fp32"] * 3 + ["*bf16"] + ["i32"] * 3
+    merge_signature = dict(zip(merge.arg_names, merge_types + ["constexpr"] * 4, strict=True))
+    for splits, block, warps in ((1, 64, 4), (5, 32, 4), (5, 64, 4), (16, 128, 8)):
+        constants = dict(SPLITS=splits, GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128,
+                         BLOCK=block, PRECISION="tf32", UPCAST=False)
+        triton.compile(ASTSource(split, signature, constants), target=target,
+                       options=dict(num_warps=warps, num_stages=2))
+        constants = dict(SPLITS=splits, BLOCK_S=da._pow2(splits), HEAD_DIM=128, BLOCK_D=128)
+        triton.compile(ASTSource(merge, merge_signature, constants), target=target,
+                       options=dict(num_warps=da.MERGE_WARPS))
     chunk, combine = sk._kernels(False)
     types = ["*bf16", "*fp32", "*fp32", "*fp32", "*fp32", "*i32", "i32", "i32", "i32", "i32"]
     triton.compile(ASTSource(chunk, dict(zip(chunk.arg_names, [*types, "constexpr"],

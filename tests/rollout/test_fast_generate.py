@@ -255,7 +255,8 @@ def test_decode_profile_smoke_runs(capsys) -> None:
 
     assert profile.main(["--smoke", "--variant", "ref", "--variant",
                          "packed+sdpa+window+graph-sampling", "--variant",
-                         "packed+decode-attn+graph-sampling+fused-sampling"]) == 0
+                         "packed+decode-attn+graph-sampling+fused-sampling", "--variant",
+                         "packed+decode-attn-split+graph-sampling"]) == 0
     out = capsys.readouterr().out
     assert "FAILED" not in out and "Traceback" not in out
     assert "=== attention alone" in out and "matmul (fused, no sdpa)" in out
@@ -264,7 +265,8 @@ def test_decode_profile_smoke_runs(capsys) -> None:
         assert row in summary
     greedy_row = next(line for line in summary.splitlines()
                       if line.startswith("greedy tokens = ref"))
-    assert greedy_row.split()[-3:] == ["1", "1", "1"]  # every variant: each greedy token
+    assert "(4) packed+decode-attn+decode-attn-split+graph-sampling" in summary
+    assert greedy_row.split()[-4:] == ["1", "1", "1", "1"]  # every variant: each greedy token
 
 
 
