@@ -23,6 +23,8 @@
 #   step          bench/step_bench.py alone, 6 rollouts per run; STEP_ARGS='--overlap --no-packed'
 #                 puts PPODECK_OVERLAP_MOVES=1 (train-state moves overlapped as the memory plan
 #                 allows) beside the default, '--decode VARIANT' adds a decoder column
+#   overlap-probe bench/gpu_overlap_probe.py: does one process's pinned copy run beside another
+#                 process's GEMMs on the GPU (what the move overlap relies on), ~30 s
 # Weight sync (issue 20):
 #   sync          tests/gpu/test_ipc_sync_gpu.py (CUDA IPC sync bit-exact, greedy tokens equal the
 #                 packed path's), then bench/step_bench.py: qwen3-0.6b-ppo-1gpu twice (CUDA IPC,
@@ -282,6 +284,8 @@ PY
         "$OUT/gpu_tests_ipc_sync.log" | head -30
       timeout 420 python3 bench/step_bench.py --num-rollout 5 --timeout 200 --out "$OUT" \
         ${STEP_ARGS:-} 2>&1 | tee "$OUT/step_bench.log" ;;
+    overlap-probe)  # a copy in one process beside another's GEMMs (bench/gpu_overlap_probe.py)
+      timeout 120 python3 bench/gpu_overlap_probe.py 2>&1 | tee "$OUT/overlap_probe.txt" ;;
     step)  # bench/step_bench.py alone: STEP_ARGS picks the columns (--overlap, --decode ...)
       timeout "${STEP_TIMEOUT:-420}" python3 bench/step_bench.py --num-rollout 6 --timeout 200 \
         --out "$OUT" ${STEP_ARGS:-} 2>&1 | tee "$OUT/step_bench.log" ;;

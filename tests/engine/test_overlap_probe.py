@@ -1,0 +1,19 @@
+"""bench/gpu_overlap_probe.py --smoke (CPU, tiny): it runs once on the H200 to say whether a move
+in one process overlaps another process's kernels, so its every part must run here first."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def test_overlap_probe_smoke_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import gpu_overlap_probe as probe
+
+    assert probe.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    for row in ("compute, ms per GEMM", "copy, GB/s", "two processes at once"):
+        assert row in out
