@@ -184,6 +184,7 @@ class RunState:
         self.devices: tuple[Device, ...] = ()
         self.gpu_label = ""
         self.rss_bytes: int | None = None
+        self.move_plan = ""  # the driver's `moves:` line: which train-state moves overlap
         # logs
         self.logs: deque[LogLine] = deque(maxlen=log_capacity)
         self.logs_total = 0
@@ -341,6 +342,8 @@ class RunState:
             self.num_rollout = _int(event["num_rollout"])
 
     def _on_log(self, event: Mapping[str, Any]) -> None:
+        if event.get("move_plan"):
+            self.move_plan = str(event.get("msg", ""))
         self.logs.append(LogLine(_num(event.get("ts")), str(event.get("level", "info")),
                                  str(event.get("source", "")), str(event.get("msg", ""))))
         self.logs_total += 1

@@ -60,6 +60,13 @@ class MovePlan:
     with_rollout: bool = False       # + onloads || generate, actor offload || sync, generate
     message: str = "moves: each one waited on where it starts"
 
+    @property
+    def level(self) -> str:
+        """The `move_plan` field of the plan's log event: waited, trainers or rollout."""
+        if self.with_rollout:
+            return "rollout"
+        return "trainers" if self.trainers_together else "waited"
+
 
 def plan_moves(args: Mapping[str, Any], use_gpu: bool, gpu_bytes: int | None,
                env: Mapping[str, str] | None = None) -> MovePlan:

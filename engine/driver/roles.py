@@ -342,7 +342,8 @@ def start_roles(args: dict[str, Any], tm: Telemetry, cache_env: dict[str, str] |
         move_plan = plan_moves(args, on_cuda, _smallest_gpu_bytes() if on_cuda else None)
         roles = Roles(rollout=rollout, critic=critic, actor=actor, placement=placement,
                       move_plan=move_plan)
-        tm.log("info", move_plan.message, source="driver")
+        tm.writer.emit("log", level="info", source="driver", msg=move_plan.message,
+                       move_plan=move_plan.level)  # the monitor's GPU/offload view shows it
         trainers = [g for g in (critic, actor) if g is not None]
         plan = plan_init(args, use_gpu, len(trainers))
         tm.log("info", plan.message, source="driver")

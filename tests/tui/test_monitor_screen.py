@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+
+from rich.console import Console
 
 from app.tui.app import PPODeckApp
 from app.tui.messages import EventsArrived, TailEnded
@@ -258,3 +261,25 @@ async def test_a_grpo_run_has_no_critic_charts(tmp_path: Path, recorded_run: Pat
         assert "chart-value-loss" not in charts
         assert "critic/explained_variance" not in charts["chart-policy"].keys
         assert "train/ppo_kl" in charts["chart-policy"].keys
+
+
+async def test_the_gpu_view_shows_the_drivers_move_plan(recorded_run: Path) -> None:
+    plan = ("moves: overlapped with generate, training and the weight sync (every role awake "
+            "at once: 57.6 GiB of 90% x 134 GiB; PPODECK_OVERLAP_MOVES=1)")
+    events = recorded_run / "events.jsonl"
+    lines = events.read_text().splitlines()
+    first = json.loads(lines[0])
+    event = {"v": first["v"], "ts": first["ts"], "kind": "log", "level": "info",
+             "source": "driver", "msg": plan, "move_plan": "rollout"}
+    events.write_text("\n".join([lines[0], json.dumps(event), *lines[1:]]) + "\n")
+    messages: list = []
+    app = PPODeckApp(attach=str(recorded_run))
+    async with app.run_test(size=SIZE, message_hook=messages.append) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
+        await wait_until(pilot, lambda: any(isinstance(m, TailEnded) for m in messages))
+        await pilot.pause()
+        panel = app.screen.query_one(OffloadPanel)
+        assert panel.move_plan == plan
+        console = Console(width=SIZE[0], record=True, file=io.StringIO())
+        console.print(panel.content)
+        assert "moves: overlapped with generate" in console.export_text()

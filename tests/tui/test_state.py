@@ -96,3 +96,14 @@ def test_memory_stays_bounded_on_long_runs() -> None:
     state.apply(batch)
     assert len(state.series["train/ppo_kl"]) <= 64 and len(state.logs) == 50
     assert state.new_logs(state.logs_total - 3) == list(state.logs)[-3:]
+
+
+def test_the_move_plan_comes_from_its_log_event_only() -> None:
+    plan = "moves: the trainers hand over to each other (both awake: 103.1 GiB ...)"
+    state = RunState()
+    state.apply([{"v": 1, "ts": 1.0, "kind": "log", "level": "info", "source": "driver",
+                  "msg": "moves: a line that merely looks like the plan"}])
+    assert state.move_plan == ""
+    state.apply([{"v": 1, "ts": 2.0, "kind": "log", "level": "info", "source": "driver",
+                  "msg": plan, "move_plan": "trainers"}])
+    assert state.move_plan == plan

@@ -315,10 +315,11 @@ class MonitorScreen(Screen[None]):
             self._add_eval_lines()
             for chart in self.query(MetricChart):
                 chart.set_points({key: self.state.points(key) for key in chart.keys})
-        if changed & {Kind.OFFLOAD, Kind.GPU}:
+        panel = self.query_one(OffloadPanel)
+        if changed & {Kind.OFFLOAD, Kind.GPU} or panel.move_plan != self.state.move_plan:
             s = self.state
-            self.query_one(OffloadPanel).show(s.where, s.last_offload, s.last_onload,
-                                              s.devices, s.gpu_label, s.rss_bytes)
+            panel.show(s.where, s.last_offload, s.last_onload, s.devices, s.gpu_label,
+                       s.rss_bytes, s.move_plan)
         if Kind.PHASE in changed:
             self.query_one(PhaseTimeline).show(self.state.phases, self.state.phase_means(),
                                                self.state.clock(self._now()),

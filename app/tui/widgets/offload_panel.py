@@ -41,27 +41,31 @@ class OffloadPanel(Static):
         self.devices: tuple[Device, ...] = ()
         self.gpu_label = ""
         self.rss_bytes: int | None = None
+        self.move_plan = ""
         self._rows = -1
 
     def show(self, where: Mapping[str, str], last_offload: Mapping[str, Move],
              last_onload: Mapping[str, Move], devices: tuple[Device, ...], gpu_label: str,
-             rss_bytes: int | None) -> None:
+             rss_bytes: int | None, move_plan: str = "") -> None:
         self.where = dict(where)
         self.last_offload = dict(last_offload)
         self.last_onload = dict(last_onload)
         self.devices = devices
         self.gpu_label = gpu_label
         self.rss_bytes = rss_bytes
+        self.move_plan = move_plan
         # a new layout only when the number of rows changes (a layout costs the whole screen)
         rows = len(devices)
-        self.update(Group(self._models_table(), self._devices_table(), self._host_line()),
-                    layout=rows != self._rows)
+        parts = [self._models_table(), self._devices_table(), self._host_line()]
+        if move_plan:  # the driver's plan: which moves overlap, and why
+            parts.insert(1, Text(move_plan, "dim"))
+        self.update(Group(*parts), layout=rows != self._rows)
         self._rows = rows
 
     def on_resize(self) -> None:
         if self.devices:
             self.show(self.where, self.last_offload, self.last_onload, self.devices,
-                      self.gpu_label, self.rss_bytes)
+                      self.gpu_label, self.rss_bytes, self.move_plan)
 
     def _models_table(self) -> Table:
         table = Table(box=None, expand=True, padding=(0, 1), header_style="bold")
