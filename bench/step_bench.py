@@ -80,6 +80,22 @@ def rollout_wall(events: list[dict]) -> float | None:
     return statistics.fmean(gaps) if gaps else None
 
 
+def trainer_moves(events: list[dict]) -> dict[str, float] | None:
+    """Per rollout after the skipped ones: the trainers' move seconds (their own copy time)
+    and what the driver still waited of them (waited_seconds: the moves not overlapped)."""
+    starts = sorted(float(e["ts"]) for e in events if e["kind"] == "phase"
+                    and e["state"] == "start" and e.get("name") == "generate"
+                    and (e.get("rollout_id") or 0) >= SKIP_ROLLOUTS)
+    if len(starts) < 2:
+        return None
+    moves = [e for e in events if e["kind"] == "offload" and e["model"] != "rollout"
+             and starts[0] <= float(e["ts"]) < starts[-1] and not e.get("noop")]
+    rollouts = len(starts) - 1
+    return {"trainer moves": sum(float(e["seconds"]) for e in moves) / rollouts,
+            "trainer moves waited": sum(float(e.get("waited_seconds", e["seconds"]))
+                                        for e in moves) / rollouts}
+
+
 def syncs(events: list[dict]) -> list[dict]:
     """The weight-sync log events (driver.log_weight_sync), initial push excluded."""
     return [e for e in events if e["kind"] == "log" and e.get("sync_path")]
@@ -88,6 +104,7 @@ def syncs(events: list[dict]) -> list[dict]:
 def summarize(events: list[dict]) -> dict[str, float | str | None]:
     out: dict[str, float | str | None] = dict(phase_means(events))
     out["wall per rollout"] = rollout_wall(events)
+    out.update(trainer_moves(events) or {})
     later = syncs(events)[SKIP_ROLLOUTS:] or syncs(events)  # one per rollout, in order
     if later:
         out["sync path"] = ",".join(sorted({e["sync_path"] for e in later}))
@@ -102,7 +119,8 @@ def summarize(events: list[dict]) -> dict[str, float | str | None]:
 
 
 def table(columns: dict[str, dict]) -> str:
-    keys = [k for k in (*PHASES, "wall per rollout", "sync path", "sync seconds",
+    keys = [k for k in (*PHASES, "wall per rollout", "trainer moves", "trainer moves waited",
+                        "sync path", "sync seconds",
                         "sync: actor export", "sync: transfer", "sync: rollout load",
                         "final state")
             if any(k in c for c in columns.values())]

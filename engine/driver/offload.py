@@ -24,6 +24,7 @@ keeps every move waited on where it starts (miles' order), and the log line says
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,12 +44,19 @@ class Pending(Protocol):
 
 def wake(group: Any, tm: Telemetry, offload: bool) -> None:  # noqa: ANN401 - a TrainGroup
     if offload:
-        tm.offload(group.role, "onload", group.wake_up())
+        tm.offload(group.role, "onload", waited(group.wake_up))
 
 
 def sleep(group: Any, tm: Telemetry, offload: bool) -> None:  # noqa: ANN401 - a TrainGroup
     if offload:
-        tm.offload(group.role, "offload", group.sleep())
+        tm.offload(group.role, "offload", waited(group.sleep))
+
+
+def waited(move: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The move's report with `waited_seconds`: how long the driver waited for it here."""
+    start = time.perf_counter()
+    report = move()
+    return {**report, "waited_seconds": time.perf_counter() - start}
 
 
 # --- the plan ---------------------------------------------------------------------------------
@@ -181,6 +189,6 @@ class Moves:
     def _finish(self, entry: tuple[Any, str | None, Pending]) -> None:
         self.pending.remove(entry)
         group, direction, call = entry
-        report = call.result()
+        report = waited(call.result)  # what the driver still waited of the move
         if direction is not None:
             self.tm.offload(group.role, direction, report)

@@ -105,7 +105,7 @@ class Telemetry:
             gbps = moved / seconds / 1e9
         where = "cpu" if direction == "offload" else "gpu"
         extra = {key: round(float(report[key]), 6)
-                 for key in ("pin_seconds", "copy_seconds", "alloc_seconds",
+                 for key in ("pin_seconds", "copy_seconds", "alloc_seconds", "waited_seconds",
                              "nvml_after_bytes", "prepinned_bytes", "pinned_bytes",
                              "device_allocated_after", "device_reserved_after")
                  if report.get(key) is not None}

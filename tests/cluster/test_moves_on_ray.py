@@ -91,7 +91,12 @@ def test_moves_on_ray_keep_each_trainer_in_order(joined, tmp_path: Path, level: 
     critic_sleeps_while_actor_works = (overlapping(critic, actor, "sleep", "train_actor")
                                        or overlapping(critic, actor, "sleep", "wake_up"))
     actor_wakes_while_critic_trains = overlapping(actor, critic, "wake_up", "train_critic")
+    # what the driver still waited of each move: all of it when waited on where it starts
+    critic_offloads = [e["waited_seconds"] for e in moves
+                       if e["model"] == "critic" and e["direction"] == "offload"]
     if level == "none":
         assert not critic_sleeps_while_actor_works and not actor_wakes_while_critic_trains
+        assert min(e["waited_seconds"] for e in moves) >= 0.8 * MoveProbe.MOVE_S
     else:
         assert critic_sleeps_while_actor_works and actor_wakes_while_critic_trains
+        assert min(critic_offloads) < 0.5 * MoveProbe.MOVE_S  # done behind the actor's work
