@@ -14,7 +14,14 @@ from engine.rollout import decode_attention as da
 from engine.rollout import fast_generate as fg
 from engine.rollout import sampling_kernel as sk
 from tests.rollout.test_decode_attention import SHAPES, cache_case
-from tests.rollout.test_fast_generate import PAD, ROWS, tiny_model
+from tests.rollout.test_fast_generate import (
+    PAD,
+    ROWS,
+    SAMPLINGS,
+    assert_follows_reference,
+    settings,
+    tiny_model,
+)
 
 
 @pytest.fixture
@@ -54,22 +61,22 @@ def test_kernel_launch_options_give_the_same_result(interpreted) -> None:  # noq
                                    rtol=0, atol=1e-5)
 
 
+def assert_long_rows_follow_reference(arch: str, options: fg.DecodeOptions) -> None:
+    """With the attention kernel in every layer, greedy and sampled tokens equal today's path,
+    log-probs within 1e-5; the steps cross a 64-slot block (left pads of 0-3)."""
+    model = tiny_model(arch)
+    assert fg.StaticDecoder(model, options).attention_kernel
+    rows = [ROWS[0] * 15, ROWS[1] * 15, ROWS[2] * 20, ROWS[3] * 30]  # 60, 15, 60, 60 tokens
+    for sampling in SAMPLINGS:
+        assert_follows_reference(model, options, 1e-5, rows, **settings(6, **sampling))
+
+
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_decode_attn_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
     """fast_generate with the kernel in every layer (fp32): greedy and sampled tokens equal
     today's path, log-probs within 1e-5; the steps cross a 64-slot block (left pads of 0-3)."""
-    model = tiny_model(arch)
-    options = fg.DecodeOptions(packed=True, decode_attn=True, sample_in_graph=True)
-    assert fg.StaticDecoder(model, options).attention_kernel
-    rows = [ROWS[0] * 15, ROWS[1] * 15, ROWS[2] * 20, ROWS[3] * 30]  # 60, 15, 60, 60 tokens
-    for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
-        kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
-                      pad_token_id=PAD, seed=3) | sampling
-        ours = fg.fast_generate(model, rows, options=options, **kwargs)
-        ref = fg.fast_generate(model, rows, options=fg.REFERENCE, **kwargs)
-        assert ours[0] == ref[0], sampling
-        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
-                                   atol=1e-5)
+    assert_long_rows_follow_reference(
+        arch, fg.DecodeOptions(packed=True, decode_attn=True, sample_in_graph=True))
 
 
 @pytest.mark.parametrize(("dtype", "rows", "vocab"), [
@@ -184,16 +191,6 @@ def test_decode_attn_split_variant_is_the_reference_path(interpreted, arch,  # n
     real = da.split_count
     monkeypatch.setattr(da, "split_count", lambda *shape: chosen.append(real(*shape)) or
                         chosen[-1])
-    model = tiny_model(arch)
-    options = fg.parse_variant("packed+decode-attn-split+graph-sampling")
-    assert fg.StaticDecoder(model, options).attention_kernel
-    rows = [ROWS[0] * 15, ROWS[1] * 15, ROWS[2] * 20, ROWS[3] * 30]  # 60, 15, 60, 60 tokens
-    for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
-        kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
-                      pad_token_id=PAD, seed=3) | sampling
-        ours = fg.fast_generate(model, rows, options=options, **kwargs)
-        ref = fg.fast_generate(model, rows, options=fg.REFERENCE, **kwargs)
-        assert ours[0] == ref[0], sampling
-        torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
-                                   atol=1e-5)
+    assert_long_rows_follow_reference(arch,
+                                      fg.parse_variant("packed+decode-attn-split+graph-sampling"))
     assert chosen and min(chosen) > 1, chosen

@@ -13,7 +13,13 @@ import torch
 
 from engine.rollout import fast_generate as fg
 from engine.rollout import skinny_gemm as sg
-from tests.rollout.test_fast_generate import PAD, ROWS, tiny_model
+from tests.rollout.test_fast_generate import (
+    ROWS,
+    SAMPLINGS,
+    assert_follows_reference,
+    settings,
+    tiny_model,
+)
 from tests.rollout.test_skinny_gemm import case
 
 # every (M, N, K): rows of 1 and 5 (padded to 16) and 64, columns not a multiple of the tile,
@@ -74,18 +80,10 @@ def test_skinny_gemm_variant_is_the_reference_path(interpreted, arch, variant) -
     model = tiny_model(arch)
     options = fg.parse_variant(variant)
     assert fg.StaticDecoder(model, options).gemm_kernel
-    samplings = [dict(temperature=0.0)]
-    if arch == "qwen3":
-        samplings.append(dict(temperature=0.7, top_p=0.9, top_k=20))
+    samplings = SAMPLINGS if arch == "qwen3" else SAMPLINGS[:1]
     with torch.compiler.set_stance("force_eager"):
         for sampling in samplings:
-            kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
-                          pad_token_id=PAD, seed=3) | sampling
-            ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
-            ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
-            assert ours[0] == ref[0], sampling
-            torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
-                                       atol=1e-5)
+            assert_follows_reference(model, options, 1e-5, ROWS, **settings(6, **sampling))
 
 
 def test_compiled_layer_tail_traces_in_one_graph(interpreted) -> None:  # noqa: ANN001

@@ -6,10 +6,6 @@ compiled on the H200)."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +14,7 @@ import torch.nn.functional as F
 
 from engine.rollout import decode_attention as da
 from engine.rollout import fast_generate as fg
+from tests.rollout.interpreter import assert_interpreted_file_passes
 from tests.rollout.test_fast_generate import PAD, assert_follows_reference, tiny_model
 
 # (batch, heads, kv heads, cache slots, head dim): GQA groups of 2 and 3 (not a power of two),
@@ -137,18 +134,7 @@ def test_the_kernel_under_the_triton_interpreter() -> None:
     one slot to all, empty chunks, NaN outside the filled slots, launch options, split counts)
     and fast_generate's decode-attn and decode-attn-split variants against today's path."""
     pytest.importorskip("triton")
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
-        p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(Path(__file__).with_name("interpreted_decode_attention.py"))],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
-    tail = (done.stdout + done.stderr)[-3000:]
-    assert done.returncode == 0, tail
-    summary = tail.strip().splitlines()[-1]  # pytest's last line: "N passed[, ...] in T s"
-    assert re.search(r"\d+ passed", summary), tail
-    assert not re.search(r"\d+ (failed|skipped|error)", summary), tail
+    assert_interpreted_file_passes(Path(__file__).with_name("interpreted_decode_attention.py"))
 
 
 def test_without_triton_fused_sampling_draws_graph_samplings_tokens() -> None:

@@ -27,12 +27,21 @@ def tiny_model(arch: str):  # noqa: ANN201
     return model.eval()
 
 
+SAMPLINGS = (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20))
+
+
+def settings(new_tokens: int, **sampling: object) -> dict:
+    """fast_generate's keyword arguments: no filters, no EOS, seed 3, and `sampling` on top."""
+    return dict(top_p=1.0, top_k=-1, max_new_tokens=new_tokens, eos_token_id=None,
+                pad_token_id=PAD, seed=3) | sampling
+
+
 def assert_follows_reference(model, options, atol: float | None = None,  # noqa: ANN001
-                             **kwargs) -> None:
+                             rows: list[list[int]] = ROWS, **kwargs) -> None:
     """The variant's tokens equal today's path's (REFERENCE) for these sampling settings; with
     `atol`, its log-probs too."""
-    ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
-    ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+    ours = fg.fast_generate(model, rows, options=options, **kwargs)
+    ref = fg.fast_generate(model, rows, options=fg.REFERENCE, **kwargs)
     assert ours[0] == ref[0], kwargs
     if atol is not None:
         torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,

@@ -5,16 +5,13 @@ installed) and through Triton's compiler for sm_90."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from engine.rollout import skinny_gemm as sg
+from tests.rollout.interpreter import assert_interpreted_file_passes
 
 SMS = 132  # the H200
 # Qwen3-0.6B at decode batch 64: (N, K) of each projection x [64, K] @ W[N, K]^T
@@ -101,18 +98,7 @@ def test_the_kernels_under_the_triton_interpreter() -> None:
     against torch matmul (fp32, bf16; M 1/5/64, N 16/40/96, K 32/80; split-K 1 and 3; new
     tensor, out=, residual=) and fast_generate's skinny-gemm variant against today's path."""
     pytest.importorskip("triton")
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
-        p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(Path(__file__).with_name("interpreted_skinny_gemm.py"))],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
-    tail = (done.stdout + done.stderr)[-3000:]
-    assert done.returncode == 0, tail
-    summary = tail.strip().splitlines()[-1]  # pytest's last line: "N passed[, ...] in T s"
-    assert re.search(r"\d+ passed", summary), tail
-    assert not re.search(r"\d+ (failed|skipped|error)", summary), tail
+    assert_interpreted_file_passes(Path(__file__).with_name("interpreted_skinny_gemm.py"))
 
 
 def test_the_kernels_compile_for_hopper() -> None:
