@@ -151,12 +151,8 @@ class Moves:
             self.awake.add(group.role)
 
     def wake(self, group: Any) -> None:  # noqa: ANN401
-        """The trainer is on its GPUs when this returns."""
-        if not self.offload:
-            return
-        if group.role not in self.awake:
-            self.pending.append((group, "onload", group.start_wake_up()))
-            self.awake.add(group.role)
+        """The trainer is on its GPUs when this returns (its prefetched wake, or one sent now)."""
+        self.prefetch(group)
         self.settle(group)
 
     def sleep(self, group: Any, later: bool = False) -> None:  # noqa: ANN401

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from engine.rollout.decode_attention import multiprocessors
+
 MAX_M = 128  # one row tile covers all of M: the decode batch
 MIN_DOT = 16  # tl.dot's smallest tile side
 BLOCK_NS = (128, 64, 32, 16)  # column tiles `plan` tries, widest first
@@ -109,7 +111,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     m, k = x.shape
     n = weight.shape[0]
     target = _target(x, n, out, residual)
-    block_n, block_k, split = tiles or plan(m, n, k, _sms(x.device))
+    block_n, block_k, split = tiles or plan(m, n, k, multiprocessors(x.device))
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     gemm, reduce = _kernels(interpret)
     partial = _partials(m, n, split, x.device) if split > 1 else target
@@ -163,13 +165,6 @@ def _partials(m: int, n: int, split: int, device: torch.device) -> torch.Tensor:
     if key not in _PARTIALS:
         _PARTIALS[key] = torch.empty((split, m, n), dtype=torch.float32, device=device)
     return _PARTIALS[key]
-
-
-@functools.cache
-def _sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 132  # the interpreter: plan as for an H200
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @functools.cache
