@@ -23,6 +23,8 @@
 #   step          bench/step_bench.py alone, 6 rollouts per run; STEP_ARGS='--overlap --no-packed'
 #                 puts PPODECK_OVERLAP_MOVES=1 (train-state moves overlapped as the memory plan
 #                 allows) beside the default, '--decode VARIANT' adds a decoder column
+#   gemm-probe    bench/gpu_gemm_probe.py: each decode-step GEMM, cuBLAS vs skinny-gemm's plan and
+#                 other tilings (GEMM_ARGS, GEMM_TIMEOUT); decode takes DECODE_ARGS/DECODE_TIMEOUT
 #   overlap-probe bench/gpu_overlap_probe.py: does one process's pinned copy run beside another
 #                 process's GEMMs on the GPU (what the move overlap relies on), ~30 s
 # Weight sync (issue 20):
@@ -360,7 +362,12 @@ PY
     profile) timeout 120 python3 bench/gpu_profile.py 2>&1 | grep -v -i warn \
         > "$OUT/profile.log"; head -45 "$OUT/profile.log" ;;
     decode)  # issue 20: the fast decoder's variants side by side (bench/gpu_decode_profile.py)
-      timeout 170 python3 bench/gpu_decode_profile.py > "$OUT/decode_profile.txt" 2>&1
+      timeout "${DECODE_TIMEOUT:-170}" python3 bench/gpu_decode_profile.py ${DECODE_ARGS:-} \
+        > "$OUT/decode_profile.txt" 2>&1
       tail -25 "$OUT/decode_profile.txt" ;;
+    gemm-probe)  # the decode step's GEMMs: cuBLAS vs skinny-gemm's tilings (gpu_gemm_probe.py)
+      timeout "${GEMM_TIMEOUT:-200}" python3 bench/gpu_gemm_probe.py ${GEMM_ARGS:-} \
+        > "$OUT/gemm_probe.txt" 2>&1
+      tail -12 "$OUT/gemm_probe.txt" ;;
   esac
 done
