@@ -44,6 +44,7 @@ class MoveProbe:
     def __init__(self, role: str, rank: int, world_size: int, master_addr: str,
                  master_port: int, args: dict[str, Any]) -> None:
         self.role, self.awake, self.calls = role, False, []
+        self.memory_calls: list[float] = []
 
     def _call(self, name: str, awake_after: bool | None = None) -> dict[str, Any]:
         import time
@@ -78,3 +79,10 @@ class MoveProbe:
 
     def recorded(self) -> list[tuple[str, float, float, bool]]:
         return self.calls
+
+    def memory(self) -> dict[str, Any]:
+        """At once, as TrainWorker.memory does (on the telemetry thread); records when."""
+        import time
+
+        self.memory_calls.append(time.time())
+        return {"rss_bytes": 0, "cuda": {"device": 0, "reserved_bytes": 1 << 20}}
