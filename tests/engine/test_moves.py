@@ -166,7 +166,8 @@ class LoggedRollout(FakeRollout):
         return {"seconds": 0.0, "bytes": 0, "path": "cuda_ipc"}
 
 
-def _run(tmp_path: Path, plan: MovePlan, **flags: Any) -> tuple[list[str], list[dict]]:  # noqa: ANN401
+def _run(tmp_path: Path, plan: MovePlan, critic: bool = True,
+         **flags: Any) -> tuple[list[str], list[dict]]:  # noqa: ANN401
     from engine.config.resolve import resolve_values
     from engine.driver.ppo import StopFlag, train
     from engine.driver.roles import Roles
@@ -176,14 +177,16 @@ def _run(tmp_path: Path, plan: MovePlan, **flags: Any) -> tuple[list[str], list[
                            "advantage_estimator": "ppo",
                            "num_critic_only_steps": 1, **flags})
     log: list[str] = []
-    critic, actor = OrderedTrainer("critic", log), OrderedTrainer("actor", log)
+    critic_trainer = OrderedTrainer("critic", log) if critic else None
+    actor = OrderedTrainer("actor", log)
     rundir = RunDir(tmp_path / "run")
     rundir.path.mkdir(parents=True)
     writer = EventWriter(rundir.events_jsonl)
-    train(args, Roles(rollout=LoggedRollout(log), critic=critic, actor=actor, move_plan=plan),
-          Telemetry(writer, 0), StopFlag(), 0, rundir)
+    train(args, Roles(rollout=LoggedRollout(log), critic=critic_trainer, actor=actor,
+                      move_plan=plan), Telemetry(writer, 0), StopFlag(), 0, rundir)
     writer.close()
-    assert not critic.awake and not actor.awake and not critic.queue and not actor.queue
+    for trainer in (critic_trainer, actor):
+        assert trainer is None or (not trainer.awake and not trainer.queue)
     return log, read_events(rundir.events_jsonl)[0]
 
 
@@ -203,15 +206,30 @@ def test_every_plan_keeps_each_trainer_in_order_and_reports_every_move(
     assert runs.count("critic.train_critic") == 3 and runs.count("actor.train_actor") == 2
 
 
-def test_rollout_level_onloads_during_generate_and_offloads_the_actor_behind_the_sync(
+def test_rollout_level_onloads_the_critic_during_generate_and_offloads_the_actor_behind_the_sync(
         tmp_path: Path) -> None:
     log, _ = _run(tmp_path, PLANS["rollout"])
-    second = log.index("generate", log.index("generate") + 1)  # rollout 1: the actor trains
-    before = log[log.index("generate") + 1:second]
-    assert "send critic.wake_up" in before and "send actor.wake_up" in before
+    first_sync = log.index("update_weights")
+    second = log.index("generate", first_sync)  # rollout 1: the actor trains
+    during_generate = log[first_sync:second]
+    # one onload beside the decode: the critic's; the actor's beside the critic's training
+    assert "send critic.wake_up" in during_generate
+    assert "send actor.wake_up" not in during_generate
+    after = log[second:]
+    assert after.index("send actor.wake_up") < after.index("send critic.train_critic")
     sync = log.index("update_weights", second)
     actor_sleep = max(i for i, line in enumerate(log[:sync]) if line == "send actor.sleep")
     assert "run actor.sleep" not in log[actor_sleep:sync]  # not waited on before the sync
+
+
+def test_rollout_level_without_a_critic_onloads_the_actor_during_generate(
+        tmp_path: Path) -> None:
+    log, _ = _run(tmp_path, PLANS["rollout"], critic=False, advantage_estimator="grpo",
+                  num_critic_only_steps=0)
+    first_sync = log.index("update_weights")
+    second = log.index("generate", first_sync)
+    assert "send actor.wake_up" in log[first_sync:second]
+    assert not any(line.startswith(("send critic", "run critic")) for line in log)
 
 
 def test_trainers_level_onloads_the_actor_while_the_critic_trains(tmp_path: Path) -> None:
