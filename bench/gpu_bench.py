@@ -648,8 +648,8 @@ def sglang_vs_hf_generate(gen, hf, rows, plan: Plan, res: Results) -> None:  # n
 def step_section(plan: Plan, res: Results) -> None:
     """(e) a real PPO step per phase, the weight-sync paths and decoder variants side by side
     (bench/step_bench.py: qwen3-0.6b-ppo-1gpu with the default path and decoder, then with
-    PPODECK_WEIGHT_SYNC=packed, then with the train-state moves overlapped
-    (PPODECK_OVERLAP_MOVES=1), then with PPODECK_DECODE=ref)."""
+    PPODECK_WEIGHT_SYNC=packed, then with each train-state move waited on where it starts
+    (PPODECK_OVERLAP_MOVES=0), then with PPODECK_DECODE=ref)."""
     from step_bench import step_breakdown
 
     cuda = plan.device.type == "cuda"

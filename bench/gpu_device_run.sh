@@ -21,8 +21,9 @@
 #   sglang-tests  tests/gpu/test_sglang_gpu.py
 # The PPO step (issue 20):
 #   step          bench/step_bench.py alone, 6 rollouts per run; STEP_ARGS='--overlap --no-packed'
-#                 puts PPODECK_OVERLAP_MOVES=1 (train-state moves overlapped as the memory plan
-#                 allows) beside the default, '--decode VARIANT' adds a decoder column
+#                 puts PPODECK_OVERLAP_MOVES=0 (each train-state move waited on where it starts)
+#                 beside the default (overlapped as the memory plan allows), '--decode VARIANT'
+#                 adds a decoder column
 #   gemm-probe    bench/gpu_gemm_probe.py: each decode-step GEMM, cuBLAS vs skinny-gemm's plan and
 #                 other tilings (GEMM_ARGS, GEMM_TIMEOUT); decode takes DECODE_ARGS/DECODE_TIMEOUT
 #   overlap-probe bench/gpu_overlap_probe.py: does one process's pinned copy run beside another

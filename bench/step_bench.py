@@ -139,12 +139,13 @@ def step_breakdown(preset: str, num_rollout: int, timeout_s: float,
                    out_dir: Path | None = None, decoders: tuple[str, ...] = (),
                    overlap: bool = False, packed: bool = True) -> dict[str, dict]:
     """The default run, the packed-sync run (unless `packed` is False), one with the
-    train-state moves overlapped as the memory plan allows (`overlap`: PPODECK_OVERLAP_MOVES=1,
-    engine/driver/offload.py) and one per decoder variant named;
+    train-state moves each waited on where it starts (`overlap`: PPODECK_OVERLAP_MOVES=0, against
+    the default's overlap as the memory plan allows, engine/driver/offload.py) and one per
+    decoder variant named;
     the table printed; the events copied to out_dir when given."""
     runs = [("default path", {})]
     runs += [("packed forced", {"PPODECK_WEIGHT_SYNC": "packed"})] if packed else []
-    runs += [("moves overlapped", {"PPODECK_OVERLAP_MOVES": "1"})] if overlap else []
+    runs += [("moves waited", {"PPODECK_OVERLAP_MOVES": "0"})] if overlap else []
     runs += [(f"decode {variant}", {"PPODECK_DECODE": variant}) for variant in decoders]
     columns = {}
     for name, env in runs:
@@ -156,7 +157,7 @@ def step_breakdown(preset: str, num_rollout: int, timeout_s: float,
             print(f"  {e['msg'][:200]}")
         if out_dir is not None:
             slug = (f"decode_{len(columns)}" if env.get("PPODECK_DECODE")
-                    else name.split()[0].replace("moves", "overlap"))
+                    else name.split()[0].replace("moves", "waited"))
             (out_dir / f"step_{slug}_events.jsonl").write_text(
                 "".join(json.dumps(e) + "\n" for e in events))
         columns[name] = summarize(events)
@@ -175,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="one more run with PPODECK_DECODE=VARIANT (the hf decoder; "
                              "repeatable), e.g. ref against the default")
     parser.add_argument("--overlap", action="store_true",
-                        help="one more run with PPODECK_OVERLAP_MOVES=1: the train-state moves "
-                             "overlapped where the memory plan allows, against the default's "
-                             "moves waited on where they start")
+                        help="one more run with PPODECK_OVERLAP_MOVES=0: the train-state moves "
+                             "each waited on where it starts, against the default's overlap "
+                             "where the memory plan allows")
     parser.add_argument("--no-packed", action="store_true", help="skip the packed-sync run")
     ns = parser.parse_args(argv)
     preset = ns.preset or ("tiny-cpu" if ns.smoke else "qwen3-0.6b-ppo-1gpu")

@@ -29,11 +29,18 @@ def _args(preset: str, **changes: object) -> dict:
 # ---- the plan ----------------------------------------------------------------------------------
 
 
-def test_06b_and_17b_overlap_everything_on_the_h200() -> None:
+@pytest.mark.parametrize("env", [{}, ON], ids=["default", "set-to-1"])
+def test_06b_and_17b_overlap_everything_on_the_h200(env: dict) -> None:
     for preset in ("qwen3-0.6b-ppo-1gpu", "qwen3-1.7b-ppo-1gpu"):
-        plan = plan_moves(_args(preset), True, H200, env=ON)
+        plan = plan_moves(_args(preset), True, H200, env=env)
         assert plan.trainers_together and plan.with_rollout, preset
-        assert "every role awake at once" in plan.message and f"{OVERLAP_ENV}=1" in plan.message
+        assert "every role awake at once" in plan.message and f"{OVERLAP_ENV}=0" in plan.message
+
+
+def test_an_unreadable_setting_is_named_and_read_as_on() -> None:
+    plan = plan_moves(_args("qwen3-0.6b-ppo-1gpu"), True, H200, env={OVERLAP_ENV: "yes"})
+    assert plan.with_rollout
+    assert f"{OVERLAP_ENV}='yes' is not 0 or 1: read as 1" in plan.message
 
 
 def test_17b_hands_over_between_trainers_only_where_the_rollout_does_not_fit_too() -> None:
@@ -50,8 +57,7 @@ def test_17b_on_an_80g_gpu_waits_on_every_move() -> None:
 
 
 @pytest.mark.parametrize(("use_gpu", "gpu_bytes", "env", "changes", "says"), [
-    (True, H200, {}, {}, f"{OVERLAP_ENV}=1 overlaps them"),  # opt-in until timed on a GPU
-    (True, H200, {OVERLAP_ENV: "0"}, {}, f"{OVERLAP_ENV}=1 overlaps them"),
+    (True, H200, {OVERLAP_ENV: "0"}, {}, f"{OVERLAP_ENV}=0; unset, they overlap"),
     (False, None, ON, {}, "CPU"),
     (False, None, {}, {}, "CPU"),
     (True, None, ON, {}, "GPU memory (NVML) unknown"),

@@ -265,7 +265,7 @@ async def test_a_grpo_run_has_no_critic_charts(tmp_path: Path, recorded_run: Pat
 
 async def test_the_gpu_view_shows_the_drivers_move_plan(recorded_run: Path) -> None:
     plan = ("moves: overlapped with generate, training and the weight sync (every role awake "
-            "at once: 57.6 GiB of 90% x 134 GiB; PPODECK_OVERLAP_MOVES=1)")
+            "at once: 57.6 GiB of 90% x 134 GiB; PPODECK_OVERLAP_MOVES=0 waits on each)")
     events = recorded_run / "events.jsonl"
     lines = events.read_text().splitlines()
     first = json.loads(lines[0])
