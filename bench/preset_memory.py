@@ -187,6 +187,12 @@ def report(preset: str, events: list[dict], samples: list[tuple[float, int]],
         peak, est = peaks.get(phase), (memory.get(phase) or {}).get("total")
         ratio = f"{peak / est:>10.2f}" if peak and est else f"{'-':>10}"
         print(f"{phase:<16}{_f(peak):>12}{_f(est):>12}{ratio}")
+    overlap = overlap_figures(preset, events, peaks)
+    if overlap is not None:
+        print(f"moves overlapped ({overlap['plan']} plan; the estimates above wait on each "
+              f"move): whole-run NVML peak {overlap['peak']:.2f} GiB against the plan's "
+              f"{overlap['estimate']:.2f} GiB of its roles awake at once "
+              f"({overlap['peak'] / overlap['estimate']:.2f})")
     by_process = process_peaks(events, process_samples or [])
     print_process_table(by_process, memory)
     moves = offload_figures(events)
@@ -207,7 +213,28 @@ def report(preset: str, events: list[dict], samples: list[tuple[float, int]],
           f"{_f(host and host['processes']):>10}   (process-tree RSS peak {rss:.2f} GiB "
           "less the pinned total)")
     return {"peaks_gib": peaks, "estimate_gib": memory, "host_estimate_gib": host,
-            "offload": moves, "process_peaks_gib": by_process, "rss_peak_gib": rss}
+            "offload": moves, "process_peaks_gib": by_process, "rss_peak_gib": rss,
+            "overlap": overlap}
+
+
+def overlap_figures(preset: str, events: list[dict], peaks: dict[str, float]) -> dict | None:
+    """The run's move plan (its `moves:` log event) when it overlapped: the whole-run NVML
+    peak against the plan's estimate of the roles awake at once (engine/driver/offload.py)."""
+    plan = next((e["move_plan"] for e in events if e["kind"] == "log" and e.get("move_plan")),
+                None)
+    totals = [d["total_bytes"] for e in events if e["kind"] == "gpu" for d in e["devices"]]
+    if plan in (None, "waited") or not totals or not peaks:
+        return None
+    from engine.config.resolve import resolve
+    from engine.driver.offload import awake_at_once_gib
+    from engine.presets import load_preset, resolve_preset
+
+    need = awake_at_once_gib(resolve(resolve_preset(load_preset(preset))), min(totals), {})
+    if need is None:
+        return None
+    trainers, everything = need
+    return {"plan": plan, "peak": max(peaks.values()),
+            "estimate": everything if plan == "rollout" else trainers}
 
 
 def print_process_table(by_process: dict[str, dict[str, float]], memory: dict) -> None:
