@@ -7,7 +7,8 @@
 At batch 64 the hf decoder's projections are [64, K] x [K, N]; their bytes are the weight's, so
 each row of the table is a weight-streaming rate. Per shape of the Qwen3-0.6B decode step, in
 one run, each timed as a CUDA graph of REPEAT calls (the decode step replays a graph, so launch
-cost is not what is measured):
+cost is not what is measured) that cycle through copies of the weight filling --cold-mb (256 MB,
+past the H200's L2: in the decoder each layer's weights come from HBM, not L2):
   cublas        F.linear (and addmm_ into a residual where the decoder adds one);
   skinny plan   engine/rollout/skinny_gemm.py with `plan`'s tiles (what the decoder runs);
   skinny sweep  other (BLOCK_N, SPLIT_K) tilings, then warps and stages around the best one.
@@ -57,18 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU interpreter)")
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--budget", type=float, default=150.0, help="seconds for the sweeps")
+    parser.add_argument("--cold-mb", type=float, default=256.0,
+                        help="weight copies cycled through, in MB (0: one copy, L2-warm)")
     ns = parser.parse_args(argv)
     device = torch.device("cpu" if ns.smoke else "cuda")
     shapes = SMOKE_SHAPES if ns.smoke else H200_SHAPES
     repeat = 2 if ns.smoke else 50
     deadline = time.perf_counter() + ns.budget
+    cold_bytes = 16_000 if ns.smoke else int(ns.cold_mb * 1e6)  # smoke: a few copies
     print(f"gemm probe: {ns.rows} rows, bf16, {device}, torch {torch.__version__}, "
-          f"{skinny_gemm.multiprocessors(device) if device.type == 'cuda' else 0} SMs")
+          f"{skinny_gemm.multiprocessors(device) if device.type == 'cuda' else 0} SMs, weights "
+          f"cycled through {cold_bytes / 1e6:.3g} MB of copies")
     summary = []
     for name, n, k, calls, residual in shapes:
         print(f"\n=== {name}: [{ns.rows}, {k}] x [{k}, {n}]{' + residual' if residual else ''}, "
               f"{n * k * 2 / 1e6:.1f} MB of weight, {calls} per decode step ===")
-        rows = probe_shape(ns.rows, n, k, residual, device, repeat, deadline)
+        rows = probe_shape(ns.rows, n, k, residual, device, repeat, deadline, cold_bytes)
         for row in rows:
             print(f"  {row.label:<44} {row.us:9.2f} us {row.gbps:8.1f} GB/s  "
                   f"max|diff| {row.max_diff:.2e}")
@@ -78,25 +83,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def probe_shape(m: int, n: int, k: int, residual: bool, device: torch.device, repeat: int,
-                deadline: float) -> list[Timing]:
-    """cuBLAS, `plan`'s tiling, then the sweep (while the budget lasts) for one shape."""
+                deadline: float, cold_bytes: int = 0) -> list[Timing]:
+    """cuBLAS, `plan`'s tiling, then the sweep (while the budget lasts) for one shape; the
+    timed calls cycle through copies of the weight filling `cold_bytes`."""
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(m, k, generator=gen, device=device).bfloat16()
     weight = (torch.randn(n, k, generator=gen, device=device) * k ** -0.5).bfloat16()
     base = torch.randn(m, n, generator=gen, device=device).bfloat16()
     exact = x.float() @ weight.float().t() + (base.float() if residual else 0)
+    copies = [weight] + [weight.clone() for _ in range(cold_bytes // (n * k * 2))]
+    turn = [0]  # which copy the next call reads (Python-side: each captured call is fixed)
+
+    def next_weight() -> torch.Tensor:
+        turn[0] += 1
+        return copies[turn[0] % len(copies)]
+
     acc = base.clone()
     out = torch.empty(m, n, device=device, dtype=torch.bfloat16)
 
     def cublas() -> torch.Tensor:
-        return acc.copy_(base).addmm_(x, weight.t()) if residual else torch.mm(
-            x, weight.t(), out=out)
+        w = next_weight()
+        return acc.copy_(base).addmm_(x, w.t()) if residual else torch.mm(x, w.t(), out=out)
 
     def skinny(tiles: tuple[int, int, int] | None) -> Callable[[], torch.Tensor]:
         def call() -> torch.Tensor:
+            w = next_weight()
             if residual:
-                return skinny_gemm.linear(x, weight, residual=acc.copy_(base), tiles=tiles)
-            return skinny_gemm.linear(x, weight, out=out, tiles=tiles)
+                return skinny_gemm.linear(x, w, residual=acc.copy_(base), tiles=tiles)
+            return skinny_gemm.linear(x, w, out=out, tiles=tiles)
         return call
 
     weight_bytes = n * k * 2
