@@ -80,6 +80,9 @@ class MoveProbe:
     def recorded(self) -> list[tuple[str, float, float, bool]]:
         return self.calls
 
+    def memory_times(self) -> list[float]:
+        return self.memory_calls
+
     def memory(self) -> dict[str, Any]:
         """At once, as TrainWorker.memory does (on the telemetry thread); records when."""
         import time
