@@ -351,7 +351,10 @@ PY
       # the fast paths' reference tests (not gpu-marked: CI runs them on CPU) on CUDA too
       timeout 150 python3 -m pytest tests/train/test_fastpaths.py -v -p no:cacheprovider \
         > "$OUT/fastpaths_tests.log" 2>&1
-      grep -E "FAILED|passed|failed" "$OUT/fastpaths_tests.log" | tail -12 ;;
+      grep -E "FAILED|passed|failed" "$OUT/fastpaths_tests.log" | tail -12
+      # one file back for all the logs: at most 8 files come back from a call (device README)
+      (cd "$OUT" && tar -czf gpu_tests_logs.tgz gpu_tests_*.log fastpaths_tests.log \
+        && rm -f gpu_tests_*.log fastpaths_tests.log) ;;
     compile)  # graphs and recompile reasons of the compiled layers over micro-batch shapes
       for mode in marked all-dynamic; do
         flag=$([ $mode = all-dynamic ] && echo --all-dynamic)
