@@ -367,6 +367,7 @@ def run(rundir: RunDir) -> int:
 def finish(rundir: RunDir, tm: Telemetry, state: str, detail: str, code: int) -> int:
     import time
 
+    tm.drain()  # the last phase's memory sample before the final status: readers stop there
     tm.status(state, detail)
     try:
         write_status(rundir, state=state, detail=detail, ended=time.time())

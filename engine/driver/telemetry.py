@@ -88,6 +88,11 @@ class Telemetry:
         self.writer.emit(Kind.GPU, label=label, devices=devices,
                          rss_bytes=process_tree_rss(self.root_pid))
 
+    def drain(self) -> None:
+        """Wait for the memory samples already submitted (one worker: in order), so an event
+        written next, such as the run's final status, lands after them."""
+        self._sampler.submit(lambda: None).result()
+
     def close(self) -> None:
         """Finish pending memory samples and the trackers; call before closing the writer."""
         self._sampler.shutdown(wait=True)

@@ -127,3 +127,30 @@ def test_a_failed_ci_check_fails_the_run_with_that_detail(tmp_path: Path,
     status = read_status(rundir)
     assert status["state"] == "failed"
     assert "CIFailure: --ci-test kl check failed: train/ppo_kl = 2.000e-03" in status["detail"]
+
+
+def test_the_final_status_follows_the_last_memory_sample(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory samples are written from a sampler thread; finish() waits for them, so the run's
+    final status is its last event (readers such as `ppodeck tail` stop there)."""
+    import time
+
+    from engine.driver import ppo, telemetry
+
+    def slow_rss(pid: int) -> int:
+        time.sleep(0.2)  # a process-tree walk on a loaded host
+        return 0
+
+    monkeypatch.setattr(telemetry, "process_tree_rss", slow_rss)
+    rundir = RunDir(tmp_path / "run")
+    rundir.path.mkdir(parents=True)
+    writer = EventWriter(rundir.events_jsonl)
+    tm = Telemetry(writer, 0)
+    with tm.phase("generate", 0):
+        pass
+    ppo.finish(rundir, tm, "succeeded", "all rollouts done", 0)
+    tm.close()
+    writer.close()
+    events = read_events(rundir.events_jsonl)[0]
+    assert [e["kind"] for e in events[-2:]] == ["gpu", "status"]
+    assert read_status(rundir)["state"] == "succeeded"
