@@ -50,9 +50,10 @@ import torch  # noqa: E402
 from engine.rollout import fast_generate as fg  # noqa: E402
 
 # today's path first, the backend's default next with its two candidates beside it (split-K
-# decode attention, skinny-gemm's GEMMs; neither timed on a GPU yet), then other decode-attention
-# variants compiled and not (so these fit whatever the budget: the compile, ~20-60 s on a cold
-# inductor cache, is in a variant's first call), then each feature alone and in steps
+# decode attention, skinny-gemm's GEMMs: both slower on the H200, 2026-12-04), then other
+# decode-attention variants compiled and not (so these fit whatever the budget: the compile,
+# ~20-60 s on a cold inductor cache, is in a variant's first call), then each feature alone
+# and in steps
 BACKEND_DEFAULT = "packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled"
 SPLIT_VARIANT = ("packed+decode-attn+decode-attn-split+graph-sampling+fused-sampling+"
                  "fused-prefill+compiled")
@@ -278,11 +279,14 @@ def reset_step(state: fg.DecodeState, span: int) -> None:
 # attention alone: one layer's decode attention at the run's shape, each implementation
 # --------------------------------------------------------------------------------------------
 # decode-attn launches tried: (block, warps, stages); the decoder's is (64, 4, 2)
-ATTENTION_LAUNCHES = ((32, 4, 2), (64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 4, 2), (128, 8, 1))
+# (block, warps, stages); on the H200 (2026-12-04) (64, 4, 2), the decoder's, was the fastest of
+# the first six; the rest probe fewer stages (more programs resident), fewer warps, finer blocks
+ATTENTION_LAUNCHES = ((32, 4, 2), (64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 4, 2), (128, 8, 1),
+                      (64, 4, 1), (64, 2, 2), (32, 2, 2), (32, 4, 3), (16, 4, 2), (16, 2, 3))
 # decode-attn-split launches tried: (splits, block, warps, stages); None is split_count's
 # choice, which the decoder runs at (block 64, 4 warps, 2 stages)
-SPLIT_LAUNCHES = ((None, 64, 4, 2), (None, 32, 4, 2), (2, 64, 4, 2), (4, 64, 4, 2),
-                  (4, 32, 4, 2), (8, 32, 4, 2), (8, 16, 4, 2), (16, 16, 4, 2))
+# every one slower than the one-pass kernel on the H200 (2026-12-04): the two nearest kept
+SPLIT_LAUNCHES = ((None, 64, 4, 2), (2, 64, 4, 2))
 
 
 @dataclass
