@@ -15,8 +15,9 @@ waiting early protects is the GPU memory of the OTHER roles, so the MovePlan ove
 only where check()'s estimate (engine/config/derived.py) of every role awake at once fits:
   trainers: the actor onloads while the critic trains, and the critic offloads while the
             actor trains (both trainers awake, the rollout released);
-  rollout:  also the trainers onload during generate, and the actor offloads behind the
-            weight sync and the next generate (every role awake at once).
+  rollout:  also the first trainer (the critic, else the actor) onloads during generate, and
+            the actor offloads behind the weight sync and the next generate (every role awake
+            at once).
 The overlap is the default on a GPU (on the H200, qwen3-0.6b-ppo-1gpu's step went from 2.75 s
 to 1.89 s, bench/step_bench.py --overlap); PPODECK_OVERLAP_MOVES=0 keeps every move waited on
 where it starts (miles' order). The log line says which plan a run took and why.
