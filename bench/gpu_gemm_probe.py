@@ -20,17 +20,21 @@ saves as it stands.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for path in (REPO, REPO / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from gpu_decode_profile import per_call_us  # noqa: E402
 
 from engine.rollout import skinny_gemm  # noqa: E402
 
@@ -151,18 +155,15 @@ def _tilings(m: int, n: int, k: int) -> list[tuple[int, int, int]]:
     return found
 
 
-class _launch_config:
+@contextlib.contextmanager
+def _launch_config(warps: int, stages: int) -> Iterator[None]:
     """skinny_gemm's NUM_WARPS / NUM_STAGES for one timing, restored after."""
-
-    def __init__(self, warps: int, stages: int) -> None:
-        self.values = (warps, stages)
-
-    def __enter__(self) -> None:
-        self.saved = (skinny_gemm.NUM_WARPS, skinny_gemm.NUM_STAGES)
-        skinny_gemm.NUM_WARPS, skinny_gemm.NUM_STAGES = self.values
-
-    def __exit__(self, *exc: object) -> None:
-        skinny_gemm.NUM_WARPS, skinny_gemm.NUM_STAGES = self.saved
+    saved = (skinny_gemm.NUM_WARPS, skinny_gemm.NUM_STAGES)
+    skinny_gemm.NUM_WARPS, skinny_gemm.NUM_STAGES = warps, stages
+    try:
+        yield
+    finally:
+        skinny_gemm.NUM_WARPS, skinny_gemm.NUM_STAGES = saved
 
 
 def _timed(label: str, call: Callable[[], torch.Tensor], exact: torch.Tensor,
@@ -171,34 +172,11 @@ def _timed(label: str, call: Callable[[], torch.Tensor], exact: torch.Tensor,
     """Mean microseconds per call over a CUDA graph of `repeat` calls (CPU: wall clock)."""
     try:
         diff = (call().float() - exact).abs().max().item()  # compiles outside the capture
-        if exact.device.type == "cuda":
-            seconds = _graph_seconds(call, repeat)
-        else:
-            start = time.perf_counter()
-            for _ in range(repeat):
-                call()
-            seconds = (time.perf_counter() - start) / repeat
+        us = per_call_us(call, exact.device, repeat)
     except Exception as err:  # a tiling Triton cannot build here: say so, go on
         return Timing(f"{label} failed: {type(err).__name__}: {str(err)[:60]}", float("nan"),
                       0.0, float("nan"))
-    return Timing(label, seconds * 1e6, weight_bytes / seconds / 1e9, diff, tiles)
-
-
-def _graph_seconds(call: Callable[[], torch.Tensor], repeat: int) -> float:
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(repeat):
-            call()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    replays = 10
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / replays / repeat
+    return Timing(label, us, weight_bytes / us / 1e3, diff, tiles)
 
 
 def _tiles_label(tiles: tuple[int, int, int]) -> str:

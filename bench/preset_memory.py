@@ -24,12 +24,14 @@ process kept on the GPU in torch's allocator.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
@@ -142,15 +144,22 @@ def process_peaks(events: list[dict], samples: list[tuple[float, dict[int, int]]
     return peaks
 
 
-def estimates(preset: str) -> tuple[dict, dict | None]:
-    """check()'s per-phase memory table and the pinned host estimate of the preset."""
-    from engine.config import check
-    from engine.config.derived import count_params, host_offload_gib
+@functools.cache
+def preset_config(preset: str) -> tuple[Any, dict]:
+    """The preset's config and its resolved values (read once for every figure here)."""
     from engine.config.resolve import resolve
     from engine.presets import load_preset, resolve_preset
 
     config = resolve_preset(load_preset(preset))
-    resolved = resolve(config)
+    return config, dict(resolve(config))
+
+
+def estimates(preset: str) -> tuple[dict, dict | None]:
+    """check()'s per-phase memory table and the pinned host estimate of the preset."""
+    from engine.config import check
+    from engine.config.derived import count_params, host_offload_gib
+
+    config, resolved = preset_config(preset)
     return (dict(check(config).derived.memory_gib),
             host_offload_gib(resolved, count_params(resolved)))
 
@@ -225,11 +234,9 @@ def overlap_figures(preset: str, events: list[dict], peaks: dict[str, float]) ->
     totals = [d["total_bytes"] for e in events if e["kind"] == "gpu" for d in e["devices"]]
     if plan in (None, "waited") or not totals or not peaks:
         return None
-    from engine.config.resolve import resolve
     from engine.driver.offload import awake_at_once_gib
-    from engine.presets import load_preset, resolve_preset
 
-    need = awake_at_once_gib(resolve(resolve_preset(load_preset(preset))), min(totals), {})
+    need = awake_at_once_gib(preset_config(preset)[1], min(totals), {})
     if need is None:
         return None
     trainers, everything = need

@@ -68,13 +68,19 @@ def phase_means(events: list[dict]) -> dict[str, float]:
     return {name: statistics.fmean(values) for name, values in seconds.items()}
 
 
-def rollout_wall(events: list[dict]) -> float | None:
-    """Mean seconds from one rollout's first phase start to the next rollout's."""
+def rollout_starts(events: list[dict]) -> dict[int, float]:
+    """Each rollout's first phase start."""
     starts: dict[int, float] = {}
     for e in events:
         rid = e.get("rollout_id")
         if e["kind"] == "phase" and e["state"] == "start" and rid is not None:
             starts.setdefault(rid, float(e["ts"]))
+    return starts
+
+
+def rollout_wall(events: list[dict]) -> float | None:
+    """Mean seconds from one rollout's first phase start to the next rollout's."""
+    starts = rollout_starts(events)
     gaps = [starts[r + 1] - starts[r] for r in sorted(starts)
             if r >= SKIP_ROLLOUTS and r + 1 in starts]
     return statistics.fmean(gaps) if gaps else None
@@ -83,9 +89,7 @@ def rollout_wall(events: list[dict]) -> float | None:
 def trainer_moves(events: list[dict]) -> dict[str, float] | None:
     """Per rollout after the skipped ones: the trainers' move seconds (their own copy time)
     and what the driver still waited of them (waited_seconds: the moves not overlapped)."""
-    starts = sorted(float(e["ts"]) for e in events if e["kind"] == "phase"
-                    and e["state"] == "start" and e.get("name") == "generate"
-                    and (e.get("rollout_id") or 0) >= SKIP_ROLLOUTS)
+    starts = sorted(t for r, t in rollout_starts(events).items() if r >= SKIP_ROLLOUTS)
     if len(starts) < 2:
         return None
     moves = [e for e in events if e["kind"] == "offload" and e["model"] != "rollout"

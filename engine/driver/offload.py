@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from engine.driver.telemetry import Telemetry
@@ -91,27 +91,35 @@ def plan_moves(args: Mapping[str, Any], use_gpu: bool, gpu_bytes: int | None,
     if setting == "0":
         return MovePlan(message=f"moves: each one waited on where it starts ({OVERLAP_ENV}=0; "
                                 "unset, they overlap where the GPU holds the roles awake at once)")
-    read_as = ("" if setting in ("", "1")
-               else f"; {OVERLAP_ENV}={setting!r} is not 0 or 1: read as 1")
+    plan = plan_for_memory(args, gpu_bytes, env)
+    if setting in ("", "1"):
+        return plan
+    # every plan's message ends in its parenthesis: the note goes inside it
+    return replace(plan, message=f"{plan.message[:-1]}; {OVERLAP_ENV}={setting!r} is not 0 or "
+                                 "1: read as 1)")
+
+
+def plan_for_memory(args: Mapping[str, Any], gpu_bytes: int | None,
+                    env: Mapping[str, str]) -> MovePlan:
+    """The widest overlap whose roles awake at once fit in MEMORY_MARGIN of the GPU."""
     need = awake_at_once_gib(args, gpu_bytes, env)
     if need is None or gpu_bytes is None:
         what = "the model size" if need is None else "the GPU memory (NVML)"
-        return MovePlan(message=f"moves: each one waited on where it starts ({what} "
-                                f"unknown{read_as})")
+        return MovePlan(message=f"moves: each one waited on where it starts ({what} unknown)")
     have = MEMORY_MARGIN * gpu_bytes / GIB
     trainers, everything = need
     of = f"of {MEMORY_MARGIN:.0%} x {gpu_bytes / GIB:.0f} GiB"
     if everything <= have:
         return MovePlan(True, True, f"moves: overlapped with generate, training and the weight "
                                     f"sync (every role awake at once: {everything:.1f} GiB {of}; "
-                                    f"{OVERLAP_ENV}=0 waits on each{read_as})")
+                                    f"{OVERLAP_ENV}=0 waits on each)")
     if trainers <= have:
         return MovePlan(True, False, f"moves: the trainers hand over to each other (both awake: "
                                      f"{trainers:.1f} GiB {of}; with the rollout "
                                      f"{everything:.1f} GiB would not fit; {OVERLAP_ENV}=0 "
-                                     f"waits on each{read_as})")
+                                     "waits on each)")
     return MovePlan(message=f"moves: each one waited on where it starts (both trainers awake: "
-                            f"{trainers:.1f} GiB {of} does not fit{read_as})")
+                            f"{trainers:.1f} GiB {of} does not fit)")
 
 
 def awake_at_once_gib(args: Mapping[str, Any], gpu_bytes: int | None,
