@@ -61,9 +61,11 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
   compiled        `fused` with each layer's elementwise work compiled by torch.compile
                   (inductor, static shapes, no inductor cudagraphs: our graph captures the
                   compiled kernels): RMSNorm, q/k norms, RoPE and the k/v cache writes before
-                  attention in one function (the writes scattered in place), the residuals,
-                  RMSNorm and SiLU*up after it in another. The GEMMs stay cuBLAS (the residual
-                  adds in their epilogue), attention stays eager (its shape follows the window
+                  attention in one function (the writes scattered in place), RMSNorm and
+                  SiLU*up between the residual GEMMs in another. The GEMMs stay cuBLAS, the
+                  o/down ones in place on the residual stream outside the compiled functions
+                  (inside, inductor's addmm copied the stream into a new output first: 57
+                  device copies per step); attention stays eager (its shape follows the window
                   bucket), so the two functions compile once per model shape and serve every
                   layer and bucket. The compile happens in the capture's warm-up steps (never
                   under capture: a recompile there raises).
@@ -73,6 +75,13 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   streaming the weight once; the o/down residuals and the logits written in
                   its epilogue); the prefill keeps cuBLAS. Where Triton cannot run, cuBLAS
                   (said, as decode-attn's fallback is);
+  two-streams     the fused layers over two halves of the batch's rows, each half on a CUDA
+                  stream of its own (forked from the step's stream and joined back before the
+                  final norm, the lm head and sampling): in the captured step two parallel
+                  branches, so one half's GEMMs and small kernels, which leave most SMs idle at
+                  batch 64, overlap the other half's. Each half reads the weights (the second
+                  mostly from L2). Off CUDA the halves run one after the other (the same maths);
+  four-streams    two-streams with four row groups;
 e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`,
 `packed+decode-attn+graph-sampling+compiled` (one graph: the kernel needs no window buckets),
 `packed+decode-attn+decode-attn-split+graph-sampling+fused-sampling+fused-prefill+compiled`.
@@ -100,7 +109,9 @@ CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
 FEATURES = ("fused", "packed", "sdpa", "decode-attn", "decode-attn-split", "window",
-            "graph-sampling", "fused-sampling", "fused-prefill", "compiled", "skinny-gemm")
+            "graph-sampling", "fused-sampling", "fused-prefill", "compiled", "skinny-gemm",
+            "two-streams", "four-streams")
+ROW_STREAMS = {"two-streams": 2, "four-streams": 4}  # feature -> row groups, one stream each
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
@@ -121,8 +132,12 @@ class DecodeOptions:
     fused_prefill: bool = False  # the prefill in the fused step's building blocks
     compiled: bool = False  # implies the fused layer code
     skinny_gemm: bool = False  # the decode step's projections by Triton; implies fused code
+    row_streams: int = 1  # two-streams/four-streams: row groups decoded side by side
 
     def __post_init__(self) -> None:
+        if self.row_streams not in (1, *ROW_STREAMS.values()):
+            raise ValueError(f"row_streams must be 1 or one of {sorted(ROW_STREAMS.values())}, "
+                             f"got {self.row_streams}")
         if self.decode_attn_split:  # a way of running decode-attn: named with it
             object.__setattr__(self, "decode_attn", True)
         if self.sdpa and self.decode_attn:
@@ -134,13 +149,15 @@ class DecodeOptions:
     def layers_fused(self) -> bool:
         """Whether the layers run the fused code (every feature but window/graph-sampling)."""
         return self.fused or self.packed or self.sdpa or self.decode_attn or self.compiled \
-            or self.skinny_gemm
+            or self.skinny_gemm or self.row_streams > 1
 
     @property
     def name(self) -> str:
         flags = (self.fused, self.packed, self.sdpa, self.decode_attn, self.decode_attn_split,
                  self.window > 0, self.sample_in_graph, self.fused_sampling,
-                 self.fused_prefill, self.compiled, self.skinny_gemm)
+                 self.fused_prefill, self.compiled, self.skinny_gemm,
+                 self.row_streams == ROW_STREAMS["two-streams"],
+                 self.row_streams == ROW_STREAMS["four-streams"])
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -175,7 +192,15 @@ def parse_variant(name: str) -> DecodeOptions:
                          fused_sampling="fused-sampling" in parts,
                          fused_prefill="fused-prefill" in parts,
                          compiled="compiled" in parts,
-                         skinny_gemm="skinny-gemm" in parts)
+                         skinny_gemm="skinny-gemm" in parts,
+                         row_streams=_row_streams(parts))
+
+
+def _row_streams(parts: list[str]) -> int:
+    named = [ROW_STREAMS[p] for p in parts if p in ROW_STREAMS]
+    if len(named) > 1:
+        raise ValueError("'two-streams' and 'four-streams' are two row splits: name one")
+    return named[0] if named else 1
 
 
 def default_options() -> DecodeOptions:
@@ -332,14 +357,13 @@ def layer_head(x: torch.Tensor, in_norm: torch.Tensor, weights: Weights,
     return q
 
 
-def layer_tail(x: torch.Tensor, attn: torch.Tensor, o: torch.Tensor, post_norm: torch.Tensor,
-               weights: Weights, down: torch.Tensor, eps: float,
-               skinny: bool = False) -> torch.Tensor:
-    """`compiled`, after attention: o-projection residual, RMSNorm, MLP residual -> x."""
-    linear = _compiled_linear(skinny)
-    x = x + linear(attn, o)
+def layer_mlp(x: torch.Tensor, post_norm: torch.Tensor, weights: Weights, eps: float,
+              skinny: bool = False) -> torch.Tensor:
+    """`compiled`, between the two residual GEMMs: RMSNorm, gate/up, SiLU * up -> the down
+    projection's input. The residual GEMMs run outside, in place (x += a W^T): inductor's
+    addmm would first copy x into a new output, one device copy per GEMM (57 per step)."""
     h = F.rms_norm(x, (x.shape[-1],), post_norm, eps)
-    return x + linear(gated_mlp(h, weights, linear), down)
+    return gated_mlp(h, weights, _compiled_linear(skinny))
 
 
 def _compiled_linear(skinny: bool) -> Linear:
@@ -391,6 +415,27 @@ def compiled(fn: Any) -> CompiledOrEager:  # noqa: ANN401
     return _COMPILED[fn.__name__]
 
 
+@dataclass(frozen=True)
+class _Rows:
+    """One group of the batch's rows in a decode step: views of the step's per-row tensors
+    (the whole batch unless two-streams/four-streams splits it)."""
+
+    x: torch.Tensor  # [b, hidden] residual stream, updated in place
+    pad: torch.Tensor  # [b] long
+    k: torch.Tensor  # [layers, b, KV, S, d]
+    v: torch.Tensor
+    rope: tuple[torch.Tensor, torch.Tensor]  # cos, sin_signed [b, 1, d]
+    bias: torch.Tensor | None  # [b, 1, 1, span]; None under the decode-attention kernel
+
+
+def row_groups(batch: int, groups: int) -> list[slice]:
+    """`groups` contiguous slices of the batch's rows, as equal as they go (fewer when the
+    batch has fewer rows)."""
+    groups = max(1, min(groups, batch))
+    bounds = [batch * g // groups for g in range(groups + 1)]
+    return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+
+
 class StaticDecoder:
     """The transformers model's weights, run by a static-shape decoder."""
 
@@ -423,6 +468,7 @@ class StaticDecoder:
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
+        self._streams: list[torch.cuda.Stream] = []  # two-streams/four-streams' row streams
 
     def _kernel_usable(self, feature: str) -> bool:
         """Whether `feature`'s Triton kernel runs here; on CUDA a fallback is said."""
@@ -597,19 +643,60 @@ class StaticDecoder:
         half = self.head_dim // 2
         # rotate(x) * sin == roll(x, half) * sin_signed: RoPE is x*cos, roll, addcmul
         sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
-        cos, sin_signed = cos[:, None, :], sin_signed[:, None, :]  # [B, 1, d] over heads
+        rope = (cos[:, None, :], sin_signed[:, None, :])  # [B, 1, d] over heads
         bias = None if self.attention_kernel else self._attention_bias(state, span)
         x = F.embedding(state.token, self.embed)  # [B, hidden]
-        if self.options.compiled:
-            x = self._compiled_layers(state, x, (cos, sin_signed), bias, span)
-        else:
-            for i, layer in enumerate(self.layers):
-                self._fused_layer(state, i, layer, x, (cos, sin_signed), bias, span)
+        self._layers_by_row_group(state, x, rope, bias, span)
         h = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
         if self.gemm_kernel:
             skinny_gemm.linear(h, self.lm_head, out=state.logits)
         else:
             torch.mm(h, self.lm_head.t(), out=state.logits)
+
+    def _layers_by_row_group(self, state: DecodeState, x: torch.Tensor,
+                             rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None,
+                             span: int) -> None:
+        """Every layer on the residual stream x [B, hidden] in place, the rows in
+        options.row_streams groups. On CUDA each group runs on a stream of its own, forked from
+        the current one and joined back: in the captured step, parallel branches whose kernels
+        overlap (a batch-64 step's GEMMs and small kernels leave most SMs idle). Elsewhere the
+        groups run one after the other: the same maths."""
+        groups = row_groups(x.shape[0], self.options.row_streams)
+        streams = self._row_streams(len(groups))
+        if not streams:
+            for rows in groups:
+                self._layers(state, self._rows(state, rows, x, rope, bias), span)
+            return
+        main = torch.cuda.current_stream(self.device)
+        for stream in streams:
+            stream.wait_stream(main)
+        for rows, stream in zip(groups, streams, strict=True):
+            with torch.cuda.stream(stream):
+                self._layers(state, self._rows(state, rows, x, rope, bias), span)
+        for stream in streams:
+            main.wait_stream(stream)
+
+    def _row_streams(self, groups: int) -> list[torch.cuda.Stream]:
+        """One stream per row group on CUDA (made once: the capture's warm-ups set up each
+        stream's cuBLAS workspace before the capture); none for one group or off CUDA."""
+        if groups == 1 or self.device.type != "cuda":
+            return []
+        while len(self._streams) < groups:
+            self._streams.append(torch.cuda.Stream(self.device))
+        return self._streams[:groups]
+
+    @staticmethod
+    def _rows(state: DecodeState, rows: slice, x: torch.Tensor,
+              rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None) -> _Rows:
+        return _Rows(x[rows], state.pad[rows], state.cache.k[:, rows], state.cache.v[:, rows],
+                     (rope[0][rows], rope[1][rows]), None if bias is None else bias[rows])
+
+    def _layers(self, state: DecodeState, rows: _Rows, span: int) -> None:
+        if self.options.compiled:
+            self._compiled_layers(state, rows, span)
+        else:
+            for i, layer in enumerate(self.layers):
+                self._fused_layer(state, i, layer, rows, span)
 
     def _step_linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The decode step's GEMM x W^T: skinny-gemm's kernel where it runs, else cuBLAS."""
@@ -642,67 +729,61 @@ class StaticDecoder:
     def _mlp_weights(self, i: int, layer: _Layer) -> Weights:
         return (self.packed[i].gate_up,) if self.packed else (layer.gate, layer.up)
 
-    def _fused_layer(self, state: DecodeState, i: int, layer: _Layer, x: torch.Tensor,
-                     rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None,
+    def _fused_layer(self, state: DecodeState, i: int, layer: _Layer, rows: _Rows,
                      span: int) -> None:
-        """One layer in place on the residual stream x [B, hidden]."""
+        """One layer in place on the rows' residual stream rows.x [b, hidden]."""
+        x = rows.x
         b, hidden = x.shape
         h = F.rms_norm(x, (hidden,), layer.in_norm, self.eps)
         weights, norms = self._projections(i, layer)
-        q, k, v = qkv_projection(h, weights, norms, rope, self.dims, self.eps,
+        q, k, v = qkv_projection(h, weights, norms, rows.rope, self.dims, self.eps,
                                  self._step_linear)
-        out = self._attend(state, i, (q, k, v), bias, span)
+        slot = state.index.view(1)
+        rows.k[i].index_copy_(2, slot, k.unsqueeze(2))
+        rows.v[i].index_copy_(2, slot, v)
+        out = self._attend_cache(state, i, rows, q, span)
         self._add_linear(x, out.view(b, -1), layer.o)
         h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
         self._add_linear(x, gated_mlp(h, self._mlp_weights(i, layer), self._step_linear),
                          layer.down)
 
-    def _compiled_layers(self, state: DecodeState, x: torch.Tensor,
-                         rope: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None,
-                         span: int) -> torch.Tensor:
-        """All layers with their elementwise work compiled (`compiled`): x [B, hidden] in,
-        the last residual stream out."""
-        head, tail = compiled(layer_head), compiled(layer_tail)
+    def _compiled_layers(self, state: DecodeState, rows: _Rows, span: int) -> None:
+        """All layers with their elementwise work compiled (`compiled`), in place on rows.x;
+        the residual GEMMs in place outside the compiled functions (layer_mlp says why)."""
+        head, mlp = compiled(layer_head), compiled(layer_mlp)
+        x = rows.x
         slot = state.index.view(1)
         for i, layer in enumerate(self.layers):
             weights, norms = self._projections(i, layer)
-            cache = (state.cache.k[i], state.cache.v[i], slot)
-            q = head(x, layer.in_norm, weights, norms, rope, self.dims, self.eps, cache,
+            cache = (rows.k[i], rows.v[i], slot)
+            q = head(x, layer.in_norm, weights, norms, rows.rope, self.dims, self.eps, cache,
                      self.gemm_kernel)
-            out = self._attend_cache(state, i, q, bias, span)
-            x = tail(x, out.view(x.shape[0], -1), layer.o, layer.post_norm,
-                     self._mlp_weights(i, layer), layer.down, self.eps, self.gemm_kernel)
-        return x
+            out = self._attend_cache(state, i, rows, q, span)
+            self._add_linear(x, out.view(x.shape[0], -1), layer.o)
+            gated = mlp(x, layer.post_norm, self._mlp_weights(i, layer), self.eps,
+                        self.gemm_kernel)
+            self._add_linear(x, gated, layer.down)
 
-    def _attend(self, state: DecodeState, i: int, qkv: tuple[torch.Tensor, ...],
-                bias: torch.Tensor | None, span: int) -> torch.Tensor:
-        """Write this step's k/v into slot state.index of layer i's cache, then attend its
-        first `span` slots: q [B, H, d] -> [B, KV, group, d]."""
-        q, k, v = qkv
-        slot = state.index.view(1)
-        state.cache.k[i].index_copy_(2, slot, k.unsqueeze(2))
-        state.cache.v[i].index_copy_(2, slot, v)
-        return self._attend_cache(state, i, q, bias, span)
-
-    def _attend_cache(self, state: DecodeState, i: int, q: torch.Tensor,
-                      bias: torch.Tensor | None, span: int) -> torch.Tensor:
-        """q [B, H, d] over the first `span` slots of layer i's cache -> [B, KV, group, d]
-        (`bias` None: the decode-attention kernel, which bounds itself by pad and index)."""
+    def _attend_cache(self, state: DecodeState, i: int, rows: _Rows, q: torch.Tensor,
+                      span: int) -> torch.Tensor:
+        """q [b, H, d] over the first `span` slots of layer i's cache (this step's k/v already
+        in slot state.index) -> [b, KV, group, d] (rows.bias None: the decode-attention
+        kernel, which bounds itself by pad and index)."""
         b, d = q.shape[0], self.head_dim
-        if bias is None:
+        keys, values = rows.k[i], rows.v[i]
+        if rows.bias is None:
             attend = decode_attention.attend_split if self.options.decode_attn_split \
                 else decode_attention.attend
-            out = attend(q, state.cache.k[i], state.cache.v[i], state.pad, state.index,
-                         d ** -0.5)
+            out = attend(q, keys, values, rows.pad, state.index, d ** -0.5)
             return out.view(b, self.kv_heads, self.heads // self.kv_heads, d)
         qg = q.reshape(b, self.kv_heads, self.heads // self.kv_heads, d)
-        keys, values = state.cache.k[i][:, :, :span], state.cache.v[i][:, :, :span]
+        keys, values = keys[:, :, :span], values[:, :, :span]
         if self.options.sdpa:
-            return F.scaled_dot_product_attention(qg, keys, values, attn_mask=bias,
+            return F.scaled_dot_product_attention(qg, keys, values, attn_mask=rows.bias,
                                                   scale=d ** -0.5)
         scores = torch.matmul(qg, keys.transpose(-1, -2))
-        probs = torch.softmax(torch.add(bias, scores, alpha=d ** -0.5), dim=-1)
-        return torch.matmul(probs.to(self.dtype), values)  # [B, KV, group, d]
+        probs = torch.softmax(torch.add(rows.bias, scores, alpha=d ** -0.5), dim=-1)
+        return torch.matmul(probs.to(self.dtype), values)  # [b, KV, group, d]
 
     # ---- graphs --------------------------------------------------------------------------
     def graph_for(self, state: DecodeState, span: int,

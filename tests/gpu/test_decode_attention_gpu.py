@@ -110,6 +110,9 @@ def test_split_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> Non
     dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
          fused_prefill=True, compiled=True),
     dict(decode_attn=True, window=16),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+         fused_prefill=True, compiled=True, row_streams=2),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, row_streams=4),
 ])
 def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) -> None:  # noqa: ANN001
     """Its CUDA graphs replay its eager loop exactly; greedy (bf16) against today's path:

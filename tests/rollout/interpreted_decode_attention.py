@@ -194,3 +194,10 @@ def test_decode_attn_split_variant_is_the_reference_path(interpreted, arch,  # n
     assert_long_rows_follow_reference(arch,
                                       fg.parse_variant("packed+decode-attn-split+graph-sampling"))
     assert chosen and min(chosen) > 1, chosen
+
+
+def test_two_streams_with_the_kernel_is_the_reference_path(interpreted) -> None:  # noqa: ANN001
+    """two-streams with the attention kernel: each half's kernel reads its own rows' pads
+    (views of the batch's), so the tokens still equal today's path."""
+    assert_long_rows_follow_reference(
+        "qwen3", fg.parse_variant("packed+decode-attn+graph-sampling+two-streams"))

@@ -86,12 +86,11 @@ def test_skinny_gemm_variant_is_the_reference_path(interpreted, arch, variant) -
             assert_follows_reference(model, options, 1e-5, ROWS, **settings(6, **sampling))
 
 
-def test_compiled_layer_tail_traces_in_one_graph(interpreted) -> None:  # noqa: ANN001
+def test_compiled_layer_mlp_traces_in_one_graph(interpreted) -> None:  # noqa: ANN001
     """dynamo takes the custom op whole (fullgraph: no break at the Triton launches); the
-    result is the cuBLAS tail's."""
-    x, attn, o = (torch.randn(5, 64), torch.randn(5, 64), torch.randn(64, 64) / 8)
-    gate_up, down, norm = torch.randn(192, 64) / 8, torch.randn(64, 96) / 8, torch.ones(64)
-    args = (x, attn, o, norm, (gate_up,), down, 1e-6)
-    tail = torch.compile(fg.layer_tail, fullgraph=True, backend="aot_eager")
-    torch.testing.assert_close(tail(*args, True), fg.layer_tail(*args, False), rtol=1e-5,
+    result is the cuBLAS layer_mlp's."""
+    x, gate_up, norm = torch.randn(5, 64), torch.randn(192, 64) / 8, torch.ones(64)
+    args = (x, norm, (gate_up,), 1e-6)
+    mlp = torch.compile(fg.layer_mlp, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(mlp(*args, True), fg.layer_mlp(*args, False), rtol=1e-5,
                                atol=1e-4)

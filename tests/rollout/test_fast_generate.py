@@ -172,6 +172,8 @@ VARIANTS = {
     "packed": fg.DecodeOptions(packed=True),
     "sdpa": fg.DecodeOptions(sdpa=True, window=4),
     "all": fg.DecodeOptions(fused=True, packed=True, sdpa=True, window=4, sample_in_graph=True),
+    "two-streams": fg.DecodeOptions(packed=True, sample_in_graph=True, row_streams=2),
+    "four-streams": fg.DecodeOptions(sdpa=True, window=4, row_streams=4),  # a row per group
 }
 
 
@@ -253,6 +255,33 @@ def test_variant_names_round_trip(monkeypatch) -> None:
     assert options == backend_default and "ignored" in note and fg.BACKEND_VARIANT in note
 
 
+def test_row_groups_cover_the_batch_in_order() -> None:
+    assert fg.row_groups(64, 2) == [slice(0, 32), slice(32, 64)]
+    assert fg.row_groups(5, 2) == [slice(0, 2), slice(2, 5)]
+    assert fg.row_groups(3, 4) == [slice(0, 1), slice(1, 2), slice(2, 3)]  # no empty group
+    assert fg.row_groups(7, 1) == [slice(0, 7)]
+
+
+def test_row_stream_variants_parse_and_refuse_both() -> None:
+    options = fg.parse_variant("packed+compiled+two-streams")
+    assert options.row_streams == 2 and options.layers_fused
+    assert options.name == "packed+compiled+two-streams"
+    assert fg.parse_variant("fused+four-streams").row_streams == 4
+    with pytest.raises(ValueError, match="name one"):
+        fg.parse_variant("two-streams+four-streams")
+    with pytest.raises(ValueError, match="row_streams"):
+        fg.DecodeOptions(row_streams=3)
+
+
+def test_compiled_two_streams_is_the_reference_path() -> None:
+    """The compiled layer functions over half the rows each (force_eager: the maths, not
+    inductor): tokens equal today's path, log-probs within 1e-5."""
+    with torch.compiler.set_stance("force_eager"):
+        assert_follows_reference(tiny_model("qwen3"), fg.parse_variant(
+            "packed+graph-sampling+compiled+two-streams"), 1e-5,
+            **settings(6, temperature=0.7, top_p=0.9, top_k=20))
+
+
 def test_decode_profile_smoke_runs(capsys) -> None:
     """bench/gpu_decode_profile.py --smoke (CPU, tiny): the lead runs it once on the H200, so
     its every section must run here first."""
@@ -298,9 +327,10 @@ def assert_compiled_is_the_reference_path(model) -> None:  # noqa: ANN001
 
 
 def test_compiled_layer_functions_are_the_reference_path(monkeypatch) -> None:
-    """`compiled`'s split of a layer (head: norms, q/k/v, RoPE, the k/v cache writes; tail:
-    the residuals, MLP) run eagerly (torch.compile's force_eager stance: no inductor, ~1 s), on
-    both q/k-norm layouts; the inductor build itself is the slow test below."""
+    """`compiled`'s split of a layer (head: norms, q/k/v, RoPE, the k/v cache writes; mlp:
+    RMSNorm, gate/up, SiLU*up between the in-place residual GEMMs) run eagerly (torch.compile's
+    force_eager stance: no inductor, ~1 s), on both q/k-norm layouts; the inductor build itself
+    is the slow test below."""
     calls = []
     monkeypatch.setattr(fg, "_COMPILED", {})
     real = fg.compiled
@@ -313,7 +343,7 @@ def test_compiled_layer_functions_are_the_reference_path(monkeypatch) -> None:
         llama = tiny_model("llama")
         assert fg.fast_generate(llama, ROWS, options=options, **greedy)[0] == \
             fg.fast_generate(llama, ROWS, options=fg.REFERENCE, **greedy)[0]
-    assert {"layer_head", "layer_tail"} <= set(calls)
+    assert {"layer_head", "layer_mlp"} <= set(calls)
 
 
 @pytest.mark.slow
