@@ -280,11 +280,10 @@ def reset_step(state: fg.DecodeState, span: int) -> None:
 # --------------------------------------------------------------------------------------------
 # attention alone: one layer's decode attention at the run's shape, each implementation
 # --------------------------------------------------------------------------------------------
-# decode-attn launches tried: (block, warps, stages); the decoder's is (64, 4, 2)
-# (block, warps, stages); on the H200 (2026-12-04) (64, 4, 2), the decoder's, was the fastest of
-# the first six; the rest probe fewer stages (more programs resident), fewer warps, finer blocks
-ATTENTION_LAUNCHES = ((32, 4, 2), (64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 4, 2), (128, 8, 1),
-                      (64, 4, 1), (64, 2, 2), (32, 2, 2), (32, 4, 3), (16, 4, 2), (16, 2, 3))
+# decode-attn launches tried: (block, warps, stages); the decoder's is (64, 4, 2). Of twelve
+# on the H200 (2026-12-04, slots 256 / 383) these four were within 5% of each other (20.4-21.6
+# / 27.4-27.9 us), with no launch first at both; every other one was slower
+ATTENTION_LAUNCHES = ((64, 4, 2), (32, 4, 3), (16, 2, 3), (64, 2, 2))
 # decode-attn-split launches tried: (splits, block, warps, stages); None is split_count's
 # choice, which the decoder runs at (block 64, 4 warps, 2 stages)
 # every one slower than the one-pass kernel on the H200 (2026-12-04): the two nearest kept
@@ -322,6 +321,12 @@ class AttentionCase:
     def kernel_args(self) -> dict[str, Any]:
         return dict(q=self.q, cache_k=self.k, cache_v=self.v, pad=self.pad, index=self.index,
                     scale=self.q.shape[-1] ** -0.5)
+
+    def new_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's k/v [B, KV, d], which the kernel writes into slot `index` (the values
+        already there: the case's cache is unchanged)."""
+        index = int(self.index)
+        return self.k[:, :, index].clone(), self.v[:, :, index].clone()
 
     def useful_bytes(self) -> int:
         """K and V bytes of the rows' filled slots: what attention must read at least."""
@@ -416,6 +421,10 @@ def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
                             fg.decode_attention.attend(**case.kernel_args(), block=block,
                                                        num_warps=warps, num_stages=stages))
                            for block, warps, stages in ATTENTION_LAUNCHES]
+            candidates.append((
+                "decode-attn writing the step's k/v (new_kv)",
+                lambda case=case, new=case.new_kv(): fg.decode_attention.attend(
+                    **case.kernel_args(), new_kv=new)))
             candidates += split_candidates(case)
         else:
             print(f"  decode-attn kernel not run here: {why}")

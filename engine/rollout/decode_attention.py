@@ -83,30 +83,41 @@ def _split_kernels(interpret: bool) -> tuple[Any, Any]:
 
 def attend(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pad: torch.Tensor,
            index: torch.Tensor, scale: float, block: int = BLOCK_L,
-           num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES) -> torch.Tensor:
-    """q [B, H, d] (any strides with a unit last one) over one layer's cache k, v [B, KV, S, d]
-    (this step's k/v already in slot `index` [] long), each row from slot pad[b] [B] long on
-    -> [B, H, d] in q's dtype. `block`, `num_warps`, `num_stages`: the launch (the bench
-    tries others)."""
+           num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES,
+           new_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """q [B, H, d] (any strides with a unit last one) over one layer's cache k, v [B, KV, S, d],
+    each row from slot pad[b] [B] long to slot `index` [] long -> [B, H, d] in q's dtype.
+    This step's k/v [B, KV, d] (unit last stride): in the cache's slot `index` already, or
+    given as `new_kv`, which the kernel writes there itself (the decode step then needs no
+    cache-write kernels: two fewer launches per layer). `block`, `num_warps`, `num_stages`:
+    the launch (the bench tries others)."""
     b, heads, head_dim = q.shape
     kv_heads = cache_k.shape[1]
     if q.stride(-1) != 1:
         q = q.contiguous()
+    k_new, v_new = _unit_last(new_kv) if new_kv is not None else (cache_k, cache_v)
     out = torch.empty((b, heads, head_dim), dtype=q.dtype, device=q.device)
     group = heads // kv_heads
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     kernel = _kernel(interpret)
     kernel[(b, kv_heads)](
-        q, cache_k, cache_v, out, pad, index, scale,
+        q, cache_k, cache_v, out, pad, index, k_new, v_new, scale,
         q.stride(0), q.stride(1), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2),
         cache_v.stride(0), cache_v.stride(1), cache_v.stride(2), out.stride(0), out.stride(1),
+        k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         GROUP=group, BLOCK_G=max(MIN_DOT, _pow2(group)), HEAD_DIM=head_dim,
         BLOCK_D=max(MIN_DOT, _pow2(head_dim)), BLOCK=block,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         # the interpreter's tl.dot reads bf16/fp16 bits as integers: fp32 operands there
-        UPCAST=interpret and q.dtype != torch.float32, num_warps=num_warps,
-        num_stages=num_stages)
+        UPCAST=interpret and q.dtype != torch.float32, WRITE=new_kv is not None,
+        num_warps=num_warps, num_stages=num_stages)
     return out
+
+
+def _unit_last(new_kv: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """new_kv's k and v as [B, KV, d] with a unit last stride (a copy only where it is not)."""
+    k, v = new_kv
+    return tuple(t if t.stride(-1) == 1 else t.contiguous() for t in (k, v))  # type: ignore[return-value]
 
 
 def attend_split(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,

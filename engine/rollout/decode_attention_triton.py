@@ -60,28 +60,65 @@ def online_softmax(q, k_row, v_row, lo, hi, scale, k_stride_s, v_stride_s,
 
 
 @triton.jit
+def new_slot(q, best, total, acc, k_new, v_new, valid, scale, UPCAST: tl.constexpr):
+    # online_softmax's state after one more slot whose k/v [BLOCK_D] are in registers (this
+    # step's, which the kernel also writes into the cache); `valid` False leaves it as it is.
+    # The product as tl.dot takes it (exact products, fp32 sums), the probability rounded to
+    # the cache dtype as online_softmax rounds it
+    score = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], 1) * scale
+    score = tl.where(valid, score, float("-inf"))
+    new_best = tl.maximum(best, score)
+    anchor = tl.where(new_best > float("-inf"), new_best, 0.0)  # no -inf - -inf = NaN
+    prob = tl.exp(score - anchor)
+    rescale = tl.exp(best - anchor)
+    prob = prob.to(v_new.dtype)
+    if UPCAST:
+        prob = prob.to(tl.float32)
+    total = total * rescale + prob.to(tl.float32)
+    acc = acc * rescale[:, None] + prob.to(tl.float32)[:, None] * v_new.to(tl.float32)[None, :]
+    return new_best, total, acc
+
+
+@triton.jit
 def decode_attention_kernel(
-        q_ptr, k_ptr, v_ptr, out_ptr, pad_ptr, index_ptr, scale,
+        q_ptr, k_ptr, v_ptr, out_ptr, pad_ptr, index_ptr, k_new_ptr, v_new_ptr, scale,
         q_stride_b, q_stride_h, k_stride_b, k_stride_h, k_stride_s,
         v_stride_b, v_stride_h, v_stride_s, out_stride_b, out_stride_h,
+        k_new_stride_b, k_new_stride_h, v_new_stride_b, v_new_stride_h,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-        UPCAST: tl.constexpr):
+        UPCAST: tl.constexpr, WRITE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # row x stride passes 2**31 in large caches
     kv = tl.program_id(1).to(tl.int64)
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
-    head_ok = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
+    d_ok = d < HEAD_DIM
+    head_ok = (g < GROUP)[:, None] & d_ok[None, :]
     heads = kv * GROUP + g
     q = group_query(q_ptr, row, heads, q_stride_b, q_stride_h, GROUP, HEAD_DIM, BLOCK_G,
                     BLOCK_D, UPCAST)
     first = tl.load(pad_ptr + row)  # left padding: slots before it are not the row's
-    end = tl.load(index_ptr) + 1  # this step's slot, written just before, is the last
+    index = tl.load(index_ptr)  # this step's slot: the last one attended
     k_row = k_ptr + row * k_stride_b + kv * k_stride_h
     v_row = v_ptr + row * v_stride_b + kv * v_stride_h
-    _, total, acc = online_softmax(q, k_row, v_row, first, end, scale, k_stride_s,
-                                   v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK,
-                                   PRECISION, UPCAST)
+    if WRITE:
+        # this step's k/v come in registers: written into slot `index` of the cache here (no
+        # cache-write kernels before), attended from the registers after the cached slots
+        k_new = tl.load(k_new_ptr + row * k_new_stride_b + kv * k_new_stride_h + d,
+                        mask=d_ok, other=0.0)
+        v_new = tl.load(v_new_ptr + row * v_new_stride_b + kv * v_new_stride_h + d,
+                        mask=d_ok, other=0.0)
+        tl.store(k_row + index * k_stride_s + d, k_new, mask=d_ok)
+        tl.store(v_row + index * v_stride_s + d, v_new, mask=d_ok)
+        best, total, acc = online_softmax(q, k_row, v_row, first, index, scale, k_stride_s,
+                                          v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK,
+                                          PRECISION, UPCAST)
+        _, total, acc = new_slot(q, best, total, acc, k_new, v_new, index >= first, scale,
+                                 UPCAST)
+    else:  # this step's slot was written before the launch
+        _, total, acc = online_softmax(q, k_row, v_row, first, index + 1, scale, k_stride_s,
+                                       v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK,
+                                       PRECISION, UPCAST)
     total = tl.where(total > 0, total, 1.0)  # no valid slot (a capture warm-up): zeros
     out = acc / total[:, None]
     tl.store(out_ptr + row * out_stride_b + heads[:, None] * out_stride_h + d[None, :],

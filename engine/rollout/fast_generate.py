@@ -344,17 +344,19 @@ def gated_mlp(h: torch.Tensor, weights: Weights, linear: Linear = F.linear) -> t
 def layer_head(x: torch.Tensor, in_norm: torch.Tensor, weights: Weights,
                norms: Weights | None, rope: tuple[torch.Tensor, torch.Tensor],
                dims: tuple[int, int, int], eps: float,
-               cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-               skinny: bool = False) -> torch.Tensor:
-    """`compiled`, before attention: RMSNorm, q/k/v, q/k norms, RoPE, and k/v written into
-    the layer's cache (k [B, KV, S, d], v, slot [1]: inductor scatters them in place from
-    the RoPE kernel, no copy of the cache) -> q [B, H, d]. `skinny`: skinny-gemm's GEMM."""
+               cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+               skinny: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`compiled`, before attention: RMSNorm, q/k/v, q/k norms, RoPE -> q [B, H, d], k
+    [B, KV, d], v [B, KV, 1, d]; with `cache` (the layer's k [B, KV, S, d], v, slot [1]) k/v
+    also written there (inductor scatters them in place, no copy of the cache), None where the
+    decode-attention kernel writes them itself. `skinny`: skinny-gemm's GEMM."""
     h = F.rms_norm(x, (x.shape[-1],), in_norm, eps)
     q, k, v = qkv_projection(h, weights, norms, rope, dims, eps, _compiled_linear(skinny))
-    cache_k, cache_v, slot = cache
-    cache_k.index_copy_(2, slot, k.unsqueeze(2))
-    cache_v.index_copy_(2, slot, v)
-    return q
+    if cache is not None:
+        cache_k, cache_v, slot = cache
+        cache_k.index_copy_(2, slot, k.unsqueeze(2))
+        cache_v.index_copy_(2, slot, v)
+    return q, k, v
 
 
 def layer_mlp(x: torch.Tensor, post_norm: torch.Tensor, weights: Weights, eps: float,
@@ -465,6 +467,8 @@ class StaticDecoder:
             "decode-attn-split" if options.decode_attn_split else "decode-attn")
         self.sampling_kernel = options.fused_sampling and self._kernel_usable("fused-sampling")
         self.gemm_kernel = options.skinny_gemm and self._kernel_usable("skinny-gemm")
+        # decode-attn's one-pass kernel writes the step's k/v into the cache itself
+        self.kernel_writes_cache = self.attention_kernel and not options.decode_attn_split
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
@@ -738,10 +742,11 @@ class StaticDecoder:
         weights, norms = self._projections(i, layer)
         q, k, v = qkv_projection(h, weights, norms, rows.rope, self.dims, self.eps,
                                  self._step_linear)
-        slot = state.index.view(1)
-        rows.k[i].index_copy_(2, slot, k.unsqueeze(2))
-        rows.v[i].index_copy_(2, slot, v)
-        out = self._attend_cache(state, i, rows, q, span)
+        if not self.kernel_writes_cache:
+            slot = state.index.view(1)
+            rows.k[i].index_copy_(2, slot, k.unsqueeze(2))
+            rows.v[i].index_copy_(2, slot, v)
+        out = self._attend_cache(state, i, rows, q, span, (k, v))
         self._add_linear(x, out.view(b, -1), layer.o)
         h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
         self._add_linear(x, gated_mlp(h, self._mlp_weights(i, layer), self._step_linear),
@@ -755,26 +760,31 @@ class StaticDecoder:
         slot = state.index.view(1)
         for i, layer in enumerate(self.layers):
             weights, norms = self._projections(i, layer)
-            cache = (rows.k[i], rows.v[i], slot)
-            q = head(x, layer.in_norm, weights, norms, rows.rope, self.dims, self.eps, cache,
-                     self.gemm_kernel)
-            out = self._attend_cache(state, i, rows, q, span)
+            cache = None if self.kernel_writes_cache else (rows.k[i], rows.v[i], slot)
+            q, k, v = head(x, layer.in_norm, weights, norms, rows.rope, self.dims, self.eps,
+                           cache, self.gemm_kernel)
+            out = self._attend_cache(state, i, rows, q, span, (k, v))
             self._add_linear(x, out.view(x.shape[0], -1), layer.o)
             gated = mlp(x, layer.post_norm, self._mlp_weights(i, layer), self.eps,
                         self.gemm_kernel)
             self._add_linear(x, gated, layer.down)
 
     def _attend_cache(self, state: DecodeState, i: int, rows: _Rows, q: torch.Tensor,
-                      span: int) -> torch.Tensor:
-        """q [b, H, d] over the first `span` slots of layer i's cache (this step's k/v already
-        in slot state.index) -> [b, KV, group, d] (rows.bias None: the decode-attention
-        kernel, which bounds itself by pad and index)."""
+                      span: int, new_kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """q [b, H, d] over the first `span` slots of layer i's cache -> [b, KV, group, d]
+        (rows.bias None: a decode-attention kernel, which bounds itself by pad and index).
+        This step's k [b, KV, d] and v [b, KV, 1, d] (`new_kv`) are in slot state.index
+        already, unless kernel_writes_cache: then the one-pass kernel writes them there."""
         b, d = q.shape[0], self.head_dim
         keys, values = rows.k[i], rows.v[i]
+        if self.kernel_writes_cache:
+            k, v = new_kv
+            out = decode_attention.attend(q, keys, values, rows.pad, state.index, d ** -0.5,
+                                          new_kv=(k, v.view(k.shape)))
+            return out.view(b, self.kv_heads, self.heads // self.kv_heads, d)
         if rows.bias is None:
-            attend = decode_attention.attend_split if self.options.decode_attn_split \
-                else decode_attention.attend
-            out = attend(q, keys, values, rows.pad, state.index, d ** -0.5)
+            out = decode_attention.attend_split(q, keys, values, rows.pad, state.index,
+                                                d ** -0.5)
             return out.view(b, self.kv_heads, self.heads // self.kv_heads, d)
         qg = q.reshape(b, self.kv_heads, self.heads // self.kv_heads, d)
         keys, values = keys[:, :, :span], values[:, :, :span]

@@ -43,6 +43,23 @@ def test_kernel_is_the_matmul_maths_at_the_decode_shape(dtype) -> None:  # noqa:
     torch.testing.assert_close(da.attend(**case).float(), expected, rtol=0, atol=atol)
 
 
+def test_kernel_writes_the_steps_kv_at_the_decode_shape() -> None:
+    """new_kv (bf16, batch 64): the kernel writes the step's k/v into slot `index` and
+    attends them from registers: the matmul maths' output, and the cache holds them after."""
+    from engine.rollout import decode_attention as da
+
+    case = _case(torch.bfloat16)
+    expected = da.attend_by_matmul(**case).float()
+    index = int(case["index"])
+    filled = (case["cache_k"].clone(), case["cache_v"].clone())
+    new_kv = (filled[0][:, :, index].clone(), filled[1][:, :, index].clone())
+    case["cache_k"][:, :, index] = float("nan")
+    case["cache_v"][:, :, index] = float("nan")
+    out = da.attend(**case, new_kv=new_kv)
+    torch.testing.assert_close(out.float(), expected, rtol=0, atol=1.6e-2)
+    assert torch.equal(case["cache_k"], filled[0]) and torch.equal(case["cache_v"], filled[1])
+
+
 def test_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
     from engine.rollout import decode_attention as da
 

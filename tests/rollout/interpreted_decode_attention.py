@@ -53,6 +53,50 @@ def test_kernel_reads_only_the_rows_filled_slots(interpreted) -> None:  # noqa: 
     torch.testing.assert_close(da.attend(**case), expected, rtol=0, atol=1e-5)
 
 
+def with_new_kv(case: dict) -> tuple[dict, tuple[torch.Tensor, torch.Tensor]]:
+    """The case with its step's slot poisoned (NaN) in the cache and its k/v [B, KV, d] (as
+    strided views, as the packed projection gives them) to pass as new_kv."""
+    index = int(case["index"])
+    b, kv, _, d = case["cache_k"].shape
+    new = []
+    for name in ("cache_k", "cache_v"):
+        wide = torch.zeros(b, kv + 1, d, dtype=case[name].dtype)
+        wide[:, 1:] = case[name][:, :, index]
+        new.append(wide[:, 1:])
+        case[name] = case[name].clone()
+        case[name][:, :, index] = float("nan")
+    return case, (new[0], new[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_writes_the_steps_kv_and_attends_it(interpreted, dtype) -> None:  # noqa: ANN001
+    """new_kv: the kernel writes this step's k/v into slot `index` and attends them from its
+    registers: the same output as with them in the cache, and the cache then holds them."""
+    for shape in SHAPES:
+        case = cache_case(shape, dtype)
+        expected = da.attend_by_matmul(**case)
+        filled = (case["cache_k"].clone(), case["cache_v"].clone())
+        case, new_kv = with_new_kv(case)
+        out = da.attend(**case, new_kv=new_kv)
+        atol = 1e-5 if dtype == torch.float32 else 1.6e-2
+        torch.testing.assert_close(out.float(), expected.float(), rtol=0, atol=atol)
+        assert torch.equal(case["cache_k"], filled[0]) and torch.equal(case["cache_v"], filled[1])
+
+
+def test_kernel_with_new_kv_gives_zeros_for_a_row_without_slots(interpreted) -> None:  # noqa: ANN001
+    """A capture warm-up's step: slot `index` before a row's pad attends nothing (zeros, not
+    NaN) and still writes the slot."""
+    case = cache_case((2, 4, 2, 20, 16), torch.float32)
+    case["index"] = torch.tensor(2)
+    case["pad"] = torch.tensor([0, 5])
+    expected = da.attend_by_matmul(**case)
+    case, new_kv = with_new_kv(case)
+    out = da.attend(**case, new_kv=new_kv)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    torch.testing.assert_close(out[0], expected[0], rtol=0, atol=1e-5)
+    assert torch.equal(case["cache_k"][:, :, 2], new_kv[0])
+
+
 def test_kernel_launch_options_give_the_same_result(interpreted) -> None:  # noqa: ANN001
     case = cache_case((2, 4, 2, 70, 16), torch.float32)
     expected = da.attend_by_matmul(**case)

@@ -160,11 +160,11 @@ def test_the_kernels_compile_for_hopper() -> None:
 
     target = GPUTarget("cuda", 90, 32)
     kernel = da._kernel(False)
-    types = ["*bf16"] * 4 + ["*i64", "*i64", "fp32"] + ["i32"] * 10
-    signature = dict(zip(kernel.arg_names, types + ["constexpr"] * 7, strict=True))
-    for block, warps in ((32, 4), (64, 4), (128, 8)):
+    types = ["*bf16"] * 4 + ["*i64", "*i64", "*bf16", "*bf16", "fp32"] + ["i32"] * 14
+    signature = dict(zip(kernel.arg_names, types + ["constexpr"] * 8, strict=True))
+    for block, warps, write in ((32, 4, True), (64, 4, True), (64, 4, False), (128, 8, True)):
         constants = dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, BLOCK=block,
-                         PRECISION="tf32", UPCAST=False)
+                         PRECISION="tf32", UPCAST=False, WRITE=write)
         triton.compile(ASTSource(kernel, signature, constants), target=target,
                        options=dict(num_warps=warps, num_stages=2))
     split, merge = da._split_kernels(False)
