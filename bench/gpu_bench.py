@@ -63,6 +63,7 @@ import argparse
 import contextlib
 import gc
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -330,6 +331,9 @@ def train_step(ddp, optimizer, role: str, ids: torch.Tensor,  # noqa: ANN001
         optimizer.step()
 
 
+TRAIN_BLOCKS = 3  # timed blocks of plan.train_steps steps per train row
+
+
 def train_throughput(plan: Plan, role: str, variant: str, res: Results, peak: float) -> None:
     ddp, optimizer, kinds = build_trainable(plan, role, variant)
     gen = torch.Generator().manual_seed(0)
@@ -340,15 +344,19 @@ def train_throughput(plan: Plan, role: str, variant: str, res: Results, peak: fl
         train_step(ddp, optimizer, role, ids, positions)
     if plan.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    seconds = timed(lambda: train_step(ddp, optimizer, role, ids, positions), plan.device,
-                    repeat=plan.train_steps)
+    # the median of TRAIN_BLOCKS blocks, their spread in the note: one block's mean moved
+    # 0.38-0.46 between runs on the H200 (2026-12-04), so a single figure says little
+    blocks = sorted(timed(lambda: train_step(ddp, optimizer, role, ids, positions),
+                          plan.device, repeat=plan.train_steps) for _ in range(TRAIN_BLOCKS))
+    seconds = statistics.median(blocks)
     tokens = plan.train_batch * plan.train_seq
     tflops = step_flops(plan.shape, role, plan.train_batch, plan.train_seq) / seconds / 1e12
     label = f"{role} {variant} ({plan.train_batch}x{plan.train_seq})"
     mem = (f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
            if plan.device.type == "cuda" else "")
     res.add("train", f"{label} tokens/s", tokens / seconds, "tok/s",
-            f"{seconds * 1e3:.1f} ms/step, {kinds}{mem}")
+            f"{seconds * 1e3:.1f} ms/step (median of {TRAIN_BLOCKS} x {plan.train_steps} "
+            f"steps, {blocks[0] * 1e3:.1f}-{blocks[-1] * 1e3:.1f}), {kinds}{mem}")
     res.add("train", f"{label} matmul-rate fraction", tflops / peak if peak else None,
             "of peak", f"{tflops:.1f} TFLOP/s (6*N_mm*T + 12*L*s*h_attn*T)")
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Where the actor train step's time goes on the GPU (a diagnosis tool, not a benchmark table).
+"""Where a train step's time goes on the GPU (a diagnosis tool, not a benchmark table).
 
-    PYTHONPATH=/tmp/site python3 bench/gpu_profile.py          # on the H200
-    .venv/bin/python bench/gpu_profile.py --smoke              # tiny shapes on CPU
+    PYTHONPATH=/tmp/site python3 bench/gpu_profile.py [--role critic]   # on the H200
+    .venv/bin/python bench/gpu_profile.py --smoke                       # tiny shapes on CPU
 
-For the Qwen3-0.6B shape (bench/gpu_bench.py's plan) it prints, for our SDPA attention:
+For the Qwen3-0.6B shape (bench/gpu_bench.py's plan) and each --role (the actor by
+default) it prints, for our SDPA attention:
   - the step split into forward+loss / backward / optimizer, with CUDA events;
   - the sum of GPU kernel time against the wall time of a step (a large gap = the host cannot
     launch kernels fast enough);
@@ -42,7 +43,10 @@ def kernel_kind(name: str) -> str:
     return "other"
 
 
-def phase_split(ddp, optimizer, ids, positions, device) -> dict[str, float]:  # noqa: ANN001
+def phase_split(ddp, optimizer, role: str, ids, positions,  # noqa: ANN001
+                device) -> dict[str, float]:  # noqa: ANN001
+    """Median-ready CUDA-event split of one step: forward+loss, backward, optimizer (the loss
+    as gpu_bench.train_step makes it for `role`)."""
     from engine.train.logprobs import token_log_probs
 
     events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
@@ -50,9 +54,12 @@ def phase_split(ddp, optimizer, ids, positions, device) -> dict[str, float]:  # 
     optimizer.zero_grad()
     events[0].record()
     out = ddp(ids, positions, None)
-    index = torch.arange(ids.numel(), device=ids.device).reshape(ids.shape)
-    log_probs, _ = token_log_probs(out, index, torch.roll(ids, -1, dims=1), 1.0, False)
-    loss = -log_probs.mean()
+    if role == "actor":
+        index = torch.arange(ids.numel(), device=ids.device).reshape(ids.shape)
+        log_probs, _ = token_log_probs(out, index, torch.roll(ids, -1, dims=1), 1.0, False)
+        loss = -log_probs.mean()
+    else:
+        loss = out.float().pow(2).mean()
     events[1].record()
     optimizer.scale_loss(loss).backward()
     ddp.finish_grad_sync()
@@ -97,28 +104,29 @@ def op_table(prof) -> None:  # noqa: ANN001
             continue
 
 
-def profile_actor(plan: gb.Plan, batch: int, variant: str) -> None:
+def profile_role(plan: gb.Plan, role: str, batch: int, variant: str) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     plan = gb.Plan(**{**plan.__dict__, "train_batch": batch})
-    ddp, optimizer, kinds = gb.build_trainable(plan, "actor", variant)
+    ddp, optimizer, kinds = gb.build_trainable(plan, role, variant)
     ids = torch.randint(0, plan.shape.vocab_size, (batch, plan.train_seq), device=plan.device)
     positions = torch.arange(plan.train_seq, device=plan.device).expand_as(ids)
     for _ in range(3):
-        gb.train_step(ddp, optimizer, "actor", ids, positions)
-    print(f"\n=== actor {variant} {batch}x{plan.train_seq} (core_attention={kinds}) ===")
+        gb.train_step(ddp, optimizer, role, ids, positions)
+    print(f"\n=== {role} {variant} {batch}x{plan.train_seq} (core_attention={kinds}) ===")
     if plan.device.type == "cuda":
-        splits = [phase_split(ddp, optimizer, ids, positions, plan.device) for _ in range(3)]
+        splits = [phase_split(ddp, optimizer, role, ids, positions, plan.device)
+                  for _ in range(3)]
         for name in splits[0]:
             print(f"  {name:14s} {sorted(s[name] for s in splits)[1]:8.1f} ms")
     steps = 3
     gb.sync(plan.device)
     start = time.perf_counter()
     for _ in range(steps):
-        gb.train_step(ddp, optimizer, "actor", ids, positions)
+        gb.train_step(ddp, optimizer, role, ids, positions)
     gb.sync(plan.device)
     wall_ms = (time.perf_counter() - start) / steps * 1e3
-    flops = gb.step_flops(plan.shape, "actor", batch, plan.train_seq)
+    flops = gb.step_flops(plan.shape, role, batch, plan.train_seq)
     print(f"  wall {wall_ms:.1f} ms/step, {batch * plan.train_seq / wall_ms * 1e3:,.0f} tok/s, "
           f"{flops / wall_ms / 1e9:.1f} TFLOP/s")
     if plan.device.type != "cuda":
@@ -126,7 +134,7 @@ def profile_actor(plan: gb.Plan, batch: int, variant: str) -> None:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                  record_shapes=True) as prof:
         for _ in range(steps):
-            gb.train_step(ddp, optimizer, "actor", ids, positions)
+            gb.train_step(ddp, optimizer, role, ids, positions)
         gb.sync(plan.device)
     kernel_table(prof, steps, wall_ms)
     op_table(prof)
@@ -139,12 +147,14 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--batch", type=int, action="append")
     parser.add_argument("--variant", choices=tuple(gb.VARIANTS), action="append")
+    parser.add_argument("--role", choices=("actor", "critic"), action="append")
     ns = parser.parse_args()
     plan = gb.Plan.make(ns.smoke)
     gb.init_megatron()
-    for variant in ns.variant or [gb.DEFAULT_VARIANT]:
-        for batch in ns.batch or [plan.train_batch]:
-            profile_actor(plan, batch, variant=variant)
+    for role in ns.role or ["actor"]:
+        for variant in ns.variant or [gb.DEFAULT_VARIANT]:
+            for batch in ns.batch or [plan.train_batch]:
+                profile_role(plan, role, batch, variant=variant)
     return 0
 
 
