@@ -166,11 +166,10 @@ REFERENCE = DecodeOptions()
 # the variant used when `options` is not passed: the reference path (tests, CPU callers)
 DEFAULT_VARIANT = "ref"
 # what the hf backend decodes with on CUDA when PPODECK_DECODE is unset. H200, Qwen3-0.6B
-# shape, batch 64 x 256 tokens (bench/gpu_decode_profile.py, 2026-12-04, one run): 31.0k tok/s
-# (1.90 ms per step) against 22.3k for packed+sdpa+window+graph-sampling+compiled and 10.2k for
-# ref, log-prob max|diff| vs transformers 0.031 for all three; inside a PPO run 31.9k tok/s with
-# the rollout/trainer log-prob gap unchanged (0.0067). Without Triton its two kernels run as
-# torch ops, said in a warning.
+# shape, batch 64 x 256 tokens (bench/gpu_decode_profile.py, 2026-12-04): 32.1k tok/s (1.82 ms
+# per step, two runs) against 10.3k for ref, log-prob max|diff| vs transformers 0.031 for both;
+# +two-streams 30.5k and +four-streams 25.8k in the same run. Without Triton its two kernels
+# run as torch ops, said in a warning.
 BACKEND_VARIANT = "packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled"
 
 
