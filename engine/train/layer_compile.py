@@ -58,7 +58,12 @@ class CompiledLayerCall:
 def _mark_tokens_dynamic(kwargs: dict[str, Any]) -> None:
     """Sequence and batch dims dynamic from the first call (micro-batches are right-padded
     [s, b] of varying size), so the first graph already serves every token count; the hidden
-    width stays static for the kernels. A batch of one may still get a graph of its own."""
+    width stays static for the kernels. A batch of one may still get a graph of its own.
+    The price, measured on the H200 (2026-12-04): with both dims symbolic inductor indexes
+    some backward kernels with 64-bit divisions by runtime sizes (the q/k/v gradient's cat:
+    8.4 ms of a 90 ms critic step at 8 x 1024); a static batch dim gave 0.44 against 0.40 of
+    the matmul rate there. Token-budget micro-batches change the batch dim every call, so it
+    stays dynamic (README, issue 20)."""
     import torch._dynamo
 
     hidden = kwargs.get("hidden_states")
