@@ -8,7 +8,10 @@ Here one Triton program per (row, KV head) streams that head's filled cache slot
   - only the row's valid slots [pad, index] read: the loop bounds come from the device
     tensors, so no mask tensor and no window buckets (one CUDA graph serves every step);
   - scores and the online softmax in fp32 (the probabilities rounded to the cache dtype only
-    for the product with V, as the matmul path rounds them).
+    for the product with V, as the matmul path rounds them);
+  - optionally (`new_kv`) the step's own k/v taken in registers: the program writes them into
+    slot `index` and attends them after the cached slots, so the decode step launches no
+    cache-write kernels.
 Launches are plain Triton launches: capturable by a CUDA graph, with no host sync.
 
 Split-K (flash-decoding, fast_generate's `decode-attn-split`): 512 programs (64 rows x 8 KV

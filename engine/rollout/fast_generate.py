@@ -35,9 +35,11 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
   decode-attn     `fused` with each layer's attention one Triton kernel made for a single query
                   token (engine/rollout/decode_attention.py: one program per row and KV head,
                   the group's query heads one tile, fp32 online softmax, only the row's filled
-                  slots [pad, index] read, so no mask and no buckets); where Triton cannot run
-                  (no CUDA, not importable) the same maths as batched matmuls, said in a
-                  warning and in the PPODECK_DECODE note. Not with `sdpa`;
+                  slots [pad, index] read, so no mask and no buckets; the step's own k/v
+                  come in registers and the kernel writes them into the cache, so no
+                  cache-write kernels: 306 kernels per step, the wall time as before); where
+                  Triton cannot run (no CUDA, not importable) the same maths as batched
+                  matmuls, said in a warning and in the PPODECK_DECODE note. Not with `sdpa`;
   decode-attn-split  decode-attn by split-K (flash-decoding): each row's filled slots in
                   equal chunks, one program each (rows x KV heads x splits, the split count
                   from static shapes: decode_attention.split_count), then a small kernel
@@ -60,8 +62,9 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   a third of the reference prefill's kernels per layer;
   compiled        `fused` with each layer's elementwise work compiled by torch.compile
                   (inductor, static shapes, no inductor cudagraphs: our graph captures the
-                  compiled kernels): RMSNorm, q/k norms, RoPE and the k/v cache writes before
-                  attention in one function (the writes scattered in place), RMSNorm and
+                  compiled kernels): RMSNorm, q/k norms, RoPE and (unless decode-attn writes
+                  them) the k/v cache writes before attention in one function (the writes
+                  scattered in place), RMSNorm and
                   SiLU*up between the residual GEMMs in another. The GEMMs stay cuBLAS, the
                   o/down ones in place on the residual stream outside the compiled functions
                   (inside, inductor's addmm copied the stream into a new output first: 57
