@@ -14,7 +14,9 @@
       sdpa+ops     SDPA + fast paths with per-op fusion (compiled RoPE/RMSNorm, Megatron's
                    SwiGLU; PPODECK_COMPILE_LAYERS=0), direct TP=1 linears, fused log-probs,
                    batch-first logits, foreach grad norm, fused AdamW
-      sdpa+layers  the default: the same, but each transformer layer compiled whole
+      sdpa+layers  the default: the same, but each transformer layer compiled whole (its
+                   batch dim static, as for a run with fixed-size micro-batches; a run with
+                   token-budget micro-batches compiles it dynamic: see layer_compile.py)
     and, with --layer-spec te (PPODECK_TE=1; by default where transformer_engine.pytorch imports):
       te           transformer-engine's layer spec (TE linears, norms and fused attention) with
                    the fast paths that still apply (fused log-probs, batch-first logits,
@@ -295,7 +297,9 @@ def build_trainable(plan: Plan, role: str, variant: str):  # noqa: ANN201
     settings = bench_settings(plan)
     with device_scope():
         config = transformer_config(plan.shape, Parallelism(), bf16=settings.bf16)
-        model = build_gpt(plan.shape, role, config, seed=7)
+        # the bench's micro-batches have one fixed size, as under --micro-batch-size (the
+        # compiled layers' batch dim static; token-budget runs compile it dynamic)
+        model = build_gpt(plan.shape, role, config, seed=7, fixed_micro_batches=True)
         if plan.device.type == "cuda":
             model = model.cuda()
         ddp = wrap_ddp(model, config, settings)

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
 from engine.train.offload import inner_optimizers
-from engine.train.platform import LAYERS_ENV, fused_enabled
+from engine.train.platform import fused_enabled
 
 
 def foreach_l2_norm(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list,  # noqa: ARG001
@@ -207,11 +207,10 @@ def describe(model: torch.nn.Module, optimizer) -> list[str]:  # noqa: ANN001
     norms = {type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RMSNorm)}
     if "FusedRMSNorm" in norms:
         lines.append("RMSNorm: fused (compiled) forward and backward")
-    from engine.train.layer_compile import layers_compiled
+    from engine.train.layer_compile import compiled_line, layers_compiled
 
-    if compiled := layers_compiled(model):
-        lines.append(f"transformer layers: {compiled} compiled whole, one shared graph "
-                     f"({LAYERS_ENV}=0 for per-op fusion)")
+    if layers_compiled(model):
+        lines.append(compiled_line(model))
     direct = [m for m in model.modules() if isinstance(m, DirectColumnLinear | DirectRowLinear)]
     if direct and all(m.direct for m in direct):
         lines.append(f"linears: {len(direct)} direct F.linear calls (TP=1, autograd in C++)")

@@ -8,9 +8,12 @@ the GEMMs and the attention kernel, so the host launches fewer, larger kernels (
 0.34 -> 0.41 of the H200's bf16 matmul rate, bench/gpu_bench.py).
 
 - The layers of a model share one compiled graph (torch's "regional compilation": modules
-  are traced as inputs, so identical layers reuse one cache entry). The token dims are
-  marked dynamic from the first call, so new micro-batch shapes reuse it; graphs differ only
-  by grad mode and for a batch of one (bench/gpu_compile_check.py lists recompiles).
+  are traced as inputs, so identical layers reuse one cache entry). The sequence dim is
+  marked dynamic from the first call, so new lengths reuse it; graphs differ by grad mode and
+  for a batch of one (bench/gpu_compile_check.py lists recompiles). The batch dim is static
+  where micro-batches have a fixed size (a graph per size: the size and a last, smaller one),
+  dynamic under token-budget micro-batches (use-dynamic-batch-size), whose size changes every
+  call: `_mark_tokens_dynamic` says what that costs.
 - It needs the direct TP=1 linears (engine/train/fastpaths.py): Megatron's own linear calls
   `warnings.warn` on every call, which splits the graph.
 - With layers compiled, the per-op compiled RoPE/RMSNorm/SwiGLU are not used (one compiler
@@ -34,15 +37,17 @@ class CompiledLayerCall:
     """A layer's compiled `_call_impl` (what nn.Module.compile installs), with an eager
     fallback shared by every layer of the model once one compile fails."""
 
-    def __init__(self, layer: torch.nn.Module, state: dict[str, bool]) -> None:
+    def __init__(self, layer: torch.nn.Module, state: dict[str, bool],
+                 static_batch: bool) -> None:
         self.eager = layer._call_impl
         self.compiled = torch.compile(layer._call_impl)
         self.state = state  # {"failed": bool}, one per model
+        self.static_batch = static_batch
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
         if self.state["failed"]:
             return self.eager(*args, **kwargs)
-        _mark_tokens_dynamic(kwargs)
+        _mark_tokens_dynamic(kwargs, self.static_batch)
         try:
             return self.compiled(*args, **kwargs)
         except torch.OutOfMemoryError:
@@ -55,28 +60,34 @@ class CompiledLayerCall:
             return out
 
 
-def _mark_tokens_dynamic(kwargs: dict[str, Any]) -> None:
-    """Sequence and batch dims dynamic from the first call (micro-batches are right-padded
-    [s, b] of varying size), so the first graph already serves every token count; the hidden
-    width stays static for the kernels. A batch of one may still get a graph of its own.
-    The price, measured on the H200 (2026-12-04): with both dims symbolic inductor indexes
-    some backward kernels with 64-bit divisions by runtime sizes (the q/k/v gradient's cat:
-    8.4 ms of a 90 ms critic step at 8 x 1024); a static batch dim gave 0.44 against 0.40 of
-    the matmul rate there. Token-budget micro-batches change the batch dim every call, so it
-    stays dynamic (README, issue 20)."""
+def _mark_tokens_dynamic(kwargs: dict[str, Any], static_batch: bool) -> None:
+    """The sequence dim dynamic from the first call (micro-batches are right-padded [s, b] of
+    varying length), so the first graph already serves every length; the hidden width stays
+    static for the kernels; the batch dim static (`static_batch`: marked so, which also keeps
+    dynamo from making it dynamic when a second size comes) or dynamic too.
+    Why not always dynamic, measured on the H200 (2026-12-04, bench/gpu_bench.py, 8 x 1024):
+    with batch and sequence both symbolic inductor indexes some backward kernels with 64-bit
+    divisions by runtime sizes (the q/k/v gradient's cat: 8.4 ms of a 90 ms critic step);
+    with the batch dim static the critic ran at 0.44 against 0.40 of the matmul rate, the
+    actor at 0.46 against 0.43. Token-budget micro-batches change the batch dim every call, so
+    there it stays dynamic: a graph per size would compile at every new one."""
     import torch._dynamo
 
     hidden = kwargs.get("hidden_states")
     if isinstance(hidden, torch.Tensor) and hidden.dim() == 3:
         torch._dynamo.maybe_mark_dynamic(hidden, 0)
-        torch._dynamo.maybe_mark_dynamic(hidden, 1)
+        if static_batch:
+            torch._dynamo.mark_static(hidden, 1)
+        else:
+            torch._dynamo.maybe_mark_dynamic(hidden, 1)
     rope = kwargs.get("rotary_pos_emb")
     if isinstance(rope, torch.Tensor):
         torch._dynamo.maybe_mark_dynamic(rope, 0)
 
 
-def compile_layers(model: torch.nn.Module) -> list[str]:
-    """Compile every TransformerLayer of `model` in place; a log line when it did."""
+def compile_layers(model: torch.nn.Module, static_batch: bool = False) -> list[str]:
+    """Compile every TransformerLayer of `model` in place; a log line when it did.
+    `static_batch`: micro-batches of a fixed size (their batch dim compiled static)."""
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
     from engine.train.fused import raise_global_recompile_limit
@@ -87,12 +98,25 @@ def compile_layers(model: torch.nn.Module) -> list[str]:
     raise_global_recompile_limit()
     state = {"failed": False}
     for layer in layers:
-        layer._compiled_call_impl = CompiledLayerCall(layer, state)
-    return [f"transformer layers: {len(layers)} compiled whole (one shared graph; "
-            f"{LAYERS_ENV}=0 for per-op fusion)"]
+        layer._compiled_call_impl = CompiledLayerCall(layer, state, static_batch)
+    return [compiled_line(model)]
+
+
+def compiled_calls(model: torch.nn.Module) -> list[CompiledLayerCall]:
+    return [call for m in model.modules()
+            if isinstance(call := getattr(m, "_compiled_call_impl", None), CompiledLayerCall)]
 
 
 def layers_compiled(model: torch.nn.Module) -> int:
     """How many of the model's layers run through CompiledLayerCall (for describe())."""
-    return sum(isinstance(getattr(m, "_compiled_call_impl", None), CompiledLayerCall)
-               for m in model.modules())
+    return len(compiled_calls(model))
+
+
+def compiled_line(model: torch.nn.Module) -> str:
+    """The log line of the model's compiled layers (describe(), compile_layers)."""
+    calls = compiled_calls(model)
+    static = bool(calls) and calls[0].static_batch
+    batch = ("batch dim static: fixed-size micro-batches" if static else
+             "batch dim dynamic: token-budget micro-batches")
+    return (f"transformer layers: {len(calls)} compiled whole (one shared graph; {batch}; "
+            f"{LAYERS_ENV}=0 for per-op fusion)")

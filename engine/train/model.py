@@ -227,8 +227,11 @@ def _gpt_model(shape: ModelShape, config, spec, *, pre_process: bool,  # noqa: A
 
 
 def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True,  # noqa: ANN001
-              post_process: bool = True, seed: int = 1234) -> torch.nn.Module:
+              post_process: bool = True, seed: int = 1234,
+              fixed_micro_batches: bool = False) -> torch.nn.Module:
     """An actor/ref GPTModel, or a critic whose output layer is a value head.
+    `fixed_micro_batches`: it trains on micro-batches of a fixed size (not token-budget ones),
+    so compiled layers keep their batch dim static (engine/train/layer_compile.py).
 
     A TE model that fails to build (a TE/megatron/cuDNN mismatch shows only here) is built
     again with the local spec, TE given up for the process; describe_layer_spec() says why."""
@@ -251,7 +254,7 @@ def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True
     if fusion_mode() == "layers":
         from engine.train.layer_compile import compile_layers
 
-        compile_layers(model)
+        compile_layers(model, static_batch=fixed_micro_batches)
     if config.params_dtype != torch.float32:
         # like Megatron-LM's Float16Module: the local spec leaves norm weights (and our value
         # head) in fp32, which forces unfused norms and breaks optimizer checkpoint sharding

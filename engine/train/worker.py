@@ -135,7 +135,8 @@ class TrainWorker:
             config.variable_seq_lengths = s.pp > 1  # micro-batches differ in length and size
             model = build_gpt(self.shape, self.role, config,
                               pre_process=ps.is_pipeline_first_stage(),
-                              post_process=ps.is_pipeline_last_stage(), seed=s.seed)
+                              post_process=ps.is_pipeline_last_stage(), seed=s.seed,
+                              fixed_micro_batches=not s.use_dynamic_batch_size)
             model.to(device())  # the critic's value head is built on the host
             clock.done("model build")
             if not self._checkpoint_sources():

@@ -29,16 +29,18 @@ def _shape():  # noqa: ANN202
 
 
 def _build(dtype: torch.dtype, mode: str, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
-    """mode: 'layers' (whole layers compiled, the default), 'ops' (per-op fusion) or 'stock'."""
+    """mode: 'layers' (whole layers compiled, the default), 'layers-static' (the same for
+    fixed-size micro-batches: the batch dim static), 'ops' (per-op fusion) or 'stock'."""
     from engine.train.model import build_gpt, fusion_mode, transformer_config
     from engine.train.platform import Parallelism
 
     monkeypatch.setenv("PPODECK_FUSED", "0" if mode == "stock" else "1")
     monkeypatch.setenv("PPODECK_COMPILE_LAYERS", "0" if mode == "ops" else "1")
-    assert fusion_mode() == ("none" if mode == "stock" else mode)
+    assert fusion_mode() == {"stock": "none", "layers-static": "layers"}.get(mode, mode)
     shape = _shape()
     config = transformer_config(shape, Parallelism(), bf16=dtype == torch.bfloat16)
-    model = build_gpt(shape, "actor", config, seed=11).cuda()
+    model = build_gpt(shape, "actor", config, seed=11,
+                      fixed_micro_batches=mode == "layers-static").cuda()
     per_op = mode == "ops"
     assert config.apply_rope_fusion == per_op and config.bias_activation_fusion == per_op
     return model
@@ -58,7 +60,7 @@ def _step(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]: 
     return logits.float().detach(), logp.detach(), grads
 
 
-@pytest.mark.parametrize("mode", ["layers", "ops"])
+@pytest.mark.parametrize("mode", ["layers", "layers-static", "ops"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_fast_paths_match_the_stock_local_spec_on_cuda(dtype: torch.dtype, mode: str,
                                                        megatron: None,
@@ -75,11 +77,13 @@ def test_fast_paths_match_the_stock_local_spec_on_cuda(dtype: torch.dtype, mode:
     stock = _build(dtype, "stock", monkeypatch)
     stock.load_state_dict(fast.state_dict())
     assert any(isinstance(m, FusedRMSNorm) for m in fast.modules()) == (mode == "ops")
-    assert layers_compiled(fast) == (2 if mode == "layers" else 0)
+    assert layers_compiled(fast) == (0 if mode == "ops" else 2)
     assert not any(isinstance(m, FusedRMSNorm) for m in stock.modules())
     tol = 2e-4 if dtype == torch.float32 else 3e-2
     graphs_after_warmup = 0
     shapes = ((3, 48), (5, 80), (1, 21), (2, 33), (4, 64), (6, 40))  # dynamic micro-batches
+    if mode == "layers-static":  # fixed-size micro-batches: the size, a last one, lengths vary
+        shapes = ((3, 48), (3, 80), (1, 21), (3, 33), (3, 64), (3, 40))
     for step, (batch, seq) in enumerate(shapes):
         if step == 3:  # train + no_grad graphs, a batch of one: all compiled by now
             graphs_after_warmup = counters["stats"]["unique_graphs"]
@@ -100,6 +104,6 @@ def test_fast_paths_match_the_stock_local_spec_on_cuda(dtype: torch.dtype, mode:
             assert cos > (0.99999 if dtype == torch.float32 else 0.999), (name, seq, cos)
     graphs = counters["stats"]["unique_graphs"]
     print(f"{mode} {dtype}: {graphs_after_warmup} graphs after 3 shapes, {graphs} after 6")
-    if mode == "layers":  # new token counts reuse the dynamic graphs: nothing recompiles
+    if mode != "ops":  # new token counts reuse the graphs: nothing recompiles
         assert graphs == graphs_after_warmup, (graphs_after_warmup, graphs)
         assert not fast.decoder.layers[0]._compiled_call_impl.state["failed"]

@@ -64,6 +64,41 @@ def test_compiled_layers_match_eager_across_micro_batch_shapes() -> None:
     assert not compiled.decoder.layers[0]._compiled_call_impl.state["failed"]
 
 
+def test_fixed_micro_batches_compile_the_batch_dim_static(monkeypatch) -> None:
+    """fixed_micro_batches: the layers' batch dim marked static (dynamo then never makes it
+    dynamic), the sequence dim dynamic; the numbers still equal eager's across lengths and a
+    last, smaller batch, and the log line says which."""
+    from engine.train import model as model_mod
+    from engine.train.fastpaths import describe
+    from engine.train.layer_compile import _mark_tokens_dynamic, compiled_calls
+    from engine.train.model import build_gpt, transformer_config
+    from engine.train.platform import Parallelism, device_scope
+
+
+    hidden = torch.zeros(5, 3, 8)
+    _mark_tokens_dynamic({"hidden_states": hidden}, static_batch=True)
+    assert 1 in hidden._dynamo_static_indices and 0 in hidden._dynamo_weak_dynamic_indices
+    hidden = torch.zeros(5, 3, 8)
+    _mark_tokens_dynamic({"hidden_states": hidden}, static_batch=False)
+    assert {0, 1} <= hidden._dynamo_weak_dynamic_indices
+    with device_scope():
+        config = transformer_config(_shape(), Parallelism(), bf16=False)
+        eager = build_gpt(_shape(), "actor", config, seed=3)  # CPU: no layer compile
+        monkeypatch.setattr(model_mod, "fusion_mode", lambda: "layers")  # as on CUDA
+        fixed = build_gpt(_shape(), "actor", config, seed=3, fixed_micro_batches=True)
+        fixed.load_state_dict(eager.state_dict())
+        assert not compiled_calls(eager)
+        assert len(compiled_calls(fixed)) == 3
+        assert all(call.static_batch for call in compiled_calls(fixed))
+        assert any("batch dim static" in line for line in describe(fixed, None))
+        for batch, length, seed in ((2, 12, 0), (2, 20, 1), (1, 7, 2)):
+            want_out, want_grads = _run(eager, batch, length, seed)
+            out, grads = _run(fixed, batch, length, seed)
+            torch.testing.assert_close(out, want_out, rtol=1e-4, atol=1e-5)
+            for name, grad in want_grads.items():
+                torch.testing.assert_close(grads[name], grad, msg=name, rtol=1e-4, atol=1e-5)
+
+
 def test_a_compile_failure_runs_every_layer_eager_with_one_warning(monkeypatch) -> None:
     from engine.train.layer_compile import compile_layers
     from engine.train.platform import device_scope
