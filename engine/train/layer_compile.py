@@ -65,12 +65,14 @@ def _mark_tokens_dynamic(kwargs: dict[str, Any], static_batch: bool) -> None:
     varying length), so the first graph already serves every length; the hidden width stays
     static for the kernels; the batch dim static (`static_batch`: marked so, which also keeps
     dynamo from making it dynamic when a second size comes) or dynamic too.
-    Why not always dynamic, measured on the H200 (2026-12-04, bench/gpu_bench.py, 8 x 1024):
-    with batch and sequence both symbolic inductor indexes some backward kernels with 64-bit
-    divisions by runtime sizes (the q/k/v gradient's cat: 8.4 ms of a 90 ms critic step);
-    with the batch dim static the critic ran at 0.44 against 0.40 of the matmul rate, the
-    actor at 0.46 against 0.43. Token-budget micro-batches change the batch dim every call, so
-    there it stays dynamic: a graph per size would compile at every new one."""
+    Why not always dynamic, measured on the H200 (2026-12-04, bench/gpu_bench.py): with batch
+    and sequence both symbolic inductor indexes some backward kernels with 64-bit divisions by
+    runtime sizes (the q/k/v gradient's cat: 8.4 ms of a 90 ms critic step at 8 x 1024). With
+    the batch dim static (this code, one run) the matmul-rate fractions were actor 0.46 / 0.52
+    and critic 0.38 / 0.51 at 8 / 16 x 1024, against 0.43 / 0.49 and 0.40 / 0.47 dynamic; the
+    critic's 8 x 1024 row, 0.44 in two earlier runs of a patch that left the dim unmarked, is
+    not understood. Token-budget micro-batches change the batch dim every call, so there it
+    stays dynamic: a graph per size would compile at every new one."""
     import torch._dynamo
 
     hidden = kwargs.get("hidden_states")
