@@ -21,7 +21,10 @@
       te           transformer-engine's layer spec (TE linears, norms and fused attention) with
                    the fast paths that still apply (fused log-probs, batch-first logits,
                    foreach grad norm, fused AdamW); the local rows run with PPODECK_TE=0
-    then the default (and te) at twice the tokens per micro-batch (16 x 1024).
+    then the default (and te) at twice the tokens per micro-batch (16 x 1024). Each row is
+    the median of 3 timed blocks; `--batch-dim dynamic --batch-dim static ...` repeats every
+    row with the compiled layers' batch dim dynamic (token-budget runs) or static (fixed-size
+    micro-batches, the default), a dynamo reset between passes.
     The actor's loss is the mean token log-prob through engine.train.logprobs (the PPO actor's
     own path); the critic's is a squared value.
     FLOPs per step = 6 * N_mm * T + 12 * L * s * (heads * head_dim) * T
@@ -280,8 +283,10 @@ def bench_settings(plan: Plan) -> SimpleNamespace:
                            grad_reduce_in_fp32=True)  # the 0.6B preset's fp32 grad buffers
 
 
-def build_trainable(plan: Plan, role: str, variant: str):  # noqa: ANN201
-    """(ddp model, optimizer, description) built by the worker's own functions."""
+def build_trainable(plan: Plan, role: str, variant: str,  # noqa: ANN201
+                    batch_dim: str = "static"):
+    """(ddp model, optimizer, description) built by the worker's own functions; `batch_dim`
+    'static' as for fixed-size micro-batches, 'dynamic' as for token-budget ones."""
     from engine.train.fastpaths import describe
     from engine.train.model import build_gpt, transformer_config
     from engine.train.optimizer import build_optimizer, wrap_ddp
@@ -298,8 +303,9 @@ def build_trainable(plan: Plan, role: str, variant: str):  # noqa: ANN201
     with device_scope():
         config = transformer_config(plan.shape, Parallelism(), bf16=settings.bf16)
         # the bench's micro-batches have one fixed size, as under --micro-batch-size (the
-        # compiled layers' batch dim static; token-budget runs compile it dynamic)
-        model = build_gpt(plan.shape, role, config, seed=7, fixed_micro_batches=True)
+        # compiled layers' batch dim static; --batch-dim dynamic: as token-budget runs)
+        model = build_gpt(plan.shape, role, config, seed=7,
+                          fixed_micro_batches=batch_dim == "static")
         if plan.device.type == "cuda":
             model = model.cuda()
         ddp = wrap_ddp(model, config, settings)
@@ -336,10 +342,12 @@ def train_step(ddp, optimizer, role: str, ids: torch.Tensor,  # noqa: ANN001
 
 
 TRAIN_BLOCKS = 3  # timed blocks of plan.train_steps steps per train row
+BATCH_DIMS = ("static", "dynamic")  # the compiled layers' batch dim (--batch-dim)
 
 
-def train_throughput(plan: Plan, role: str, variant: str, res: Results, peak: float) -> None:
-    ddp, optimizer, kinds = build_trainable(plan, role, variant)
+def train_throughput(plan: Plan, role: str, variant: str, res: Results, peak: float,
+                     batch_dim: str = "static") -> None:
+    ddp, optimizer, kinds = build_trainable(plan, role, variant, batch_dim)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, plan.shape.vocab_size, (plan.train_batch, plan.train_seq),
                         generator=gen).to(plan.device)
@@ -355,7 +363,7 @@ def train_throughput(plan: Plan, role: str, variant: str, res: Results, peak: fl
     seconds = statistics.median(blocks)
     tokens = plan.train_batch * plan.train_seq
     tflops = step_flops(plan.shape, role, plan.train_batch, plan.train_seq) / seconds / 1e12
-    label = f"{role} {variant} ({plan.train_batch}x{plan.train_seq})"
+    label = f"{role} {variant} ({plan.train_batch}x{plan.train_seq}, batch {batch_dim})"
     mem = (f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
            if plan.device.type == "cuda" else "")
     res.add("train", f"{label} tokens/s", tokens / seconds, "tok/s",
@@ -692,6 +700,23 @@ def environment(res: Results, plan: Plan) -> None:
           f"{matmul_params(plan.shape, 'critic') / 1e6:.1f}M\n", flush=True)
 
 
+def train_rows(plan: Plan, variants: list[str], batch_dim: str, res: Results,
+               peak: float) -> None:
+    """Each variant's actor and critic rows, then the default's (and te's) at twice the
+    tokens per micro-batch."""
+    for role in ("actor", "critic"):
+        for variant in variants:
+            with res.guard("train", f"{role} {variant}"):
+                train_throughput(plan, role, variant, res, peak, batch_dim)
+    big = Plan(**{**plan.__dict__, "train_batch": plan.train_batch * 2})
+    doubled = ([DEFAULT_VARIANT] if set(variants) & set(VARIANTS) else []) + \
+        ([TE_VARIANT] if TE_VARIANT in variants else [])
+    for role in ("actor", "critic"):  # twice the tokens per micro-batch
+        for variant in doubled:
+            with res.guard("train", f"{role} {variant} x2 tokens"):
+                train_throughput(big, role, variant, res, peak, batch_dim)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true",
@@ -705,6 +730,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="train with megatron's local spec (the --variant rows) and/or "
                              "transformer-engine's (the te row); repeatable; default: local, "
                              "plus te where transformer_engine.pytorch imports")
+    parser.add_argument("--batch-dim", choices=BATCH_DIMS, action="append",
+                        help="the compiled layers' batch dim: static (fixed-size micro-batches, "
+                             "the default) or dynamic (token-budget ones); repeatable, each a "
+                             "pass over the train rows after a dynamo reset, e.g. dynamic static "
+                             "dynamic static for an A/B/A/B in one run")
     return parser
 
 
@@ -726,17 +756,11 @@ def main(argv: list[str] | None = None) -> int:
             megatron_ok = True
     if megatron_ok and "train" in sections:
         variants = train_variants(ns.layer_spec, ns.variant, te_importable())
-        for role in ("actor", "critic"):
-            for variant in variants:
-                with res.guard("train", f"{role} {variant}"):
-                    train_throughput(plan, role, variant, res, peak)
-        big = Plan(**{**plan.__dict__, "train_batch": plan.train_batch * 2})
-        doubled = ([DEFAULT_VARIANT] if set(variants) & set(VARIANTS) else []) + \
-            ([TE_VARIANT] if TE_VARIANT in variants else [])
-        for role in ("actor", "critic"):  # twice the tokens per micro-batch
-            for variant in doubled:
-                with res.guard("train", f"{role} {variant} x2 tokens"):
-                    train_throughput(big, role, variant, res, peak)
+        batch_dims = ns.batch_dim or ["static"]
+        for batch_dim in batch_dims:
+            if len(batch_dims) > 1:  # a graph of the other pass would serve this one's calls
+                torch._dynamo.reset()
+            train_rows(plan, variants, batch_dim, res, peak)
     if megatron_ok and "offload" in sections:
         with res.guard("offload", "offload/onload"):
             offload_bench(plan, res)

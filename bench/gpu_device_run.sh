@@ -7,7 +7,9 @@
 #   4. the gpu-marked tests.
 # Usage there: bash bench/gpu_device_run.sh [e2e|bench|tests|profile|decode|compile|setup]...
 #   (default: e2e bench tests; setup only installs the wheels)
-#   BENCH_ARGS='--only train' limits the bench's sections.
+#   BENCH_ARGS='--only train' limits the bench's sections; '--only train --variant sdpa+layers
+#   --batch-dim dynamic --batch-dim static --batch-dim dynamic --batch-dim static' is the
+#   compiled layers' batch dim A/B/A/B in one run (~4 min).
 # SGLang (issue 19; the wheel set comes from bench/make_sglang_wheels.sh, in parts):
 #   carry         join the parts this call brought (run(carry=[".carry/bin", ".carry/pNN"]));
 #                 once every part is in, the wheels are unpacked in /tmp/big
