@@ -40,6 +40,24 @@ def test_local_rows_keep_te_off_and_the_te_row_turns_it_on(gpu_bench) -> None:  
     assert gpu_bench.variant_env("sdpa+layers") is gpu_bench.VARIANTS["sdpa+layers"]
 
 
+def test_batch_dim_passes_reach_every_train_row(gpu_bench, monkeypatch) -> None:  # noqa: ANN001
+    """--batch-dim is repeatable (an A/B/A/B in one run) and each pass runs every train row
+    with its batch dim; static by default."""
+    ns = gpu_bench.build_parser().parse_args(["--batch-dim", "dynamic", "--batch-dim", "static"])
+    assert ns.batch_dim == ["dynamic", "static"]
+    assert gpu_bench.build_parser().parse_args([]).batch_dim is None
+    with pytest.raises(SystemExit):
+        gpu_bench.build_parser().parse_args(["--batch-dim", "varying"])
+    calls = []
+    monkeypatch.setattr(gpu_bench, "train_throughput",
+                        lambda plan, role, variant, res, peak, batch_dim: calls.append(
+                            (plan.train_batch, role, variant, batch_dim)))
+    plan = gpu_bench.Plan.make(smoke=True)
+    gpu_bench.train_rows(plan, ["sdpa+layers"], "dynamic", gpu_bench.Results(), 1.0)
+    assert calls == [(batch, role, "sdpa+layers", "dynamic")
+                     for batch in (2, 4) for role in ("actor", "critic")]
+
+
 def test_the_device_scripts_te_bench_arguments_parse(gpu_bench) -> None:  # noqa: ANN001
     script = (REPO / "bench" / "gpu_device_run.sh").read_text()
     call = re.search(r"python3 bench/gpu_bench.py (--only train \\\n\s+[^|]+)\|", script)
