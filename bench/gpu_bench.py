@@ -320,22 +320,27 @@ def build_trainable(plan: Plan, role: str, variant: str,  # noqa: ANN201
     return ddp, optimizer, ", ".join(sorted(kinds) + paths)
 
 
+def step_loss(out: torch.Tensor, ids: torch.Tensor, role: str) -> torch.Tensor:
+    """The bench's loss: the actor's mean token log-prob through the PPO actor's own path
+    (every position predicts the next token), the critic's squared value."""
+    from engine.train.logprobs import token_log_probs
+
+    if role != "actor":
+        return out.float().pow(2).mean()
+    index = torch.arange(ids.numel(), device=ids.device).reshape(ids.shape)
+    targets = torch.roll(ids, -1, dims=1)
+    log_probs, _ = token_log_probs(out, index, targets, 1.0, with_entropy=False)
+    return -log_probs.mean()
+
+
 def train_step(ddp, optimizer, role: str, ids: torch.Tensor,  # noqa: ANN001
                positions: torch.Tensor) -> None:
-    from engine.train.logprobs import token_log_probs
     from engine.train.platform import device_scope
 
     with device_scope():
         ddp.zero_grad_buffer()
         optimizer.zero_grad()
-        out = ddp(ids, positions, None)
-        if role == "actor":  # the PPO actor's path: every position predicts the next token
-            index = torch.arange(ids.numel(), device=ids.device).reshape(ids.shape)
-            targets = torch.roll(ids, -1, dims=1)
-            log_probs, _ = token_log_probs(out, index, targets, 1.0, with_entropy=False)
-            loss = -log_probs.mean()
-        else:
-            loss = out.float().pow(2).mean()
+        loss = step_loss(ddp(ids, positions, None), ids, role)
         optimizer.scale_loss(loss).backward()
         ddp.finish_grad_sync()
         optimizer.step()

@@ -46,20 +46,12 @@ def kernel_kind(name: str) -> str:
 def phase_split(ddp, optimizer, role: str, ids, positions,  # noqa: ANN001
                 device) -> dict[str, float]:  # noqa: ANN001
     """Median-ready CUDA-event split of one step: forward+loss, backward, optimizer (the loss
-    as gpu_bench.train_step makes it for `role`)."""
-    from engine.train.logprobs import token_log_probs
-
+    gpu_bench.train_step takes for `role`)."""
     events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
     ddp.zero_grad_buffer()
     optimizer.zero_grad()
     events[0].record()
-    out = ddp(ids, positions, None)
-    if role == "actor":
-        index = torch.arange(ids.numel(), device=ids.device).reshape(ids.shape)
-        log_probs, _ = token_log_probs(out, index, torch.roll(ids, -1, dims=1), 1.0, False)
-        loss = -log_probs.mean()
-    else:
-        loss = out.float().pow(2).mean()
+    loss = gb.step_loss(ddp(ids, positions, None), ids, role)
     events[1].record()
     optimizer.scale_loss(loss).backward()
     ddp.finish_grad_sync()

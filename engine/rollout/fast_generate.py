@@ -95,6 +95,7 @@ one this decoder understands (Llama / Qwen3 families, default RoPE).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -195,10 +196,10 @@ def parse_variant(name: str) -> DecodeOptions:
                          fused_prefill="fused-prefill" in parts,
                          compiled="compiled" in parts,
                          skinny_gemm="skinny-gemm" in parts,
-                         row_streams=_row_streams(parts))
+                         row_streams=_named_row_streams(parts))
 
 
-def _row_streams(parts: list[str]) -> int:
+def _named_row_streams(parts: list[str]) -> int:
     named = [ROW_STREAMS[p] for p in parts if p in ROW_STREAMS]
     if len(named) > 1:
         raise ValueError("'two-streams' and 'four-streams' are two row splits: name one")
@@ -669,15 +670,11 @@ class StaticDecoder:
         groups run one after the other: the same maths."""
         groups = row_groups(x.shape[0], self.options.row_streams)
         streams = self._row_streams(len(groups))
-        if not streams:
-            for rows in groups:
-                self._layers(state, self._rows(state, rows, x, rope, bias), span)
-            return
-        main = torch.cuda.current_stream(self.device)
+        main = torch.cuda.current_stream(self.device) if streams else None
         for stream in streams:
             stream.wait_stream(main)
-        for rows, stream in zip(groups, streams, strict=True):
-            with torch.cuda.stream(stream):
+        for n, rows in enumerate(groups):
+            with torch.cuda.stream(streams[n]) if streams else contextlib.nullcontext():
                 self._layers(state, self._rows(state, rows, x, rope, bias), span)
         for stream in streams:
             main.wait_stream(stream)

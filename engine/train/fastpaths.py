@@ -207,10 +207,10 @@ def describe(model: torch.nn.Module, optimizer) -> list[str]:  # noqa: ANN001
     norms = {type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RMSNorm)}
     if "FusedRMSNorm" in norms:
         lines.append("RMSNorm: fused (compiled) forward and backward")
-    from engine.train.layer_compile import compiled_line, layers_compiled
+    from engine.train.layer_compile import compiled_line
 
-    if layers_compiled(model):
-        lines.append(compiled_line(model))
+    if line := compiled_line(model):
+        lines.append(line)
     direct = [m for m in model.modules() if isinstance(m, DirectColumnLinear | DirectRowLinear)]
     if direct and all(m.direct for m in direct):
         lines.append(f"linears: {len(direct)} direct F.linear calls (TP=1, autograd in C++)")

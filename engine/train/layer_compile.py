@@ -101,7 +101,7 @@ def compile_layers(model: torch.nn.Module, static_batch: bool = False) -> list[s
     state = {"failed": False}
     for layer in layers:
         layer._compiled_call_impl = CompiledLayerCall(layer, state, static_batch)
-    return [compiled_line(model)]
+    return [line] if (line := compiled_line(model)) else []
 
 
 def compiled_calls(model: torch.nn.Module) -> list[CompiledLayerCall]:
@@ -114,11 +114,13 @@ def layers_compiled(model: torch.nn.Module) -> int:
     return len(compiled_calls(model))
 
 
-def compiled_line(model: torch.nn.Module) -> str:
-    """The log line of the model's compiled layers (describe(), compile_layers)."""
+def compiled_line(model: torch.nn.Module) -> str | None:
+    """The log line of the model's compiled layers (describe(), compile_layers); None when
+    none is compiled."""
     calls = compiled_calls(model)
-    static = bool(calls) and calls[0].static_batch
-    batch = ("batch dim static: fixed-size micro-batches" if static else
+    if not calls:
+        return None
+    batch = ("batch dim static: fixed-size micro-batches" if calls[0].static_batch else
              "batch dim dynamic: token-budget micro-batches")
     return (f"transformer layers: {len(calls)} compiled whole (one shared graph; {batch}; "
             f"{LAYERS_ENV}=0 for per-op fusion)")
