@@ -35,6 +35,7 @@ import os
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 BLOCK_L = 64  # cache slots per loop iteration
 NUM_WARPS = 4
@@ -58,6 +59,7 @@ def kernel_status(device: torch.device) -> tuple[bool, str]:
         return False, f"its Triton kernel needs CUDA (device {device.type})"
     try:
         _kernel(interpret)
+        _qkv_kernel(interpret)
         _split_kernels(interpret)
     except ImportError as err:
         return False, f"Triton is not importable ({err})"
@@ -72,6 +74,16 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
     from engine.rollout import decode_attention_triton as kernels
 
     return kernels.decode_attention_kernel
+
+
+@functools.cache
+def _qkv_kernel(interpret: bool) -> Any:  # noqa: ANN401
+    """The jitted one-pass kernel that starts from the raw packed projection (`_kernel`'s
+    cache key)."""
+    del interpret
+    from engine.rollout import decode_attention_triton as kernels
+
+    return kernels.decode_attention_qkv_kernel
 
 
 @functools.cache
@@ -115,6 +127,64 @@ def attend(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pad: t
         UPCAST=interpret and q.dtype != torch.float32, WRITE=new_kv is not None,
         num_warps=num_warps, num_stages=num_stages)
     return out
+
+
+def attend_projection(qkv: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
+                      pad: torch.Tensor, index: torch.Tensor, scale: float,
+                      rope: tuple[torch.Tensor, torch.Tensor], norm: torch.Tensor | None,
+                      eps: float, heads: int, x: torch.Tensor | None = None,
+                      block: int = BLOCK_L, num_warps: int = NUM_WARPS,
+                      num_stages: int = NUM_STAGES) -> torch.Tensor:
+    """`attend` with new_kv from the step's raw packed projection qkv [B, (H + 2 KV) d] (unit
+    last stride), the work between the GEMM and attention done in the kernel: each program
+    takes its heads' q/k RMSNorm by `norm` [H + KV, d] (None: the model has none), RoPE by
+    `rope` (cos, sin_signed) [B, d] each (unit last stride; the rotation is x * cos +
+    roll(x, d / 2) * sin_signed), writes k/v into slot `index` and attends. `x` [B, hidden]
+    (unit last stride): the residual stream whose RMSNorm row scale rsqrt(mean(x^2) + eps)
+    the projection lacks (folded-norms: the norm's weight is in the packed weight), applied
+    to q, k and v first. Results rounded as the compiled head rounds them -> [B, H, d]."""
+    b = qkv.shape[0]
+    kv_heads, head_dim = cache_k.shape[1], cache_k.shape[3]
+    if qkv.shape[1] != (heads + 2 * kv_heads) * head_dim or qkv.stride(-1) != 1:
+        raise ValueError(f"qkv must be [B, {(heads + 2 * kv_heads) * head_dim}] with a unit "
+                         f"last stride, got {tuple(qkv.shape)} strides {qkv.stride()}")
+    cos, sin_signed = (t.reshape(b, head_dim) for t in rope)
+    out = torch.empty((b, heads, head_dim), dtype=qkv.dtype, device=qkv.device)
+    hidden = 1 if x is None else x.shape[-1]
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    kernel = _qkv_kernel(interpret)
+    kernel[(b, kv_heads)](
+        qkv, qkv if norm is None else norm, cos, sin_signed, qkv if x is None else x, cache_k,
+        cache_v, out, pad, index, scale, eps, qkv.stride(0), cos.stride(0), sin_signed.stride(0),
+        0 if x is None else x.stride(0), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2),
+        cache_v.stride(0), cache_v.stride(1), cache_v.stride(2), out.stride(0), out.stride(1),
+        HEADS=heads, KV_HEADS=kv_heads, BLOCK_G=max(MIN_DOT, _pow2(heads // kv_heads)),
+        HEAD_DIM=head_dim, BLOCK_D=max(MIN_DOT, _pow2(head_dim)), HIDDEN=hidden,
+        BLOCK_X=_pow2(hidden), BLOCK=block,
+        PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32",
+        UPCAST=interpret and qkv.dtype != torch.float32, NORM=norm is not None,
+        ROW_SCALE=x is not None, num_warps=num_warps, num_stages=num_stages)
+    return out
+
+
+def projection_by_torch(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                        norm: torch.Tensor | None, eps: float, heads: int, kv_heads: int,
+                        x: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """attend_projection's work before attention in torch ops, rounded as it rounds: the raw
+    projection [B, (H + 2 KV) d] -> q [B, H, d], k [B, KV, d], v [B, KV, d] (the tests'
+    reference)."""
+    b = qkv.shape[0]
+    d = qkv.shape[1] // (heads + 2 * kv_heads)
+    if x is not None:
+        scale = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        qkv = (qkv.float() * scale).to(qkv.dtype)
+    qk = qkv[:, :(heads + kv_heads) * d].reshape(b, heads + kv_heads, d)
+    v = qkv[:, (heads + kv_heads) * d:].reshape(b, kv_heads, d)
+    if norm is not None:
+        qk = F.rms_norm(qk, (d,), None, eps) * norm
+    cos, sin_signed = (t.reshape(b, 1, d) for t in rope)
+    qk = torch.addcmul(qk * cos, torch.roll(qk, d // 2, -1), sin_signed)
+    return qk[:, :heads], qk[:, heads:], v
 
 
 def _unit_last(new_kv: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

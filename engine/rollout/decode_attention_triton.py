@@ -80,6 +80,36 @@ def new_slot(q, best, total, acc, k_new, v_new, valid, scale, UPCAST: tl.constex
 
 
 @triton.jit
+def attend_with_new_slot(q, k_row, v_row, k_new, v_new, first, index, scale, k_stride_s,
+                         v_stride_s, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr,
+                         BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+                         UPCAST: tl.constexpr):
+    # this step's k/v [BLOCK_D] come in registers: written into slot `index` of the cache here
+    # (no cache-write kernels before), attended from the registers after the cached slots
+    # [first, index) -> (sum of exp, unnormalized output)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < HEAD_DIM
+    tl.store(k_row + index * k_stride_s + d, k_new, mask=d_ok)
+    tl.store(v_row + index * v_stride_s + d, v_new, mask=d_ok)
+    best, total, acc = online_softmax(q, k_row, v_row, first, index, scale, k_stride_s,
+                                      v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK,
+                                      PRECISION, UPCAST)
+    _, total, acc = new_slot(q, best, total, acc, k_new, v_new, index >= first, scale, UPCAST)
+    return total, acc
+
+
+@triton.jit
+def store_heads(out_ptr, row, heads, head_ok, total, acc, out_stride_b, out_stride_h,
+                BLOCK_D: tl.constexpr):
+    # the normalized output of the group's heads; no valid slot (a capture warm-up): zeros
+    d = tl.arange(0, BLOCK_D)
+    total = tl.where(total > 0, total, 1.0)
+    out = acc / total[:, None]
+    tl.store(out_ptr + row * out_stride_b + heads[:, None] * out_stride_h + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=head_ok)
+
+
+@triton.jit
 def decode_attention_kernel(
         q_ptr, k_ptr, v_ptr, out_ptr, pad_ptr, index_ptr, k_new_ptr, v_new_ptr, scale,
         q_stride_b, q_stride_h, k_stride_b, k_stride_h, k_stride_s,
@@ -102,27 +132,108 @@ def decode_attention_kernel(
     k_row = k_ptr + row * k_stride_b + kv * k_stride_h
     v_row = v_ptr + row * v_stride_b + kv * v_stride_h
     if WRITE:
-        # this step's k/v come in registers: written into slot `index` of the cache here (no
-        # cache-write kernels before), attended from the registers after the cached slots
         k_new = tl.load(k_new_ptr + row * k_new_stride_b + kv * k_new_stride_h + d,
                         mask=d_ok, other=0.0)
         v_new = tl.load(v_new_ptr + row * v_new_stride_b + kv * v_new_stride_h + d,
                         mask=d_ok, other=0.0)
-        tl.store(k_row + index * k_stride_s + d, k_new, mask=d_ok)
-        tl.store(v_row + index * v_stride_s + d, v_new, mask=d_ok)
-        best, total, acc = online_softmax(q, k_row, v_row, first, index, scale, k_stride_s,
-                                          v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK,
-                                          PRECISION, UPCAST)
-        _, total, acc = new_slot(q, best, total, acc, k_new, v_new, index >= first, scale,
-                                 UPCAST)
+        total, acc = attend_with_new_slot(q, k_row, v_row, k_new, v_new, first, index, scale,
+                                          k_stride_s, v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D,
+                                          BLOCK, PRECISION, UPCAST)
     else:  # this step's slot was written before the launch
         _, total, acc = online_softmax(q, k_row, v_row, first, index + 1, scale, k_stride_s,
                                        v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK,
                                        PRECISION, UPCAST)
-    total = tl.where(total > 0, total, 1.0)  # no valid slot (a capture warm-up): zeros
-    out = acc / total[:, None]
-    tl.store(out_ptr + row * out_stride_b + heads[:, None] * out_stride_h + d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=head_ok)
+    store_heads(out_ptr, row, heads, head_ok, total, acc, out_stride_b, out_stride_h, BLOCK_D)
+
+
+@triton.jit
+def rounded(x, dtype: tl.constexpr):
+    # x (fp32) rounded to `dtype` and back: where an eager op in `dtype` rounds its result
+    return x.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def load_scaled(ptrs, ok, row_scale, dtype: tl.constexpr, ROW_SCALE: tl.constexpr):
+    # fp32 values of the projection, times the row's RMSNorm scale (rounded) under ROW_SCALE
+    x = tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
+    if ROW_SCALE:
+        x = rounded(x * row_scale, dtype)
+    return x
+
+
+@triton.jit
+def projected_heads(row_ptr, heads, ok, norm_ptr, cos, sin_signed, row_scale, eps,
+                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, NORM: tl.constexpr,
+                    ROW_SCALE: tl.constexpr):
+    # heads [R] of one row's packed projection (head h at h * HEAD_DIM) -> [R, BLOCK_D] fp32,
+    # each value one of the projection dtype's, as the compiled head rounds them: times the
+    # row scale; the q/k RMSNorm by the per-head weights [heads, HEAD_DIM] (normalize, round,
+    # weight, round); RoPE as x * cos + roll(x, HEAD_DIM / 2) * sin_signed (x * cos rounded,
+    # then the sum: addcmul's one rounding)
+    dtype: tl.constexpr = row_ptr.dtype.element_ty
+    d = tl.arange(0, BLOCK_D)
+    rolled = (d + HEAD_DIM // 2) % HEAD_DIM
+    at = heads[:, None] * HEAD_DIM
+    x = load_scaled(row_ptr + at + d[None, :], ok, row_scale, dtype, ROW_SCALE)
+    xr = load_scaled(row_ptr + at + rolled[None, :], ok, row_scale, dtype, ROW_SCALE)
+    if NORM:
+        rstd = tl.rsqrt(tl.sum(x * x, 1) / HEAD_DIM + eps)[:, None]
+        w = tl.load(norm_ptr + at + d[None, :], mask=ok, other=0.0).to(tl.float32)
+        wr = tl.load(norm_ptr + at + rolled[None, :], mask=ok, other=0.0).to(tl.float32)
+        x = rounded(rounded(x * rstd, dtype) * w, dtype)
+        xr = rounded(rounded(xr * rstd, dtype) * wr, dtype)
+    return rounded(rounded(x * cos[None, :], dtype) + xr * sin_signed[None, :], dtype)
+
+
+@triton.jit
+def decode_attention_qkv_kernel(
+        qkv_ptr, norm_ptr, cos_ptr, sin_ptr, x_ptr, k_ptr, v_ptr, out_ptr, pad_ptr, index_ptr,
+        scale, eps, qkv_stride_b, cos_stride_b, sin_stride_b, x_stride_b,
+        k_stride_b, k_stride_h, k_stride_s, v_stride_b, v_stride_h, v_stride_s,
+        out_stride_b, out_stride_h,
+        HEADS: tl.constexpr, KV_HEADS: tl.constexpr, BLOCK_G: tl.constexpr,
+        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HIDDEN: tl.constexpr,
+        BLOCK_X: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+        UPCAST: tl.constexpr, NORM: tl.constexpr, ROW_SCALE: tl.constexpr):
+    # the one-pass kernel (WRITE) from the step's raw packed projection q|k|v: the q/k norms
+    # and RoPE done here on the heads this program reads (no kernel of their own), and under
+    # ROW_SCALE the input RMSNorm's row scale, from the residual stream x (its weight folded
+    # into the projection's)
+    GROUP: tl.constexpr = HEADS // KV_HEADS
+    dtype: tl.constexpr = qkv_ptr.dtype.element_ty
+    row = tl.program_id(0).to(tl.int64)
+    kv = tl.program_id(1).to(tl.int64)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < HEAD_DIM
+    head_ok = (g < GROUP)[:, None] & d_ok[None, :]
+    heads = kv * GROUP + g
+    row_ptr = qkv_ptr + row * qkv_stride_b
+    row_scale = 1.0
+    if ROW_SCALE:
+        xs = tl.arange(0, BLOCK_X)
+        x = tl.load(x_ptr + row * x_stride_b + xs, mask=xs < HIDDEN, other=0.0).to(tl.float32)
+        row_scale = tl.rsqrt(tl.sum(x * x, 0) / HIDDEN + eps)
+    cos = tl.load(cos_ptr + row * cos_stride_b + d, mask=d_ok, other=0.0).to(tl.float32)
+    sin = tl.load(sin_ptr + row * sin_stride_b + d, mask=d_ok, other=0.0).to(tl.float32)
+    q = projected_heads(row_ptr, heads, head_ok, norm_ptr, cos, sin, row_scale, eps, HEAD_DIM,
+                        BLOCK_D, NORM, ROW_SCALE).to(dtype)
+    if UPCAST:
+        q = q.to(tl.float32)
+    k_head = tl.full([1], HEADS, tl.int64) + kv
+    k_new = projected_heads(row_ptr, k_head, d_ok[None, :], norm_ptr, cos, sin, row_scale, eps,
+                            HEAD_DIM, BLOCK_D, NORM, ROW_SCALE)
+    k_new = tl.reshape(k_new, [BLOCK_D]).to(dtype)
+    v_new = load_scaled(row_ptr + (HEADS + KV_HEADS + kv) * HEAD_DIM + d, d_ok, row_scale,
+                        dtype, ROW_SCALE).to(dtype)
+    first = tl.load(pad_ptr + row)
+    index = tl.load(index_ptr)
+    k_row = k_ptr + row * k_stride_b + kv * k_stride_h
+    v_row = v_ptr + row * v_stride_b + kv * v_stride_h
+    total, acc = attend_with_new_slot(q, k_row, v_row, k_new, v_new, first, index, scale,
+                                      k_stride_s, v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK,
+                                      PRECISION, UPCAST)
+    store_heads(out_ptr, row, heads, head_ok, total, acc, out_stride_b, out_stride_h, BLOCK_D)
 
 
 @triton.jit

@@ -105,7 +105,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from engine.rollout import decode_attention, sampling_kernel, skinny_gemm
+from engine.rollout import decode_attention, folded_norms, sampling_kernel, skinny_gemm
 
 SUPPORTED = ("llama", "qwen3")
 EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
@@ -114,7 +114,7 @@ WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
 FEATURES = ("fused", "packed", "sdpa", "decode-attn", "decode-attn-split", "window",
             "graph-sampling", "fused-sampling", "fused-prefill", "compiled", "skinny-gemm",
-            "two-streams", "four-streams")
+            "two-streams", "four-streams", "attn-rope", "folded-norms")
 ROW_STREAMS = {"two-streams": 2, "four-streams": 4}  # feature -> row groups, one stream each
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
@@ -137,6 +137,8 @@ class DecodeOptions:
     compiled: bool = False  # implies the fused layer code
     skinny_gemm: bool = False  # the decode step's projections by Triton; implies fused code
     row_streams: int = 1  # two-streams/four-streams: row groups decoded side by side
+    attn_rope: bool = False  # decode-attn's kernel from the raw q/k/v projection
+    folded_norms: bool = False  # RMSNorm weights in the packed weights; needs attn_rope
 
     def __post_init__(self) -> None:
         if self.row_streams not in (1, *ROW_STREAMS.values()):
@@ -148,6 +150,12 @@ class DecodeOptions:
             raise ValueError("'sdpa' and 'decode-attn' are two attention kernels: name one")
         if self.fused_sampling and not self.sample_in_graph:
             raise ValueError("'fused-sampling' is graph-sampling's draw: name graph-sampling too")
+        if self.attn_rope and not (self.packed and self.decode_attn
+                                   and not self.decode_attn_split):
+            raise ValueError("'attn-rope' is decode-attn's one-pass kernel on the packed "
+                             "projection: name packed and decode-attn (not decode-attn-split)")
+        if self.folded_norms and not self.attn_rope:
+            raise ValueError("'folded-norms' needs attn-rope (its kernel applies the row scale)")
 
     @property
     def layers_fused(self) -> bool:
@@ -161,7 +169,8 @@ class DecodeOptions:
                  self.window > 0, self.sample_in_graph, self.fused_sampling,
                  self.fused_prefill, self.compiled, self.skinny_gemm,
                  self.row_streams == ROW_STREAMS["two-streams"],
-                 self.row_streams == ROW_STREAMS["four-streams"])
+                 self.row_streams == ROW_STREAMS["four-streams"], self.attn_rope,
+                 self.folded_norms)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -196,7 +205,8 @@ def parse_variant(name: str) -> DecodeOptions:
                          fused_prefill="fused-prefill" in parts,
                          compiled="compiled" in parts,
                          skinny_gemm="skinny-gemm" in parts,
-                         row_streams=_named_row_streams(parts))
+                         row_streams=_named_row_streams(parts),
+                         attn_rope="attn-rope" in parts, folded_norms="folded-norms" in parts)
 
 
 def _named_row_streams(parts: list[str]) -> int:
@@ -240,14 +250,19 @@ def _fallback_note(options: DecodeOptions) -> str | None:
 KERNEL_FALLBACKS = {"decode-attn": "attention runs as batched matmuls (the same maths)",
                     "decode-attn-split": "attention runs as batched matmuls (the same maths)",
                     "fused-sampling": "graph-sampling samples with torch ops (the same draws)",
-                    "skinny-gemm": "the projections run as cuBLAS GEMMs (the same maths)"}
+                    "skinny-gemm": "the projections run as cuBLAS GEMMs (the same maths)",
+                    "attn-rope": "the q/k norms and RoPE run before attention (the same maths)",
+                    "folded-norms": "the RMSNorm weights stay in their own kernels (the same "
+                                    "maths)"}
 # each feature's kernel_status(device) -> (usable, why not); the split kernels and
 # sampling_kernel's share decode_attention's
 KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
     "decode-attn": decode_attention.kernel_status,
     "decode-attn-split": decode_attention.kernel_status,
     "fused-sampling": decode_attention.kernel_status,
-    "skinny-gemm": skinny_gemm.kernel_status}
+    "skinny-gemm": skinny_gemm.kernel_status,
+    "attn-rope": decode_attention.kernel_status,
+    "folded-norms": decode_attention.kernel_status}
 
 
 def kernel_features(options: DecodeOptions) -> list[str]:
@@ -256,7 +271,9 @@ def kernel_features(options: DecodeOptions) -> list[str]:
     attention = "decode-attn-split" if options.decode_attn_split else "decode-attn"
     return [name for name, on in ((attention, options.decode_attn),
                                   ("fused-sampling", options.fused_sampling),
-                                  ("skinny-gemm", options.skinny_gemm)) if on]
+                                  ("skinny-gemm", options.skinny_gemm),
+                                  ("attn-rope", options.attn_rope),
+                                  ("folded-norms", options.folded_norms)) if on]
 
 
 def kernel_note(feature: str, device: torch.device) -> str:
@@ -360,6 +377,14 @@ def layer_head(x: torch.Tensor, in_norm: torch.Tensor, weights: Weights,
         cache_k.index_copy_(2, slot, k.unsqueeze(2))
         cache_v.index_copy_(2, slot, v)
     return q, k, v
+
+
+def layer_qkv(x: torch.Tensor, in_norm: torch.Tensor, weight: torch.Tensor, eps: float,
+              skinny: bool = False) -> torch.Tensor:
+    """`compiled` under attn-rope, before attention: RMSNorm and the packed q/k/v GEMM -> its
+    raw output (decode-attn's kernel does the q/k norms and RoPE)."""
+    h = F.rms_norm(x, (x.shape[-1],), in_norm, eps)
+    return _compiled_linear(skinny)(h, weight)
 
 
 def layer_mlp(x: torch.Tensor, post_norm: torch.Tensor, weights: Weights, eps: float,
@@ -472,6 +497,10 @@ class StaticDecoder:
         self.gemm_kernel = options.skinny_gemm and self._kernel_usable("skinny-gemm")
         # decode-attn's one-pass kernel writes the step's k/v into the cache itself
         self.kernel_writes_cache = self.attention_kernel and not options.decode_attn_split
+        # attn-rope: that kernel starts from the raw projection; folded-norms: and the norms'
+        # weights are in the packed ones (both only where the kernel runs: the same maths)
+        self.projection_kernel = options.attn_rope and self.kernel_writes_cache
+        self.folded = options.folded_norms and self.projection_kernel
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
@@ -499,7 +528,7 @@ class StaticDecoder:
     def refresh(self) -> None:
         """Copy the model's current weights into the packed ones (each call: loads are seen)."""
         for packed, layer in zip(self.packed, self.layers, strict=False):  # none unless packed
-            packed.fill(layer)
+            packed.fill(layer, self.folded)
 
     # ---- building blocks (transformers' numerics) ----------------------------------------
     def rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -584,7 +613,7 @@ class StaticDecoder:
         x = F.embedding(ids.reshape(-1), self.embed)  # [B*P, hidden]
         hidden = x.shape[-1]
         for i, layer in enumerate(self.layers):
-            h = F.rms_norm(x, (hidden,), layer.in_norm, self.eps)
+            h = F.rms_norm(x, (hidden,), self._unfolded(layer.in_norm), self.eps)
             weights, norms = self._projections(i, layer)
             q, k, v = qkv_projection(h, weights, norms, rope, self.dims, self.eps)
             q = q.reshape(b, p, heads, d).transpose(1, 2)
@@ -596,7 +625,7 @@ class StaticDecoder:
                 q, k.repeat_interleave(heads // kv, dim=1),
                 v.repeat_interleave(heads // kv, dim=1), attn_mask=mask, scale=d ** -0.5)
             x.addmm_(attn.transpose(1, 2).reshape(b * p, heads * d), layer.o.t())
-            h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
+            h = F.rms_norm(x, (hidden,), self._unfolded(layer.post_norm), self.eps)
             x.addmm_(gated_mlp(h, self._mlp_weights(i, layer)), layer.down.t())
         last = F.rms_norm(x.view(b, p, hidden)[:, -1], (hidden,), self.norm, self.eps)
         return F.linear(last, self.lm_head)
@@ -694,8 +723,14 @@ class StaticDecoder:
         return _Rows(x[rows], state.pad[rows], state.cache.k[:, rows], state.cache.v[:, rows],
                      (rope[0][rows], rope[1][rows]), None if bias is None else bias[rows])
 
+    def _unfolded(self, norm_weight: torch.Tensor) -> torch.Tensor | None:
+        """An RMSNorm's weight, None where folded-norms put it into the packed weights."""
+        return None if self.folded else norm_weight
+
     def _layers(self, state: DecodeState, rows: _Rows, span: int) -> None:
-        if self.options.compiled:
+        if self.projection_kernel:
+            self._projection_layers(state, rows)
+        elif self.options.compiled:
             self._compiled_layers(state, rows, span)
         else:
             for i, layer in enumerate(self.layers):
@@ -768,6 +803,29 @@ class StaticDecoder:
                         self.gemm_kernel)
             self._add_linear(x, gated, layer.down)
 
+    def _projection_layers(self, state: DecodeState, rows: _Rows) -> None:
+        """attn-rope: per layer RMSNorm and the packed q/k/v GEMM, then decode-attn's kernel from
+        the raw projection (q/k norms, RoPE, cache write, attention: attend_projection), the
+        o GEMM in place, then the MLP as `compiled`'s (compiled under `compiled`). With
+        folded-norms the GEMMs read the residual stream itself and the row scales are applied
+        by the attention kernel and folded_norms.gated: six kernels per layer."""
+        x = rows.x
+        head, mlp = (compiled(layer_qkv), compiled(layer_mlp)) if self.options.compiled \
+            else (layer_qkv, layer_mlp)
+        for i, layer in enumerate(self.layers):
+            packed = self.packed[i]
+            qkv = self._step_linear(x, packed.qkv) if self.folded \
+                else head(x, layer.in_norm, packed.qkv, self.eps, self.gemm_kernel)
+            out = decode_attention.attend_projection(
+                qkv, rows.k[i], rows.v[i], rows.pad, state.index, self.head_dim ** -0.5,
+                rows.rope, packed.qk_norm, self.eps, self.heads, x=x if self.folded else None)
+            self._add_linear(x, out.view(x.shape[0], -1), layer.o)
+            if self.folded:
+                gated = folded_norms.gated(self._step_linear(x, packed.gate_up), x, self.eps)
+            else:
+                gated = mlp(x, layer.post_norm, (packed.gate_up,), self.eps, self.gemm_kernel)
+            self._add_linear(x, gated, layer.down)
+
     def _attend_cache(self, state: DecodeState, i: int, rows: _Rows, q: torch.Tensor,
                       span: int, new_kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """q [b, H, d] over the first `span` slots of layer i's cache -> [b, KV, group, d]
@@ -834,9 +892,13 @@ class _Packed:
                                   device=layer.q_norm.device)
         return cls(qkv, gate_up, qk_norm)
 
-    def fill(self, layer: _Layer) -> None:
+    def fill(self, layer: _Layer, folded: bool = False) -> None:
+        """The layer's weights packed; `folded`: the RMSNorm weights folded in (folded-norms)."""
         torch.cat((layer.q, layer.k, layer.v), out=self.qkv)
         torch.cat((layer.gate, layer.up), out=self.gate_up)
+        if folded:
+            folded_norms.fold(self.qkv, layer.in_norm)
+            folded_norms.fold(self.gate_up, layer.post_norm)
         if self.qk_norm is not None:
             q_heads = layer.q.shape[0] // layer.q_norm.shape[0]
             self.qk_norm[:q_heads].copy_(layer.q_norm.expand(q_heads, -1))

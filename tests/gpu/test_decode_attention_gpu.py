@@ -130,6 +130,10 @@ def test_split_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> Non
     dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
          fused_prefill=True, compiled=True, row_streams=2),
     dict(packed=True, decode_attn=True, sample_in_graph=True, row_streams=4),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+         fused_prefill=True, compiled=True, attn_rope=True),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+         fused_prefill=True, compiled=True, attn_rope=True, folded_norms=True),
 ])
 def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) -> None:  # noqa: ANN001
     """Its CUDA graphs replay its eager loop exactly; greedy (bf16) against today's path:
@@ -150,6 +154,8 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
         graph = fg.fast_generate(model, rows, temperature=temperature, **kwargs)
         decoder = fg.decoder_for(model, options)
         assert decoder.attention_kernel and decoder._graphs, "kernel or graph missing"
+        assert decoder.projection_kernel == options.attn_rope
+        assert decoder.folded == options.folded_norms
         assert decoder.sampling_kernel == options.fused_sampling
         fg.release_decoders()
         eager = fg.fast_generate(model, rows, temperature=temperature, use_cuda_graph=False,
@@ -171,6 +177,54 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
     assert parted < len(rows), "every row parted from the reference"
 
 
+def test_projection_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
+    """attn-rope's kernel (bf16, q/k norms, with and without folded-norms' row scale) against
+    projection_by_torch, then the matmul maths: k/v written within two bf16 ulps of RoPE's
+    terms, the output within the one-pass kernel's tolerance."""
+    from engine.rollout import decode_attention as da
+
+    case = _case(torch.bfloat16)
+    del case["q"]
+    b, kv, _, d = case["cache_k"].shape
+    heads, index = 16, int(case["index"])
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    qkv = torch.randn(b, (heads + 2 * kv) * d, generator=gen, device="cuda").bfloat16()
+    angles = torch.rand(b, d // 2, generator=gen, device="cuda") * 6
+    cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
+    rope = (cos.bfloat16(), torch.cat((-sin[:, :d // 2], sin[:, d // 2:]), -1).bfloat16())
+    norm = (torch.rand(heads + kv, d, generator=gen, device="cuda") + 0.5).bfloat16()
+    for x in (None, torch.randn(b, 1024, generator=gen, device="cuda").bfloat16()):
+        keys, values = case["cache_k"].clone(), case["cache_v"].clone()
+        out = da.attend_projection(qkv, keys, values, case["pad"], case["index"],
+                                   case["scale"], rope, norm, 1e-6, heads, x=x)
+        q, k, v = da.projection_by_torch(qkv, rope, norm, 1e-6, heads, kv, x=x)
+        torch.testing.assert_close(keys[:, :, index].float(), k.float(), rtol=0, atol=6.3e-2)
+        torch.testing.assert_close(values[:, :, index].float(), v.float(), rtol=0, atol=6.3e-2)
+        expected = da.attend_by_matmul(q, keys, values, case["pad"], case["index"],
+                                       case["scale"])
+        torch.testing.assert_close(out.float(), expected.float(), rtol=0, atol=3.2e-2)
+
+
+def test_gated_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
+    """folded-norms' SiLU kernel at batch 64 x 3072 (bf16): SiLU's tail turns a one-ulp
+    difference of the scaled gate into 1 + |gate| ulps."""
+    from engine.rollout import folded_norms
+
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    gate_up = (torch.randn(64, 6144, generator=gen, device="cuda") * 4).bfloat16()
+    x = torch.randn(64, 1024, generator=gen, device="cuda").bfloat16()
+    torch.testing.assert_close(folded_norms.gated(gate_up, x, 1e-6).float(),
+                               folded_norms.gated_by_torch(gate_up, x, 1e-6).float(),
+                               rtol=0.04, atol=1e-2)
+
+
+def _with_features(variant: str, extra: str) -> object:
+    from engine.rollout import fast_generate as fg
+
+    parts = variant.split("+") + [p for p in extra.split("+") if p and p != "default"]
+    return fg.parse_variant("+".join(dict.fromkeys(parts)))
+
+
 def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> None:
     """fused-sampling's kernels at batch 64 x 151,936 (bf16 logits): the tokens of
     argmax(softmax / noise), the log-softmax of each within 1e-5."""
@@ -187,8 +241,10 @@ def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> 
                                rtol=0, atol=1e-5)
 
 
-def test_the_backend_default_follows_transformers_generate() -> None:
-    """The hf backend's CUDA default (fast_generate.BACKEND_VARIANT) against
+@pytest.mark.parametrize("variant", ["default", "+attn-rope", "+attn-rope+folded-norms"])
+def test_the_backend_default_follows_transformers_generate(variant) -> None:  # noqa: ANN001
+    """The hf backend's CUDA default (fast_generate.BACKEND_VARIANT; with attn-rope and
+    folded-norms added, where not in it already) against
     transformers.generate, greedy in bf16: the same tokens up to each row's first difference,
     and there a near-tie by transformers' own log-probs (teacher-forced, within 5e-2 of the
     token it picked), not a wrong kernel."""
@@ -201,7 +257,7 @@ def test_the_backend_default_follows_transformers_generate() -> None:
     new = 48
     tokens, _ = fg.fast_generate(model, rows, temperature=0.0, top_p=1.0, top_k=-1,
                                  max_new_tokens=new, eos_token_id=None, pad_token_id=0, seed=0,
-                                 options=fg.parse_variant(fg.BACKEND_VARIANT))
+                                 options=_with_features(fg.BACKEND_VARIANT, variant))
     ids, mask = left_pad(rows, 0, torch.device("cuda"))
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,

@@ -245,3 +245,90 @@ def test_two_streams_with_the_kernel_is_the_reference_path(interpreted) -> None:
     (views of the batch's), so the tokens still equal today's path."""
     assert_long_rows_follow_reference(
         "qwen3", fg.parse_variant("packed+decode-attn+graph-sampling+two-streams"))
+
+
+def projection_case(dtype: torch.dtype, norm: bool, row_scale: bool, seed: int = 0) -> dict:
+    """A raw packed projection [B, (H + 2 KV) d] (GQA group 2, head dim 16), RoPE tables of
+    each row's position, per-head q/k norm weights, a residual stream, and the cache_case."""
+    b, heads, kv, slots, d, hidden = 3, 4, 2, 70, 16, 24
+    case = cache_case((b, heads, kv, slots, d), dtype, seed)
+    del case["q"]
+    gen = torch.Generator().manual_seed(seed + 1)
+    inv_freq = 1.0 / (10_000 ** (torch.arange(0, d, 2).float() / d))
+    angles = (torch.arange(b) + 5)[:, None].float() * inv_freq
+    cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
+    sin_signed = torch.cat((-sin[:, :d // 2], sin[:, d // 2:]), -1)
+    return case | dict(
+        qkv=torch.randn(b, (heads + 2 * kv) * d, generator=gen).to(dtype),
+        rope=(cos.to(dtype), sin_signed.to(dtype)),
+        norm=(torch.rand(heads + kv, d, generator=gen) + 0.5).to(dtype) if norm else None,
+        x=3 * torch.randn(b, hidden, generator=gen).to(dtype) if row_scale else None,
+        eps=1e-6, heads=heads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("norm", "row_scale"), [(True, True), (True, False), (False, False)])
+def test_projection_kernel_is_the_torch_maths_then_attention(interpreted, dtype, norm,  # noqa: ANN001
+                                                             row_scale) -> None:
+    """attend_projection: the step's k/v written into its slot are projection_by_torch's
+    (row scale, q/k norms, RoPE), the output is attention of its q over the cache with them
+    (bf16: within two ulps of RoPE's terms, below 8: the two round the same ops in the same
+    order, but an ulp apart before the norm stays apart after it)."""
+    case = projection_case(dtype, norm, row_scale)
+    index, kv = int(case["index"]), case["cache_k"].shape[1]
+    expected_k, expected_v = case["cache_k"].clone(), case["cache_v"].clone()
+    q, k, v = da.projection_by_torch(case["qkv"], case["rope"], case["norm"], case["eps"],
+                                     case["heads"], kv, x=case["x"])
+    expected_k[:, :, index], expected_v[:, :, index] = k, v
+    case["cache_k"][:, :, index] = float("nan")  # the kernel writes the slot before reading
+    case["cache_v"][:, :, index] = float("nan")
+    out = da.attend_projection(**case)
+    expected = da.attend_by_matmul(q, expected_k, expected_v, case["pad"], case["index"],
+                                   q.shape[-1] ** -0.5)
+    atol = 1e-5 if dtype == torch.float32 else 6.3e-2
+    torch.testing.assert_close(case["cache_k"].float(), expected_k.float(), rtol=0, atol=atol)
+    torch.testing.assert_close(case["cache_v"].float(), expected_v.float(), rtol=0, atol=atol)
+    torch.testing.assert_close(out.float(), expected.float(), rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gated_kernel_is_the_torch_maths(interpreted, dtype) -> None:  # noqa: ANN001
+    """folded_norms.gated over a width that is not a whole number of column blocks (bf16: the
+    scaled gate may round one ulp apart, which SiLU's tail turns into 1 + |gate| ulps)."""
+    from engine.rollout import folded_norms
+
+    gen = torch.Generator().manual_seed(3)
+    ffn = folded_norms.BLOCK_F + 40
+    gate_up = torch.randn(3, 2 * ffn, generator=gen).to(dtype) * 4
+    x = torch.randn(3, 24, generator=gen).to(dtype)
+    out = folded_norms.gated(gate_up, x, 1e-6)
+    tolerance = dict(rtol=0, atol=1e-5) if dtype == torch.float32 else dict(rtol=0.04, atol=1e-2)
+    torch.testing.assert_close(out.float(), folded_norms.gated_by_torch(gate_up, x, 1e-6).float(),
+                               **tolerance)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_attn_rope_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
+    """attn-rope (q/k norms and RoPE in the kernel; llama: no q/k norms), fp32: tokens equal
+    today's path, log-probs within 1e-5."""
+    options = fg.parse_variant("packed+decode-attn+graph-sampling+fused-prefill+attn-rope")
+    assert fg.StaticDecoder(tiny_model(arch), options).projection_kernel
+    assert_long_rows_follow_reference(arch, options)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_folded_norms_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
+    """folded-norms (the norms' weights in the packed weights, the row scales in the kernels;
+    the fused prefill on the folded weights), fp32: tokens equal today's path, log-probs
+    within 1e-5 (in bf16 the rounding order differs: the GPU test's tolerance)."""
+    options = fg.parse_variant(
+        "packed+decode-attn+graph-sampling+fused-prefill+attn-rope+folded-norms")
+    model = tiny_model(arch)
+    with torch.no_grad():  # norm weights away from 1, so a missed or doubled fold shows
+        for layer in model.model.layers:
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+                norm.weight.uniform_(0.5, 1.5)
+    assert fg.StaticDecoder(model, options).folded
+    rows = [ROWS[0] * 15, ROWS[1] * 15, ROWS[2] * 20, ROWS[3] * 30]
+    for sampling in SAMPLINGS:
+        assert_follows_reference(model, options, 1e-5, rows, **settings(6, **sampling))

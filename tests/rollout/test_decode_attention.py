@@ -109,6 +109,36 @@ def test_without_triton_the_split_variant_runs_the_matmul_maths_and_says_so(
         assert f"decode-attn-split: {why}, so attention runs as batched matmuls" in note
 
 
+def test_attn_rope_and_folded_norms_need_their_kernel_and_say_what_runs_without_it(
+        monkeypatch) -> None:  # noqa: ANN001
+    """attn-rope needs packed + one-pass decode-attn, folded-norms needs attn-rope; on CPU (no
+    interpreter) neither kernel runs: the weights stay unfolded, the tokens are today's path's,
+    and PPODECK_DECODE's note names both fallbacks."""
+    for name, match in (("decode-attn+attn-rope", "name packed and decode-attn"),
+                        ("packed+decode-attn-split+attn-rope", "not decode-attn-split"),
+                        ("packed+decode-attn+folded-norms", "needs attn-rope")):
+        with pytest.raises(ValueError, match=match):
+            fg.parse_variant(name)
+    name = "packed+decode-attn+graph-sampling+fused-prefill+attn-rope+folded-norms"
+    options = fg.parse_variant(name)
+    assert options.name == name and fg.parse_variant(options.name) == options
+    assert fg.kernel_features(options) == ["decode-attn", "attn-rope", "folded-norms"]
+    model = tiny_model("qwen3")
+    decoder = fg.StaticDecoder(model, options)
+    assert not (decoder.projection_kernel or decoder.folded)
+    for temperature in (0.0, 1.0):
+        kwargs = dict(temperature=temperature, top_p=1.0, top_k=-1, max_new_tokens=6,
+                      eos_token_id=None, pad_token_id=PAD, seed=7)
+        assert_follows_reference(model, options, atol=1e-5, **kwargs)
+    monkeypatch.setenv(fg.VARIANT_ENV, name)
+    _, note = fg.options_from_env()
+    ok, why = da.kernel_status(torch.device("cuda"))
+    assert ("folded-norms: its Triton kernel" in note) == ok
+    if not ok:
+        assert f"attn-rope: {why}, so the q/k norms and RoPE run before attention" in note
+        assert "folded-norms: " in note and "stay in their own kernels" in note
+
+
 def test_split_count_comes_from_static_shapes() -> None:
     """The 0.6B decode shape (64 rows x 8 KV heads, 320 slots) on 132 SMs: 5 chunks (2,560
     programs, ~64 slots each at the last step); a batch that fills the SMs alone: 1; a short
@@ -148,14 +178,16 @@ def test_without_triton_fused_sampling_draws_graph_samplings_tokens() -> None:
 
 
 def test_the_kernels_compile_for_hopper() -> None:
-    """The features' kernels (decode-attn, its split-K pair, fused-sampling) through Triton's
-    whole compiler (to a cubin for sm_90 with the wheel's ptxas, no GPU needed) at the 0.6B
-    shapes and launches the bench tries (split counts 1, 5, 16 among them): what
-    the interpreter cannot check (tile shapes, dot operand types, loop-carried types)."""
+    """The features' kernels (decode-attn, attn-rope's, folded-norms', decode-attn-split's
+    pair, fused-sampling) through Triton's whole compiler (to a cubin for sm_90 with the
+    wheel's ptxas, no GPU needed) at the 0.6B shapes and launches the bench tries (split counts
+    1, 5, 16 among them): what the interpreter cannot check (tile shapes, dot operand types,
+    loop-carried types)."""
     triton = pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from engine.rollout import folded_norms
     from engine.rollout import sampling_kernel as sk
 
     target = GPUTarget("cuda", 90, 32)
@@ -167,6 +199,21 @@ def test_the_kernels_compile_for_hopper() -> None:
                          PRECISION="tf32", UPCAST=False, WRITE=write)
         triton.compile(ASTSource(kernel, signature, constants), target=target,
                        options=dict(num_warps=warps, num_stages=2))
+    qkv_kernel = da._qkv_kernel(False)
+    types = ["*bf16"] * 8 + ["*i64", "*i64", "fp32", "fp32"] + ["i32"] * 12
+    signature = dict(zip(qkv_kernel.arg_names, types + ["constexpr"] * 12, strict=True))
+    for norm, row_scale in ((True, True), (True, False), (False, False)):
+        constants = dict(HEADS=16, KV_HEADS=8, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128,
+                         HIDDEN=1024, BLOCK_X=1024, BLOCK=64, PRECISION="tf32", UPCAST=False,
+                         NORM=norm, ROW_SCALE=row_scale)
+        triton.compile(ASTSource(qkv_kernel, signature, constants), target=target,
+                       options=dict(num_warps=4, num_stages=2))
+    gated = folded_norms._kernel(False)
+    signature = dict(zip(gated.arg_names, ["*bf16"] * 3 + ["fp32"] + ["i32"] * 3
+                         + ["constexpr"] * 4, strict=True))
+    constants = dict(FFN=3072, HIDDEN=1024, BLOCK_X=1024, BLOCK_F=folded_norms.BLOCK_F)
+    triton.compile(ASTSource(gated, signature, constants), target=target,
+                   options=dict(num_warps=folded_norms.NUM_WARPS))
     split, merge = da._split_kernels(False)
     types = ["*bf16"] * 3 + ["*fp32"] * 3 + ["*i64", "*i64", "fp32"] + ["i32"] * 9
     signature = dict(zip(split.arg_names, types + ["constexpr"] * 8, strict=True))
