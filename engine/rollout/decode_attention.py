@@ -50,6 +50,7 @@ MIN_SPLIT_SLOTS = 16
 MAX_SPLITS = 16
 NOMINAL_SMS = 132  # an H200's SM count: the split count off CUDA (the interpreter's tests)
 MERGE_WARPS = 4  # the merge reads SPLITS x HEAD_DIM fp32 per (row, head)
+PROJECT_WARPS = 4  # project_heads: a [16, 128] query tile per program
 
 
 def kernel_status(device: torch.device) -> tuple[bool, str]:
@@ -60,6 +61,7 @@ def kernel_status(device: torch.device) -> tuple[bool, str]:
     try:
         _kernel(interpret)
         _qkv_kernel(interpret)
+        _project_kernel(interpret)
         _split_kernels(interpret)
     except ImportError as err:
         return False, f"Triton is not importable ({err})"
@@ -84,6 +86,15 @@ def _qkv_kernel(interpret: bool) -> Any:  # noqa: ANN401
     from engine.rollout import decode_attention_triton as kernels
 
     return kernels.decode_attention_qkv_kernel
+
+
+@functools.cache
+def _project_kernel(interpret: bool) -> Any:  # noqa: ANN401
+    """The jitted projection kernel of project_heads (`_kernel`'s cache key)."""
+    del interpret
+    from engine.rollout import decode_attention_triton as kernels
+
+    return kernels.project_heads_kernel
 
 
 @functools.cache
@@ -145,26 +156,56 @@ def attend_projection(qkv: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.T
     to q, k and v first. Results rounded as the compiled head rounds them -> [B, H, d]."""
     b = qkv.shape[0]
     kv_heads, head_dim = cache_k.shape[1], cache_k.shape[3]
-    if qkv.shape[1] != (heads + 2 * kv_heads) * head_dim or qkv.stride(-1) != 1:
-        raise ValueError(f"qkv must be [B, {(heads + 2 * kv_heads) * head_dim}] with a unit "
-                         f"last stride, got {tuple(qkv.shape)} strides {qkv.stride()}")
-    cos, sin_signed = (t.reshape(b, head_dim) for t in rope)
+    cos, sin_signed = _check_projection(qkv, rope, heads, kv_heads, head_dim)
     out = torch.empty((b, heads, head_dim), dtype=qkv.dtype, device=qkv.device)
-    hidden = 1 if x is None else x.shape[-1]
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    kernel = _qkv_kernel(interpret)
-    kernel[(b, kv_heads)](
+    _qkv_kernel(interpret)[(b, kv_heads)](
         qkv, qkv if norm is None else norm, cos, sin_signed, qkv if x is None else x, cache_k,
         cache_v, out, pad, index, scale, eps, qkv.stride(0), cos.stride(0), sin_signed.stride(0),
         0 if x is None else x.stride(0), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2),
         cache_v.stride(0), cache_v.stride(1), cache_v.stride(2), out.stride(0), out.stride(1),
-        HEADS=heads, KV_HEADS=kv_heads, BLOCK_G=max(MIN_DOT, _pow2(heads // kv_heads)),
-        HEAD_DIM=head_dim, BLOCK_D=max(MIN_DOT, _pow2(head_dim)), HIDDEN=hidden,
-        BLOCK_X=_pow2(hidden), BLOCK=block,
+        **_projection_constants(heads, kv_heads, head_dim, norm, x), BLOCK=block,
         PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32",
-        UPCAST=interpret and qkv.dtype != torch.float32, NORM=norm is not None,
-        ROW_SCALE=x is not None, num_warps=num_warps, num_stages=num_stages)
+        UPCAST=interpret and qkv.dtype != torch.float32, num_warps=num_warps,
+        num_stages=num_stages)
     return out
+
+
+def project_heads(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                  norm: torch.Tensor | None, eps: float, heads: int, kv_heads: int,
+                  x: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """attend_projection's work before attention as a kernel of its own (folded-norms without
+    attn-rope): qkv [B, (H + 2 KV) d] -> q [B, H, d], k [B, KV, d], v [B, KV, d], for `attend`
+    with new_kv. One launch, one program per (row, KV head)."""
+    b = qkv.shape[0]
+    head_dim = qkv.shape[1] // (heads + 2 * kv_heads)
+    cos, sin_signed = _check_projection(qkv, rope, heads, kv_heads, head_dim)
+    q = torch.empty((b, heads, head_dim), dtype=qkv.dtype, device=qkv.device)
+    k = torch.empty((b, kv_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
+    v = torch.empty_like(k)
+    _project_kernel(os.environ.get("TRITON_INTERPRET") == "1")[(b, kv_heads)](
+        qkv, qkv if norm is None else norm, cos, sin_signed, qkv if x is None else x, q, k, v,
+        eps, qkv.stride(0), cos.stride(0), sin_signed.stride(0), 0 if x is None else x.stride(0),
+        q.stride(0), k.stride(0), v.stride(0),
+        **_projection_constants(heads, kv_heads, head_dim, norm, x), num_warps=PROJECT_WARPS)
+    return q, k, v
+
+
+def _check_projection(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], heads: int,
+                      kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The RoPE tables as [B, d]; ValueError unless qkv is [B, (H + 2 KV) d], unit last stride."""
+    if qkv.shape[1] != (heads + 2 * kv_heads) * head_dim or qkv.stride(-1) != 1:
+        raise ValueError(f"qkv must be [B, {(heads + 2 * kv_heads) * head_dim}] with a unit "
+                         f"last stride, got {tuple(qkv.shape)} strides {qkv.stride()}")
+    return tuple(t.reshape(qkv.shape[0], head_dim) for t in rope)  # type: ignore[return-value]
+
+
+def _projection_constants(heads: int, kv_heads: int, head_dim: int, norm: torch.Tensor | None,
+                          x: torch.Tensor | None) -> dict[str, Any]:
+    hidden = 1 if x is None else x.shape[-1]
+    return dict(HEADS=heads, KV_HEADS=kv_heads, BLOCK_G=max(MIN_DOT, _pow2(heads // kv_heads)),
+                HEAD_DIM=head_dim, BLOCK_D=max(MIN_DOT, _pow2(head_dim)), HIDDEN=hidden,
+                BLOCK_X=_pow2(hidden), NORM=norm is not None, ROW_SCALE=x is not None)
 
 
 def projection_by_torch(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],

@@ -186,6 +186,48 @@ def projected_heads(row_ptr, heads, ok, norm_ptr, cos, sin_signed, row_scale, ep
 
 
 @triton.jit
+def row_inputs(cos_ptr, sin_ptr, x_ptr, row, cos_stride_b, sin_stride_b, x_stride_b, eps,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HIDDEN: tl.constexpr,
+               BLOCK_X: tl.constexpr, ROW_SCALE: tl.constexpr):
+    # one row's RoPE tables [BLOCK_D] fp32 and, under ROW_SCALE, its residual stream's RMSNorm
+    # scale rsqrt(mean(x^2) + eps) (else 1)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < HEAD_DIM
+    cos = tl.load(cos_ptr + row * cos_stride_b + d, mask=d_ok, other=0.0).to(tl.float32)
+    sin = tl.load(sin_ptr + row * sin_stride_b + d, mask=d_ok, other=0.0).to(tl.float32)
+    row_scale = 1.0
+    if ROW_SCALE:
+        xs = tl.arange(0, BLOCK_X)
+        x = tl.load(x_ptr + row * x_stride_b + xs, mask=xs < HIDDEN, other=0.0).to(tl.float32)
+        row_scale = tl.rsqrt(tl.sum(x * x, 0) / HIDDEN + eps)
+    return cos, sin, row_scale
+
+
+@triton.jit
+def project_group(row_ptr, kv, norm_ptr, cos, sin, row_scale, eps, HEADS: tl.constexpr,
+                  KV_HEADS: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  BLOCK_D: tl.constexpr, NORM: tl.constexpr, ROW_SCALE: tl.constexpr):
+    # KV head kv's part of one row's raw packed projection q|k|v -> its group's q heads
+    # [BLOCK_G, BLOCK_D] fp32 (rows past the group: zeros), its k and v [BLOCK_D] in the
+    # projection's dtype: normed and rotated as projected_heads says
+    GROUP: tl.constexpr = HEADS // KV_HEADS
+    dtype: tl.constexpr = row_ptr.dtype.element_ty
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < HEAD_DIM
+    head_ok = (g < GROUP)[:, None] & d_ok[None, :]
+    q = projected_heads(row_ptr, kv * GROUP + g, head_ok, norm_ptr, cos, sin, row_scale, eps,
+                        HEAD_DIM, BLOCK_D, NORM, ROW_SCALE)
+    k_head = tl.full([1], HEADS, tl.int64) + kv
+    k = projected_heads(row_ptr, k_head, d_ok[None, :], norm_ptr, cos, sin, row_scale, eps,
+                        HEAD_DIM, BLOCK_D, NORM, ROW_SCALE)
+    k = tl.reshape(k, [BLOCK_D]).to(dtype)
+    v = load_scaled(row_ptr + (HEADS + KV_HEADS + kv) * HEAD_DIM + d, d_ok, row_scale, dtype,
+                    ROW_SCALE).to(dtype)
+    return q, k, v
+
+
+@triton.jit
 def decode_attention_qkv_kernel(
         qkv_ptr, norm_ptr, cos_ptr, sin_ptr, x_ptr, k_ptr, v_ptr, out_ptr, pad_ptr, index_ptr,
         scale, eps, qkv_stride_b, cos_stride_b, sin_stride_b, x_stride_b,
@@ -200,32 +242,20 @@ def decode_attention_qkv_kernel(
     # ROW_SCALE the input RMSNorm's row scale, from the residual stream x (its weight folded
     # into the projection's)
     GROUP: tl.constexpr = HEADS // KV_HEADS
-    dtype: tl.constexpr = qkv_ptr.dtype.element_ty
     row = tl.program_id(0).to(tl.int64)
     kv = tl.program_id(1).to(tl.int64)
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
-    d_ok = d < HEAD_DIM
-    head_ok = (g < GROUP)[:, None] & d_ok[None, :]
-    heads = kv * GROUP + g
-    row_ptr = qkv_ptr + row * qkv_stride_b
-    row_scale = 1.0
-    if ROW_SCALE:
-        xs = tl.arange(0, BLOCK_X)
-        x = tl.load(x_ptr + row * x_stride_b + xs, mask=xs < HIDDEN, other=0.0).to(tl.float32)
-        row_scale = tl.rsqrt(tl.sum(x * x, 0) / HIDDEN + eps)
-    cos = tl.load(cos_ptr + row * cos_stride_b + d, mask=d_ok, other=0.0).to(tl.float32)
-    sin = tl.load(sin_ptr + row * sin_stride_b + d, mask=d_ok, other=0.0).to(tl.float32)
-    q = projected_heads(row_ptr, heads, head_ok, norm_ptr, cos, sin, row_scale, eps, HEAD_DIM,
-                        BLOCK_D, NORM, ROW_SCALE).to(dtype)
+    head_ok = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
+    cos, sin, row_scale = row_inputs(cos_ptr, sin_ptr, x_ptr, row, cos_stride_b, sin_stride_b,
+                                     x_stride_b, eps, HEAD_DIM, BLOCK_D, HIDDEN, BLOCK_X,
+                                     ROW_SCALE)
+    q, k_new, v_new = project_group(qkv_ptr + row * qkv_stride_b, kv, norm_ptr, cos, sin,
+                                    row_scale, eps, HEADS, KV_HEADS, BLOCK_G, HEAD_DIM, BLOCK_D,
+                                    NORM, ROW_SCALE)
+    q = q.to(qkv_ptr.dtype.element_ty)
     if UPCAST:
         q = q.to(tl.float32)
-    k_head = tl.full([1], HEADS, tl.int64) + kv
-    k_new = projected_heads(row_ptr, k_head, d_ok[None, :], norm_ptr, cos, sin, row_scale, eps,
-                            HEAD_DIM, BLOCK_D, NORM, ROW_SCALE)
-    k_new = tl.reshape(k_new, [BLOCK_D]).to(dtype)
-    v_new = load_scaled(row_ptr + (HEADS + KV_HEADS + kv) * HEAD_DIM + d, d_ok, row_scale,
-                        dtype, ROW_SCALE).to(dtype)
     first = tl.load(pad_ptr + row)
     index = tl.load(index_ptr)
     k_row = k_ptr + row * k_stride_b + kv * k_stride_h
@@ -233,7 +263,36 @@ def decode_attention_qkv_kernel(
     total, acc = attend_with_new_slot(q, k_row, v_row, k_new, v_new, first, index, scale,
                                       k_stride_s, v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK,
                                       PRECISION, UPCAST)
-    store_heads(out_ptr, row, heads, head_ok, total, acc, out_stride_b, out_stride_h, BLOCK_D)
+    store_heads(out_ptr, row, kv * GROUP + g, head_ok, total, acc, out_stride_b, out_stride_h,
+                BLOCK_D)
+
+
+@triton.jit
+def project_heads_kernel(
+        qkv_ptr, norm_ptr, cos_ptr, sin_ptr, x_ptr, q_ptr, k_ptr, v_ptr, eps, qkv_stride_b,
+        cos_stride_b, sin_stride_b, x_stride_b, q_stride_b, k_stride_b, v_stride_b,
+        HEADS: tl.constexpr, KV_HEADS: tl.constexpr, BLOCK_G: tl.constexpr,
+        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HIDDEN: tl.constexpr,
+        BLOCK_X: tl.constexpr, NORM: tl.constexpr, ROW_SCALE: tl.constexpr):
+    # decode_attention_qkv_kernel's work before attention on its own, one program per (row,
+    # KV head): q [B, H, d], k and v [B, KV, d] (contiguous) written out
+    GROUP: tl.constexpr = HEADS // KV_HEADS
+    row = tl.program_id(0).to(tl.int64)
+    kv = tl.program_id(1).to(tl.int64)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < HEAD_DIM
+    head_ok = (g < GROUP)[:, None] & d_ok[None, :]
+    cos, sin, row_scale = row_inputs(cos_ptr, sin_ptr, x_ptr, row, cos_stride_b, sin_stride_b,
+                                     x_stride_b, eps, HEAD_DIM, BLOCK_D, HIDDEN, BLOCK_X,
+                                     ROW_SCALE)
+    q, k, v = project_group(qkv_ptr + row * qkv_stride_b, kv, norm_ptr, cos, sin, row_scale,
+                            eps, HEADS, KV_HEADS, BLOCK_G, HEAD_DIM, BLOCK_D, NORM, ROW_SCALE)
+    heads = kv * GROUP + g
+    tl.store(q_ptr + row * q_stride_b + heads[:, None] * HEAD_DIM + d[None, :],
+             q.to(q_ptr.dtype.element_ty), mask=head_ok)
+    tl.store(k_ptr + row * k_stride_b + kv * HEAD_DIM + d, k, mask=d_ok)
+    tl.store(v_ptr + row * v_stride_b + kv * HEAD_DIM + d, v, mask=d_ok)
 
 
 @triton.jit

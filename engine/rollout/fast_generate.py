@@ -138,7 +138,7 @@ class DecodeOptions:
     skinny_gemm: bool = False  # the decode step's projections by Triton; implies fused code
     row_streams: int = 1  # two-streams/four-streams: row groups decoded side by side
     attn_rope: bool = False  # decode-attn's kernel from the raw q/k/v projection
-    folded_norms: bool = False  # RMSNorm weights in the packed weights; needs attn_rope
+    folded_norms: bool = False  # RMSNorm weights in the packed weights
 
     def __post_init__(self) -> None:
         if self.row_streams not in (1, *ROW_STREAMS.values()):
@@ -154,8 +154,11 @@ class DecodeOptions:
                                    and not self.decode_attn_split):
             raise ValueError("'attn-rope' is decode-attn's one-pass kernel on the packed "
                              "projection: name packed and decode-attn (not decode-attn-split)")
-        if self.folded_norms and not self.attn_rope:
-            raise ValueError("'folded-norms' needs attn-rope (its kernel applies the row scale)")
+        if self.folded_norms and not (self.packed and self.decode_attn
+                                      and not self.decode_attn_split):
+            raise ValueError("'folded-norms' folds into the packed weights for decode-attn's "
+                             "one-pass kernel: name packed and decode-attn (not "
+                             "decode-attn-split)")
 
     @property
     def layers_fused(self) -> bool:
@@ -500,7 +503,7 @@ class StaticDecoder:
         # attn-rope: that kernel starts from the raw projection; folded-norms: and the norms'
         # weights are in the packed ones (both only where the kernel runs: the same maths)
         self.projection_kernel = options.attn_rope and self.kernel_writes_cache
-        self.folded = options.folded_norms and self.projection_kernel
+        self.folded = options.folded_norms and self.kernel_writes_cache
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
@@ -728,7 +731,7 @@ class StaticDecoder:
         return None if self.folded else norm_weight
 
     def _layers(self, state: DecodeState, rows: _Rows, span: int) -> None:
-        if self.projection_kernel:
+        if self.projection_kernel or self.folded:
             self._projection_layers(state, rows)
         elif self.options.compiled:
             self._compiled_layers(state, rows, span)
@@ -804,11 +807,11 @@ class StaticDecoder:
             self._add_linear(x, gated, layer.down)
 
     def _projection_layers(self, state: DecodeState, rows: _Rows) -> None:
-        """attn-rope: per layer RMSNorm and the packed q/k/v GEMM, then decode-attn's kernel from
-        the raw projection (q/k norms, RoPE, cache write, attention: attend_projection), the
-        o GEMM in place, then the MLP as `compiled`'s (compiled under `compiled`). With
-        folded-norms the GEMMs read the residual stream itself and the row scales are applied
-        by the attention kernel and folded_norms.gated: six kernels per layer."""
+        """attn-rope and/or folded-norms: per layer the packed q/k/v GEMM (after RMSNorm, or on
+        the residual stream itself where folded), the q/k norms and RoPE from its raw output
+        (_attend_projection), the o GEMM in place, then the MLP: `compiled`'s (compiled
+        under `compiled`), or where folded the gate/up GEMM on the residual stream and
+        folded_norms.gated (the row scale, SiLU * up in one kernel)."""
         x = rows.x
         head, mlp = (compiled(layer_qkv), compiled(layer_mlp)) if self.options.compiled \
             else (layer_qkv, layer_mlp)
@@ -816,15 +819,31 @@ class StaticDecoder:
             packed = self.packed[i]
             qkv = self._step_linear(x, packed.qkv) if self.folded \
                 else head(x, layer.in_norm, packed.qkv, self.eps, self.gemm_kernel)
-            out = decode_attention.attend_projection(
-                qkv, rows.k[i], rows.v[i], rows.pad, state.index, self.head_dim ** -0.5,
-                rows.rope, packed.qk_norm, self.eps, self.heads, x=x if self.folded else None)
+            out = self._attend_projection(state, i, rows, qkv)
             self._add_linear(x, out.view(x.shape[0], -1), layer.o)
             if self.folded:
                 gated = folded_norms.gated(self._step_linear(x, packed.gate_up), x, self.eps)
             else:
                 gated = mlp(x, layer.post_norm, (packed.gate_up,), self.eps, self.gemm_kernel)
             self._add_linear(x, gated, layer.down)
+
+    def _attend_projection(self, state: DecodeState, i: int, rows: _Rows,
+                           qkv: torch.Tensor) -> torch.Tensor:
+        """Layer i's attention from the raw packed projection qkv [b, (H + 2 KV) d]: its q/k
+        norms, RoPE (and where folded the input RMSNorm's row scale, from rows.x) inside the
+        attention kernel (attn-rope), else in a kernel of their own (project_heads) before
+        decode-attn's with new_kv -> [b, H, d]."""
+        norm = self.packed[i].qk_norm
+        x = rows.x if self.folded else None
+        scale = self.head_dim ** -0.5
+        if self.projection_kernel:
+            return decode_attention.attend_projection(
+                qkv, rows.k[i], rows.v[i], rows.pad, state.index, scale, rows.rope, norm,
+                self.eps, self.heads, x=x)
+        q, k, v = decode_attention.project_heads(qkv, rows.rope, norm, self.eps, self.heads,
+                                                 self.kv_heads, x=x)
+        return decode_attention.attend(q, rows.k[i], rows.v[i], rows.pad, state.index, scale,
+                                       new_kv=(k, v))
 
     def _attend_cache(self, state: DecodeState, i: int, rows: _Rows, q: torch.Tensor,
                       span: int, new_kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

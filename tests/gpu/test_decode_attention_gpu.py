@@ -134,6 +134,8 @@ def test_split_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> Non
          fused_prefill=True, compiled=True, attn_rope=True),
     dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
          fused_prefill=True, compiled=True, attn_rope=True, folded_norms=True),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+         fused_prefill=True, compiled=True, folded_norms=True),
 ])
 def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) -> None:  # noqa: ANN001
     """Its CUDA graphs replay its eager loop exactly; greedy (bf16) against today's path:
@@ -180,7 +182,7 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
 def test_projection_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
     """attn-rope's kernel (bf16, q/k norms, with and without folded-norms' row scale) against
     projection_by_torch, then the matmul maths: k/v written within two bf16 ulps of RoPE's
-    terms, the output within the one-pass kernel's tolerance."""
+    terms, the output within the one-pass kernel's tolerance; project_heads' q/k/v too."""
     from engine.rollout import decode_attention as da
 
     case = _case(torch.bfloat16)
@@ -203,6 +205,9 @@ def test_projection_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
         expected = da.attend_by_matmul(q, keys, values, case["pad"], case["index"],
                                        case["scale"])
         torch.testing.assert_close(out.float(), expected.float(), rtol=0, atol=3.2e-2)
+        for ours, theirs in zip(da.project_heads(qkv, rope, norm, 1e-6, heads, kv, x=x),
+                                (q, k, v), strict=True):
+            torch.testing.assert_close(ours.float(), theirs.float(), rtol=0, atol=6.3e-2)
 
 
 def test_gated_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
@@ -241,7 +246,8 @@ def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> 
                                rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["default", "+attn-rope", "+attn-rope+folded-norms"])
+@pytest.mark.parametrize("variant", ["default", "+attn-rope", "+attn-rope+folded-norms",
+                                     "+folded-norms"])
 def test_the_backend_default_follows_transformers_generate(variant) -> None:  # noqa: ANN001
     """The hf backend's CUDA default (fast_generate.BACKEND_VARIANT; with attn-rope and
     folded-norms added, where not in it already) against

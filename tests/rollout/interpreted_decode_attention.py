@@ -292,6 +292,21 @@ def test_projection_kernel_is_the_torch_maths_then_attention(interpreted, dtype,
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("norm", "row_scale"), [(True, True), (False, True), (True, False)])
+def test_project_heads_is_the_torch_maths(interpreted, dtype, norm, row_scale) -> None:  # noqa: ANN001
+    """folded-norms' kernel before attention (without attn-rope): q, k, v as
+    projection_by_torch gives them (bf16: attend_projection's tolerance, the same code)."""
+    case = projection_case(dtype, norm, row_scale)
+    kv = case["cache_k"].shape[1]
+    args = (case["qkv"], case["rope"], case["norm"], case["eps"], case["heads"], kv)
+    atol = 1e-5 if dtype == torch.float32 else 6.3e-2
+    for ours, theirs in zip(da.project_heads(*args, x=case["x"]),
+                            da.projection_by_torch(*args, x=case["x"]), strict=True):
+        assert ours.shape == theirs.shape
+        torch.testing.assert_close(ours.float(), theirs.float(), rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gated_kernel_is_the_torch_maths(interpreted, dtype) -> None:  # noqa: ANN001
     """folded_norms.gated over a width that is not a whole number of column blocks (bf16: the
     scaled gate may round one ulp apart, which SiLU's tail turns into 1 + |gate| ulps)."""
@@ -317,12 +332,15 @@ def test_attn_rope_variant_is_the_reference_path(interpreted, arch) -> None:  # 
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
-def test_folded_norms_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
-    """folded-norms (the norms' weights in the packed weights, the row scales in the kernels;
-    the fused prefill on the folded weights), fp32: tokens equal today's path, log-probs
-    within 1e-5 (in bf16 the rounding order differs: the GPU test's tolerance)."""
-    options = fg.parse_variant(
-        "packed+decode-attn+graph-sampling+fused-prefill+attn-rope+folded-norms")
+@pytest.mark.parametrize("with_attn_rope", [True, False])
+def test_folded_norms_variant_is_the_reference_path(interpreted, arch,  # noqa: ANN001
+                                                    with_attn_rope) -> None:  # noqa: ANN001
+    """folded-norms (the norms' weights in the packed weights, the row scales in the kernels:
+    attn-rope's attention kernel, or project_heads before decode-attn's; the fused prefill on
+    the folded weights), fp32: tokens equal today's path, log-probs within 1e-5 (in bf16 the
+    rounding order differs: the GPU test's tolerance)."""
+    options = fg.parse_variant("packed+decode-attn+graph-sampling+fused-prefill+folded-norms"
+                               + ("+attn-rope" if with_attn_rope else ""))
     model = tiny_model(arch)
     with torch.no_grad():  # norm weights away from 1, so a missed or doubled fold shows
         for layer in model.model.layers:

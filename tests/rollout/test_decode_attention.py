@@ -111,12 +111,13 @@ def test_without_triton_the_split_variant_runs_the_matmul_maths_and_says_so(
 
 def test_attn_rope_and_folded_norms_need_their_kernel_and_say_what_runs_without_it(
         monkeypatch) -> None:  # noqa: ANN001
-    """attn-rope needs packed + one-pass decode-attn, folded-norms needs attn-rope; on CPU (no
+    """attn-rope and folded-norms need packed + one-pass decode-attn; on CPU (no
     interpreter) neither kernel runs: the weights stay unfolded, the tokens are today's path's,
     and PPODECK_DECODE's note names both fallbacks."""
     for name, match in (("decode-attn+attn-rope", "name packed and decode-attn"),
                         ("packed+decode-attn-split+attn-rope", "not decode-attn-split"),
-                        ("packed+decode-attn+folded-norms", "needs attn-rope")):
+                        ("decode-attn+folded-norms", "name packed and decode-attn"),
+                        ("packed+decode-attn-split+folded-norms", "not decode-attn-split")):
         with pytest.raises(ValueError, match=match):
             fg.parse_variant(name)
     name = "packed+decode-attn+graph-sampling+fused-prefill+attn-rope+folded-norms"
@@ -208,6 +209,14 @@ def test_the_kernels_compile_for_hopper() -> None:
                          NORM=norm, ROW_SCALE=row_scale)
         triton.compile(ASTSource(qkv_kernel, signature, constants), target=target,
                        options=dict(num_warps=4, num_stages=2))
+    project = da._project_kernel(False)
+    types = ["*bf16"] * 8 + ["fp32"] + ["i32"] * 7
+    signature = dict(zip(project.arg_names, types + ["constexpr"] * 9, strict=True))
+    for norm, row_scale in ((True, True), (False, True)):
+        constants = dict(HEADS=16, KV_HEADS=8, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128,
+                         HIDDEN=1024, BLOCK_X=1024, NORM=norm, ROW_SCALE=row_scale)
+        triton.compile(ASTSource(project, signature, constants), target=target,
+                       options=dict(num_warps=da.PROJECT_WARPS))
     gated = folded_norms._kernel(False)
     signature = dict(zip(gated.arg_names, ["*bf16"] * 3 + ["fp32"] + ["i32"] * 3
                          + ["constexpr"] * 4, strict=True))
