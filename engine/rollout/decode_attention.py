@@ -68,6 +68,20 @@ def kernel_status(device: torch.device) -> tuple[bool, str]:
     return True, "ok"
 
 
+def pdl_status(device: torch.device) -> tuple[bool, str]:
+    """(usable, why not) for programmatically dependent launches: the kernels on CUDA (the
+    interpreter runs programs one after the other: nothing to overlap), Hopper or newer."""
+    ok, why = kernel_status(device)
+    if not ok:
+        return ok, why
+    if device.type != "cuda":
+        return False, "programmatic dependent launch needs CUDA (the interpreter has none)"
+    major, _ = torch.cuda.get_device_capability(device)
+    if major < 9:
+        return False, f"programmatic dependent launch needs sm_90 or newer (sm_{major}x here)"
+    return True, "ok"
+
+
 @functools.cache
 def _kernel(interpret: bool) -> Any:  # noqa: ANN401
     """The jitted one-pass kernel (Triton imported at first use; `interpret` keys the cache as
@@ -110,13 +124,16 @@ def _split_kernels(interpret: bool) -> tuple[Any, Any]:
 def attend(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pad: torch.Tensor,
            index: torch.Tensor, scale: float, block: int = BLOCK_L,
            num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES,
-           new_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+           new_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+           pdl: bool = False) -> torch.Tensor:
     """q [B, H, d] (any strides with a unit last one) over one layer's cache k, v [B, KV, S, d],
     each row from slot pad[b] [B] long to slot `index` [] long -> [B, H, d] in q's dtype.
     This step's k/v [B, KV, d] (unit last stride): in the cache's slot `index` already, or
     given as `new_kv`, which the kernel writes there itself (the decode step then needs no
     cache-write kernels: two fewer launches per layer). `block`, `num_warps`, `num_stages`:
-    the launch (the bench tries others)."""
+    the launch (the bench tries others). `pdl` (CUDA only): launched programmatically
+    dependent on the kernel before it (project_heads with pdl), which lets it launch early;
+    the kernel waits for that one's writes before it reads q and new_kv."""
     b, heads, head_dim = q.shape
     kv_heads = cache_k.shape[1]
     if q.stride(-1) != 1:
@@ -135,8 +152,8 @@ def attend(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pad: t
         BLOCK_D=max(MIN_DOT, _pow2(head_dim)), BLOCK=block,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         # the interpreter's tl.dot reads bf16/fp16 bits as integers: fp32 operands there
-        UPCAST=interpret and q.dtype != torch.float32, WRITE=new_kv is not None,
-        num_warps=num_warps, num_stages=num_stages)
+        UPCAST=interpret and q.dtype != torch.float32, WRITE=new_kv is not None, PDL=pdl,
+        num_warps=num_warps, num_stages=num_stages, **_pdl_launch(pdl))
     return out
 
 
@@ -173,10 +190,11 @@ def attend_projection(qkv: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.T
 
 def project_heads(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                   norm: torch.Tensor | None, eps: float, heads: int, kv_heads: int,
-                  x: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+                  x: torch.Tensor | None = None, pdl: bool = False) -> tuple[torch.Tensor, ...]:
     """attend_projection's work before attention as a kernel of its own (folded-norms without
     attn-rope): qkv [B, (H + 2 KV) d] -> q [B, H, d], k [B, KV, d], v [B, KV, d], for `attend`
-    with new_kv. One launch, one program per (row, KV head)."""
+    with new_kv. One launch, one program per (row, KV head). `pdl` (CUDA only): each program
+    first lets the next kernel launch (`attend` with pdl, which waits for these writes)."""
     b = qkv.shape[0]
     head_dim = qkv.shape[1] // (heads + 2 * kv_heads)
     cos, sin_signed = _check_projection(qkv, rope, heads, kv_heads, head_dim)
@@ -187,8 +205,15 @@ def project_heads(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
         qkv, qkv if norm is None else norm, cos, sin_signed, qkv if x is None else x, q, k, v,
         eps, qkv.stride(0), cos.stride(0), sin_signed.stride(0), 0 if x is None else x.stride(0),
         q.stride(0), k.stride(0), v.stride(0),
-        **_projection_constants(heads, kv_heads, head_dim, norm, x), num_warps=PROJECT_WARPS)
+        **_projection_constants(heads, kv_heads, head_dim, norm, x), PDL=pdl,
+        num_warps=PROJECT_WARPS)
     return q, k, v
+
+
+def _pdl_launch(pdl: bool) -> dict[str, bool]:
+    """The launch option of a programmatically dependent launch (none otherwise: Triton builds
+    without it still launch the rest)."""
+    return {"launch_pdl": True} if pdl else {}
 
 
 def _check_projection(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], heads: int,

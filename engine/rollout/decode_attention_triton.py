@@ -117,7 +117,7 @@ def decode_attention_kernel(
         k_new_stride_b, k_new_stride_h, v_new_stride_b, v_new_stride_h,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-        UPCAST: tl.constexpr, WRITE: tl.constexpr):
+        UPCAST: tl.constexpr, WRITE: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # row x stride passes 2**31 in large caches
     kv = tl.program_id(1).to(tl.int64)
     g = tl.arange(0, BLOCK_G)
@@ -125,6 +125,8 @@ def decode_attention_kernel(
     d_ok = d < HEAD_DIM
     head_ok = (g < GROUP)[:, None] & d_ok[None, :]
     heads = kv * GROUP + g
+    if PDL:  # launched before the kernel that writes q/k/v has finished: wait for it here
+        tl.extra.cuda.gdc_wait()
     q = group_query(q_ptr, row, heads, q_stride_b, q_stride_h, GROUP, HEAD_DIM, BLOCK_G,
                     BLOCK_D, UPCAST)
     first = tl.load(pad_ptr + row)  # left padding: slots before it are not the row's
@@ -273,10 +275,14 @@ def project_heads_kernel(
         cos_stride_b, sin_stride_b, x_stride_b, q_stride_b, k_stride_b, v_stride_b,
         HEADS: tl.constexpr, KV_HEADS: tl.constexpr, BLOCK_G: tl.constexpr,
         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HIDDEN: tl.constexpr,
-        BLOCK_X: tl.constexpr, NORM: tl.constexpr, ROW_SCALE: tl.constexpr):
+        BLOCK_X: tl.constexpr, NORM: tl.constexpr, ROW_SCALE: tl.constexpr,
+        PDL: tl.constexpr):
     # decode_attention_qkv_kernel's work before attention on its own, one program per (row,
-    # KV head): q [B, H, d], k and v [B, KV, d] (contiguous) written out
+    # KV head): q [B, H, d], k and v [B, KV, d] (contiguous) written out. PDL: the next
+    # kernel (decode-attn's, launched programmatically dependent) may launch at once
     GROUP: tl.constexpr = HEADS // KV_HEADS
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     kv = tl.program_id(1).to(tl.int64)
     g = tl.arange(0, BLOCK_G)

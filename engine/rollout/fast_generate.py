@@ -114,7 +114,7 @@ WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
 FEATURES = ("fused", "packed", "sdpa", "decode-attn", "decode-attn-split", "window",
             "graph-sampling", "fused-sampling", "fused-prefill", "compiled", "skinny-gemm",
-            "two-streams", "four-streams", "attn-rope", "folded-norms")
+            "two-streams", "four-streams", "attn-rope", "folded-norms", "pdl")
 ROW_STREAMS = {"two-streams": 2, "four-streams": 4}  # feature -> row groups, one stream each
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
@@ -139,6 +139,7 @@ class DecodeOptions:
     row_streams: int = 1  # two-streams/four-streams: row groups decoded side by side
     attn_rope: bool = False  # decode-attn's kernel from the raw q/k/v projection
     folded_norms: bool = False  # RMSNorm weights in the packed weights
+    pdl: bool = False  # folded-norms' decode-attn launched programmatically dependent
 
     def __post_init__(self) -> None:
         if self.row_streams not in (1, *ROW_STREAMS.values()):
@@ -159,6 +160,9 @@ class DecodeOptions:
             raise ValueError("'folded-norms' folds into the packed weights for decode-attn's "
                              "one-pass kernel: name packed and decode-attn (not "
                              "decode-attn-split)")
+        if self.pdl and not (self.folded_norms and not self.attn_rope):
+            raise ValueError("'pdl' overlaps folded-norms' project_heads with decode-attn's "
+                             "launch: name folded-norms (without attn-rope)")
 
     @property
     def layers_fused(self) -> bool:
@@ -173,7 +177,7 @@ class DecodeOptions:
                  self.fused_prefill, self.compiled, self.skinny_gemm,
                  self.row_streams == ROW_STREAMS["two-streams"],
                  self.row_streams == ROW_STREAMS["four-streams"], self.attn_rope,
-                 self.folded_norms)
+                 self.folded_norms, self.pdl)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -209,7 +213,8 @@ def parse_variant(name: str) -> DecodeOptions:
                          compiled="compiled" in parts,
                          skinny_gemm="skinny-gemm" in parts,
                          row_streams=_named_row_streams(parts),
-                         attn_rope="attn-rope" in parts, folded_norms="folded-norms" in parts)
+                         attn_rope="attn-rope" in parts, folded_norms="folded-norms" in parts,
+                         pdl="pdl" in parts)
 
 
 def _named_row_streams(parts: list[str]) -> int:
@@ -256,7 +261,8 @@ KERNEL_FALLBACKS = {"decode-attn": "attention runs as batched matmuls (the same 
                     "skinny-gemm": "the projections run as cuBLAS GEMMs (the same maths)",
                     "attn-rope": "the q/k norms and RoPE run before attention (the same maths)",
                     "folded-norms": "the RMSNorm weights stay in their own kernels (the same "
-                                    "maths)"}
+                                    "maths)",
+                    "pdl": "the kernels launch one after the other (the same maths)"}
 # each feature's kernel_status(device) -> (usable, why not); the split kernels and
 # sampling_kernel's share decode_attention's
 KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
@@ -265,7 +271,8 @@ KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
     "fused-sampling": decode_attention.kernel_status,
     "skinny-gemm": skinny_gemm.kernel_status,
     "attn-rope": decode_attention.kernel_status,
-    "folded-norms": decode_attention.kernel_status}
+    "folded-norms": decode_attention.kernel_status,
+    "pdl": decode_attention.pdl_status}
 
 
 def kernel_features(options: DecodeOptions) -> list[str]:
@@ -276,7 +283,8 @@ def kernel_features(options: DecodeOptions) -> list[str]:
                                   ("fused-sampling", options.fused_sampling),
                                   ("skinny-gemm", options.skinny_gemm),
                                   ("attn-rope", options.attn_rope),
-                                  ("folded-norms", options.folded_norms)) if on]
+                                  ("folded-norms", options.folded_norms),
+                                  ("pdl", options.pdl)) if on]
 
 
 def kernel_note(feature: str, device: torch.device) -> str:
@@ -504,6 +512,7 @@ class StaticDecoder:
         # weights are in the packed ones (both only where the kernel runs: the same maths)
         self.projection_kernel = options.attn_rope and self.kernel_writes_cache
         self.folded = options.folded_norms and self.kernel_writes_cache
+        self.pdl = options.pdl and self.folded and self._kernel_usable("pdl")
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
@@ -841,9 +850,9 @@ class StaticDecoder:
                 qkv, rows.k[i], rows.v[i], rows.pad, state.index, scale, rows.rope, norm,
                 self.eps, self.heads, x=x)
         q, k, v = decode_attention.project_heads(qkv, rows.rope, norm, self.eps, self.heads,
-                                                 self.kv_heads, x=x)
+                                                 self.kv_heads, x=x, pdl=self.pdl)
         return decode_attention.attend(q, rows.k[i], rows.v[i], rows.pad, state.index, scale,
-                                       new_kv=(k, v))
+                                       new_kv=(k, v), pdl=self.pdl)
 
     def _attend_cache(self, state: DecodeState, i: int, rows: _Rows, q: torch.Tensor,
                       span: int, new_kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -117,13 +117,18 @@ def test_attn_rope_and_folded_norms_need_their_kernel_and_say_what_runs_without_
     for name, match in (("decode-attn+attn-rope", "name packed and decode-attn"),
                         ("packed+decode-attn-split+attn-rope", "not decode-attn-split"),
                         ("decode-attn+folded-norms", "name packed and decode-attn"),
-                        ("packed+decode-attn-split+folded-norms", "not decode-attn-split")):
+                        ("packed+decode-attn-split+folded-norms", "not decode-attn-split"),
+                        ("packed+decode-attn+pdl", "name folded-norms"),
+                        ("packed+decode-attn+attn-rope+folded-norms+pdl", "without attn-rope")):
         with pytest.raises(ValueError, match=match):
             fg.parse_variant(name)
     name = "packed+decode-attn+graph-sampling+fused-prefill+attn-rope+folded-norms"
     options = fg.parse_variant(name)
     assert options.name == name and fg.parse_variant(options.name) == options
     assert fg.kernel_features(options) == ["decode-attn", "attn-rope", "folded-norms"]
+    with_pdl = fg.parse_variant("packed+decode-attn+folded-norms+pdl")
+    assert with_pdl.pdl and fg.kernel_features(with_pdl)[-1] == "pdl"
+    assert not fg.StaticDecoder(tiny_model("qwen3"), with_pdl).pdl
     model = tiny_model("qwen3")
     decoder = fg.StaticDecoder(model, options)
     assert not (decoder.projection_kernel or decoder.folded)
@@ -194,12 +199,13 @@ def test_the_kernels_compile_for_hopper() -> None:
     target = GPUTarget("cuda", 90, 32)
     kernel = da._kernel(False)
     types = ["*bf16"] * 4 + ["*i64", "*i64", "*bf16", "*bf16", "fp32"] + ["i32"] * 14
-    signature = dict(zip(kernel.arg_names, types + ["constexpr"] * 8, strict=True))
-    for block, warps, write in ((32, 4, True), (64, 4, True), (64, 4, False), (128, 8, True)):
+    signature = dict(zip(kernel.arg_names, types + ["constexpr"] * 9, strict=True))
+    for block, warps, write, pdl in ((32, 4, True, False), (64, 4, True, True),
+                                     (64, 4, False, False), (128, 8, True, False)):
         constants = dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, BLOCK=block,
-                         PRECISION="tf32", UPCAST=False, WRITE=write)
+                         PRECISION="tf32", UPCAST=False, WRITE=write, PDL=pdl)
         triton.compile(ASTSource(kernel, signature, constants), target=target,
-                       options=dict(num_warps=warps, num_stages=2))
+                       options=dict(num_warps=warps, num_stages=2, launch_pdl=pdl))
     qkv_kernel = da._qkv_kernel(False)
     types = ["*bf16"] * 8 + ["*i64", "*i64", "fp32", "fp32"] + ["i32"] * 12
     signature = dict(zip(qkv_kernel.arg_names, types + ["constexpr"] * 12, strict=True))
@@ -211,10 +217,10 @@ def test_the_kernels_compile_for_hopper() -> None:
                        options=dict(num_warps=4, num_stages=2))
     project = da._project_kernel(False)
     types = ["*bf16"] * 8 + ["fp32"] + ["i32"] * 7
-    signature = dict(zip(project.arg_names, types + ["constexpr"] * 9, strict=True))
-    for norm, row_scale in ((True, True), (False, True)):
+    signature = dict(zip(project.arg_names, types + ["constexpr"] * 10, strict=True))
+    for norm, row_scale, pdl in ((True, True, True), (False, True, False)):
         constants = dict(HEADS=16, KV_HEADS=8, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128,
-                         HIDDEN=1024, BLOCK_X=1024, NORM=norm, ROW_SCALE=row_scale)
+                         HIDDEN=1024, BLOCK_X=1024, NORM=norm, ROW_SCALE=row_scale, PDL=pdl)
         triton.compile(ASTSource(project, signature, constants), target=target,
                        options=dict(num_warps=da.PROJECT_WARPS))
     gated = folded_norms._kernel(False)
