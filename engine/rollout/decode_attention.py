@@ -50,7 +50,7 @@ MIN_SPLIT_SLOTS = 16
 MAX_SPLITS = 16
 NOMINAL_SMS = 132  # an H200's SM count: the split count off CUDA (the interpreter's tests)
 MERGE_WARPS = 4  # the merge reads SPLITS x HEAD_DIM fp32 per (row, head)
-PROJECT_WARPS = 4  # project_heads: a [16, 128] query tile per program
+PROJECT_WARPS = 1  # project_heads: one head (128 values) per program
 
 
 def kernel_status(device: torch.device) -> tuple[bool, str]:
@@ -192,22 +192,22 @@ def project_heads(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                   norm: torch.Tensor | None, eps: float, heads: int, kv_heads: int,
                   x: torch.Tensor | None = None, pdl: bool = False) -> tuple[torch.Tensor, ...]:
     """attend_projection's work before attention as a kernel of its own (folded-norms without
-    attn-rope): qkv [B, (H + 2 KV) d] -> q [B, H, d], k [B, KV, d], v [B, KV, d], for `attend`
-    with new_kv. One launch, one program per (row, KV head). `pdl` (CUDA only): each program
-    first lets the next kernel launch (`attend` with pdl, which waits for these writes)."""
+    attn-rope): qkv [B, (H + 2 KV) d] -> q [B, H, d], k [B, KV, d], v [B, KV, d] (views of one
+    [B, H + 2 KV, d] output), for `attend` with new_kv. One launch, one program per (row,
+    head). `pdl` (CUDA only): each program first lets the next kernel launch (`attend` with
+    pdl, which waits for these writes)."""
     b = qkv.shape[0]
-    head_dim = qkv.shape[1] // (heads + 2 * kv_heads)
+    width = heads + 2 * kv_heads
+    head_dim = qkv.shape[1] // width
     cos, sin_signed = _check_projection(qkv, rope, heads, kv_heads, head_dim)
-    q = torch.empty((b, heads, head_dim), dtype=qkv.dtype, device=qkv.device)
-    k = torch.empty((b, kv_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
-    v = torch.empty_like(k)
-    _project_kernel(os.environ.get("TRITON_INTERPRET") == "1")[(b, kv_heads)](
-        qkv, qkv if norm is None else norm, cos, sin_signed, qkv if x is None else x, q, k, v,
-        eps, qkv.stride(0), cos.stride(0), sin_signed.stride(0), 0 if x is None else x.stride(0),
-        q.stride(0), k.stride(0), v.stride(0),
-        **_projection_constants(heads, kv_heads, head_dim, norm, x), PDL=pdl,
-        num_warps=PROJECT_WARPS)
-    return q, k, v
+    out = torch.empty((b, width, head_dim), dtype=qkv.dtype, device=qkv.device)
+    constants = _projection_constants(heads, kv_heads, head_dim, norm, x)
+    del constants["BLOCK_G"]
+    _project_kernel(os.environ.get("TRITON_INTERPRET") == "1")[(b, width)](
+        qkv, qkv if norm is None else norm, cos, sin_signed, qkv if x is None else x, out, eps,
+        qkv.stride(0), cos.stride(0), sin_signed.stride(0), 0 if x is None else x.stride(0),
+        out.stride(0), **constants, PDL=pdl, num_warps=PROJECT_WARPS)
+    return out[:, :heads], out[:, heads:heads + kv_heads], out[:, heads + kv_heads:]
 
 
 def _pdl_launch(pdl: bool) -> dict[str, bool]:

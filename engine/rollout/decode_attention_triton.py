@@ -271,34 +271,35 @@ def decode_attention_qkv_kernel(
 
 @triton.jit
 def project_heads_kernel(
-        qkv_ptr, norm_ptr, cos_ptr, sin_ptr, x_ptr, q_ptr, k_ptr, v_ptr, eps, qkv_stride_b,
-        cos_stride_b, sin_stride_b, x_stride_b, q_stride_b, k_stride_b, v_stride_b,
-        HEADS: tl.constexpr, KV_HEADS: tl.constexpr, BLOCK_G: tl.constexpr,
-        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HIDDEN: tl.constexpr,
-        BLOCK_X: tl.constexpr, NORM: tl.constexpr, ROW_SCALE: tl.constexpr,
-        PDL: tl.constexpr):
+        qkv_ptr, norm_ptr, cos_ptr, sin_ptr, x_ptr, out_ptr, eps, qkv_stride_b, cos_stride_b,
+        sin_stride_b, x_stride_b, out_stride_b,
+        HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+        BLOCK_D: tl.constexpr, HIDDEN: tl.constexpr, BLOCK_X: tl.constexpr,
+        NORM: tl.constexpr, ROW_SCALE: tl.constexpr, PDL: tl.constexpr):
     # decode_attention_qkv_kernel's work before attention on its own, one program per (row,
-    # KV head): q [B, H, d], k and v [B, KV, d] (contiguous) written out. PDL: the next
-    # kernel (decode-attn's, launched programmatically dependent) may launch at once
-    GROUP: tl.constexpr = HEADS // KV_HEADS
+    # head of q|k|v): out [B, H + 2 KV, d] (contiguous) gets the head normed and rotated (q, k)
+    # or scaled (v). PDL: the next kernel (decode-attn's, launched programmatically
+    # dependent) may launch at once
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
+    dtype: tl.constexpr = qkv_ptr.dtype.element_ty
     row = tl.program_id(0).to(tl.int64)
-    kv = tl.program_id(1).to(tl.int64)
-    g = tl.arange(0, BLOCK_G)
+    head = tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
     d_ok = d < HEAD_DIM
-    head_ok = (g < GROUP)[:, None] & d_ok[None, :]
     cos, sin, row_scale = row_inputs(cos_ptr, sin_ptr, x_ptr, row, cos_stride_b, sin_stride_b,
                                      x_stride_b, eps, HEAD_DIM, BLOCK_D, HIDDEN, BLOCK_X,
                                      ROW_SCALE)
-    q, k, v = project_group(qkv_ptr + row * qkv_stride_b, kv, norm_ptr, cos, sin, row_scale,
-                            eps, HEADS, KV_HEADS, BLOCK_G, HEAD_DIM, BLOCK_D, NORM, ROW_SCALE)
-    heads = kv * GROUP + g
-    tl.store(q_ptr + row * q_stride_b + heads[:, None] * HEAD_DIM + d[None, :],
-             q.to(q_ptr.dtype.element_ty), mask=head_ok)
-    tl.store(k_ptr + row * k_stride_b + kv * HEAD_DIM + d, k, mask=d_ok)
-    tl.store(v_ptr + row * v_stride_b + kv * HEAD_DIM + d, v, mask=d_ok)
+    row_ptr = qkv_ptr + row * qkv_stride_b
+    out_at = out_ptr + row * out_stride_b + head * HEAD_DIM + d
+    if head < HEADS + KV_HEADS:  # a q or k head: normed and rotated
+        heads = tl.full([1], 0, tl.int64) + head
+        rotated = projected_heads(row_ptr, heads, d_ok[None, :], norm_ptr, cos, sin, row_scale,
+                                  eps, HEAD_DIM, BLOCK_D, NORM, ROW_SCALE)
+        tl.store(out_at, tl.reshape(rotated, [BLOCK_D]).to(dtype), mask=d_ok)
+    else:  # a v head: the row scale only
+        v = load_scaled(row_ptr + head * HEAD_DIM + d, d_ok, row_scale, dtype, ROW_SCALE)
+        tl.store(out_at, v.to(dtype), mask=d_ok)
 
 
 @triton.jit

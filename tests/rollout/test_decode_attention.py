@@ -216,11 +216,11 @@ def test_the_kernels_compile_for_hopper() -> None:
         triton.compile(ASTSource(qkv_kernel, signature, constants), target=target,
                        options=dict(num_warps=4, num_stages=2))
     project = da._project_kernel(False)
-    types = ["*bf16"] * 8 + ["fp32"] + ["i32"] * 7
-    signature = dict(zip(project.arg_names, types + ["constexpr"] * 10, strict=True))
+    types = ["*bf16"] * 6 + ["fp32"] + ["i32"] * 5
+    signature = dict(zip(project.arg_names, types + ["constexpr"] * 9, strict=True))
     for norm, row_scale, pdl in ((True, True, True), (False, True, False)):
-        constants = dict(HEADS=16, KV_HEADS=8, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128,
-                         HIDDEN=1024, BLOCK_X=1024, NORM=norm, ROW_SCALE=row_scale, PDL=pdl)
+        constants = dict(HEADS=16, KV_HEADS=8, HEAD_DIM=128, BLOCK_D=128, HIDDEN=1024,
+                         BLOCK_X=1024, NORM=norm, ROW_SCALE=row_scale, PDL=pdl)
         triton.compile(ASTSource(project, signature, constants), target=target,
                        options=dict(num_warps=da.PROJECT_WARPS))
     gated = folded_norms._kernel(False)
