@@ -62,11 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU interpreter)")
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--budget", type=float, default=150.0, help="seconds for the sweeps")
+    parser.add_argument("--only", action="append", metavar="SHAPE",
+                        help="probe only this shape (repeatable): qkv, o, gate_up, down, lm_head")
     parser.add_argument("--cold-mb", type=float, default=256.0,
                         help="weight copies cycled through, in MB (0: one copy, L2-warm)")
     ns = parser.parse_args(argv)
     device = torch.device("cpu" if ns.smoke else "cuda")
-    shapes = SMOKE_SHAPES if ns.smoke else H200_SHAPES
+    shapes = [s for s in (SMOKE_SHAPES if ns.smoke else H200_SHAPES)
+              if not ns.only or s[0] in ns.only]
+    if not shapes:
+        parser.error(f"--only {ns.only}: no such shape")
     repeat = 2 if ns.smoke else 50
     deadline = time.perf_counter() + ns.budget
     cold_bytes = 16_000 if ns.smoke else int(ns.cold_mb * 1e6)  # smoke: a few copies
