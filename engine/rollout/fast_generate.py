@@ -114,7 +114,7 @@ WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
 FEATURES = ("fused", "packed", "sdpa", "decode-attn", "decode-attn-split", "window",
             "graph-sampling", "fused-sampling", "fused-prefill", "compiled", "skinny-gemm",
-            "two-streams", "four-streams", "attn-rope", "folded-norms", "pdl")
+            "two-streams", "four-streams", "attn-rope", "folded-norms", "pdl", "skinny-down")
 ROW_STREAMS = {"two-streams": 2, "four-streams": 4}  # feature -> row groups, one stream each
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
@@ -140,6 +140,7 @@ class DecodeOptions:
     attn_rope: bool = False  # decode-attn's kernel from the raw q/k/v projection
     folded_norms: bool = False  # RMSNorm weights in the packed weights
     pdl: bool = False  # folded-norms' decode-attn launched programmatically dependent
+    skinny_down: bool = False  # the down projection alone by skinny-gemm; implies fused code
 
     def __post_init__(self) -> None:
         if self.row_streams not in (1, *ROW_STREAMS.values()):
@@ -168,7 +169,7 @@ class DecodeOptions:
     def layers_fused(self) -> bool:
         """Whether the layers run the fused code (every feature but window/graph-sampling)."""
         return self.fused or self.packed or self.sdpa or self.decode_attn or self.compiled \
-            or self.skinny_gemm or self.row_streams > 1
+            or self.skinny_gemm or self.skinny_down or self.row_streams > 1
 
     @property
     def name(self) -> str:
@@ -177,7 +178,7 @@ class DecodeOptions:
                  self.fused_prefill, self.compiled, self.skinny_gemm,
                  self.row_streams == ROW_STREAMS["two-streams"],
                  self.row_streams == ROW_STREAMS["four-streams"], self.attn_rope,
-                 self.folded_norms, self.pdl)
+                 self.folded_norms, self.pdl, self.skinny_down)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -214,7 +215,7 @@ def parse_variant(name: str) -> DecodeOptions:
                          skinny_gemm="skinny-gemm" in parts,
                          row_streams=_named_row_streams(parts),
                          attn_rope="attn-rope" in parts, folded_norms="folded-norms" in parts,
-                         pdl="pdl" in parts)
+                         pdl="pdl" in parts, skinny_down="skinny-down" in parts)
 
 
 def _named_row_streams(parts: list[str]) -> int:
@@ -262,7 +263,9 @@ KERNEL_FALLBACKS = {"decode-attn": "attention runs as batched matmuls (the same 
                     "attn-rope": "the q/k norms and RoPE run before attention (the same maths)",
                     "folded-norms": "the RMSNorm weights stay in their own kernels (the same "
                                     "maths)",
-                    "pdl": "the kernels launch one after the other (the same maths)"}
+                    "pdl": "the kernels launch one after the other (the same maths)",
+                    "skinny-down": "the down projection runs as a cuBLAS GEMM (the same "
+                                   "maths)"}
 # each feature's kernel_status(device) -> (usable, why not); the split kernels and
 # sampling_kernel's share decode_attention's
 KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
@@ -272,7 +275,8 @@ KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
     "skinny-gemm": skinny_gemm.kernel_status,
     "attn-rope": decode_attention.kernel_status,
     "folded-norms": decode_attention.kernel_status,
-    "pdl": decode_attention.pdl_status}
+    "pdl": decode_attention.pdl_status,
+    "skinny-down": skinny_gemm.kernel_status}
 
 
 def kernel_features(options: DecodeOptions) -> list[str]:
@@ -284,7 +288,8 @@ def kernel_features(options: DecodeOptions) -> list[str]:
                                   ("skinny-gemm", options.skinny_gemm),
                                   ("attn-rope", options.attn_rope),
                                   ("folded-norms", options.folded_norms),
-                                  ("pdl", options.pdl)) if on]
+                                  ("pdl", options.pdl),
+                                  ("skinny-down", options.skinny_down)) if on]
 
 
 def kernel_note(feature: str, device: torch.device) -> str:
@@ -506,6 +511,8 @@ class StaticDecoder:
             "decode-attn-split" if options.decode_attn_split else "decode-attn")
         self.sampling_kernel = options.fused_sampling and self._kernel_usable("fused-sampling")
         self.gemm_kernel = options.skinny_gemm and self._kernel_usable("skinny-gemm")
+        self.down_kernel = self.gemm_kernel or (options.skinny_down
+                                                and self._kernel_usable("skinny-down"))
         # decode-attn's one-pass kernel writes the step's k/v into the cache itself
         self.kernel_writes_cache = self.attention_kernel and not options.decode_attn_split
         # attn-rope: that kernel starts from the raw projection; folded-norms: and the norms'
@@ -752,9 +759,11 @@ class StaticDecoder:
         """The decode step's GEMM x W^T: skinny-gemm's kernel where it runs, else cuBLAS."""
         return skinny_gemm.linear(x, weight) if self.gemm_kernel else F.linear(x, weight)
 
-    def _add_linear(self, x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor) -> None:
-        """x += a W^T in place (the residual add in the GEMM's epilogue)."""
-        if self.gemm_kernel:
+    def _add_linear(self, x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor,
+                    skinny: bool | None = None) -> None:
+        """x += a W^T in place (the residual add in the GEMM's epilogue); by skinny-gemm's
+        kernel under `skinny` (default: where skinny-gemm runs every projection)."""
+        if self.gemm_kernel if skinny is None else skinny:
             skinny_gemm.linear(a, weight, residual=x)
         else:
             x.addmm_(a, weight.t())
@@ -796,7 +805,7 @@ class StaticDecoder:
         self._add_linear(x, out.view(b, -1), layer.o)
         h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
         self._add_linear(x, gated_mlp(h, self._mlp_weights(i, layer), self._step_linear),
-                         layer.down)
+                         layer.down, self.down_kernel)
 
     def _compiled_layers(self, state: DecodeState, rows: _Rows, span: int) -> None:
         """All layers with their elementwise work compiled (`compiled`), in place on rows.x;
@@ -813,7 +822,7 @@ class StaticDecoder:
             self._add_linear(x, out.view(x.shape[0], -1), layer.o)
             gated = mlp(x, layer.post_norm, self._mlp_weights(i, layer), self.eps,
                         self.gemm_kernel)
-            self._add_linear(x, gated, layer.down)
+            self._add_linear(x, gated, layer.down, self.down_kernel)
 
     def _projection_layers(self, state: DecodeState, rows: _Rows) -> None:
         """attn-rope and/or folded-norms: per layer the packed q/k/v GEMM (after RMSNorm, or on
@@ -834,7 +843,7 @@ class StaticDecoder:
                 gated = folded_norms.gated(self._step_linear(x, packed.gate_up), x, self.eps)
             else:
                 gated = mlp(x, layer.post_norm, (packed.gate_up,), self.eps, self.gemm_kernel)
-            self._add_linear(x, gated, layer.down)
+            self._add_linear(x, gated, layer.down, self.down_kernel)
 
     def _attend_projection(self, state: DecodeState, i: int, rows: _Rows,
                            qkv: torch.Tensor) -> torch.Tensor:

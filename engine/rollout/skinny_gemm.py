@@ -39,6 +39,12 @@ REDUCE_BLOCK = 1024  # columns per program of the split-K sum
 NUM_WARPS = 4
 NUM_STAGES = 3
 
+# (M, N, K, SMs) -> (BLOCK_N, BLOCK_K, SPLIT_K) measured best, which `plan` returns for that
+# shape: the Qwen3-0.6B decode step's down projection on the H200, where skinny-down runs it
+# (bench/gpu_gemm_probe.py --only down, 2026-12-04: 8.13 us against cuBLAS's 9.51, weights
+# cold, residual added; `plan`'s own choice, n64 k64 split16, 9.37)
+TUNED = {(64, 1024, 3072, 132): (32, 256, 4)}
+
 # fp32 partials [SPLIT_K, M, N] by (M, N, SPLIT_K, device): allocated at first use, then reused
 _PARTIALS: dict[tuple[int, int, int, torch.device], torch.Tensor] = {}
 
@@ -58,9 +64,12 @@ def kernel_status(device: torch.device) -> tuple[bool, str]:
 def plan(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, SPLIT_K) for x [m, k] @ W[n, k]^T with about 2-4 programs per SM
     (more only unsplit: a big weight's column tiles alone), the cheapest by `_extra_reads`;
-    a weight too small for that gets the most programs allowed."""
+    a weight too small for that gets the most programs allowed. A shape in TUNED gets its
+    measured tiling."""
     if m > MAX_M:
         raise ValueError(f"skinny GEMM rows {m} > {MAX_M}")
+    if (m, n, k, sms) in TUNED:
+        return TUNED[(m, n, k, sms)]
     want = int(1.8 * sms)  # "about 2 x": 256 programs on 132 SMs still count
     fits, others = [], []
     for split in SPLITS:

@@ -138,6 +138,8 @@ def test_split_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> Non
          fused_prefill=True, compiled=True, folded_norms=True),
     dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
          fused_prefill=True, compiled=True, folded_norms=True, pdl=True),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+         fused_prefill=True, compiled=True, folded_norms=True, skinny_down=True),
 ])
 def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) -> None:  # noqa: ANN001
     """Its CUDA graphs replay its eager loop exactly; greedy (bf16) against today's path:
@@ -249,7 +251,8 @@ def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> 
 
 
 @pytest.mark.parametrize("variant", ["default", "+attn-rope", "+attn-rope+folded-norms",
-                                     "+folded-norms", "+folded-norms+pdl"])
+                                     "+folded-norms", "+folded-norms+pdl",
+                                     "+folded-norms+skinny-down"])
 def test_the_backend_default_follows_transformers_generate(variant) -> None:  # noqa: ANN001
     """The hf backend's CUDA default (fast_generate.BACKEND_VARIANT; with attn-rope and
     folded-norms added, where not in it already) against

@@ -86,6 +86,20 @@ def test_skinny_gemm_variant_is_the_reference_path(interpreted, arch, variant) -
             assert_follows_reference(model, options, 1e-5, ROWS, **settings(6, **sampling))
 
 
+@pytest.mark.parametrize("variant", [
+    "packed+decode-attn+graph-sampling+fused-prefill+folded-norms+skinny-down",
+    "packed+graph-sampling+skinny-down"])
+def test_skinny_down_variant_is_the_reference_path(interpreted, variant) -> None:  # noqa: ANN001
+    """skinny-down: only the down projection by the kernel (with folded-norms' kernels, or on
+    the plain fused path), fp32: tokens equal today's path, log-probs within 1e-5."""
+    model = tiny_model("qwen3")
+    decoder = fg.StaticDecoder(model, fg.parse_variant(variant))
+    assert decoder.down_kernel and not decoder.gemm_kernel
+    for sampling in SAMPLINGS:
+        assert_follows_reference(model, fg.parse_variant(variant), 1e-5, ROWS,
+                                 **settings(6, **sampling))
+
+
 def test_compiled_layer_mlp_traces_in_one_graph(interpreted) -> None:  # noqa: ANN001
     """dynamo takes the custom op whole (fullgraph: no break at the Triton launches); the
     result is the cuBLAS layer_mlp's."""
