@@ -85,8 +85,32 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   batch 64, overlap the other half's. Each half reads the weights (the second
                   mostly from L2). Off CUDA the halves run one after the other (the same maths);
   four-streams    two-streams with four row groups;
+  attn-rope       decode-attn's one-pass kernel starts from the raw packed q/k/v projection:
+                  each program does its heads' q/k RMSNorm and RoPE (rounded as the compiled
+                  head rounds) before attending (decode_attention.attend_projection), so no
+                  norm/RoPE kernel of its own; slower on the H200 (31.7k tok/s against 33.5k):
+                  the longer prologue delays every program's cache stream. Needs packed and
+                  decode-attn (one-pass);
+  folded-norms    both RMSNorm weights of a layer folded into the packed q/k/v and gate/up
+                  weights at each refresh (engine/rollout/folded_norms.py): the GEMMs read the
+                  residual stream itself, and the row scales rsqrt(mean(x^2) + eps) are applied
+                  by the kernels that read the GEMMs' outputs: project_heads (row scale, q/k
+                  norms, RoPE; one program per row and head) before decode-attn's, and
+                  folded_norms.gated (row scale, SiLU * up) before the down GEMM. Six kernels
+                  per layer instead of eight (250 per step). The rounding order differs from
+                  eager's (the weight rounded into W); the prefill uses the folded weights
+                  too. Needs packed and decode-attn (one-pass); with attn-rope its kernel
+                  applies the row scale;
+  pdl             folded-norms' project_heads lets decode-attn's kernel launch before it ends
+                  (programmatic dependent launch: the attention kernel waits for its writes
+                  with griddepcontrol); CUDA sm_90+ only. No measurable gain on the H200;
+  skinny-down     the down projection alone by skinny-gemm's kernel, at its measured tiling
+                  (skinny_gemm.TUNED); the other GEMMs stay cuBLAS. 1.4% faster on the H200,
+                  but the log-prob max|diff| vs transformers rose from 0.031 to 0.047 in that
+                  run, so it stays opt-in;
 e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`,
 `packed+decode-attn+graph-sampling+compiled` (one graph: the kernel needs no window buckets),
+BACKEND_VARIANT (the hf backend's CUDA default),
 `packed+decode-attn+decode-attn-split+graph-sampling+fused-sampling+fused-prefill+compiled`.
 
 `fast_generate(model, rows, ...)` is the entry point; `can_use(model)` says whether a model is
@@ -187,11 +211,13 @@ REFERENCE = DecodeOptions()
 # the variant used when `options` is not passed: the reference path (tests, CPU callers)
 DEFAULT_VARIANT = "ref"
 # what the hf backend decodes with on CUDA when PPODECK_DECODE is unset. H200, Qwen3-0.6B
-# shape, batch 64 x 256 tokens (bench/gpu_decode_profile.py, 2026-12-04): 32.1k tok/s (1.82 ms
-# per step, two runs) against 10.3k for ref, log-prob max|diff| vs transformers 0.031 for both;
-# +two-streams 30.5k and +four-streams 25.8k in the same run. Without Triton its two kernels
-# run as torch ops, said in a warning.
-BACKEND_VARIANT = "packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled"
+# shape, batch 64 x 256 tokens (bench/gpu_decode_profile.py, 2026-12-04, four runs on four
+# machines): 34.5-35.3k tok/s (1.65-1.70 ms per step, 250 kernels) against 31.9-33.5k without
+# folded-norms in the same runs (306 kernels), log-prob max|diff| vs transformers 0.0314 against
+# 0.0313. Without Triton its kernels run as torch ops and the norms stay unfolded, said in a
+# warning.
+BACKEND_VARIANT = ("packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled"
+                   "+folded-norms")
 
 
 def parse_variant(name: str) -> DecodeOptions:
