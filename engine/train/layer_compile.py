@@ -72,8 +72,9 @@ def _mark_tokens_dynamic(kwargs: dict[str, Any], static_batch: bool) -> None:
     and critic 0.38 / 0.51 at 8 / 16 x 1024, against 0.43 / 0.49 and 0.40 / 0.47 dynamic; the
     critic's 8 x 1024 row, 0.44 in two earlier runs of a patch that left the dim unmarked, was
     not understood; alternated with dynamic in one later run, static led all eight pairs
-    (critic 8 x 1024: 0.406 / 0.437 against 0.369 / 0.419). Token-budget micro-batches change the batch dim every call, so there it
-    stays dynamic: a graph per size would compile at every new one."""
+    (critic 8 x 1024: 0.406 / 0.437 against 0.369 / 0.419). Token-budget micro-batches change
+    the batch dim every call, so there it stays dynamic: a graph per size would compile at
+    every new one."""
     import torch._dynamo
 
     hidden = kwargs.get("hidden_states")
