@@ -543,8 +543,10 @@ class StaticDecoder:
         self.kernel_writes_cache = self.attention_kernel and not options.decode_attn_split
         # attn-rope: that kernel starts from the raw projection; folded-norms: and the norms'
         # weights are in the packed ones (both only where the kernel runs: the same maths)
-        self.projection_kernel = options.attn_rope and self.kernel_writes_cache
-        self.folded = options.folded_norms and self.kernel_writes_cache
+        self.projection_kernel = options.attn_rope and self._kernel_usable("attn-rope") \
+            and self.kernel_writes_cache
+        self.folded = options.folded_norms and self._kernel_usable("folded-norms") \
+            and self.kernel_writes_cache
         self.pdl = options.pdl and self.folded and self._kernel_usable("pdl")
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}

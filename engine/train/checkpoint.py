@@ -169,14 +169,18 @@ def _save_state(state: dict[str, Any], final: Path, *, tracker_tag: str,
     from megatron.core import dist_checkpointing
 
     root = final.parent
-    _check_free_space(state, root)
+    needed = _check_free_space(state, root)
     tmp = _agree_tmp_dir(final)
     try:
         with device_scope():
             dist_checkpointing.save(state, str(tmp), content_metadata=dict(SHARDING_METADATA))
     except BaseException as exc:
+        # the disk filled while writing when the error says so, or when what is left on it
+        # (the partial shards still there) would not hold the checkpoint: torch's writer
+        # reports a full disk as "PytorchStreamWriter failed writing file", without errno
+        full = _is_disk_full(exc) or _free_bytes(root) < needed
         shutil.rmtree(tmp, ignore_errors=True)
-        if _is_disk_full(exc):
+        if full:
             raise _disk_full(root, tmp, "writing the checkpoint") from exc
         raise
     _barrier()  # every rank's shards are on disk before the directory becomes visible
@@ -239,8 +243,9 @@ def _remove_stale_tmp_dirs(root: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def _check_free_space(state: dict[str, Any], root: Path) -> None:
-    """Refuse before writing anything when the shards will not fit (all ranks agree)."""
+def _check_free_space(state: dict[str, Any], root: Path) -> float:
+    """Refuse before writing anything when the shards will not fit (all ranks agree); else
+    the bytes they take, margin included."""
     needed = torch.tensor([_state_bytes(state)], dtype=torch.float64)
     if _world() > 1:
         dist.all_reduce(needed)
@@ -250,6 +255,7 @@ def _check_free_space(state: dict[str, Any], root: Path) -> None:
             f"not enough disk space to save a checkpoint in {root}: it needs about "
             f"{_gib(needed.item())} GiB and {_gib(free)} GiB are free. Earlier checkpoints "
             "are intact; free some space or point --save elsewhere.")
+    return needed.item() * _FREE_SPACE_MARGIN
 
 
 def _free_bytes(path: Path) -> int:
@@ -295,6 +301,8 @@ def _is_disk_full(exc: BaseException) -> bool:
                 todo += list(failures.values())
         elif isinstance(item, (tuple, list)):
             todo += list(item)
+        elif isinstance(item, Mapping):  # torch's CheckpointException: rank -> (exc, trace)
+            todo += list(item.values())
     return False
 
 

@@ -250,6 +250,35 @@ def test_disk_full_mid_write_keeps_previous_checkpoint(megatron, tmp_path: Path,
     assert all(torch.equal(weights(fresh)[k], v) for k, v in saved.items())
 
 
+def test_a_write_error_on_a_disk_left_full_is_a_disk_full_error(
+        megatron, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's writer reports a full disk without errno ("PytorchStreamWriter failed writing
+    file"), wrapped in torch's CheckpointException: when the disk has filled up meanwhile (the
+    space check passed, less than the checkpoint is free after the failure), it is still
+    named disk full; with space left, the error is the writer's own."""
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    from engine.train import checkpoint
+
+    ddp, optimizer, scheduler = build(dist_opt=False)
+
+    def write_fails(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("[enforce fail at inline_container.cc] PytorchStreamWriter failed "
+                           "writing file data/0: file write failed")
+
+    monkeypatch.setattr(filesystem_async, "_write_item", write_fails)
+    free = iter([10 ** 12, 1000])  # the check before writing, then after the failure
+    monkeypatch.setattr(checkpoint, "_free_bytes", lambda path: next(free, 1000))
+    with pytest.raises(CheckpointDiskFullError, match="disk full while writing"):
+        save_checkpoint(tmp_path, 1, [ddp], optimizer, scheduler, extra={})
+    monkeypatch.setattr(checkpoint, "_free_bytes", lambda path: 10 ** 12)
+    with pytest.raises(BaseException) as caught:  # noqa: PT011 - the writer's own error
+        save_checkpoint(tmp_path, 1, [ddp], optimizer, scheduler, extra={})
+    assert not isinstance(caught.value, CheckpointDiskFullError)
+    assert "PytorchStreamWriter" in str(caught.value)
+    assert not list(tmp_path.glob("*.tmp-*"))
+
+
 def test_disk_too_small_refuses_before_writing(megatron, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.train import checkpoint
