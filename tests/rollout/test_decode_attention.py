@@ -88,6 +88,20 @@ def test_decode_attn_split_names_implies_decode_attn_and_round_trips() -> None:
         fg.parse_variant("sdpa+decode-attn-split")
 
 
+def follows_reference_and_env_note(model, name: str, monkeypatch) -> str:  # noqa: ANN001
+    """Variant `name` decodes token for token today's path (greedy and sampled, log-probs
+    within 1e-5); PPODECK_DECODE=name gives these options and returns their note."""
+    options = fg.parse_variant(name)
+    for temperature in (0.0, 1.0):
+        kwargs = dict(temperature=temperature, top_p=1.0, top_k=-1, max_new_tokens=6,
+                      eos_token_id=None, pad_token_id=PAD, seed=7)
+        assert_follows_reference(model, options, atol=1e-5, **kwargs)
+    monkeypatch.setenv(fg.VARIANT_ENV, name)
+    from_env, note = fg.options_from_env()
+    assert from_env == options
+    return note
+
+
 def test_without_triton_the_split_variant_runs_the_matmul_maths_and_says_so(
         monkeypatch) -> None:  # noqa: ANN001
     """On CPU (no interpreter) decode-attn-split decodes by batched matmuls, token for token
@@ -96,13 +110,8 @@ def test_without_triton_the_split_variant_runs_the_matmul_maths_and_says_so(
     options = fg.parse_variant(name)
     model = tiny_model("qwen3")
     assert not fg.StaticDecoder(model, options).attention_kernel
-    for temperature in (0.0, 1.0):
-        kwargs = dict(temperature=temperature, top_p=1.0, top_k=-1, max_new_tokens=6,
-                      eos_token_id=None, pad_token_id=PAD, seed=7)
-        assert_follows_reference(model, options, atol=1e-5, **kwargs)
-    monkeypatch.setenv(fg.VARIANT_ENV, name)
-    from_env, note = fg.options_from_env()
-    assert from_env == options and f"'{name}'" in note
+    note = follows_reference_and_env_note(model, name, monkeypatch)
+    assert f"'{name}'" in note
     ok, why = da.kernel_status(torch.device("cuda"))
     assert ("decode-attn-split: its Triton kernel" in note) == ok
     if not ok:
@@ -132,12 +141,7 @@ def test_attn_rope_and_folded_norms_need_their_kernel_and_say_what_runs_without_
     model = tiny_model("qwen3")
     decoder = fg.StaticDecoder(model, options)
     assert not (decoder.projection_kernel or decoder.folded)
-    for temperature in (0.0, 1.0):
-        kwargs = dict(temperature=temperature, top_p=1.0, top_k=-1, max_new_tokens=6,
-                      eos_token_id=None, pad_token_id=PAD, seed=7)
-        assert_follows_reference(model, options, atol=1e-5, **kwargs)
-    monkeypatch.setenv(fg.VARIANT_ENV, name)
-    _, note = fg.options_from_env()
+    note = follows_reference_and_env_note(model, name, monkeypatch)
     ok, why = da.kernel_status(torch.device("cuda"))
     assert ("folded-norms: its Triton kernel" in note) == ok
     if not ok:
