@@ -289,6 +289,9 @@ ATTENTION_LAUNCHES = ((64, 4, 2), (32, 4, 3), (16, 2, 3), (64, 2, 2))
 # choice, which the decoder runs at (block 64, 4 warps, 2 stages)
 # every one slower than the one-pass kernel on the H200 (2026-12-04): the two nearest kept
 SPLIT_LAUNCHES = ((None, 64, 4, 2), (2, 64, 4, 2))
+# layers' caches attention_cost cycles through (8 x ~100 MB at the 0.6B decode shape: past the
+# H200's 50 MB of L2, as the decoder's 28 layers are)
+ATTENTION_CACHES = 8
 
 
 @dataclass
@@ -406,9 +409,13 @@ def split_candidates(case: AttentionCase) -> list[tuple[str, Any]]:
 def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
     """Each attention implementation on one layer, mid-generation and at the last step: us
     per call, the GB/s of the K/V it must read (the filled slots), x layers as ms per step,
-    and max |diff| against decode_attention.attend_by_matmul (fp32 softmax)."""
+    and max |diff| against decode_attention.attend_by_matmul (fp32 softmax). Then the
+    decoder's launch at the first, middle and last step over caches cycled as the decoder
+    reads them (attention_cost)."""
     layers = setup.shape.num_layers
     usable, why = fg.decode_attention.kernel_status(setup.device)
+    if usable:
+        attention_cost(setup, rows)
     for slot in (setup.prompt + setup.new // 2, setup.prompt + setup.new - 1):
         case = AttentionCase.make(setup, rows, slot)
         expected = fg.decode_attention.attend_by_matmul(**case.kernel_args()).float()
@@ -438,6 +445,53 @@ def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
                 continue
             print(f"  {name:50s} {us:9.2f} us  {case.useful_bytes() / us / 1e3:8.1f} GB/s  "
                   f"x{layers} = {us * layers / 1e3:.3f} ms/step  max|diff| {diff:.2e}")
+
+
+def attention_cost(setup: Setup, rows: list[list[int]]) -> None:
+    """decode-attn's launch (with new_kv, as the decoder runs it) at the first, middle and last
+    decode step, each call on another of ATTENTION_CACHES layers' caches (one cache replayed
+    would sit partly in L2; the decoder's 28 do not): us per call, then a least-squares line
+    through them, us = fixed + bytes / rate: the per-call cost that does not shrink with the
+    cache (launch, prologue, the last wave) against the streaming rate."""
+    slots = (setup.prompt, setup.prompt + setup.new // 2, setup.prompt + setup.new - 1)
+    points = []
+    print(f"\n=== decode-attn's per-call cost: {ATTENTION_CACHES} caches cycled ===")
+    for slot in slots:
+        cases = [AttentionCase.make(setup, rows, slot) for _ in range(ATTENTION_CACHES)]
+        launches = [(case.kernel_args(), case.new_kv()) for case in cases]  # no copy timed
+        us = per_call_us(_cycling(lambda args, new: fg.decode_attention.attend(
+            **args, new_kv=new), launches), setup.device)
+        megabytes = cases[0].useful_bytes() / 1e6
+        points.append((megabytes, us))
+        print(f"  slot {slot:4d}: {megabytes:7.1f} MB of K/V  {us:8.2f} us  "
+              f"{megabytes / us:7.2f} TB/s")
+        del cases
+        gb.release_memory()
+    slope, fixed = _line(points)
+    rate = 1 / slope if slope > 0 else float("inf")
+    print(f"  fit: {fixed:.2f} us per call + the K/V at {rate:.2f} TB/s "
+          f"(x{setup.shape.num_layers} layers: {fixed * setup.shape.num_layers / 1e3:.3f} ms "
+          f"per step fixed)")
+
+
+def _cycling(fn: Any, inputs: list[tuple[Any, ...]]) -> Any:  # noqa: ANN401
+    """A call of fn on the next of `inputs` each time (each captured call keeps its own)."""
+    turn = [0]
+
+    def call() -> Any:  # noqa: ANN401
+        turn[0] += 1
+        return fn(*inputs[turn[0] % len(inputs)])
+    return call
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line through (x, y) points."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
+    return slope, mean_y - slope * mean_x
 
 
 # --------------------------------------------------------------------------------------------
