@@ -416,6 +416,8 @@ def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
     usable, why = fg.decode_attention.kernel_status(setup.device)
     if usable:
         attention_cost(setup, rows)
+    else:
+        print(f"\n=== decode-attn's per-call cost: not run here ({why}) ===")
     for slot in (setup.prompt + setup.new // 2, setup.prompt + setup.new - 1):
         case = AttentionCase.make(setup, rows, slot)
         expected = fg.decode_attention.attend_by_matmul(**case.kernel_args()).float()

@@ -298,7 +298,7 @@ def test_decode_profile_smoke_runs(capsys) -> None:
     out = capsys.readouterr().out
     assert "FAILED" not in out and "Traceback" not in out
     assert "=== attention alone" in out and "matmul (fused, no sdpa)" in out
-    assert "=== decode-attn's per-call cost" in out and "fit: " in out
+    assert "=== decode-attn's per-call cost" in out  # the fit where Triton runs (the GPU)
     summary = out[out.index("=== summary"):]
     for row in ("tokens/s", "decode alone (replay)", "kernels/step", "greedy tokens = ref"):
         assert row in summary
