@@ -23,6 +23,14 @@ exp(its max - the row's max)). Chunks past a row's filled range read nothing and
 sum 0, which the merge weighs 0. `split_count` picks `splits` from static shapes only (batch, KV
 heads, cache length, the device's SM count), so one CUDA graph keeps its launch.
 
+From the raw packed q/k/v projection (fast_generate's `attn-rope` and `folded-norms`): the q/k
+RMSNorm, RoPE and (folded-norms) the input RMSNorm's row scale, rounded as the compiled head
+rounds them, either inside the one-pass kernel (`attend_projection`: each program does its
+heads first; slower on the H200, the longer prologue delays its cache reads) or as a kernel of
+their own, one program per (row, head), before `attend` with new_kv (`project_heads`; with
+`pdl` it lets the attention kernel launch early, which waits for its writes).
+`projection_by_torch` is their maths in torch ops.
+
 `attend` runs the one-pass kernel; `attend_by_matmul` is the same maths by batched matmuls (the
 reference the tests compare with). `kernel_status(device)` says whether the kernels can run
 there: on CUDA with Triton importable, or anywhere under TRITON_INTERPRET=1 (the CPU tests).
@@ -201,8 +209,7 @@ def project_heads(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
     head_dim = qkv.shape[1] // width
     cos, sin_signed = _check_projection(qkv, rope, heads, kv_heads, head_dim)
     out = torch.empty((b, width, head_dim), dtype=qkv.dtype, device=qkv.device)
-    constants = _projection_constants(heads, kv_heads, head_dim, norm, x)
-    del constants["BLOCK_G"]
+    constants = _projection_constants(heads, kv_heads, head_dim, norm, x, group_tile=False)
     _project_kernel(os.environ.get("TRITON_INTERPRET") == "1")[(b, width)](
         qkv, qkv if norm is None else norm, cos, sin_signed, qkv if x is None else x, out, eps,
         qkv.stride(0), cos.stride(0), sin_signed.stride(0), 0 if x is None else x.stride(0),
@@ -226,11 +233,16 @@ def _check_projection(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
 
 
 def _projection_constants(heads: int, kv_heads: int, head_dim: int, norm: torch.Tensor | None,
-                          x: torch.Tensor | None) -> dict[str, Any]:
+                          x: torch.Tensor | None, group_tile: bool = True) -> dict[str, Any]:
+    """The projection kernels' constexprs; `group_tile`: with the GQA group's query tile
+    (attend_projection's; project_heads takes one head per program)."""
     hidden = 1 if x is None else x.shape[-1]
-    return dict(HEADS=heads, KV_HEADS=kv_heads, BLOCK_G=max(MIN_DOT, _pow2(heads // kv_heads)),
-                HEAD_DIM=head_dim, BLOCK_D=max(MIN_DOT, _pow2(head_dim)), HIDDEN=hidden,
-                BLOCK_X=_pow2(hidden), NORM=norm is not None, ROW_SCALE=x is not None)
+    constants = dict(HEADS=heads, KV_HEADS=kv_heads, HEAD_DIM=head_dim,
+                     BLOCK_D=max(MIN_DOT, _pow2(head_dim)), HIDDEN=hidden,
+                     BLOCK_X=_pow2(hidden), NORM=norm is not None, ROW_SCALE=x is not None)
+    if group_tile:
+        constants["BLOCK_G"] = max(MIN_DOT, _pow2(heads // kv_heads))
+    return constants
 
 
 def projection_by_torch(qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
