@@ -96,11 +96,11 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   residual stream itself, and the row scales rsqrt(mean(x^2) + eps) are applied
                   by the kernels that read the GEMMs' outputs: project_heads (row scale, q/k
                   norms, RoPE; one program per row and head) before decode-attn's, and
-                  folded_norms.gated (row scale, SiLU * up) before the down GEMM. Six kernels
-                  per layer instead of eight (250 per step). The rounding order differs from
-                  eager's (the weight rounded into W); the prefill uses the folded weights
-                  too. Needs packed and decode-attn (one-pass); with attn-rope its kernel
-                  applies the row scale;
+                  folded_norms.gated (row scale, SiLU * up) before the down GEMM. Eight kernels
+                  per layer instead of ten, cuBLAS's split-K sum included (250 per step). The
+                  rounding order differs from eager's (the weight rounded into W); the
+                  prefill uses the folded weights too. Needs packed and decode-attn
+                  (one-pass); with attn-rope its kernel applies the row scale;
   pdl             folded-norms' project_heads lets decode-attn's kernel launch before it ends
                   (programmatic dependent launch: the attention kernel waits for its writes
                   with griddepcontrol); CUDA sm_90+ only. No measurable gain on the H200;
