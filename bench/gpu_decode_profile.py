@@ -461,7 +461,7 @@ def attention_cost(setup: Setup, rows: list[list[int]]) -> None:
     for slot in slots:
         cases = [AttentionCase.make(setup, rows, slot) for _ in range(ATTENTION_CACHES)]
         launches = [(case.kernel_args(), case.new_kv()) for case in cases]  # no copy timed
-        us = per_call_us(_cycling(lambda args, new: fg.decode_attention.attend(
+        us = per_call_us(cycling(lambda args, new: fg.decode_attention.attend(
             **args, new_kv=new), launches), setup.device)
         megabytes = cases[0].useful_bytes() / 1e6
         points.append((megabytes, us))
@@ -476,7 +476,7 @@ def attention_cost(setup: Setup, rows: list[list[int]]) -> None:
           f"per step fixed)")
 
 
-def _cycling(fn: Any, inputs: list[tuple[Any, ...]]) -> Any:  # noqa: ANN401
+def cycling(fn: Any, inputs: list[tuple[Any, ...]]) -> Any:  # noqa: ANN401
     """A call of fn on the next of `inputs` each time (each captured call keeps its own)."""
     turn = [0]
 

@@ -34,7 +34,7 @@ for path in (REPO, REPO / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from gpu_decode_profile import per_call_us  # noqa: E402
+from gpu_decode_profile import cycling, per_call_us  # noqa: E402
 
 from engine.rollout import skinny_gemm  # noqa: E402
 
@@ -100,27 +100,23 @@ def probe_shape(m: int, n: int, k: int, residual: bool, device: torch.device, re
     weight = (torch.randn(n, k, generator=gen, device=device) * k ** -0.5).bfloat16()
     base = torch.randn(m, n, generator=gen, device=device).bfloat16()
     exact = x.float() @ weight.float().t() + (base.float() if residual else 0)
-    copies = [weight] + [weight.clone() for _ in range(cold_bytes // (n * k * 2))]
-    turn = [0]  # which copy the next call reads (Python-side: each captured call is fixed)
-
-    def next_weight() -> torch.Tensor:
-        turn[0] += 1
-        return copies[turn[0] % len(copies)]
-
+    # each call reads the next copy (each captured call keeps its own)
+    copies = [(w,) for w in [weight] + [weight.clone()
+                                        for _ in range(cold_bytes // (n * k * 2))]]
     acc = base.clone()
     out = torch.empty(m, n, device=device, dtype=torch.bfloat16)
 
-    def cublas() -> torch.Tensor:
-        w = next_weight()
+    def cublas_on(w: torch.Tensor) -> torch.Tensor:
         return acc.copy_(base).addmm_(x, w.t()) if residual else torch.mm(x, w.t(), out=out)
 
+    cublas = cycling(cublas_on, copies)
+
     def skinny(tiles: tuple[int, int, int] | None) -> Callable[[], torch.Tensor]:
-        def call() -> torch.Tensor:
-            w = next_weight()
+        def call_on(w: torch.Tensor) -> torch.Tensor:
             if residual:
                 return skinny_gemm.linear(x, w, residual=acc.copy_(base), tiles=tiles)
             return skinny_gemm.linear(x, w, out=out, tiles=tiles)
-        return call
+        return cycling(call_on, copies)
 
     weight_bytes = n * k * 2
     plan = skinny_gemm.plan(m, n, k, skinny_gemm.multiprocessors(device)

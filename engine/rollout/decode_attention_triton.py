@@ -1,7 +1,8 @@
-"""decode_attention's Triton kernels (imported by it at first use: Triton is optional; it is
-imported here at module level, so the kernels are decorated once, as TRITON_INTERPRET says at
-this import). The one-pass kernel and split-K's split kernel share the query tile and the
-online-softmax loop (Triton inlines them); decode_attention.py says what each does."""
+"""decode_attention's Triton kernels, and folded_norms' SiLU kernel, which shares their helpers
+(imported at first use: Triton is optional; it is imported here at module level, so the
+kernels are decorated once, as TRITON_INTERPRET says at this import). The one-pass kernel and
+split-K's split kernel share the query tile and the online-softmax loop (Triton inlines them);
+decode_attention.py says what each does."""
 
 from __future__ import annotations
 
@@ -199,10 +200,16 @@ def row_inputs(cos_ptr, sin_ptr, x_ptr, row, cos_stride_b, sin_stride_b, x_strid
     sin = tl.load(sin_ptr + row * sin_stride_b + d, mask=d_ok, other=0.0).to(tl.float32)
     row_scale = 1.0
     if ROW_SCALE:
-        xs = tl.arange(0, BLOCK_X)
-        x = tl.load(x_ptr + row * x_stride_b + xs, mask=xs < HIDDEN, other=0.0).to(tl.float32)
-        row_scale = tl.rsqrt(tl.sum(x * x, 0) / HIDDEN + eps)
+        row_scale = rms_scale(x_ptr + row * x_stride_b, eps, HIDDEN, BLOCK_X)
     return cos, sin, row_scale
+
+
+@triton.jit
+def rms_scale(x_row, eps, HIDDEN: tl.constexpr, BLOCK_X: tl.constexpr):
+    # RMSNorm's scale of one row of the residual stream: rsqrt(mean(x^2) + eps), fp32
+    xs = tl.arange(0, BLOCK_X)
+    x = tl.load(x_row + xs, mask=xs < HIDDEN, other=0.0).to(tl.float32)
+    return tl.rsqrt(tl.sum(x * x, 0) / HIDDEN + eps)
 
 
 @triton.jit
@@ -300,6 +307,24 @@ def project_heads_kernel(
     else:  # a v head: the row scale only
         v = load_scaled(row_ptr + head * HEAD_DIM + d, d_ok, row_scale, dtype, ROW_SCALE)
         tl.store(out_at, v.to(dtype), mask=d_ok)
+
+
+@triton.jit
+def scaled_gated_kernel(gate_up_ptr, x_ptr, out_ptr, eps, gate_up_stride, x_stride, out_stride,
+                        FFN: tl.constexpr, HIDDEN: tl.constexpr, BLOCK_X: tl.constexpr,
+                        BLOCK_F: tl.constexpr):
+    # folded_norms.gated: one program per (row, column block), the row's RMSNorm scale from
+    # the residual stream, then SiLU(gate * scale) * (up * scale), each product rounded
+    dtype: tl.constexpr = gate_up_ptr.dtype.element_ty
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    ok = cols < FFN
+    scale = rms_scale(x_ptr + row * x_stride, eps, HIDDEN, BLOCK_X)
+    at = gate_up_ptr + row * gate_up_stride + cols
+    gate = load_scaled(at, ok, scale, dtype, True)
+    up = load_scaled(at + FFN, ok, scale, dtype, True)
+    silu = rounded(gate / (1.0 + tl.exp(-gate)), dtype)
+    tl.store(out_ptr + row * out_stride + cols, (silu * up).to(dtype), mask=ok)
 
 
 @triton.jit

@@ -176,12 +176,11 @@ class DecodeOptions:
             raise ValueError("'sdpa' and 'decode-attn' are two attention kernels: name one")
         if self.fused_sampling and not self.sample_in_graph:
             raise ValueError("'fused-sampling' is graph-sampling's draw: name graph-sampling too")
-        if self.attn_rope and not (self.packed and self.decode_attn
-                                   and not self.decode_attn_split):
+        one_pass_packed = self.packed and self.decode_attn and not self.decode_attn_split
+        if self.attn_rope and not one_pass_packed:
             raise ValueError("'attn-rope' is decode-attn's one-pass kernel on the packed "
                              "projection: name packed and decode-attn (not decode-attn-split)")
-        if self.folded_norms and not (self.packed and self.decode_attn
-                                      and not self.decode_attn_split):
+        if self.folded_norms and not one_pass_packed:
             raise ValueError("'folded-norms' folds into the packed weights for decode-attn's "
                              "one-pass kernel: name packed and decode-attn (not "
                              "decode-attn-split)")
@@ -787,11 +786,12 @@ class StaticDecoder:
         """The decode step's GEMM x W^T: skinny-gemm's kernel where it runs, else cuBLAS."""
         return skinny_gemm.linear(x, weight) if self.gemm_kernel else F.linear(x, weight)
 
-    def _add_linear(self, x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor,
-                    skinny: bool | None = None) -> None:
-        """x += a W^T in place (the residual add in the GEMM's epilogue); by skinny-gemm's
-        kernel under `skinny` (default: where skinny-gemm runs every projection)."""
-        if self.gemm_kernel if skinny is None else skinny:
+    @staticmethod
+    def _add_linear(x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor,
+                    skinny: bool) -> None:
+        """x += a W^T in place (the residual add in the GEMM's epilogue), by skinny-gemm's
+        kernel under `skinny` (gemm_kernel for o, down_kernel for down), else cuBLAS."""
+        if skinny:
             skinny_gemm.linear(a, weight, residual=x)
         else:
             x.addmm_(a, weight.t())
@@ -830,7 +830,7 @@ class StaticDecoder:
             rows.k[i].index_copy_(2, slot, k.unsqueeze(2))
             rows.v[i].index_copy_(2, slot, v)
         out = self._attend_cache(state, i, rows, q, span, (k, v))
-        self._add_linear(x, out.view(b, -1), layer.o)
+        self._add_linear(x, out.view(b, -1), layer.o, self.gemm_kernel)
         h = F.rms_norm(x, (hidden,), layer.post_norm, self.eps)
         self._add_linear(x, gated_mlp(h, self._mlp_weights(i, layer), self._step_linear),
                          layer.down, self.down_kernel)
@@ -847,7 +847,7 @@ class StaticDecoder:
             q, k, v = head(x, layer.in_norm, weights, norms, rows.rope, self.dims, self.eps,
                            cache, self.gemm_kernel)
             out = self._attend_cache(state, i, rows, q, span, (k, v))
-            self._add_linear(x, out.view(x.shape[0], -1), layer.o)
+            self._add_linear(x, out.view(x.shape[0], -1), layer.o, self.gemm_kernel)
             gated = mlp(x, layer.post_norm, self._mlp_weights(i, layer), self.eps,
                         self.gemm_kernel)
             self._add_linear(x, gated, layer.down, self.down_kernel)
@@ -866,7 +866,7 @@ class StaticDecoder:
             qkv = self._step_linear(x, packed.qkv) if self.folded \
                 else head(x, layer.in_norm, packed.qkv, self.eps, self.gemm_kernel)
             out = self._attend_projection(state, i, rows, qkv)
-            self._add_linear(x, out.view(x.shape[0], -1), layer.o)
+            self._add_linear(x, out.view(x.shape[0], -1), layer.o, self.gemm_kernel)
             if self.folded:
                 gated = folded_norms.gated(self._step_linear(x, packed.gate_up), x, self.eps)
             else:

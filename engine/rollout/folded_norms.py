@@ -37,31 +37,12 @@ def fold(packed: torch.Tensor, norm_weight: torch.Tensor) -> None:
 
 @functools.cache
 def _kernel(interpret: bool) -> Any:  # noqa: ANN401
-    """The jitted kernel, at first use (`interpret` keys the cache, as sampling_kernel's)."""
+    """The jitted kernel, at first use (`interpret` keys the cache, as sampling_kernel's); it
+    lives beside decode_attention's kernels, whose row-scale and rounding helpers it shares."""
     del interpret
-    import triton
-    import triton.language as tl
+    from engine.rollout import decode_attention_triton as kernels
 
-    @triton.jit
-    def scaled_gated_kernel(gate_up_ptr, x_ptr, out_ptr, eps, gate_up_stride, x_stride,
-                            out_stride, FFN: tl.constexpr, HIDDEN: tl.constexpr,
-                            BLOCK_X: tl.constexpr, BLOCK_F: tl.constexpr):
-        dtype: tl.constexpr = gate_up_ptr.dtype.element_ty
-        row = tl.program_id(0).to(tl.int64)
-        cols = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-        ok = cols < FFN
-        xs = tl.arange(0, BLOCK_X)
-        x = tl.load(x_ptr + row * x_stride + xs, mask=xs < HIDDEN, other=0.0).to(tl.float32)
-        scale = tl.rsqrt(tl.sum(x * x, 0) / HIDDEN + eps)
-        at = gate_up_ptr + row * gate_up_stride + cols
-        gate = tl.load(at, mask=ok, other=0.0).to(tl.float32)
-        up = tl.load(at + FFN, mask=ok, other=0.0).to(tl.float32)
-        gate = (gate * scale).to(dtype).to(tl.float32)
-        up = (up * scale).to(dtype).to(tl.float32)
-        silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
-        tl.store(out_ptr + row * out_stride + cols, (silu * up).to(dtype), mask=ok)
-
-    return scaled_gated_kernel
+    return kernels.scaled_gated_kernel
 
 
 def gated(gate_up: torch.Tensor, x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -295,13 +295,12 @@ def _is_disk_full(exc: BaseException) -> bool:
         if isinstance(item, BaseException):
             if "No space left on device" in str(item):
                 return True
-            todo += [item.__cause__, item.__context__, *item.args]
-            failures = getattr(item, "rank_to_exc", None)  # megatron CheckpointException
-            if isinstance(failures, Mapping):
-                todo += list(failures.values())
+            # megatron's CheckpointException keeps its per-rank failures in rank_to_exc
+            todo += [item.__cause__, item.__context__, *item.args,
+                     getattr(item, "rank_to_exc", None)]
         elif isinstance(item, (tuple, list)):
             todo += list(item)
-        elif isinstance(item, Mapping):  # torch's CheckpointException: rank -> (exc, trace)
+        elif isinstance(item, Mapping):  # rank -> exception, or (exception, trace) in torch's
             todo += list(item.values())
     return False
 
