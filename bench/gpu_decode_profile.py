@@ -30,6 +30,7 @@ the run (later variants' kernel tables, then the variants themselves, are skippe
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
 import time
@@ -627,23 +628,47 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 def versus_transformers(model: Any, rows: list[list[int]],  # noqa: ANN401
                         greedy: tuple[list[list[int]], list[list[float]]], setup: Setup,
                         fig: Figures) -> None:
-    """The variant's greedy log-probs against transformers' forward on the same tokens."""
-    from engine.rollout.hf_backend import left_pad
-
+    """The variant's greedy log-probs against transformers' forward on the same tokens, in the
+    model's dtype and in fp32 (a float copy of the same weights: how far each is from the
+    maths, beside how far transformers' own bf16 forward is)."""
     count = min(8, len(rows))
     tokens, lps = greedy[0][:count], greedy[1][:count]
-    full = [r + t for r, t in zip(rows[:count], tokens, strict=True)]
+    ours = torch.tensor(lps, device=setup.device)
+    theirs = _teacher_forced(model, rows[:count], tokens, setup)
+    diff = (ours - theirs).abs()
+    fig.add("log-prob max|diff| vs transformers", diff.max().item(), "nats",
+            f"mean {diff.mean().item():.2e}, {count} rows teacher-forced "
+            f"({str(setup.dtype).removeprefix('torch.')})")
+    exact = _teacher_forced(_fp32_copy(model), rows[:count], tokens, setup)
+    for label, lp in (("ours", ours), ("transformers'", theirs)):
+        diff = (lp - exact).abs()
+        fig.add(f"log-prob max|diff| vs fp32 ({label})", diff.max().item(), "nats",
+                f"mean {diff.mean().item():.2e}, the same tokens in fp32")
+
+
+def _teacher_forced(model: Any, rows: list[list[int]], tokens: list[list[int]],  # noqa: ANN401
+                    setup: Setup) -> torch.Tensor:
+    """[rows, new] fp32 log-probs of `tokens` after each prompt, by the model's forward."""
+    from engine.rollout.hf_backend import left_pad
+
+    full = [r + t for r, t in zip(rows, tokens, strict=True)]
     ids, mask = left_pad(full, 0, setup.device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
     logits = logits[:, -setup.new - 1:-1].float()
     chosen = torch.tensor(tokens, device=setup.device)
-    theirs = torch.log_softmax(logits, -1).gather(-1, chosen[..., None]).squeeze(-1)
-    diff = (torch.tensor(lps, device=setup.device) - theirs).abs()
-    fig.add("log-prob max|diff| vs transformers", diff.max().item(), "nats",
-            f"mean {diff.mean().item():.2e}, {count} rows teacher-forced "
-            f"({str(setup.dtype).removeprefix('torch.')})")
+    return torch.log_softmax(logits, -1).gather(-1, chosen[..., None]).squeeze(-1)
+
+
+_FP32: dict[int, Any] = {}
+
+
+def _fp32_copy(model: Any) -> Any:  # noqa: ANN401
+    """One fp32 copy of `model` per run (built at first use, kept for the other variants)."""
+    if id(model) not in _FP32:
+        _FP32[id(model)] = copy.deepcopy(model).float()
+    return _FP32[id(model)]
 
 
 def run_variant(name: str, model: Any, rows: list[list[int]], setup: Setup,  # noqa: ANN401
@@ -687,7 +712,8 @@ def summary(figures: list[Figures]) -> None:
     columns = ("tokens/s", "wall ms/decode step", "decode alone (replay)", "sampling alone",
                "host overhead (wall - alone)", "kernels/step", "greedy tokens = ref",
                "greedy log-prob max|diff| vs ref", "sampled tokens = ref (same seed)",
-               "log-prob max|diff| vs transformers", "first call (capture)")
+               "log-prob max|diff| vs transformers", "log-prob max|diff| vs fp32 (ours)",
+               "log-prob max|diff| vs fp32 (transformers')", "first call (capture)")
     print("\n=== summary (one run, same model and prompts) ===")
     for number, f in enumerate(figures, 1):  # names are long: columns are numbered
         print(f"  ({number}) {f.variant}")

@@ -300,7 +300,8 @@ def test_decode_profile_smoke_runs(capsys) -> None:
     assert "=== attention alone" in out and "matmul (fused, no sdpa)" in out
     assert "=== decode-attn's per-call cost" in out  # the fit where Triton runs (the GPU)
     summary = out[out.index("=== summary"):]
-    for row in ("tokens/s", "decode alone (replay)", "kernels/step", "greedy tokens = ref"):
+    for row in ("tokens/s", "decode alone (replay)", "kernels/step", "greedy tokens = ref",
+                "log-prob max|diff| vs fp32 (ours)", "vs fp32 (transformers')"):
         assert row in summary
     greedy_row = next(line for line in summary.splitlines()
                       if line.startswith("greedy tokens = ref"))
