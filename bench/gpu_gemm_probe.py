@@ -36,18 +36,13 @@ for path in (REPO, REPO / "bench"):
 
 from gpu_decode_profile import cycling, per_call_us  # noqa: E402
 
-from engine.rollout import folded_norms, skinny_gemm  # noqa: E402
+from engine.rollout import skinny_gemm  # noqa: E402
 
-# (name, N, K, calls per decode step, adds a residual): Qwen3-0.6B's packed projections;
-# `gated` is gate_up with folded-norms' row scale and SiLU * up (cuBLAS: the GEMM, then
-# folded_norms.gated's kernel; skinny: gated_linear, gated-gemm's one kernel)
+# (name, N, K, calls per decode step, adds a residual): Qwen3-0.6B's packed projections
 H200_SHAPES = (("qkv", 4096, 1024, 28, False), ("o", 1024, 2048, 28, True),
-               ("gate_up", 6144, 1024, 28, False), ("gated", 6144, 1024, 28, False),
-               ("down", 1024, 3072, 28, True), ("lm_head", 151936, 1024, 1, False))
-SMOKE_SHAPES = (("qkv", 64, 32, 2, False), ("down", 32, 64, 2, True),
-                ("gated", 64, 32, 2, False))
-GATED = "gated"
-EPS = 1e-6
+               ("gate_up", 6144, 1024, 28, False), ("down", 1024, 3072, 28, True),
+               ("lm_head", 151936, 1024, 1, False))
+SMOKE_SHAPES = (("qkv", 64, 32, 2, False), ("down", 32, 64, 2, True))
 BLOCK_NS = (16, 32, 64, 128)
 SPLITS = (1, 2, 4, 8)
 WARPS_STAGES = ((2, 3), (4, 2), (4, 4), (8, 3), (8, 4))
@@ -68,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--budget", type=float, default=150.0, help="seconds for the sweeps")
     parser.add_argument("--only", action="append", metavar="SHAPE",
-                        help="probe only this shape (repeatable): qkv, o, gate_up, gated, "
-                             "down, lm_head")
+                        help="probe only this shape (repeatable): qkv, o, gate_up, down, lm_head")
     parser.add_argument("--cold-mb", type=float, default=256.0,
                         help="weight copies cycled through, in MB (0: one copy, L2-warm)")
     ns = parser.parse_args(argv)
@@ -88,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, n, k, calls, residual in shapes:
         print(f"\n=== {name}: [{ns.rows}, {k}] x [{k}, {n}]{' + residual' if residual else ''}, "
               f"{n * k * 2 / 1e6:.1f} MB of weight, {calls} per decode step ===")
-        rows = probe_shape(ns.rows, n, k, residual, device, repeat, deadline, cold_bytes,
-                           gated=name == GATED)
+        rows = probe_shape(ns.rows, n, k, residual, device, repeat, deadline, cold_bytes)
         for row in rows:
             print(f"  {row.label:<44} {row.us:9.2f} us {row.gbps:8.1f} GB/s  "
                   f"max|diff| {row.max_diff:.2e}")
@@ -99,16 +92,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def probe_shape(m: int, n: int, k: int, residual: bool, device: torch.device, repeat: int,
-                deadline: float, cold_bytes: int = 0, gated: bool = False) -> list[Timing]:
+                deadline: float, cold_bytes: int = 0) -> list[Timing]:
     """cuBLAS, `plan`'s tiling, then the sweep (while the budget lasts) for one shape; the
-    timed calls cycle through copies of the weight filling `cold_bytes`. `gated`: the GEMM
-    with folded-norms' SiLU (cuBLAS + folded_norms.gated against gated_linear)."""
+    timed calls cycle through copies of the weight filling `cold_bytes`."""
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(m, k, generator=gen, device=device).bfloat16()
     weight = (torch.randn(n, k, generator=gen, device=device) * k ** -0.5).bfloat16()
     base = torch.randn(m, n, generator=gen, device=device).bfloat16()
-    exact = _gated_exact(x, weight) if gated \
-        else x.float() @ weight.float().t() + (base.float() if residual else 0)
+    exact = x.float() @ weight.float().t() + (base.float() if residual else 0)
     # each call reads the next copy (each captured call keeps its own)
     copies = [(w,) for w in [weight] + [weight.clone()
                                         for _ in range(cold_bytes // (n * k * 2))]]
@@ -116,28 +107,24 @@ def probe_shape(m: int, n: int, k: int, residual: bool, device: torch.device, re
     out = torch.empty(m, n, device=device, dtype=torch.bfloat16)
 
     def cublas_on(w: torch.Tensor) -> torch.Tensor:
-        if gated:
-            return folded_norms.gated(torch.mm(x, w.t(), out=out), x, EPS)
         return acc.copy_(base).addmm_(x, w.t()) if residual else torch.mm(x, w.t(), out=out)
 
     cublas = cycling(cublas_on, copies)
 
     def skinny(tiles: tuple[int, int, int] | None) -> Callable[[], torch.Tensor]:
         def call_on(w: torch.Tensor) -> torch.Tensor:
-            if gated:
-                return skinny_gemm.gated_linear(x, w, EPS, tiles=tiles)
             if residual:
                 return skinny_gemm.linear(x, w, residual=acc.copy_(base), tiles=tiles)
             return skinny_gemm.linear(x, w, out=out, tiles=tiles)
         return cycling(call_on, copies)
 
     weight_bytes = n * k * 2
-    sms = skinny_gemm.multiprocessors(device) if device.type == "cuda" else 132
-    plan = skinny_gemm.gated_plan(m, n // 2, k, sms) if gated else skinny_gemm.plan(m, n, k, sms)
+    plan = skinny_gemm.plan(m, n, k, skinny_gemm.multiprocessors(device)
+                            if device.type == "cuda" else 132)
     rows = [_timed("cublas", cublas, exact, weight_bytes, repeat),
             _timed(f"skinny plan {_tiles_label(plan)}", skinny(plan), exact, weight_bytes,
                    repeat, plan)]
-    sweep = [t for t in _tilings(m, n, k, gated) if t != plan]
+    sweep = [t for t in _tilings(m, n, k) if t != plan]
     for tiles in sweep:
         if time.perf_counter() > deadline:
             rows.append(Timing("(sweep stopped: budget spent)", float("nan"), 0.0, 0.0))
@@ -157,26 +144,16 @@ def probe_shape(m: int, n: int, k: int, residual: bool, device: torch.device, re
     return rows
 
 
-def _tilings(m: int, n: int, k: int, gated: bool = False) -> list[tuple[int, int, int]]:
-    """(BLOCK_N, BLOCK_K, SPLIT_K) over BLOCK_NS x SPLITS, BLOCK_K as `plan` would pick it
-    (gated: BLOCK_N columns of gate and as many of up, so BLOCK_K as for twice the tile)."""
+def _tilings(m: int, n: int, k: int) -> list[tuple[int, int, int]]:
+    """(BLOCK_N, BLOCK_K, SPLIT_K) over BLOCK_NS x SPLITS, BLOCK_K as `plan` would pick it."""
     found = []
     for split in SPLITS:
         if split > 1 and k // split < skinny_gemm.MIN_K_CHUNK // 2:
             continue
         for block_n in BLOCK_NS:
-            if block_n <= max(16, n // 2 if gated else n):
-                width = 2 * block_n if gated else block_n
-                found.append((block_n, skinny_gemm._block_k(width, k, split), split))
+            if block_n <= max(16, n):
+                found.append((block_n, skinny_gemm._block_k(block_n, k, split), split))
     return found
-
-
-def _gated_exact(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """gated_linear's maths in fp32: SiLU(gate * r) * (up * r), r the rows' RMSNorm scale."""
-    both = (x.float() @ weight.float().t()) * torch.rsqrt(
-        x.float().pow(2).mean(-1, keepdim=True) + EPS)
-    ffn = weight.shape[0] // 2
-    return torch.nn.functional.silu(both[:, :ffn]) * both[:, ffn:]
 
 
 @contextlib.contextmanager

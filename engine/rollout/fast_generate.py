@@ -108,11 +108,6 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   (skinny_gemm.TUNED); the other GEMMs stay cuBLAS. 1.4% faster on the H200,
                   but the log-prob max|diff| vs transformers rose from 0.031 to 0.047 in that
                   run, so it stays opt-in;
-  gated-gemm      folded-norms' gate/up GEMM, its row scale and SiLU * up in one skinny-gemm
-                  kernel (skinny_gemm.gated_linear: each program streams a column tile of gate
-                  and the same of up, and sums the rows' squares from the x tiles it loads
-                  anyway), instead of the cuBLAS GEMM, folded_norms.gated's kernel and the
-                  [B, 2 ffn] round trip between them. Needs folded-norms;
 e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`,
 `packed+decode-attn+graph-sampling+compiled` (one graph: the kernel needs no window buckets),
 BACKEND_VARIANT (the hf backend's CUDA default),
@@ -143,8 +138,7 @@ WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
 FEATURES = ("fused", "packed", "sdpa", "decode-attn", "decode-attn-split", "window",
             "graph-sampling", "fused-sampling", "fused-prefill", "compiled", "skinny-gemm",
-            "two-streams", "four-streams", "attn-rope", "folded-norms", "pdl", "skinny-down",
-            "gated-gemm")
+            "two-streams", "four-streams", "attn-rope", "folded-norms", "pdl", "skinny-down")
 ROW_STREAMS = {"two-streams": 2, "four-streams": 4}  # feature -> row groups, one stream each
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
@@ -171,7 +165,6 @@ class DecodeOptions:
     folded_norms: bool = False  # RMSNorm weights in the packed weights
     pdl: bool = False  # folded-norms' decode-attn launched programmatically dependent
     skinny_down: bool = False  # the down projection alone by skinny-gemm; implies fused code
-    gated_gemm: bool = False  # folded-norms' gate/up GEMM, row scale and SiLU in one kernel
 
     def __post_init__(self) -> None:
         if self.row_streams not in (1, *ROW_STREAMS.values()):
@@ -194,9 +187,6 @@ class DecodeOptions:
         if self.pdl and not (self.folded_norms and not self.attn_rope):
             raise ValueError("'pdl' overlaps folded-norms' project_heads with decode-attn's "
                              "launch: name folded-norms (without attn-rope)")
-        if self.gated_gemm and not self.folded_norms:
-            raise ValueError("'gated-gemm' is folded-norms' gate/up GEMM with its SiLU kernel in "
-                             "one: name folded-norms too")
 
     @property
     def layers_fused(self) -> bool:
@@ -211,7 +201,7 @@ class DecodeOptions:
                  self.fused_prefill, self.compiled, self.skinny_gemm,
                  self.row_streams == ROW_STREAMS["two-streams"],
                  self.row_streams == ROW_STREAMS["four-streams"], self.attn_rope,
-                 self.folded_norms, self.pdl, self.skinny_down, self.gated_gemm)
+                 self.folded_norms, self.pdl, self.skinny_down)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -250,8 +240,7 @@ def parse_variant(name: str) -> DecodeOptions:
                          skinny_gemm="skinny-gemm" in parts,
                          row_streams=_named_row_streams(parts),
                          attn_rope="attn-rope" in parts, folded_norms="folded-norms" in parts,
-                         pdl="pdl" in parts, skinny_down="skinny-down" in parts,
-                         gated_gemm="gated-gemm" in parts)
+                         pdl="pdl" in parts, skinny_down="skinny-down" in parts)
 
 
 def _named_row_streams(parts: list[str]) -> int:
@@ -301,9 +290,7 @@ KERNEL_FALLBACKS = {"decode-attn": "attention runs as batched matmuls (the same 
                                     "maths)",
                     "pdl": "the kernels launch one after the other (the same maths)",
                     "skinny-down": "the down projection runs as a cuBLAS GEMM (the same "
-                                   "maths)",
-                    "gated-gemm": "the gate/up GEMM runs on cuBLAS before folded-norms' SiLU "
-                                  "kernel (the same maths)"}
+                                   "maths)"}
 # each feature's kernel_status(device) -> (usable, why not); the split kernels and
 # sampling_kernel's share decode_attention's
 KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
@@ -314,8 +301,7 @@ KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
     "attn-rope": decode_attention.kernel_status,
     "folded-norms": decode_attention.kernel_status,
     "pdl": decode_attention.pdl_status,
-    "skinny-down": skinny_gemm.kernel_status,
-    "gated-gemm": skinny_gemm.kernel_status}
+    "skinny-down": skinny_gemm.kernel_status}
 
 
 def kernel_features(options: DecodeOptions) -> list[str]:
@@ -328,8 +314,7 @@ def kernel_features(options: DecodeOptions) -> list[str]:
                                   ("attn-rope", options.attn_rope),
                                   ("folded-norms", options.folded_norms),
                                   ("pdl", options.pdl),
-                                  ("skinny-down", options.skinny_down),
-                                  ("gated-gemm", options.gated_gemm)) if on]
+                                  ("skinny-down", options.skinny_down)) if on]
 
 
 def kernel_note(feature: str, device: torch.device) -> str:
@@ -562,8 +547,6 @@ class StaticDecoder:
         self.folded = options.folded_norms and self._kernel_usable("folded-norms") \
             and self.kernel_writes_cache
         self.pdl = options.pdl and self.folded and self._kernel_usable("pdl")
-        self.gated_kernel = options.gated_gemm and self.folded \
-            and self._kernel_usable("gated-gemm")
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
         self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
@@ -884,9 +867,7 @@ class StaticDecoder:
                 else head(x, layer.in_norm, packed.qkv, self.eps, self.gemm_kernel)
             out = self._attend_projection(state, i, rows, qkv)
             self._add_linear(x, out.view(x.shape[0], -1), layer.o, self.gemm_kernel)
-            if self.gated_kernel:
-                gated = skinny_gemm.gated_linear(x, packed.gate_up, self.eps)
-            elif self.folded:
+            if self.folded:
                 gated = folded_norms.gated(self._step_linear(x, packed.gate_up), x, self.eps)
             else:
                 gated = mlp(x, layer.post_norm, (packed.gate_up,), self.eps, self.gemm_kernel)

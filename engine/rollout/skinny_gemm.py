@@ -6,21 +6,15 @@ whole cost: the activations are tiny) stream at ~1.3 TB/s of 4.8. Here:
   - one tile of rows covers all of M (M <= 128, padded up to tl.dot's 16);
   - N is cut into narrow tiles and K into SPLIT_K chunks, chosen by `plan` so that about 2-4
     programs per SM each stream their slice of the weight once;
-  - split-K in the same kernel, deterministic: each split writes its fp32 partial [M, N], and
-    the column tile's last split to arrive (an atomic counter per tile) sums all of them in
-    split order, adds the residual and casts (the H200 profile: a second kernel for that sum
-    cost ~1.4 us per call, at batch 64 a kernel's floor). The buffers are allocated once per
-    shape and kept (the decode step is a CUDA graph: they must not move between replays);
-  - fp32 accumulation, the residual added in fp32 and rounded once (as addmm_ does);
-  - GATED (`gated_linear`, folded-norms' gate/up): each program streams a column tile of gate
-    and the same of up, sums the rows' squares from the x tiles it loads, and writes
-    SiLU(gate * r) * (up * r): the GEMM, folded_norms.gated's kernel and its [M, 2F] round trip
-    in one.
+  - split-K without atomics (deterministic): kernel 1 writes fp32 partials [SPLIT_K, M, N],
+    kernel 2 sums them in a fixed order, adds the residual and casts; SPLIT_K = 1 is one kernel
+    with that epilogue. The partial buffer is allocated once per shape and kept (the decode
+    step is a CUDA graph: its buffers must not move between replays);
+  - fp32 accumulation, the residual added in fp32 and rounded once (as addmm_ does).
 Launches are plain Triton launches: capturable by a CUDA graph, with no host sync.
 
-`linear` and `gated_linear` run the kernel; `linear_by_torch` and `gated_linear_by_torch` are
-the same contracts in torch ops (the fallback and the tests' reference). `kernel_status(device)`
-says whether the kernel can run there: on CUDA
+`linear` runs the kernels; `linear_by_torch` is the same contract in torch ops (the fallback and
+the tests' reference). `kernel_status(device)` says whether the kernels can run there: on CUDA
 with Triton importable, or anywhere under TRITON_INTERPRET=1 (the CPU tests).
 """
 
@@ -41,6 +35,7 @@ SPLITS = (1, 2, 4, 8, 16)
 MIN_K_CHUNK = 128  # a split's K range below this streams too little to pay for its partials
 TILE_ELEMENTS = 8192  # weight elements per loop step (16 KB bf16): BLOCK_K = this / BLOCK_N
 MAX_BLOCK_K = 256  # with M = 64 the x tile is then 32 KB bf16 per pipeline stage
+REDUCE_BLOCK = 1024  # columns per program of the split-K sum
 NUM_WARPS = 4
 NUM_STAGES = 3
 
@@ -50,11 +45,8 @@ NUM_STAGES = 3
 # cold, residual added; `plan`'s own choice, n64 k64 split16, 9.37)
 TUNED = {(64, 1024, 3072, 132): (32, 256, 4)}
 
-# gated_linear's (M, 2F, K, SMs) -> tiles measured best (bench/gpu_gemm_probe.py)
-TUNED_GATED: dict[tuple[int, int, int, int], tuple[int, int, int]] = {}
-
-# _scratch's buffers by launch shape, device and stream
-_SCRATCH: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+# fp32 partials [SPLIT_K, M, N] by (M, N, SPLIT_K, device): allocated at first use, then reused
+_PARTIALS: dict[tuple[int, int, int, torch.device], torch.Tensor] = {}
 
 
 def kernel_status(device: torch.device) -> tuple[bool, str]:
@@ -63,7 +55,7 @@ def kernel_status(device: torch.device) -> tuple[bool, str]:
     if device.type != "cuda" and not interpret:
         return False, f"its Triton kernels need CUDA (device {device.type})"
     try:
-        _kernel(interpret)
+        _kernels(interpret)
     except ImportError as err:
         return False, f"Triton is not importable ({err})"
     return True, "ok"
@@ -121,39 +113,33 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     GPU) by linear_by_torch. `tiles`: (BLOCK_N, BLOCK_K, SPLIT_K) instead of `plan`'s."""
     if x.shape[0] > MAX_M:
         return linear_by_torch(x, weight, out, residual)
-    n = _checked(x, weight).shape[0]
-    target = _target(x, n, out, residual)
-    _launch(x, weight, target, residual, n, tiles or plan(x.shape[0], n, x.shape[1],
-                                                          multiprocessors(x.device)))
-    return target
-
-
-def gated_linear(x: torch.Tensor, weight: torch.Tensor, eps: float,
-                 tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
-    """folded-norms' MLP input in one kernel (fast_generate's `gated-gemm`): x [M, K] the
-    residual stream, weight [2F, K] the packed gate|up weight with the RMSNorm weight folded
-    in -> SiLU(gate * r) * (up * r) [M, F], r = rsqrt(mean(x^2) + eps) per row, summed from
-    the x tiles the GEMM loads anyway. What folded_norms.gated(x @ weight^T, x, eps) gives
-    (the GEMM rounded to the dtype first), without the [M, 2F] round trip and its kernel.
-    `tiles`: (BLOCK_N, BLOCK_K, SPLIT_K), BLOCK_N columns of gate and as many of up."""
-    if x.shape[0] > MAX_M:
-        return gated_linear_by_torch(x, weight, eps)
-    ffn = _checked(x, weight).shape[0] // 2
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if weight.stride(1) != 1:
+        raise ValueError("skinny GEMM: the weight's rows must be contiguous")
     m, k = x.shape
-    out = torch.empty((m, ffn), dtype=x.dtype, device=x.device)
-    _launch(x, weight, out, None, ffn, tiles or gated_plan(m, ffn, k, multiprocessors(x.device)),
-            eps)
-    return out
-
-
-def gated_plan(m: int, ffn: int, k: int, sms: int = 132) -> tuple[int, int, int]:
-    """gated_linear's tiles: TUNED's for a measured shape, else `plan`'s for the packed
-    [2F, K] weight with each program's columns halved between gate and up."""
-    if (m, 2 * ffn, k, sms) in TUNED_GATED:
-        return TUNED_GATED[(m, 2 * ffn, k, sms)]
-    block_n, _, split = plan(m, 2 * ffn, k, sms)
-    block_n = max(MIN_DOT, block_n // 2)
-    return block_n, _block_k(2 * block_n, k, split), split
+    n = weight.shape[0]
+    target = _target(x, n, out, residual)
+    block_n, block_k, split = tiles or plan(m, n, k, multiprocessors(x.device))
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    gemm, reduce = _kernels(interpret)
+    partial = _partials(m, n, split, x.device) if split > 1 else target
+    res = residual if residual is not None else target  # unread without HAS_RES
+    k_chunk = _cdiv(_cdiv(k, split), block_k) * block_k
+    gemm[(_cdiv(n, block_n), split)](
+        x, weight, partial, res, m, n, k, k_chunk, x.stride(0), weight.stride(0),
+        target.stride(0), res.stride(0),
+        BLOCK_M=max(MIN_DOT, _pow2(m)), BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1,
+        HAS_RES=residual is not None,
+        PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        # the interpreter's tl.dot reads bf16/fp16 bits as integers: fp32 operands there
+        UPCAST=interpret and x.dtype != torch.float32,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    if split > 1:
+        reduce[(m, _cdiv(n, REDUCE_BLOCK))](
+            partial, res, target, m, n, target.stride(0), res.stride(0), SPLIT_K=split,
+            BLOCK=REDUCE_BLOCK, HAS_RES=residual is not None, num_warps=NUM_WARPS)
+    return target
 
 
 def linear_by_torch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
@@ -166,42 +152,6 @@ def linear_by_torch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | N
     if out is not None:
         return torch.mm(x, weight.t(), out=out)
     return torch.mm(x, weight.t())
-
-
-def gated_linear_by_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """`gated_linear`'s contract in torch ops: the GEMM, then folded_norms' maths."""
-    from engine.rollout.folded_norms import gated_by_torch
-
-    return gated_by_torch(torch.mm(x, weight.t()), x, eps)
-
-
-def _checked(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    if x.stride(1) != 1:
-        raise ValueError("skinny GEMM: x's rows must be contiguous")
-    if weight.stride(1) != 1:
-        raise ValueError("skinny GEMM: the weight's rows must be contiguous")
-    return weight
-
-
-def _launch(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
-            residual: torch.Tensor | None, n: int, tiles: tuple[int, int, int],
-            eps: float | None = None) -> None:
-    """One launch over (column tiles, splits); `eps` given: GATED (n is F, the weight 2F)."""
-    m, k = x.shape
-    block_n, block_k, split = tiles
-    scratch = _scratch(m, n, block_n, split, eps is not None, x.device)
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    res = residual if residual is not None else target  # unread without HAS_RES
-    k_chunk = _cdiv(_cdiv(k, split), block_k) * block_k
-    _kernel(interpret)[(_cdiv(n, block_n), split)](
-        x, weight, target, res, *scratch, m, n, k, k_chunk, 0.0 if eps is None else eps,
-        x.stride(0), weight.stride(0), target.stride(0), res.stride(0),
-        BLOCK_M=max(MIN_DOT, _pow2(m)), BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split,
-        HAS_RES=residual is not None, GATED=eps is not None,
-        PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        # the interpreter's tl.dot reads bf16/fp16 bits as integers: fp32 operands there
-        UPCAST=interpret and x.dtype != torch.float32,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
 
 
 def _target(x: torch.Tensor, n: int, out: torch.Tensor | None,
@@ -219,32 +169,69 @@ def _target(x: torch.Tensor, n: int, out: torch.Tensor | None,
     return target
 
 
-def _scratch(m: int, n: int, block_n: int, split: int, gated: bool,
-             device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(fp32 partials [SPLIT_K, m, n or 2n], int32 arrival counters per column tile (zero
-    between calls: the last split resets its tile's), fp32 row sums of squares [SPLIT_K, m])
-    for one launch shape on the current stream: allocated at first use, then kept (a captured
-    decode step replays them), one set per stream (two-streams' halves run at once)."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (m, n, block_n, split, gated, device, stream)
-    if key not in _SCRATCH:
-        width = 2 * n if gated else n
-        _SCRATCH[key] = (
-            torch.empty((split, m, width) if split > 1 else (1,), dtype=torch.float32,
-                        device=device),
-            torch.zeros(_cdiv(n, block_n), dtype=torch.int32, device=device),
-            torch.empty((split, m), dtype=torch.float32, device=device))
-    return _SCRATCH[key]
+def _partials(m: int, n: int, split: int, device: torch.device) -> torch.Tensor:
+    key = (m, n, split, device)
+    if key not in _PARTIALS:
+        _PARTIALS[key] = torch.empty((split, m, n), dtype=torch.float32, device=device)
+    return _PARTIALS[key]
 
 
 @functools.cache
-def _kernel(interpret: bool) -> Any:  # noqa: ANN401
-    """The jitted GEMM kernel, at first use (`interpret` keys the cache, as decode_attention's
-    kernels: triton.jit reads TRITON_INTERPRET when it decorates)."""
+def _kernels(interpret: bool) -> tuple[Any, Any]:
+    """The jitted (GEMM, split-K sum) kernels, built at first use (Triton imported lazily;
+    `interpret` keys the cache: triton.jit reads TRITON_INTERPRET when it decorates)."""
     del interpret
-    from engine.rollout import skinny_gemm_triton
+    import triton
+    import triton.language as tl
 
-    return skinny_gemm_triton.skinny_gemm_kernel
+    @triton.jit
+    def skinny_gemm_kernel(
+            x_ptr, w_ptr, out_ptr, res_ptr, m, n, k, k_chunk, x_stride, w_stride, out_stride,
+            res_stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+            PARTIAL: tl.constexpr, HAS_RES: tl.constexpr, PRECISION: tl.constexpr,
+            UPCAST: tl.constexpr):
+        split = tl.program_id(1)
+        rows = tl.arange(0, BLOCK_M)
+        cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        row_ok, col_ok = rows < m, cols < n
+        x_rows = x_ptr + rows[:, None] * x_stride
+        w_rows = w_ptr + cols[:, None].to(tl.int64) * w_stride
+        first = split * k_chunk
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for start in range(0, k_chunk, BLOCK_K):  # k_chunk is a multiple of BLOCK_K
+            ks = first + start + tl.arange(0, BLOCK_K)
+            k_ok = ks < k
+            a = tl.load(x_rows + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(w_rows + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+            if UPCAST:
+                a, b = a.to(tl.float32), b.to(tl.float32)
+            acc += tl.dot(a, tl.trans(b), input_precision=PRECISION)
+        ok = row_ok[:, None] & col_ok[None, :]
+        if PARTIAL:  # [SPLIT_K, m, n] fp32, summed by the second kernel
+            at = split.to(tl.int64) * m * n + rows[:, None] * n + cols[None, :]
+            tl.store(out_ptr + at, acc, mask=ok)
+        else:
+            if HAS_RES:
+                acc += tl.load(res_ptr + rows[:, None] * res_stride + cols[None, :], mask=ok,
+                               other=0.0).to(tl.float32)
+            tl.store(out_ptr + rows[:, None] * out_stride + cols[None, :],
+                     acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def split_k_sum_kernel(
+            part_ptr, res_ptr, out_ptr, m, n, out_stride, res_stride, SPLIT_K: tl.constexpr,
+            BLOCK: tl.constexpr, HAS_RES: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        ok = cols < n
+        acc = tl.zeros([BLOCK], tl.float32)
+        for s in tl.static_range(SPLIT_K):  # a fixed order: the same sum every run
+            acc += tl.load(part_ptr + (s * m + row).to(tl.int64) * n + cols, mask=ok, other=0.0)
+        if HAS_RES:
+            acc += tl.load(res_ptr + row * res_stride + cols, mask=ok, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * out_stride + cols, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+    return skinny_gemm_kernel, split_k_sum_kernel
 
 
 def _cdiv(a: int, b: int) -> int:

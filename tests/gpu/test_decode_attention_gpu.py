@@ -252,8 +252,7 @@ def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> 
 
 @pytest.mark.parametrize("variant", ["default", "+attn-rope", "+attn-rope+folded-norms",
                                      "+folded-norms", "+folded-norms+pdl",
-                                     "+folded-norms+skinny-down", "+folded-norms+gated-gemm",
-                                     "+folded-norms+gated-gemm+skinny-down"])
+                                     "+folded-norms+skinny-down"])
 def test_the_backend_default_follows_transformers_generate(variant) -> None:  # noqa: ANN001
     """The hf backend's CUDA default (fast_generate.BACKEND_VARIANT; with attn-rope and
     folded-norms added, where not in it already) against

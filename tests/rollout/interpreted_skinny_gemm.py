@@ -70,35 +70,6 @@ def test_plans_tiles_and_a_deterministic_split(interpreted) -> None:  # noqa: AN
     assert torch.equal(run(x, w, r, "residual", None), first)
 
 
-def test_split_k_leaves_its_counters_at_zero(interpreted) -> None:  # noqa: ANN001
-    """The tile's last split resets its arrival counter: every counter is 0 after a call, so
-    the next call (a graph replay) counts from 0 again."""
-    x, w, r = case(5, 40, 80, torch.float32)
-    run(x, w, r, "out", (16, 16, 3))
-    counters = [c for (_, _, _, split, *_), (_, c, _) in sg._SCRATCH.items() if split == 3]
-    assert counters and all(int(c.abs().sum()) == 0 for c in counters)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gated_kernel_is_the_gemm_then_folded_norms_gated(interpreted, dtype) -> None:  # noqa: ANN001
-    """gated_linear against gated_linear_by_torch (the GEMM rounded to the dtype, then
-    folded_norms' row scale and SiLU * up), unsplit and split, rows past the tile, F not a
-    multiple of the column tile: fp32 to summation order; bf16 to three bf16 steps of |out| <=
-    ~5 (the interpreter's casts to bf16 truncate where the GPU's round to nearest: four
-    roundings each a step off at most); a second call gives the same bits."""
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=0, atol=0.094)
-    for i, (m, ffn, k, tiles) in enumerate([(5, 40, 80, (16, 16, 1)), (64, 48, 96, (32, 32, 2)),
-                                            (1, 16, 64, (16, 16, 4)), (7, 40, 80, None)]):
-        gen = torch.Generator().manual_seed(i)
-        x = (torch.randn(m, k, generator=gen) * 3).to(dtype)
-        w = (torch.randn(2 * ffn, k, generator=gen) / k ** 0.5).to(dtype)
-        out = sg.gated_linear(x, w, 1e-6, tiles=tiles)
-        assert out.dtype == dtype and out.shape == (m, ffn)
-        torch.testing.assert_close(out.float(), sg.gated_linear_by_torch(x, w, 1e-6).float(),
-                                   **tol, msg=f"{m, ffn, k, tiles}")
-        assert torch.equal(sg.gated_linear(x, w, 1e-6, tiles=tiles), out)
-
-
 @pytest.mark.parametrize(("arch", "variant"), [("qwen3", "packed+graph-sampling+skinny-gemm"),
                                                ("llama", "compiled+skinny-gemm")])
 def test_skinny_gemm_variant_is_the_reference_path(interpreted, arch, variant) -> None:  # noqa: ANN001
@@ -117,19 +88,13 @@ def test_skinny_gemm_variant_is_the_reference_path(interpreted, arch, variant) -
 
 @pytest.mark.parametrize("variant", [
     "packed+decode-attn+graph-sampling+fused-prefill+folded-norms+skinny-down",
-    "packed+graph-sampling+skinny-down",
-    "packed+decode-attn+graph-sampling+fused-prefill+folded-norms+gated-gemm",
-    "packed+decode-attn+graph-sampling+folded-norms+skinny-down+gated-gemm"])
+    "packed+graph-sampling+skinny-down"])
 def test_skinny_down_variant_is_the_reference_path(interpreted, variant) -> None:  # noqa: ANN001
     """skinny-down: only the down projection by the kernel (with folded-norms' kernels, or on
-    the plain fused path); gated-gemm: folded-norms' gate/up GEMM and SiLU by the kernel's
-    GATED mode, with or without skinny-down. fp32: tokens equal today's path, log-probs within
-    1e-5."""
+    the plain fused path), fp32: tokens equal today's path, log-probs within 1e-5."""
     model = tiny_model("qwen3")
-    options = fg.parse_variant(variant)
-    decoder = fg.StaticDecoder(model, options)
-    assert decoder.down_kernel == options.skinny_down and not decoder.gemm_kernel
-    assert decoder.gated_kernel == options.gated_gemm
+    decoder = fg.StaticDecoder(model, fg.parse_variant(variant))
+    assert decoder.down_kernel and not decoder.gemm_kernel
     for sampling in SAMPLINGS:
         assert_follows_reference(model, fg.parse_variant(variant), 1e-5, ROWS,
                                  **settings(6, **sampling))

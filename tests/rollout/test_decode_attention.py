@@ -128,8 +128,7 @@ def test_attn_rope_and_folded_norms_need_their_kernel_and_say_what_runs_without_
                         ("decode-attn+folded-norms", "name packed and decode-attn"),
                         ("packed+decode-attn-split+folded-norms", "not decode-attn-split"),
                         ("packed+decode-attn+pdl", "name folded-norms"),
-                        ("packed+decode-attn+attn-rope+folded-norms+pdl", "without attn-rope"),
-                        ("packed+decode-attn+gated-gemm", "name folded-norms too")):
+                        ("packed+decode-attn+attn-rope+folded-norms+pdl", "without attn-rope")):
         with pytest.raises(ValueError, match=match):
             fg.parse_variant(name)
     name = "packed+decode-attn+graph-sampling+fused-prefill+attn-rope+folded-norms"
@@ -139,10 +138,6 @@ def test_attn_rope_and_folded_norms_need_their_kernel_and_say_what_runs_without_
     with_pdl = fg.parse_variant("packed+decode-attn+folded-norms+pdl")
     assert with_pdl.pdl and fg.kernel_features(with_pdl)[-1] == "pdl"
     assert not fg.StaticDecoder(tiny_model("qwen3"), with_pdl).pdl
-    gated = fg.parse_variant("packed+decode-attn+folded-norms+gated-gemm")
-    assert gated.gated_gemm and fg.kernel_features(gated)[-1] == "gated-gemm"
-    assert fg.parse_variant(gated.name) == gated
-    assert not fg.StaticDecoder(tiny_model("qwen3"), gated).gated_kernel  # folded needs Triton
     model = tiny_model("qwen3")
     decoder = fg.StaticDecoder(model, options)
     assert not (decoder.projection_kernel or decoder.folded)

@@ -113,25 +113,27 @@ def test_the_kernels_under_the_triton_interpreter() -> None:
 
 
 def test_the_kernels_compile_for_hopper() -> None:
-    """The kernel through Triton's whole compiler (to a cubin for sm_90, no GPU needed) with
-    `plan`'s tiles for the 0.6B shapes, split or not, and gated_plan's for gate/up (GATED):
-    what the interpreter cannot check (tile shapes, dot operand types, the atomics, shared
-    memory at NUM_STAGES)."""
+    """Both kernels through Triton's whole compiler (to a cubin for sm_90, no GPU needed) with
+    `plan`'s tiles for the 0.6B shapes: what the interpreter cannot check (tile shapes, dot
+    operand types, shared memory at NUM_STAGES)."""
     triton = pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     target = GPUTarget("cuda", 90, 32)
-    gemm = sg._kernel(False)
-    types = ["*bf16", "*bf16", "*bf16", "*bf16", "*fp32", "*i32", "*fp32"] + ["i32"] * 4 \
-        + ["fp32"] + ["i32"] * 4
-    signature = dict(zip(gemm.arg_names, types + ["constexpr"] * 8, strict=True))
-    launches = [(sg.plan(64, n, k), True, False) for n, k in SHAPES_0_6B.values()]
-    launches += [((32, 256, 4), True, False), ((64, 128, 1), True, False),
-                 (sg.gated_plan(64, 3072, 1024), False, True), ((32, 128, 2), False, True)]
-    for (block_n, block_k, split), residual, gated in launches:
-        constants = dict(BLOCK_M=64, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split,
-                         HAS_RES=residual, GATED=gated, PRECISION="tf32", UPCAST=False)
-        built = triton.compile(ASTSource(gemm, signature, constants), target=target,
+    gemm, reduce = sg._kernels(False)
+    types = ["*bf16", "*bf16", "*fp32", "*bf16"] + ["i32"] * 8
+    signature = dict(zip(gemm.arg_names, types + ["constexpr"] * 7, strict=True))
+    for n, k in SHAPES_0_6B.values():
+        block_n, block_k, split = sg.plan(64, n, k)
+        constants = dict(BLOCK_M=64, BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1,
+                         HAS_RES=True, PRECISION="tf32", UPCAST=False)
+        sig = signature | {"out_ptr": "*fp32" if split > 1 else "*bf16"}
+        built = triton.compile(ASTSource(gemm, sig, constants), target=target,
                                options=dict(num_warps=sg.NUM_WARPS, num_stages=sg.NUM_STAGES))
-        assert built.metadata.shared <= 227 * 1024, (block_n, block_k, split, gated)
+        assert built.metadata.shared <= 227 * 1024, (n, k)  # Hopper's limit per block
+    types = ["*fp32", "*bf16", "*bf16"] + ["i32"] * 4
+    signature = dict(zip(reduce.arg_names, types + ["constexpr"] * 3, strict=True))
+    triton.compile(ASTSource(reduce, signature,
+                             dict(SPLIT_K=8, BLOCK=sg.REDUCE_BLOCK, HAS_RES=True)),
+                   target=target, options=dict(num_warps=sg.NUM_WARPS))
