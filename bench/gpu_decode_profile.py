@@ -573,15 +573,16 @@ def alone(decoder: fg.StaticDecoder, setup: Setup, options: fg.DecodeOptions, fi
     fig.add("decode alone (replay)", decode_ms, "ms",
             "per span: " + ", ".join(f"{s}:{ms:.3f}" for s, ms in per_span))
     sample_ms = sampler_alone(state, sampling, options, clock, repeat,
-                              decoder.sampling_kernel)
+                              decoder.sampling_kernel, decoder.cdf_kernel)
     fig.add("sampling alone", sample_ms, "ms",
+            "cdf-sampling's kernels, eager" if decoder.cdf_kernel else
             "fused-sampling's kernels, eager" if decoder.sampling_kernel else
             "sync-free sampler, eager" if options.sample_in_graph else "torch.multinomial path")
     return decode_ms, sample_ms
 
 
 def sampler_alone(state: fg.DecodeState, sampling: fg.Sampling, options: fg.DecodeOptions,
-                  clock: Clock, repeat: int, kernel: bool) -> float:
+                  clock: Clock, repeat: int, kernel: bool, cdf: bool = False) -> float:
     generator = torch.Generator(device=state.logits.device).manual_seed(0)
     logits = torch.randn(state.logits.shape, generator=None, device=state.logits.device)
     logits = logits.to(state.logits.dtype) * 4
@@ -589,7 +590,7 @@ def sampler_alone(state: fg.DecodeState, sampling: fg.Sampling, options: fg.Deco
     for _ in range(repeat):
         start = clock.now()
         if kernel:
-            fg.sample_fused(logits, sampling, generator)
+            fg.sample_fused(logits, sampling, generator, cdf)
         elif options.sample_in_graph:
             fg.sample_sync_free(logits, sampling, generator)
         else:

@@ -108,6 +108,16 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   (skinny_gemm.TUNED); the other GEMMs stay cuBLAS. 1.4% faster on the H200,
                   but the log-prob max|diff| vs transformers rose from 0.031 to 0.047 in that
                   run, so it stays opt-in;
+  cdf-sampling    fused-sampling's T=1 draw by inverse CDF (sampling_kernel.sample_cdf): one
+                  uniform per row from the same generator instead of a [B, vocab] fp32
+                  Exp(1) noise tensor, the token the first whose running softmax mass passes
+                  it. The same distribution as torch.multinomial, not its draws (`sampled
+                  tokens = ref` no longer holds). Needs fused-sampling;
+  multi-step      GRAPH_STEPS (8) graph-sampling steps captured in one CUDA graph and replayed
+                  at once (single steps up to the first multiple of 8 and past the last), so
+                  one graph launch and its ramp per 8 steps; EOS still checked every 16 steps.
+                  The same maths. Needs graph-sampling, not window; CUDA only (elsewhere
+                  there is no graph: the steps run eagerly, as without it);
 e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`,
 `packed+decode-attn+graph-sampling+compiled` (one graph: the kernel needs no window buckets),
 BACKEND_VARIANT (the hf backend's CUDA default),
@@ -133,12 +143,14 @@ from engine.rollout import decode_attention, folded_norms, sampling_kernel, skin
 
 SUPPORTED = ("llama", "qwen3")
 EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
+GRAPH_STEPS = 8  # multi-step: decode steps per graph replay (divides EARLY_STOP_EVERY)
 CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are masked)
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
 FEATURES = ("fused", "packed", "sdpa", "decode-attn", "decode-attn-split", "window",
             "graph-sampling", "fused-sampling", "fused-prefill", "compiled", "skinny-gemm",
-            "two-streams", "four-streams", "attn-rope", "folded-norms", "pdl", "skinny-down")
+            "two-streams", "four-streams", "attn-rope", "folded-norms", "pdl", "skinny-down",
+            "cdf-sampling", "multi-step")
 ROW_STREAMS = {"two-streams": 2, "four-streams": 4}  # feature -> row groups, one stream each
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
@@ -165,6 +177,8 @@ class DecodeOptions:
     folded_norms: bool = False  # RMSNorm weights in the packed weights
     pdl: bool = False  # folded-norms' decode-attn launched programmatically dependent
     skinny_down: bool = False  # the down projection alone by skinny-gemm; implies fused code
+    cdf_sampling: bool = False  # fused-sampling's draw by inverse CDF from one uniform per row
+    multi_step: bool = False  # GRAPH_STEPS graph-sampling steps captured in one graph
 
     def __post_init__(self) -> None:
         if self.row_streams not in (1, *ROW_STREAMS.values()):
@@ -176,6 +190,12 @@ class DecodeOptions:
             raise ValueError("'sdpa' and 'decode-attn' are two attention kernels: name one")
         if self.fused_sampling and not self.sample_in_graph:
             raise ValueError("'fused-sampling' is graph-sampling's draw: name graph-sampling too")
+        if self.multi_step and (not self.sample_in_graph or self.window):
+            raise ValueError("'multi-step' replays several self-advancing steps at once: name "
+                             "graph-sampling, without window (its span changes per step)")
+        if self.cdf_sampling and not self.fused_sampling:
+            raise ValueError("'cdf-sampling' is a way of drawing fused-sampling's tokens: name "
+                             "fused-sampling (and graph-sampling) too")
         one_pass_packed = self.packed and self.decode_attn and not self.decode_attn_split
         if self.attn_rope and not one_pass_packed:
             raise ValueError("'attn-rope' is decode-attn's one-pass kernel on the packed "
@@ -201,7 +221,8 @@ class DecodeOptions:
                  self.fused_prefill, self.compiled, self.skinny_gemm,
                  self.row_streams == ROW_STREAMS["two-streams"],
                  self.row_streams == ROW_STREAMS["four-streams"], self.attn_rope,
-                 self.folded_norms, self.pdl, self.skinny_down)
+                 self.folded_norms, self.pdl, self.skinny_down, self.cdf_sampling,
+                 self.multi_step)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -240,7 +261,9 @@ def parse_variant(name: str) -> DecodeOptions:
                          skinny_gemm="skinny-gemm" in parts,
                          row_streams=_named_row_streams(parts),
                          attn_rope="attn-rope" in parts, folded_norms="folded-norms" in parts,
-                         pdl="pdl" in parts, skinny_down="skinny-down" in parts)
+                         pdl="pdl" in parts, skinny_down="skinny-down" in parts,
+                         cdf_sampling="cdf-sampling" in parts,
+                         multi_step="multi-step" in parts)
 
 
 def _named_row_streams(parts: list[str]) -> int:
@@ -290,7 +313,9 @@ KERNEL_FALLBACKS = {"decode-attn": "attention runs as batched matmuls (the same 
                                     "maths)",
                     "pdl": "the kernels launch one after the other (the same maths)",
                     "skinny-down": "the down projection runs as a cuBLAS GEMM (the same "
-                                   "maths)"}
+                                   "maths)",
+                    "cdf-sampling": "graph-sampling samples with torch ops (Gumbel-max draws "
+                                    "from the same distribution)"}
 # each feature's kernel_status(device) -> (usable, why not); the split kernels and
 # sampling_kernel's share decode_attention's
 KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
@@ -301,7 +326,8 @@ KERNEL_STATUS: dict[str, Callable[[torch.device], tuple[bool, str]]] = {
     "attn-rope": decode_attention.kernel_status,
     "folded-norms": decode_attention.kernel_status,
     "pdl": decode_attention.pdl_status,
-    "skinny-down": skinny_gemm.kernel_status}
+    "skinny-down": skinny_gemm.kernel_status,
+    "cdf-sampling": decode_attention.kernel_status}
 
 
 def kernel_features(options: DecodeOptions) -> list[str]:
@@ -314,7 +340,8 @@ def kernel_features(options: DecodeOptions) -> list[str]:
                                   ("attn-rope", options.attn_rope),
                                   ("folded-norms", options.folded_norms),
                                   ("pdl", options.pdl),
-                                  ("skinny-down", options.skinny_down)) if on]
+                                  ("skinny-down", options.skinny_down),
+                                  ("cdf-sampling", options.cdf_sampling)) if on]
 
 
 def kernel_note(feature: str, device: torch.device) -> str:
@@ -535,6 +562,8 @@ class StaticDecoder:
         self.attention_kernel = options.decode_attn and self._kernel_usable(
             "decode-attn-split" if options.decode_attn_split else "decode-attn")
         self.sampling_kernel = options.fused_sampling and self._kernel_usable("fused-sampling")
+        self.cdf_kernel = options.cdf_sampling and self.sampling_kernel \
+            and self._kernel_usable("cdf-sampling")
         self.gemm_kernel = options.skinny_gemm and self._kernel_usable("skinny-gemm")
         self.down_kernel = self.gemm_kernel or (options.skinny_down
                                                 and self._kernel_usable("skinny-down"))
@@ -548,7 +577,7 @@ class StaticDecoder:
             and self.kernel_writes_cache
         self.pdl = options.pdl and self.folded and self._kernel_usable("pdl")
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
-        self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
+        self._graphs: dict[tuple[int, Sampling | None, int], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
         self._streams: list[torch.cuda.Stream] = []  # two-streams/four-streams' row streams
 
@@ -692,7 +721,7 @@ class StaticDecoder:
         else:
             self._decode_ref(state, span)
         if sampling is not None:
-            advance(state, sampling, self.sampling_kernel)
+            advance(state, sampling, self.sampling_kernel, self.cdf_kernel)
 
     def _decode_ref(self, state: DecodeState, span: int) -> None:
         b = state.token.shape[0]
@@ -918,19 +947,19 @@ class StaticDecoder:
         return torch.matmul(probs.to(self.dtype), values)  # [b, KV, group, d]
 
     # ---- graphs --------------------------------------------------------------------------
-    def graph_for(self, state: DecodeState, span: int,
-                  sampling: Sampling | None) -> _DecodeGraph | None:
-        """The captured decode step for these buffers, span and in-graph sampling (CUDA only;
-        None elsewhere)."""
+    def graph_for(self, state: DecodeState, span: int, sampling: Sampling | None,
+                  steps: int = 1) -> _DecodeGraph | None:
+        """The captured decode step (`steps` of them in a row: multi-step) for these buffers,
+        span and in-graph sampling (CUDA only; None elsewhere)."""
         if self.device.type != "cuda":
             return None
         if self._graph_state is not state:  # one shape at a time: caches are large
             self._graphs, self._graph_state = {}, state
             self._pool = torch.cuda.graph_pool_handle()
-        key = (span, sampling)
+        key = (span, sampling, steps)
         graph = self._graphs.get(key)
         if graph is None:
-            graph = _DecodeGraph(self, state, span, sampling, self._pool)
+            graph = _DecodeGraph(self, state, span, sampling, self._pool, steps)
             self._graphs[key] = graph
         return graph
 
@@ -998,7 +1027,7 @@ class DecodeState:
 
 class _DecodeGraph:
     def __init__(self, decoder: StaticDecoder, state: DecodeState, span: int,
-                 sampling: Sampling | None, pool: Any) -> None:  # noqa: ANN401
+                 sampling: Sampling | None, pool: Any, steps: int = 1) -> None:  # noqa: ANN401
         self.state = state
         # warm up on a side stream (allocator and lazy inits), then capture; the warm-ups'
         # writes (slot 0, output column 0) are overwritten before any read
@@ -1016,7 +1045,8 @@ class _DecodeGraph:
         # the warm-ups compiled `compiled`'s functions: a recompile under capture must raise
         with torch.compiler.set_stance("fail_on_recompile"), \
                 torch.cuda.graph(self.graph, pool=pool):
-            decoder.decode_step(state, span, sampling)
+            for _ in range(steps):  # steps > 1: graph-sampling's steps advance themselves
+                decoder.decode_step(state, span, sampling)
 
     def replay(self) -> None:
         self.graph.replay()
@@ -1094,22 +1124,28 @@ def record(state: DecodeState, tokens: torch.Tensor, log_probs: torch.Tensor) ->
     state.step += 1
 
 
-def sample_fused(logits: torch.Tensor, sampling: Sampling,
-                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_fused(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator,
+                 cdf: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """`fused-sampling`: sample_sync_free's draw, at T=1 without filters by the Triton kernels
-    (engine/rollout/sampling_kernel.py: the same noise, no softmax/log-softmax written out)."""
+    (engine/rollout/sampling_kernel.py: the same noise, no softmax/log-softmax written out);
+    `cdf` (cdf-sampling): by inverse CDF from one uniform per row, no noise tensor."""
     if sampling.temperature != 1.0 or sampling.top_p < 1.0 or \
             0 < sampling.top_k < logits.shape[-1]:
         return sample_sync_free(logits, sampling, generator)
+    if cdf:
+        uniform = torch.rand(logits.shape[0], generator=generator, device=logits.device)
+        return sampling_kernel.sample_cdf(logits, uniform)
     noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
     return sampling_kernel.sample_plain(logits, noise.exponential_(1, generator=generator))
 
 
-def advance(state: DecodeState, sampling: Sampling, kernel: bool = False) -> None:
+def advance(state: DecodeState, sampling: Sampling, kernel: bool = False,
+            cdf: bool = False) -> None:
     """The in-graph tail of a graph-sampling step: sample from state.logits (`kernel`: by
-    fused-sampling's kernels), record, and move the cache index to the next slot."""
-    draw = sample_fused if kernel else sample_sync_free
-    tokens, log_probs = draw(state.logits, sampling, state.generator)
+    fused-sampling's kernels, `cdf`: cdf-sampling's), record, and move the cache index to the
+    next slot."""
+    tokens, log_probs = sample_fused(state.logits, sampling, state.generator, cdf) if kernel \
+        else sample_sync_free(state.logits, sampling, state.generator)
     record(state, tokens, log_probs)
     state.index += 1
 
@@ -1180,8 +1216,13 @@ def fast_generate(model: Any, rows: Sequence[Sequence[int]], *, temperature: flo
         span = decoder.span(slot, length)
         if span not in graphs:
             graphs[span] = decoder.graph_for(state, span, in_graph) if use_cuda_graph else None
+    multi = None
+    if options.multi_step and use_cuda_graph and hook is None and len(graphs) == 1 \
+            and max_new_tokens > GRAPH_STEPS:
+        multi = decoder.graph_for(state, next(iter(graphs)), in_graph, GRAPH_STEPS)
     logits = decoder.prefill(ids, pad, state.cache)
-    call = _Call(decoder, state, graphs, sampling, width, max_new_tokens, eos_token_id, hook)
+    call = _Call(decoder, state, graphs, sampling, width, max_new_tokens, eos_token_id, hook,
+                 multi)
     if options.sample_in_graph:
         return _generate_in_graph(call, logits, seed)
     return _generate_host_sampling(call, logits, seed)
@@ -1197,6 +1238,7 @@ class _Call:
     max_new_tokens: int
     eos_token_id: int | None
     hook: StepHook | None
+    multi: _DecodeGraph | None = None  # multi-step: GRAPH_STEPS steps per replay
 
     def mark(self, label: str, step: int) -> None:
         if self.hook is not None:
@@ -1250,8 +1292,11 @@ def _generate_in_graph(call: _Call, logits: torch.Tensor,
     state.finished.zero_()
     state.step.zero_()
     call.mark("sample", 0)
-    draw = sample_fused if call.decoder.sampling_kernel else sample_sync_free
-    record(state, *draw(logits, call.sampling, state.generator))
+    if call.decoder.sampling_kernel:
+        record(state, *sample_fused(logits, call.sampling, state.generator,
+                                    call.decoder.cdf_kernel))
+    else:
+        record(state, *sample_sync_free(logits, call.sampling, state.generator))
     state.index.fill_(call.width)
     produced = 1
     while produced < call.max_new_tokens:
@@ -1259,6 +1304,11 @@ def _generate_in_graph(call: _Call, logits: torch.Tensor,
                 and bool(state.finished.all()):
             break
         call.mark("decode", produced)
+        if call.multi is not None and produced % GRAPH_STEPS == 0 \
+                and produced + GRAPH_STEPS <= call.max_new_tokens:
+            call.multi.replay()  # the steps from `produced` on, EOS checks still every 16
+            produced += GRAPH_STEPS
+            continue
         call.decode(call.width + produced - 1, call.sampling)
         produced += 1
     call.mark("end", produced)

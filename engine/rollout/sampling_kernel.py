@@ -13,7 +13,19 @@ log-prob, logit - max - log(sum). The noise is still drawn by torch (same genera
 Ties between two candidates' scores within float rounding may draw differently from
 torch.multinomial's p / q (the same maths rounded otherwise); tokens otherwise are its tokens.
 
-`sample_plain(logits, noise)` runs them; `kernel_status` is decode_attention's.
+`cdf-sampling` draws from the same distribution by inverse CDF, from one uniform u per row
+instead of a [B, V] fp32 noise tensor (the H200 profile: drawing that noise took 20 us of a
+1.67 ms step, and reading it back 39 MB more in kernel 1):
+  - kernel 1 as above without the noise: per chunk its max logit and sum of exponentials;
+  - kernel 2, grid (rows,): the chunks' masses exp(max_c - max) sum_c in vocabulary order, the
+    first chunk whose running total passes u * total, then within it the first token whose
+    running total (the earlier chunks' mass + its own prefix) passes the target -> token; the
+    log-prob as above. Where rounding leaves the chunk's running total short of the target,
+    the chunk's last token of non-zero probability.
+The tokens follow the distribution torch.multinomial samples, not its draws.
+
+`sample_plain(logits, noise)` and `sample_cdf(logits, uniform)` run them; `kernel_status` is
+decode_attention's.
 """
 
 from __future__ import annotations
@@ -28,8 +40,9 @@ CHUNK = 4096  # vocabulary entries per program of kernel 1
 
 
 @functools.cache
-def _kernels(interpret: bool) -> tuple[Any, Any]:  # noqa: ANN401
-    """(chunk kernel, combine kernel), jitted at first use (`interpret` keys the cache)."""
+def _kernels(interpret: bool) -> tuple[Any, Any, Any]:  # noqa: ANN401
+    """(chunk kernel, Gumbel combine kernel, CDF combine kernel), jitted at first use
+    (`interpret` keys the cache)."""
     del interpret
     import triton
     import triton.language as tl
@@ -37,24 +50,27 @@ def _kernels(interpret: bool) -> tuple[Any, Any]:  # noqa: ANN401
     @triton.jit
     def gumbel_chunk_kernel(logits_ptr, noise_ptr, part_max_ptr, part_sum_ptr, part_score_ptr,
                             part_token_ptr, vocab, logits_stride, noise_stride, chunks,
-                            CHUNK: tl.constexpr):
+                            CHUNK: tl.constexpr, GUMBEL: tl.constexpr):
+        # GUMBEL: also the chunk's best logit - log q and its token; else (cdf-sampling) only
+        # the max and the sum of exponentials
         row = tl.program_id(0).to(tl.int64)
         chunk = tl.program_id(1)
         tokens = chunk * CHUNK + tl.arange(0, CHUNK)
         ok = tokens < vocab
         logits = tl.load(logits_ptr + row * logits_stride + tokens, mask=ok,
                          other=float("-inf")).to(tl.float32)
-        noise = tl.load(noise_ptr + row * noise_stride + tokens, mask=ok, other=1.0)
         top = tl.max(logits, 0)
         total = tl.sum(tl.exp(logits - top), 0)
-        scores = tl.where(ok, logits - tl.log(noise), float("-inf"))
-        best = tl.max(scores, 0)
-        first = tl.min(tl.where(scores == best, tokens, vocab), 0)  # the first on a tie
         out = row * chunks + chunk
         tl.store(part_max_ptr + out, top)
         tl.store(part_sum_ptr + out, total)
-        tl.store(part_score_ptr + out, best)
-        tl.store(part_token_ptr + out, first)
+        if GUMBEL:
+            noise = tl.load(noise_ptr + row * noise_stride + tokens, mask=ok, other=1.0)
+            scores = tl.where(ok, logits - tl.log(noise), float("-inf"))
+            best = tl.max(scores, 0)
+            first = tl.min(tl.where(scores == best, tokens, vocab), 0)  # the first on a tie
+            tl.store(part_score_ptr + out, best)
+            tl.store(part_token_ptr + out, first)
 
     @triton.jit
     def gumbel_combine_kernel(logits_ptr, part_max_ptr, part_sum_ptr, part_score_ptr,
@@ -75,7 +91,35 @@ def _kernels(interpret: bool) -> tuple[Any, Any]:  # noqa: ANN401
         tl.store(token_ptr + row, token.to(tl.int64))
         tl.store(log_prob_ptr + row, logit - row_max - tl.log(row_sum))
 
-    return gumbel_chunk_kernel, gumbel_combine_kernel
+    @triton.jit
+    def cdf_combine_kernel(logits_ptr, part_max_ptr, part_sum_ptr, uniform_ptr, token_ptr,
+                           log_prob_ptr, logits_stride, chunks, vocab, BLOCK: tl.constexpr,
+                           CHUNK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        i = tl.arange(0, BLOCK)
+        ok = i < chunks
+        top = tl.load(part_max_ptr + row * chunks + i, mask=ok, other=float("-inf"))
+        total = tl.load(part_sum_ptr + row * chunks + i, mask=ok, other=0.0)
+        row_max = tl.max(top, 0)
+        mass = tl.where(ok, total * tl.exp(top - row_max), 0.0)
+        running = tl.cumsum(mass, 0)
+        row_sum = tl.sum(mass, 0)
+        target = tl.load(uniform_ptr + row) * row_sum
+        chunk = tl.minimum(tl.min(tl.where(running > target, i, BLOCK), 0), chunks - 1)
+        before = tl.sum(tl.where(i < chunk, mass, 0.0), 0)
+        tokens = chunk * CHUNK + tl.arange(0, CHUNK)
+        logits = tl.load(logits_ptr + row * logits_stride + tokens, mask=tokens < vocab,
+                         other=float("-inf")).to(tl.float32)
+        p = tl.exp(logits - row_max)
+        passed = tl.where(before + tl.cumsum(p, 0) > target, tokens, vocab)
+        token = tl.min(passed, 0)
+        last = tl.max(tl.where(p > 0, tokens, -1), 0)  # rounding left the chunk short
+        token = tl.where(token == vocab, last, token)
+        logit = tl.load(logits_ptr + row * logits_stride + token).to(tl.float32)
+        tl.store(token_ptr + row, token.to(tl.int64))
+        tl.store(log_prob_ptr + row, logit - row_max - tl.log(row_sum))
+
+    return gumbel_chunk_kernel, gumbel_combine_kernel, cdf_combine_kernel
 
 
 def sample_plain(logits: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,10 +132,44 @@ def sample_plain(logits: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tenso
     part_token = torch.empty((rows, chunks), dtype=torch.int32, device=device)
     tokens = torch.empty(rows, dtype=torch.long, device=device)
     log_probs = torch.empty(rows, dtype=torch.float32, device=device)
-    chunk_kernel, combine_kernel = _kernels(os.environ.get("TRITON_INTERPRET") == "1")
+    chunk_kernel, combine_kernel, _ = _kernels(os.environ.get("TRITON_INTERPRET") == "1")
     chunk_kernel[(rows, chunks)](logits, noise, *parts, part_token, vocab, logits.stride(0),
-                                 noise.stride(0), chunks, CHUNK=CHUNK, num_warps=8)
+                                 noise.stride(0), chunks, CHUNK=CHUNK, GUMBEL=True, num_warps=8)
     combine_kernel[(rows,)](logits, *parts, part_token, tokens, log_probs, logits.stride(0),
                             chunks, vocab, BLOCK=max(16, 1 << (chunks - 1).bit_length()),
                             num_warps=1)
     return tokens, log_probs
+
+
+def sample_cdf(logits: torch.Tensor, uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [B, V] (unit last stride), uniform [B] fp32 in [0, 1) -> (tokens [B] long: the
+    first token whose cumulative softmax(logits) passes its row's u, log-probs [B] fp32:
+    log-softmax(logits) of those tokens). The noise-free draw of cdf-sampling."""
+    rows, vocab = logits.shape
+    chunks = -(-vocab // CHUNK)
+    device = logits.device
+    part_max, part_sum = (torch.empty((rows, chunks), dtype=torch.float32, device=device)
+                          for _ in range(2))
+    tokens = torch.empty(rows, dtype=torch.long, device=device)
+    log_probs = torch.empty(rows, dtype=torch.float32, device=device)
+    chunk_kernel, _, combine_kernel = _kernels(os.environ.get("TRITON_INTERPRET") == "1")
+    chunk_kernel[(rows, chunks)](logits, logits, part_max, part_sum, part_max, part_max, vocab,
+                                 logits.stride(0), 0, chunks, CHUNK=CHUNK, GUMBEL=False,
+                                 num_warps=8)
+    combine_kernel[(rows,)](logits, part_max, part_sum, uniform, tokens, log_probs,
+                            logits.stride(0), chunks, vocab,
+                            BLOCK=max(16, 1 << (chunks - 1).bit_length()), CHUNK=CHUNK,
+                            num_warps=8)
+    return tokens, log_probs
+
+
+def sample_cdf_by_torch(logits: torch.Tensor,
+                        uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """sample_cdf's maths in torch ops (fp32 softmax, one cumulative sum over the vocabulary):
+    the tests' reference and the fallback without Triton."""
+    probs = torch.softmax(logits, -1, dtype=torch.float32)
+    running = probs.cumsum(-1)
+    target = uniform[:, None] * running[:, -1:]
+    tokens = (running <= target).sum(-1).clamp(max=logits.shape[-1] - 1)
+    log_probs = torch.log_softmax(logits, -1, dtype=torch.float32)
+    return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)

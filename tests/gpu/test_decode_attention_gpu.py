@@ -140,6 +140,11 @@ def test_split_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> Non
          fused_prefill=True, compiled=True, folded_norms=True, pdl=True),
     dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
          fused_prefill=True, compiled=True, folded_norms=True, skinny_down=True),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+         fused_prefill=True, compiled=True, folded_norms=True, multi_step=True),
+    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+         fused_prefill=True, compiled=True, folded_norms=True, skinny_down=True,
+         cdf_sampling=True, multi_step=True),
 ])
 def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) -> None:  # noqa: ANN001
     """Its CUDA graphs replay its eager loop exactly; greedy (bf16) against today's path:
@@ -163,6 +168,8 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
         assert decoder.projection_kernel == options.attn_rope
         assert decoder.folded == options.folded_norms and decoder.pdl == options.pdl
         assert decoder.sampling_kernel == options.fused_sampling
+        assert decoder.cdf_kernel == options.cdf_sampling
+        assert any(steps > 1 for *_, steps in decoder._graphs) == options.multi_step
         fg.release_decoders()
         eager = fg.fast_generate(model, rows, temperature=temperature, use_cuda_graph=False,
                                  **kwargs)
@@ -250,9 +257,36 @@ def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> 
                                rtol=0, atol=1e-5)
 
 
+def test_cdf_sampling_draws_the_inverse_cdf_token_at_the_vocab_size() -> None:
+    """sample_cdf at the decode shape (64 rows x 151,936, bf16) against one fp32 cumulative
+    sum over the vocabulary: the same tokens, log-softmax of each; then 4,096 draws of one
+    row, each heavy token's share within 4.5 sigma of its probability."""
+    from engine.rollout import sampling_kernel as sk
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    logits = (torch.randn(64, 151_936, generator=gen, device="cuda") * 4).to(torch.bfloat16)
+    uniform = torch.rand(64, generator=gen, device="cuda")
+    tokens, log_probs = sk.sample_cdf(logits, uniform)
+    expected, expected_lp = sk.sample_cdf_by_torch(logits, uniform)
+    assert tokens.tolist() == expected.tolist()
+    torch.testing.assert_close(log_probs, expected_lp, rtol=0, atol=1e-5)
+    row = torch.full((151_936,), -20.0, device="cuda")
+    heavy = torch.tensor([7, 4095, 4096, 100_000, 151_935], device="cuda")
+    row[heavy] = torch.tensor([1.0, 0.0, 2.0, 0.5, -1.0], device="cuda")
+    draws = 4096
+    tokens, _ = sk.sample_cdf(row.expand(draws, -1).to(torch.bfloat16).contiguous(),
+                              torch.rand(draws, generator=gen, device="cuda"))
+    probs = torch.softmax(row.to(torch.bfloat16).double(), -1)
+    counts = torch.bincount(tokens, minlength=151_936).double()
+    for token in heavy.tolist():
+        p = probs[token].item()
+        assert abs(counts[token].item() / draws - p) <= 4.5 * (p * (1 - p) / draws) ** 0.5
+
+
 @pytest.mark.parametrize("variant", ["default", "+attn-rope", "+attn-rope+folded-norms",
                                      "+folded-norms", "+folded-norms+pdl",
-                                     "+folded-norms+skinny-down"])
+                                     "+folded-norms+skinny-down",
+                                     "+folded-norms+skinny-down+cdf-sampling+multi-step"])
 def test_the_backend_default_follows_transformers_generate(variant) -> None:  # noqa: ANN001
     """The hf backend's CUDA default (fast_generate.BACKEND_VARIANT; with attn-rope and
     folded-norms added, where not in it already) against

@@ -148,6 +148,82 @@ def test_sampling_kernels_take_the_first_of_tied_tokens(interpreted) -> None:  #
     torch.testing.assert_close(log_probs, uniform.expand(2))
 
 
+@pytest.mark.parametrize(("dtype", "rows", "vocab"), [
+    (torch.float32, 6, 48), (torch.bfloat16, 3, 10_000), (torch.float32, 4, 2 * sk.CHUNK + 5)])
+def test_cdf_sampling_draws_the_inverse_cdf_token(interpreted, dtype, rows,  # noqa: ANN001
+                                                  vocab) -> None:
+    """sample_cdf against sample_cdf_by_torch (one cumulative sum over the vocabulary): the
+    same tokens for the same uniforms, across chunk boundaries, and log-softmax of the token;
+    u = 0 takes the first token."""
+    gen = torch.Generator().manual_seed(vocab)
+    logits = (torch.randn(rows, vocab, generator=gen) * 3).to(dtype)
+    uniform = torch.rand(rows, generator=gen)
+    uniform[0] = 0.0
+    tokens, log_probs = sk.sample_cdf(logits, uniform)
+    expected, expected_lp = sk.sample_cdf_by_torch(logits, uniform)
+    assert tokens.dtype == torch.long and tokens.tolist() == expected.tolist()
+    assert tokens[0] == 0
+    torch.testing.assert_close(log_probs, expected_lp, rtol=0, atol=1e-5)
+
+
+def test_cdf_sampling_follows_the_softmax(interpreted) -> None:  # noqa: ANN001
+    """2,000 draws from one row whose mass sits on five tokens in three chunks (one past the
+    last full chunk) and a long tail: each token's share within 4.5 sigma of its probability;
+    never a token of probability 0 (logit -inf), even at u just under 1."""
+    vocab = 2 * sk.CHUNK + 5
+    logits = torch.full((vocab,), -30.0)
+    heavy = torch.tensor([3, sk.CHUNK - 1, sk.CHUNK, 2 * sk.CHUNK + 1, 2 * sk.CHUNK + 3])
+    logits[heavy] = torch.tensor([1.0, 0.0, 2.0, 0.5, -1.0])
+    logits[2 * sk.CHUNK + 4] = float("-inf")
+    draws = 2000
+    uniform = torch.rand(draws, generator=torch.Generator().manual_seed(1))
+    uniform[-1] = 1.0 - 2.0 ** -24
+    tokens, _ = sk.sample_cdf(logits.expand(draws, vocab).contiguous(), uniform)
+    probs = torch.softmax(logits.double(), -1)
+    counts = torch.bincount(tokens, minlength=vocab).double()
+    assert counts[2 * sk.CHUNK + 4] == 0
+    for token in heavy.tolist():
+        p = probs[token].item()
+        sigma = (p * (1 - p) / draws) ** 0.5
+        assert abs(counts[token].item() / draws - p) <= 4.5 * sigma, (token, p)
+
+
+def test_cdf_sampling_variant_samples_consistently(interpreted) -> None:  # noqa: ANN001
+    """cdf-sampling in fast_generate: at T=1 its log-probs are the reference decoder's
+    log-softmax of the tokens it drew, the same seed draws the same tokens, another seed
+    others; greedy and T=0.7 with filters (graph-sampling's torch ops) are today's path."""
+    model = tiny_model("qwen3")
+    options = fg.parse_variant("packed+decode-attn+graph-sampling+fused-sampling+cdf-sampling")
+    assert fg.StaticDecoder(model, options).cdf_kernel
+    kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=8, eos_token_id=None, pad_token_id=PAD)
+    tokens, log_probs = fg.fast_generate(model, ROWS, options=options, temperature=1.0,
+                                         seed=5, **kwargs)
+    again = fg.fast_generate(model, ROWS, options=options, temperature=1.0, seed=5, **kwargs)
+    other = fg.fast_generate(model, ROWS, options=options, temperature=1.0, seed=6, **kwargs)
+    assert again[0] == tokens and other[0] != tokens
+    forced = teacher_forced_log_probs(model, ROWS, tokens)
+    torch.testing.assert_close(torch.tensor(log_probs), forced, rtol=0, atol=1e-5)
+    for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
+        ours = fg.fast_generate(model, ROWS, options=options, seed=5, **(kwargs | sampling))
+        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, seed=5, **(kwargs | sampling))
+        assert ours[0] == ref[0], sampling
+
+
+def teacher_forced_log_probs(model, rows, tokens) -> torch.Tensor:  # noqa: ANN001
+    """[rows, new] log-softmax (T=1) of `tokens` after each left-padded prompt, by the
+    transformers model's own forward (fp32)."""
+    from engine.rollout.hf_backend import left_pad
+
+    full = [list(r) + t for r, t in zip(rows, tokens, strict=True)]
+    ids, mask = left_pad(full, PAD, torch.device("cpu"))
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    new = len(tokens[0])
+    log_softmax = torch.log_softmax(logits[:, -new - 1:-1].float(), -1)
+    return log_softmax.gather(-1, torch.tensor(tokens)[..., None]).squeeze(-1)
+
+
 def test_fused_sampling_variant_draws_todays_tokens(interpreted) -> None:  # noqa: ANN001
     """Both kernels in fast_generate: T=1 by the sampling kernels, T=0.7 with filters by
     graph-sampling's torch ops; tokens equal today's path, log-probs within 1e-5."""

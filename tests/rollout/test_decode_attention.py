@@ -128,7 +128,10 @@ def test_attn_rope_and_folded_norms_need_their_kernel_and_say_what_runs_without_
                         ("decode-attn+folded-norms", "name packed and decode-attn"),
                         ("packed+decode-attn-split+folded-norms", "not decode-attn-split"),
                         ("packed+decode-attn+pdl", "name folded-norms"),
-                        ("packed+decode-attn+attn-rope+folded-norms+pdl", "without attn-rope")):
+                        ("packed+decode-attn+attn-rope+folded-norms+pdl", "without attn-rope"),
+                        ("graph-sampling+cdf-sampling", "name fused-sampling"),
+                        ("decode-attn+multi-step", "name graph-sampling"),
+                        ("window+graph-sampling+multi-step", "without window")):
         with pytest.raises(ValueError, match=match):
             fg.parse_variant(name)
     name = "packed+decode-attn+graph-sampling+fused-prefill+attn-rope+folded-norms"
@@ -138,6 +141,10 @@ def test_attn_rope_and_folded_norms_need_their_kernel_and_say_what_runs_without_
     with_pdl = fg.parse_variant("packed+decode-attn+folded-norms+pdl")
     assert with_pdl.pdl and fg.kernel_features(with_pdl)[-1] == "pdl"
     assert not fg.StaticDecoder(tiny_model("qwen3"), with_pdl).pdl
+    cdf = fg.parse_variant("graph-sampling+fused-sampling+cdf-sampling")
+    assert fg.kernel_features(cdf) == ["fused-sampling", "cdf-sampling"]
+    assert fg.parse_variant(cdf.name) == cdf
+    assert not fg.StaticDecoder(tiny_model("qwen3"), cdf).cdf_kernel  # no Triton on CPU
     model = tiny_model("qwen3")
     decoder = fg.StaticDecoder(model, options)
     assert not (decoder.projection_kernel or decoder.folded)
@@ -246,15 +253,21 @@ def test_the_kernels_compile_for_hopper() -> None:
         constants = dict(SPLITS=splits, BLOCK_S=da._pow2(splits), HEAD_DIM=128, BLOCK_D=128)
         triton.compile(ASTSource(merge, merge_signature, constants), target=target,
                        options=dict(num_warps=da.MERGE_WARPS))
-    chunk, combine = sk._kernels(False)
+    chunk, combine, cdf = sk._kernels(False)
     types = ["*bf16", "*fp32", "*fp32", "*fp32", "*fp32", "*i32", "i32", "i32", "i32", "i32"]
-    triton.compile(ASTSource(chunk, dict(zip(chunk.arg_names, [*types, "constexpr"],
-                                             strict=True)), dict(CHUNK=sk.CHUNK)),
-                   target=target, options=dict(num_warps=8))
+    for gumbel in (True, False):
+        triton.compile(ASTSource(chunk, dict(zip(chunk.arg_names, [*types, "constexpr",
+                                                                   "constexpr"], strict=True)),
+                                 dict(CHUNK=sk.CHUNK, GUMBEL=gumbel)),
+                       target=target, options=dict(num_warps=8))
     types = ["*bf16", "*fp32", "*fp32", "*fp32", "*i32", "*i64", "*fp32", "i32", "i32", "i32"]
     triton.compile(ASTSource(combine, dict(zip(combine.arg_names, [*types, "constexpr"],
                                                strict=True)), dict(BLOCK=64)),
                    target=target, options=dict(num_warps=1))
+    types = ["*bf16", "*fp32", "*fp32", "*fp32", "*i64", "*fp32", "i32", "i32", "i32"]
+    triton.compile(ASTSource(cdf, dict(zip(cdf.arg_names, [*types, "constexpr", "constexpr"],
+                                           strict=True)), dict(BLOCK=64, CHUNK=sk.CHUNK)),
+                   target=target, options=dict(num_warps=8))
 
 
 @pytest.mark.parametrize(("arch", "variant"), [("qwen3", "packed+graph-sampling+fused-prefill"),
