@@ -51,16 +51,19 @@ import torch  # noqa: E402
 from engine.rollout import fast_generate as fg  # noqa: E402
 
 # today's path first, the backend's default next with its candidates beside it (the default
-# without folded-norms; with skinny-down, pdl, attn-rope; split-K decode attention and
+# without skinny-down and cdf-sampling, with each of them alone, without folded-norms too;
+# with pdl, attn-rope; split-K decode attention and
 # skinny-gemm's GEMMs, both slower on the H200, 2026-12-04), then other decode-attention
 # variants compiled and not (so these fit whatever the budget: the compile, ~20-60 s on a cold
 # inductor cache, is in a variant's first call), then each feature alone and in steps
 BACKEND_DEFAULT = fg.BACKEND_VARIANT
-UNFOLDED = BACKEND_DEFAULT.replace("+folded-norms", "")
+FOLDED = BACKEND_DEFAULT.replace("+skinny-down", "").replace("+cdf-sampling", "")
+UNFOLDED = FOLDED.replace("+folded-norms", "")
 SPLIT_VARIANT = ("packed+decode-attn+decode-attn-split+graph-sampling+fused-sampling+"
                  "fused-prefill+compiled")
-DEFAULT_VARIANTS = ("ref", BACKEND_DEFAULT, UNFOLDED, BACKEND_DEFAULT + "+skinny-down",
-                    BACKEND_DEFAULT + "+pdl", UNFOLDED + "+attn-rope",
+DEFAULT_VARIANTS = ("ref", BACKEND_DEFAULT, FOLDED, FOLDED + "+skinny-down",
+                    FOLDED + "+cdf-sampling", UNFOLDED, BACKEND_DEFAULT + "+pdl",
+                    UNFOLDED + "+attn-rope",
                     UNFOLDED + "+two-streams", UNFOLDED + "+skinny-gemm", SPLIT_VARIANT,
                     "packed+sdpa+window+graph-sampling+compiled",
                     "packed+decode-attn+graph-sampling+compiled",

@@ -105,19 +105,16 @@ hf backend; bench/gpu_decode_profile.py measures them side by side):
                   (programmatic dependent launch: the attention kernel waits for its writes
                   with griddepcontrol); CUDA sm_90+ only. No measurable gain on the H200;
   skinny-down     the down projection alone by skinny-gemm's kernel, at its measured tiling
-                  (skinny_gemm.TUNED); the other GEMMs stay cuBLAS. 1.4% faster on the H200,
-                  but the log-prob max|diff| vs transformers rose from 0.031 to 0.047 in that
-                  run, so it stays opt-in;
+                  (skinny_gemm.TUNED); the other GEMMs stay cuBLAS. 1.4-2.2% faster on the
+                  H200. Its log-prob max|diff| vs transformers' bf16 forward is 0.047 where
+                  cuBLAS's is 0.031, a step of bf16 rounding of a logit either way: against
+                  the same model in fp32 both are as close as transformers' own bf16 forward
+                  (0.031 and 0.030 against its 0.036-0.039, means 7.7e-3 against 7.7e-3);
   cdf-sampling    fused-sampling's T=1 draw by inverse CDF (sampling_kernel.sample_cdf): one
                   uniform per row from the same generator instead of a [B, vocab] fp32
                   Exp(1) noise tensor, the token the first whose running softmax mass passes
                   it. The same distribution as torch.multinomial, not its draws (`sampled
                   tokens = ref` no longer holds). Needs fused-sampling;
-  multi-step      GRAPH_STEPS (8) graph-sampling steps captured in one CUDA graph and replayed
-                  at once (single steps up to the first multiple of 8 and past the last), so
-                  one graph launch and its ramp per 8 steps; EOS still checked every 16 steps.
-                  The same maths. Needs graph-sampling, not window; CUDA only (elsewhere
-                  there is no graph: the steps run eagerly, as without it);
 e.g. `fused+window+graph-sampling`, `packed+sdpa+window+graph-sampling+compiled`,
 `packed+decode-attn+graph-sampling+compiled` (one graph: the kernel needs no window buckets),
 BACKEND_VARIANT (the hf backend's CUDA default),
@@ -143,14 +140,13 @@ from engine.rollout import decode_attention, folded_norms, sampling_kernel, skin
 
 SUPPORTED = ("llama", "qwen3")
 EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
-GRAPH_STEPS = 8  # multi-step: decode steps per graph replay (divides EARLY_STOP_EVERY)
 CACHE_ROUND = 64  # KV-cache length granularity (slots past the current step are masked)
 WINDOW = 64  # attended-prefix bucket of the `window` variant
 VARIANT_ENV = "PPODECK_DECODE"
 FEATURES = ("fused", "packed", "sdpa", "decode-attn", "decode-attn-split", "window",
             "graph-sampling", "fused-sampling", "fused-prefill", "compiled", "skinny-gemm",
             "two-streams", "four-streams", "attn-rope", "folded-norms", "pdl", "skinny-down",
-            "cdf-sampling", "multi-step")
+            "cdf-sampling")
 ROW_STREAMS = {"two-streams": 2, "four-streams": 4}  # feature -> row groups, one stream each
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
@@ -178,7 +174,6 @@ class DecodeOptions:
     pdl: bool = False  # folded-norms' decode-attn launched programmatically dependent
     skinny_down: bool = False  # the down projection alone by skinny-gemm; implies fused code
     cdf_sampling: bool = False  # fused-sampling's draw by inverse CDF from one uniform per row
-    multi_step: bool = False  # GRAPH_STEPS graph-sampling steps captured in one graph
 
     def __post_init__(self) -> None:
         if self.row_streams not in (1, *ROW_STREAMS.values()):
@@ -190,9 +185,6 @@ class DecodeOptions:
             raise ValueError("'sdpa' and 'decode-attn' are two attention kernels: name one")
         if self.fused_sampling and not self.sample_in_graph:
             raise ValueError("'fused-sampling' is graph-sampling's draw: name graph-sampling too")
-        if self.multi_step and (not self.sample_in_graph or self.window):
-            raise ValueError("'multi-step' replays several self-advancing steps at once: name "
-                             "graph-sampling, without window (its span changes per step)")
         if self.cdf_sampling and not self.fused_sampling:
             raise ValueError("'cdf-sampling' is a way of drawing fused-sampling's tokens: name "
                              "fused-sampling (and graph-sampling) too")
@@ -221,8 +213,7 @@ class DecodeOptions:
                  self.fused_prefill, self.compiled, self.skinny_gemm,
                  self.row_streams == ROW_STREAMS["two-streams"],
                  self.row_streams == ROW_STREAMS["four-streams"], self.attn_rope,
-                 self.folded_norms, self.pdl, self.skinny_down, self.cdf_sampling,
-                 self.multi_step)
+                 self.folded_norms, self.pdl, self.skinny_down, self.cdf_sampling)
         parts = [f for f, on in zip(FEATURES, flags, strict=True) if on]
         return "+".join(parts) or "ref"
 
@@ -231,13 +222,13 @@ REFERENCE = DecodeOptions()
 # the variant used when `options` is not passed: the reference path (tests, CPU callers)
 DEFAULT_VARIANT = "ref"
 # what the hf backend decodes with on CUDA when PPODECK_DECODE is unset. H200, Qwen3-0.6B
-# shape, batch 64 x 256 tokens (bench/gpu_decode_profile.py, 2026-12-04, four runs on four
-# machines): 34.5-35.3k tok/s (1.65-1.70 ms per step, 250 kernels) against 31.9-33.5k without
-# folded-norms in the same runs (306 kernels), log-prob max|diff| vs transformers 0.0314 against
-# 0.0313. Without Triton its kernels run as torch ops and the norms stay unfolded, said in a
-# warning.
+# shape, batch 64 x 256 tokens (bench/gpu_decode_profile.py; the README has the figures and
+# the command): folded-norms gained 8% over the variant before it (1.65-1.70 ms per step
+# against 1.75-1.84), then skinny-down and cdf-sampling took it under 1.6 ms per step, with
+# log-probs as close to the fp32 model's as transformers' own bf16 forward is. Without Triton
+# its kernels run as torch ops and the norms stay unfolded, said in a warning.
 BACKEND_VARIANT = ("packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled"
-                   "+folded-norms")
+                   "+folded-norms+skinny-down+cdf-sampling")
 
 
 def parse_variant(name: str) -> DecodeOptions:
@@ -262,8 +253,7 @@ def parse_variant(name: str) -> DecodeOptions:
                          row_streams=_named_row_streams(parts),
                          attn_rope="attn-rope" in parts, folded_norms="folded-norms" in parts,
                          pdl="pdl" in parts, skinny_down="skinny-down" in parts,
-                         cdf_sampling="cdf-sampling" in parts,
-                         multi_step="multi-step" in parts)
+                         cdf_sampling="cdf-sampling" in parts)
 
 
 def _named_row_streams(parts: list[str]) -> int:
@@ -577,7 +567,7 @@ class StaticDecoder:
             and self.kernel_writes_cache
         self.pdl = options.pdl and self.folded and self._kernel_usable("pdl")
         self._graph_state: DecodeState | None = None  # the buffers the graphs below point at
-        self._graphs: dict[tuple[int, Sampling | None, int], _DecodeGraph] = {}
+        self._graphs: dict[tuple[int, Sampling | None], _DecodeGraph] = {}
         self._pool: Any = None  # one memory pool shared by the bucket graphs
         self._streams: list[torch.cuda.Stream] = []  # two-streams/four-streams' row streams
 
@@ -947,19 +937,19 @@ class StaticDecoder:
         return torch.matmul(probs.to(self.dtype), values)  # [b, KV, group, d]
 
     # ---- graphs --------------------------------------------------------------------------
-    def graph_for(self, state: DecodeState, span: int, sampling: Sampling | None,
-                  steps: int = 1) -> _DecodeGraph | None:
-        """The captured decode step (`steps` of them in a row: multi-step) for these buffers,
-        span and in-graph sampling (CUDA only; None elsewhere)."""
+    def graph_for(self, state: DecodeState, span: int,
+                  sampling: Sampling | None) -> _DecodeGraph | None:
+        """The captured decode step for these buffers, span and in-graph sampling (CUDA only;
+        None elsewhere)."""
         if self.device.type != "cuda":
             return None
         if self._graph_state is not state:  # one shape at a time: caches are large
             self._graphs, self._graph_state = {}, state
             self._pool = torch.cuda.graph_pool_handle()
-        key = (span, sampling, steps)
+        key = (span, sampling)
         graph = self._graphs.get(key)
         if graph is None:
-            graph = _DecodeGraph(self, state, span, sampling, self._pool, steps)
+            graph = _DecodeGraph(self, state, span, sampling, self._pool)
             self._graphs[key] = graph
         return graph
 
@@ -1027,7 +1017,7 @@ class DecodeState:
 
 class _DecodeGraph:
     def __init__(self, decoder: StaticDecoder, state: DecodeState, span: int,
-                 sampling: Sampling | None, pool: Any, steps: int = 1) -> None:  # noqa: ANN401
+                 sampling: Sampling | None, pool: Any) -> None:  # noqa: ANN401
         self.state = state
         # warm up on a side stream (allocator and lazy inits), then capture; the warm-ups'
         # writes (slot 0, output column 0) are overwritten before any read
@@ -1045,8 +1035,7 @@ class _DecodeGraph:
         # the warm-ups compiled `compiled`'s functions: a recompile under capture must raise
         with torch.compiler.set_stance("fail_on_recompile"), \
                 torch.cuda.graph(self.graph, pool=pool):
-            for _ in range(steps):  # steps > 1: graph-sampling's steps advance themselves
-                decoder.decode_step(state, span, sampling)
+            decoder.decode_step(state, span, sampling)
 
     def replay(self) -> None:
         self.graph.replay()
@@ -1216,13 +1205,8 @@ def fast_generate(model: Any, rows: Sequence[Sequence[int]], *, temperature: flo
         span = decoder.span(slot, length)
         if span not in graphs:
             graphs[span] = decoder.graph_for(state, span, in_graph) if use_cuda_graph else None
-    multi = None
-    if options.multi_step and use_cuda_graph and hook is None and len(graphs) == 1 \
-            and max_new_tokens > GRAPH_STEPS:
-        multi = decoder.graph_for(state, next(iter(graphs)), in_graph, GRAPH_STEPS)
     logits = decoder.prefill(ids, pad, state.cache)
-    call = _Call(decoder, state, graphs, sampling, width, max_new_tokens, eos_token_id, hook,
-                 multi)
+    call = _Call(decoder, state, graphs, sampling, width, max_new_tokens, eos_token_id, hook)
     if options.sample_in_graph:
         return _generate_in_graph(call, logits, seed)
     return _generate_host_sampling(call, logits, seed)
@@ -1238,7 +1222,6 @@ class _Call:
     max_new_tokens: int
     eos_token_id: int | None
     hook: StepHook | None
-    multi: _DecodeGraph | None = None  # multi-step: GRAPH_STEPS steps per replay
 
     def mark(self, label: str, step: int) -> None:
         if self.hook is not None:
@@ -1304,11 +1287,6 @@ def _generate_in_graph(call: _Call, logits: torch.Tensor,
                 and bool(state.finished.all()):
             break
         call.mark("decode", produced)
-        if call.multi is not None and produced % GRAPH_STEPS == 0 \
-                and produced + GRAPH_STEPS <= call.max_new_tokens:
-            call.multi.replay()  # the steps from `produced` on, EOS checks still every 16
-            produced += GRAPH_STEPS
-            continue
         call.decode(call.width + produced - 1, call.sampling)
         produced += 1
     call.mark("end", produced)

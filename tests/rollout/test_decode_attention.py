@@ -129,9 +129,7 @@ def test_attn_rope_and_folded_norms_need_their_kernel_and_say_what_runs_without_
                         ("packed+decode-attn-split+folded-norms", "not decode-attn-split"),
                         ("packed+decode-attn+pdl", "name folded-norms"),
                         ("packed+decode-attn+attn-rope+folded-norms+pdl", "without attn-rope"),
-                        ("graph-sampling+cdf-sampling", "name fused-sampling"),
-                        ("decode-attn+multi-step", "name graph-sampling"),
-                        ("window+graph-sampling+multi-step", "without window")):
+                        ("graph-sampling+cdf-sampling", "name fused-sampling")):
         with pytest.raises(ValueError, match=match):
             fg.parse_variant(name)
     name = "packed+decode-attn+graph-sampling+fused-prefill+attn-rope+folded-norms"
