@@ -607,6 +607,14 @@ class StaticDecoder:
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
 
+    def rope_tables(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin_signed) [length, head_dim] of positions 0..length-1: `rope`'s values,
+        elementwise the same ops, so a row of them is what `rope` gives for that position;
+        sin_signed is sin with its first half negated (RoPE as a roll, decode_fused)."""
+        cos, sin = self.rope(torch.arange(length, device=self.device))
+        half = self.head_dim // 2
+        return cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
@@ -740,10 +748,10 @@ class StaticDecoder:
 
     def _decode_fused(self, state: DecodeState, span: int) -> None:
         """_decode_ref's maths in fewer kernels (the residual stream is [B, hidden])."""
-        cos, sin = self.rope(state.index - state.pad)  # [B, d]
-        half = self.head_dim // 2
-        # rotate(x) * sin == roll(x, half) * sin_signed: RoPE is x*cos, roll, addcmul
-        sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        # rotate(x) * sin == roll(x, half) * sin_signed: RoPE is x*cos, roll, addcmul; both
+        # [B, d] rows of the state's tables (rope_tables), two gathers instead of ten kernels
+        positions = state.index - state.pad
+        cos, sin_signed = (F.embedding(positions, table) for table in state.rope)
         rope = (cos[:, None, :], sin_signed[:, None, :])  # [B, 1, d] over heads
         bias = None if self.attention_kernel else self._attention_bias(state, span)
         x = F.embedding(state.token, self.embed)  # [B, hidden]
@@ -1012,6 +1020,7 @@ class DecodeState:
     finished: torch.Tensor  # [B] bool
     out_tokens: torch.Tensor  # [B, S] long
     out_log_probs: torch.Tensor  # [B, S] fp32
+    rope: tuple[torch.Tensor, torch.Tensor]  # [S, d] cos, sin_signed by position (rope_tables)
     generator: torch.Generator = field(repr=False)
 
 
@@ -1132,10 +1141,14 @@ def advance(state: DecodeState, sampling: Sampling, kernel: bool = False,
             cdf: bool = False) -> None:
     """The in-graph tail of a graph-sampling step: sample from state.logits (`kernel`: by
     fused-sampling's kernels, `cdf`: cdf-sampling's), record, and move the cache index to the
-    next slot."""
-    tokens, log_probs = sample_fused(state.logits, sampling, state.generator, cdf) if kernel \
-        else sample_sync_free(state.logits, sampling, state.generator)
-    record(state, tokens, log_probs)
+    next slot (`kernel`: both in sampling_kernel.record's one launch)."""
+    if kernel:  # the draw and its bookkeeping in fused-sampling's kernels
+        tokens, log_probs = sample_fused(state.logits, sampling, state.generator, cdf)
+        sampling_kernel.record(tokens, log_probs, state.token, state.out_tokens,
+                               state.out_log_probs, state.finished, state.step, state.index,
+                               state.eos)
+        return
+    record(state, *sample_sync_free(state.logits, sampling, state.generator))
     state.index += 1
 
 
@@ -1341,4 +1354,4 @@ def _new_state(decoder: StaticDecoder, batch: int, length: int) -> DecodeState:
         step=longs(), eos=longs(), finished=torch.zeros(batch, dtype=torch.bool, device=device),
         out_tokens=longs(batch, length),
         out_log_probs=torch.zeros(batch, length, dtype=torch.float32, device=device),
-        generator=torch.Generator(device=device))
+        rope=decoder.rope_tables(length), generator=torch.Generator(device=device))

@@ -24,8 +24,9 @@ instead of a [B, V] fp32 noise tensor (the H200 profile: drawing that noise took
     the chunk's last token of non-zero probability.
 The tokens follow the distribution torch.multinomial samples, not its draws.
 
-`sample_plain(logits, noise)` and `sample_cdf(logits, uniform)` run them; `kernel_status` is
-decode_attention's.
+`sample_plain(logits, noise)` and `sample_cdf(logits, uniform)` run them. `record` writes a
+step's draw into the decode state in one kernel (what fast_generate.record and the cache
+index's += 1 did in seven small ones). `kernel_status` is decode_attention's.
 """
 
 from __future__ import annotations
@@ -122,6 +123,36 @@ def _kernels(interpret: bool) -> tuple[Any, Any, Any]:  # noqa: ANN401
     return gumbel_chunk_kernel, gumbel_combine_kernel, cdf_combine_kernel
 
 
+@functools.cache
+def _record_kernel(interpret: bool) -> Any:  # noqa: ANN401
+    del interpret
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def record_kernel(tokens_ptr, log_probs_ptr, token_ptr, out_tokens_ptr, out_log_probs_ptr,
+                      finished_ptr, step_ptr, index_ptr, eos_ptr, rows, out_stride,
+                      BLOCK: tl.constexpr):
+        # one program: every row's writes, then the step and the cache index moved on (after a
+        # barrier, so no thread reads the step another has already moved)
+        r = tl.arange(0, BLOCK)
+        ok = r < rows
+        step = tl.load(step_ptr)
+        index = tl.load(index_ptr)
+        tokens = tl.load(tokens_ptr + r, mask=ok)
+        tl.store(out_tokens_ptr + r * out_stride + step, tokens, mask=ok)
+        tl.store(out_log_probs_ptr + r * out_stride + step, tl.load(log_probs_ptr + r, mask=ok),
+                 mask=ok)
+        ended = tl.load(finished_ptr + r, mask=ok) != 0
+        tl.store(finished_ptr + r, (ended | (tokens == tl.load(eos_ptr))).to(tl.int8), mask=ok)
+        tl.store(token_ptr + r, tokens, mask=ok)
+        tl.debug_barrier()
+        tl.store(step_ptr, step + 1)
+        tl.store(index_ptr, index + 1)
+
+    return record_kernel
+
+
 def sample_plain(logits: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [B, V] (unit last stride), noise [B, V] fp32 ~ Exp(1) -> (tokens [B] long: argmax of
     softmax(logits) / noise, log-probs [B] fp32: log-softmax(logits) of those tokens)."""
@@ -173,3 +204,20 @@ def sample_cdf_by_torch(logits: torch.Tensor,
     tokens = (running <= target).sum(-1).clamp(max=logits.shape[-1] - 1)
     log_probs = torch.log_softmax(logits, -1, dtype=torch.float32)
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def record(tokens: torch.Tensor, log_probs: torch.Tensor, token: torch.Tensor,
+           out_tokens: torch.Tensor, out_log_probs: torch.Tensor, finished: torch.Tensor,
+           step: torch.Tensor, index: torch.Tensor, eos: torch.Tensor) -> None:
+    """A step's draw into the decode state, in place, one launch: out_tokens[:, step] and
+    out_log_probs[:, step] <- tokens, log_probs; finished |= tokens == eos; token <- tokens;
+    step += 1; index += 1 (fast_generate's record + the cache index's move, same contract).
+    Long tokens, fp32 log-probs, bool finished, 0-d long step/index/eos, outputs rows with a
+    unit last stride."""
+    rows = tokens.shape[0]
+    if out_tokens.stride() != out_log_probs.stride() or out_tokens.stride(-1) != 1:
+        raise ValueError("record: out_tokens and out_log_probs need the same strides, unit last")
+    kernel = _record_kernel(os.environ.get("TRITON_INTERPRET") == "1")
+    kernel[(1,)](tokens, log_probs, token, out_tokens, out_log_probs, finished.view(torch.int8),
+                 step, index, eos, rows, out_tokens.stride(0),
+                 BLOCK=max(16, 1 << (rows - 1).bit_length()), num_warps=4)

@@ -224,6 +224,34 @@ def teacher_forced_log_probs(model, rows, tokens) -> torch.Tensor:  # noqa: ANN0
     return log_softmax.gather(-1, torch.tensor(tokens)[..., None]).squeeze(-1)
 
 
+def test_record_kernel_is_record_and_the_index_move(interpreted) -> None:  # noqa: ANN001
+    """sampling_kernel.record against fast_generate.record + index += 1 on copies of one
+    state: the step's output column, finished (rows already ended stay so; EOS ends others),
+    the fed-back tokens, step and index each one on; rows past a power of two."""
+    rows, width = 5, 12
+    gen = torch.Generator().manual_seed(0)
+
+    def state() -> fg.DecodeState:
+        return fg.DecodeState(
+            token=torch.zeros(rows, dtype=torch.long), index=torch.tensor(7),
+            pad=torch.zeros(rows, dtype=torch.long), key_index=torch.arange(width),
+            logits=torch.zeros(rows, 4), cache=None, pad_bias=torch.zeros(rows, width),
+            step=torch.tensor(3), eos=torch.tensor(2),
+            finished=torch.tensor([True, False, False, True, False]),
+            out_tokens=torch.full((rows, width), -1), out_log_probs=torch.zeros(rows, width),
+            rope=(torch.zeros(1), torch.zeros(1)), generator=gen)
+
+    tokens, log_probs = torch.tensor([4, 2, 9, 2, 0]), torch.randn(rows, generator=gen)
+    ours, theirs = state(), state()
+    sk.record(tokens, log_probs, ours.token, ours.out_tokens, ours.out_log_probs,
+              ours.finished, ours.step, ours.index, ours.eos)
+    fg.record(theirs, tokens, log_probs)
+    theirs.index += 1
+    for name in ("token", "out_tokens", "out_log_probs", "finished", "step", "index"):
+        assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
+    assert ours.finished.tolist() == [True, True, False, True, False]
+
+
 def test_fused_sampling_variant_draws_todays_tokens(interpreted) -> None:  # noqa: ANN001
     """Both kernels in fast_generate: T=1 by the sampling kernels, T=0.7 with filters by
     graph-sampling's torch ops; tokens equal today's path, log-probs within 1e-5."""

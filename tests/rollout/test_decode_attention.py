@@ -266,6 +266,12 @@ def test_the_kernels_compile_for_hopper() -> None:
     triton.compile(ASTSource(cdf, dict(zip(cdf.arg_names, [*types, "constexpr", "constexpr"],
                                            strict=True)), dict(BLOCK=64, CHUNK=sk.CHUNK)),
                    target=target, options=dict(num_warps=8))
+    record = sk._record_kernel(False)
+    types = ["*i64", "*fp32", "*i64", "*i64", "*fp32", "*i8", "*i64", "*i64", "*i64", "i32",
+             "i32"]
+    triton.compile(ASTSource(record, dict(zip(record.arg_names, [*types, "constexpr"],
+                                              strict=True)), dict(BLOCK=64)),
+                   target=target, options=dict(num_warps=4))
 
 
 @pytest.mark.parametrize(("arch", "variant"), [("qwen3", "packed+graph-sampling+fused-prefill"),

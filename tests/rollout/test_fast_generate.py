@@ -417,3 +417,15 @@ def test_each_feature_notes_its_own_kernels_fallback(monkeypatch) -> None:
     note = fg._fallback_note(fg.parse_variant("packed+decode-attn+skinny-gemm"))
     assert note is not None and "skinny-gemm: no GEMM, so" in note and "decode-attn:" not in note
     assert fg._fallback_note(fg.parse_variant("packed+decode-attn")) is None
+
+
+def test_rope_tables_rows_are_ropes_values() -> None:
+    """The decode step's gathered RoPE rows are exactly `rope`'s values at those positions
+    (the same elementwise ops), sin_signed its sin with the first half negated."""
+    decoder = fg.StaticDecoder(tiny_model("qwen3"), fg.parse_variant("packed"))
+    cos_table, sin_table = decoder.rope_tables(40)
+    positions = torch.tensor([0, 5, 17, 39])
+    cos, sin = decoder.rope(positions)
+    half = decoder.head_dim // 2
+    assert torch.equal(cos_table[positions], cos)
+    assert torch.equal(sin_table[positions], torch.cat((-sin[:, :half], sin[:, half:]), -1))
