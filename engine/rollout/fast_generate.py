@@ -608,10 +608,10 @@ class StaticDecoder:
         return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
 
     def rope_tables(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin_signed) [length, head_dim] of positions 0..length-1: `rope`'s values,
-        elementwise the same ops, so a row of them is what `rope` gives for that position;
+        """(cos, sin_signed) [2 length, head_dim], row i for position i - length: `rope`'s
+        values, elementwise the same ops, so a row is what `rope` gives for its position;
         sin_signed is sin with its first half negated (RoPE as a roll, decode_fused)."""
-        cos, sin = self.rope(torch.arange(length, device=self.device))
+        cos, sin = self.rope(torch.arange(-length, length, device=self.device))
         half = self.head_dim // 2
         return cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
@@ -749,9 +749,10 @@ class StaticDecoder:
     def _decode_fused(self, state: DecodeState, span: int) -> None:
         """_decode_ref's maths in fewer kernels (the residual stream is [B, hidden])."""
         # rotate(x) * sin == roll(x, half) * sin_signed: RoPE is x*cos, roll, addcmul; both
-        # [B, d] rows of the state's tables (rope_tables), two gathers instead of ten kernels
-        positions = state.index - state.pad
-        cos, sin_signed = (F.embedding(positions, table) for table in state.rope)
+        # [B, d] rows of the state's tables (rope_tables), two gathers instead of ten kernels;
+        # row index + rope_shift is position index - pad (negative in the capture's warm-ups)
+        rows = state.index + state.rope_shift
+        cos, sin_signed = (F.embedding(rows, table) for table in state.rope)
         rope = (cos[:, None, :], sin_signed[:, None, :])  # [B, 1, d] over heads
         bias = None if self.attention_kernel else self._attention_bias(state, span)
         x = F.embedding(state.token, self.embed)  # [B, hidden]
@@ -1020,7 +1021,8 @@ class DecodeState:
     finished: torch.Tensor  # [B] bool
     out_tokens: torch.Tensor  # [B, S] long
     out_log_probs: torch.Tensor  # [B, S] fp32
-    rope: tuple[torch.Tensor, torch.Tensor]  # [S, d] cos, sin_signed by position (rope_tables)
+    rope: tuple[torch.Tensor, torch.Tensor]  # [2S, d] cos, sin_signed (rope_tables)
+    rope_shift: torch.Tensor  # [B] long: S - pad, so index + rope_shift is the tables' row
     generator: torch.Generator = field(repr=False)
 
 
@@ -1325,6 +1327,7 @@ def _state_for(decoder: StaticDecoder, batch: int, length: int,
     if state is None or state.token.shape[0] != batch or state.key_index.shape[0] != length:
         state = _new_state(decoder, batch, length)
     state.pad.copy_(pad)
+    state.rope_shift.copy_(length - pad)
     state.pad_bias.copy_(pad_bias(pad, length))
     return state
 
@@ -1354,4 +1357,5 @@ def _new_state(decoder: StaticDecoder, batch: int, length: int) -> DecodeState:
         step=longs(), eos=longs(), finished=torch.zeros(batch, dtype=torch.bool, device=device),
         out_tokens=longs(batch, length),
         out_log_probs=torch.zeros(batch, length, dtype=torch.float32, device=device),
-        rope=decoder.rope_tables(length), generator=torch.Generator(device=device))
+        rope=decoder.rope_tables(length), rope_shift=longs(batch),
+        generator=torch.Generator(device=device))

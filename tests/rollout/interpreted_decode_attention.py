@@ -239,7 +239,8 @@ def test_record_kernel_is_record_and_the_index_move(interpreted) -> None:  # noq
             step=torch.tensor(3), eos=torch.tensor(2),
             finished=torch.tensor([True, False, False, True, False]),
             out_tokens=torch.full((rows, width), -1), out_log_probs=torch.zeros(rows, width),
-            rope=(torch.zeros(1), torch.zeros(1)), generator=gen)
+            rope=(torch.zeros(1), torch.zeros(1)), rope_shift=torch.zeros(rows, dtype=torch.long),
+            generator=gen)
 
     tokens, log_probs = torch.tensor([4, 2, 9, 2, 0]), torch.randn(rows, generator=gen)
     ours, theirs = state(), state()

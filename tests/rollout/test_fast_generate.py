@@ -421,11 +421,28 @@ def test_each_feature_notes_its_own_kernels_fallback(monkeypatch) -> None:
 
 def test_rope_tables_rows_are_ropes_values() -> None:
     """The decode step's gathered RoPE rows are exactly `rope`'s values at those positions
-    (the same elementwise ops), sin_signed its sin with the first half negated."""
+    (the same elementwise ops), sin_signed its sin with the first half negated; row i is
+    position i - length, so the capture's warm-ups (cache index 0, positions -pad) stay in
+    the tables."""
     decoder = fg.StaticDecoder(tiny_model("qwen3"), fg.parse_variant("packed"))
     cos_table, sin_table = decoder.rope_tables(40)
-    positions = torch.tensor([0, 5, 17, 39])
+    assert cos_table.shape[0] == sin_table.shape[0] == 80
+    positions = torch.tensor([-40, -3, 0, 5, 17, 39])
     cos, sin = decoder.rope(positions)
     half = decoder.head_dim // 2
-    assert torch.equal(cos_table[positions], cos)
-    assert torch.equal(sin_table[positions], torch.cat((-sin[:, :half], sin[:, half:]), -1))
+    assert torch.equal(cos_table[positions + 40], cos)
+    assert torch.equal(sin_table[positions + 40], torch.cat((-sin[:, :half], sin[:, half:]), -1))
+
+
+def test_a_warm_up_step_at_cache_index_0_reads_inside_the_rope_tables() -> None:
+    """What the CUDA-graph capture's warm-ups run (index 0, left-padded rows): every gathered
+    row index in [0, 2 length), so no out-of-range gather (on the GPU an index assert)."""
+    model = tiny_model("qwen3")
+    decoder = fg.StaticDecoder(model, fg.parse_variant("packed+graph-sampling"))
+    rows = [[5, 6, 7], [8]]
+    state = fg._state_for(decoder, 2, 64, fg.left_padded(rows, 0, torch.device("cpu"))[1])
+    state.index.zero_()
+    table_rows = state.index + state.rope_shift
+    assert table_rows.min() >= 0 and table_rows.max() < 2 * 64
+    with torch.no_grad():
+        decoder.decode_step(state, 64, fg.Sampling(1.0, 1.0, -1))
