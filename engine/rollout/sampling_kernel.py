@@ -125,6 +125,7 @@ def _kernels(interpret: bool) -> tuple[Any, Any, Any]:  # noqa: ANN401
 
 @functools.cache
 def _record_kernel(interpret: bool) -> Any:  # noqa: ANN401
+    """`record`'s kernel, jitted at first use (`interpret` keys the cache)."""
     del interpret
     import triton
     import triton.language as tl
