@@ -612,8 +612,7 @@ class StaticDecoder:
         values, elementwise the same ops, so a row is what `rope` gives for its position;
         sin_signed is sin with its first half negated (RoPE as a roll, decode_fused)."""
         cos, sin = self.rope(torch.arange(-length, length, device=self.device))
-        half = self.head_dim // 2
-        return cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        return cos, signed_sin(sin)
 
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -680,8 +679,7 @@ class StaticDecoder:
         heads, kv, d = self.dims
         positions = (torch.arange(p, device=ids.device)[None, :] - pad[:, None]).clamp(min=0)
         cos, sin = self.rope(positions.reshape(-1))  # [B*P, d]
-        sin_signed = torch.cat((-sin[:, :d // 2], sin[:, d // 2:]), dim=-1)
-        rope = (cos[:, None, :], sin_signed[:, None, :])
+        rope = (cos[:, None, :], signed_sin(sin)[:, None, :])
         mask = self._prefill_mask(p, pad)
         x = F.embedding(ids.reshape(-1), self.embed)  # [B*P, hidden]
         hidden = x.shape[-1]
@@ -961,6 +959,13 @@ class StaticDecoder:
             graph = _DecodeGraph(self, state, span, sampling, self._pool)
             self._graphs[key] = graph
         return graph
+
+
+def signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """sin with the first half of its last dim negated: rotate(x) * sin == roll(x, d / 2) *
+    signed_sin(sin), RoPE as x * cos, a roll and an addcmul."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
 @dataclass

@@ -198,7 +198,7 @@ def sample_cdf(logits: torch.Tensor, uniform: torch.Tensor) -> tuple[torch.Tenso
 def sample_cdf_by_torch(logits: torch.Tensor,
                         uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """sample_cdf's maths in torch ops (fp32 softmax, one cumulative sum over the vocabulary):
-    the tests' reference and the fallback without Triton."""
+    the tests' reference (without Triton the decoder samples by sample_sync_free instead)."""
     probs = torch.softmax(logits, -1, dtype=torch.float32)
     running = probs.cumsum(-1)
     target = uniform[:, None] * running[:, -1:]

@@ -20,6 +20,7 @@ from tests.rollout.test_fast_generate import (
     SAMPLINGS,
     assert_follows_reference,
     settings,
+    teacher_forced_log_probs,
     tiny_model,
 )
 
@@ -201,56 +202,12 @@ def test_cdf_sampling_variant_samples_consistently(interpreted) -> None:  # noqa
     again = fg.fast_generate(model, ROWS, options=options, temperature=1.0, seed=5, **kwargs)
     other = fg.fast_generate(model, ROWS, options=options, temperature=1.0, seed=6, **kwargs)
     assert again[0] == tokens and other[0] != tokens
-    forced = teacher_forced_log_probs(model, ROWS, tokens)
+    forced = teacher_forced_log_probs(model, ROWS, tokens, 1.0)
     torch.testing.assert_close(torch.tensor(log_probs), forced, rtol=0, atol=1e-5)
     for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
         ours = fg.fast_generate(model, ROWS, options=options, seed=5, **(kwargs | sampling))
         ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, seed=5, **(kwargs | sampling))
         assert ours[0] == ref[0], sampling
-
-
-def teacher_forced_log_probs(model, rows, tokens) -> torch.Tensor:  # noqa: ANN001
-    """[rows, new] log-softmax (T=1) of `tokens` after each left-padded prompt, by the
-    transformers model's own forward (fp32)."""
-    from engine.rollout.hf_backend import left_pad
-
-    full = [list(r) + t for r, t in zip(rows, tokens, strict=True)]
-    ids, mask = left_pad(full, PAD, torch.device("cpu"))
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-    new = len(tokens[0])
-    log_softmax = torch.log_softmax(logits[:, -new - 1:-1].float(), -1)
-    return log_softmax.gather(-1, torch.tensor(tokens)[..., None]).squeeze(-1)
-
-
-def test_record_kernel_is_record_and_the_index_move(interpreted) -> None:  # noqa: ANN001
-    """sampling_kernel.record against fast_generate.record + index += 1 on copies of one
-    state: the step's output column, finished (rows already ended stay so; EOS ends others),
-    the fed-back tokens, step and index each one on; rows past a power of two."""
-    rows, width = 5, 12
-    gen = torch.Generator().manual_seed(0)
-
-    def state() -> fg.DecodeState:
-        return fg.DecodeState(
-            token=torch.zeros(rows, dtype=torch.long), index=torch.tensor(7),
-            pad=torch.zeros(rows, dtype=torch.long), key_index=torch.arange(width),
-            logits=torch.zeros(rows, 4), cache=None, pad_bias=torch.zeros(rows, width),
-            step=torch.tensor(3), eos=torch.tensor(2),
-            finished=torch.tensor([True, False, False, True, False]),
-            out_tokens=torch.full((rows, width), -1), out_log_probs=torch.zeros(rows, width),
-            rope=(torch.zeros(1), torch.zeros(1)), rope_shift=torch.zeros(rows, dtype=torch.long),
-            generator=gen)
-
-    tokens, log_probs = torch.tensor([4, 2, 9, 2, 0]), torch.randn(rows, generator=gen)
-    ours, theirs = state(), state()
-    sk.record(tokens, log_probs, ours.token, ours.out_tokens, ours.out_log_probs,
-              ours.finished, ours.step, ours.index, ours.eos)
-    fg.record(theirs, tokens, log_probs)
-    theirs.index += 1
-    for name in ("token", "out_tokens", "out_log_probs", "finished", "step", "index"):
-        assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
-    assert ours.finished.tolist() == [True, True, False, True, False]
 
 
 def test_fused_sampling_variant_draws_todays_tokens(interpreted) -> None:  # noqa: ANN001
