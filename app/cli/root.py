@@ -83,20 +83,31 @@ def _crash_log_path() -> Path:
 
 
 def _log_crash(exc: BaseException) -> Path:
+    """Append the traceback to a log only this user can read, with secret values masked."""
     import tempfile
     import time
 
-    text = (f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} ppodeck {' '.join(sys.argv[1:])}\n"
-            + "".join(traceback.format_exception(exc)))
-    for path in (_crash_log_path(), Path(tempfile.gettempdir()) / "ppodeck-cli-errors.log"):
+    from engine.run_secrets import redact_argv, scrub_secrets
+
+    argv = sys.argv[1:]
+    text = (f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} ppodeck {' '.join(redact_argv(argv))}\n"
+            + scrub_secrets("".join(traceback.format_exception(exc)), argv))
+    shared_tmp = Path(tempfile.gettempdir()) / f"ppodeck-cli-errors-{os.getuid()}.log"
+    for path in (_crash_log_path(), shared_tmp):
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as handle:
-                handle.write(text)
+            _append_private(path, text)
             return path
         except OSError:
             continue
     return Path("(unwritable)")
+
+
+def _append_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # an older log may have been made with the umask's mode
+        handle.write(text)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ one is probed once per process, tests pass their own.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ class Machine:
     transformer_engine: bool  # importable
     sglang: bool  # importable
     host_memory_bytes: int | None = None  # MemTotal of /proc/meminfo; None: unknown
+    megatron_bridge: bool = False  # importable (`--megatron-to-hf-mode bridge`)
 
     @property
     def cuda(self) -> bool:
@@ -47,7 +49,8 @@ def this_machine() -> Machine:
     from engine.machine import host_memory_bytes, visible_gpus
 
     return Machine(gpus=visible_gpus(), transformer_engine=_importable("transformer_engine"),
-                   sglang=_importable("sglang"), host_memory_bytes=host_memory_bytes())
+                   sglang=_importable("sglang"), host_memory_bytes=host_memory_bytes(),
+                   megatron_bridge=_installed("megatron-bridge"))
 
 
 def _importable(module: str) -> bool:
@@ -55,6 +58,15 @@ def _importable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def _installed(distribution: str) -> bool:
+    """By its metadata: find_spec of `megatron.bridge` would import the `megatron` package."""
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def _on_a_cluster(r: dict) -> bool:
@@ -181,6 +193,12 @@ def _devices(r: dict, m: Machine, out: Out) -> None:
         _issue(out, "error", "engine.sglang_needs_cuda", ("rollout_backend",),
                "--rollout-backend sglang needs a GPU, and this machine has none visible.",
                "use --rollout-backend hf (or auto) on CPU")
+    if r["megatron_to_hf_mode"] == "bridge" and not m.megatron_bridge:
+        # the worker would stop at start-up: refuse it here instead (what validates is what runs)
+        _issue(out, "error", "engine.bridge_missing", ("megatron_to_hf_mode",),
+               "--megatron-to-hf-mode bridge needs Megatron-Bridge, which is not importable here.",
+               "`pip install megatron-bridge` (a GPU machine with transformer-engine), or use "
+               "--megatron-to-hf-mode raw (PPO Deck's own converter)")
     if r["rollout_backend"] == "auto":
         picked = "sglang" if m.cuda and m.sglang else "hf"
         _issue(out, "info", "engine.backend_auto", ("rollout_backend",),

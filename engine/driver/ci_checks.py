@@ -24,6 +24,7 @@ name and the numbers in the detail (and a `log` error event). As miles (spec §2
 from __future__ import annotations
 
 import math
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -152,9 +153,12 @@ def check_grad_norms(args: Mapping[str, Any], role: str, rollout_id: int,
             continue
         path = load.format(**fields)
         try:
-            expected = float(torch.load(path, weights_only=False))
+            expected = float(torch.load(path, weights_only=True))  # a float (or a 0-d tensor)
         except FileNotFoundError:
             fail("grad norm", f"no saved grad norm at {path} (--ci-load-grad-norm)")
+        except pickle.UnpicklingError:  # never run code from a file that should hold a number
+            fail("grad norm", f"{path} holds more than a saved grad norm (a float); it was not "
+                 "loaded (--ci-load-grad-norm)")
         if not math.isclose(grad_norm, expected, rel_tol=GRAD_NORM_REL_TOL,
                             abs_tol=GRAD_NORM_ABS_TOL):
             fail("grad norm", f"{role} rollout {rollout_id} step {step_id}: {grad_norm:.6f} vs "

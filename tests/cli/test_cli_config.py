@@ -273,6 +273,24 @@ def test_main_turns_crashes_into_one_line(isolated_env: Path, monkeypatch: pytes
     assert "Traceback" in log.read_text()
 
 
+def test_crash_log_masks_secrets_and_is_private(isolated_env: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    key = "wk-0123456789abcdef"
+
+    def boom(config):
+        raise RuntimeError(f"upload refused for key {key}")
+
+    monkeypatch.setattr(cli_config, "check", boom)
+    monkeypatch.setattr(sys, "argv", ["ppodeck", "validate", "tiny-cpu", "--set",
+                                      f"wandb-key={key}", "-s", f"--wandb_key={key}"])
+    with pytest.raises(SystemExit):
+        cli.main()
+    log = isolated_env / "logs" / "cli-errors.log"
+    text = log.read_text()
+    assert key not in text and "wandb-key=<redacted>" in text and "Traceback" in text
+    assert log.stat().st_mode & 0o077 == 0  # the user's alone
+
+
 def test_subprocess_help_and_usage_error(isolated_env: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "PPODECK_CONFIG_DIR": str(isolated_env / "c"),
            "HOME": str(isolated_env)}

@@ -39,6 +39,8 @@ CASES: list[tuple[str, Machine, dict[str, Any], dict[str, Any]]] = [
      {"rollout_backend": "hf"}),
     ("engine.sglang_needs_cuda", CPU_MACHINE, {"rollout_backend": "sglang"},
      {"rollout_backend": "hf"}),
+    ("engine.bridge_missing", CPU_MACHINE, {"megatron_to_hf_mode": "bridge"},
+     {"megatron_to_hf_mode": "raw"}),
     ("engine.backend_auto", CPU_MACHINE, {"rollout_backend": "auto"}, {"rollout_backend": "hf"}),
     ("engine.gpus_missing", NO_SGLANG_GPU, {"actor_num_gpus_per_node": 2},
      {"actor_num_gpus_per_node": 1}),

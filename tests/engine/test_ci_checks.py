@@ -47,6 +47,29 @@ def test_grad_norms_saved_then_compared(tmp_path: Path) -> None:
         check_grad_norms(load, "critic", 4, [{"train/critic-grad_norm": 1.0}])
 
 
+LOADED_CODE_RAN: list[str] = []
+
+
+def _record_load() -> str:
+    LOADED_CODE_RAN.append("ran")
+    return "1.0"
+
+
+class _RunsCodeOnLoad:
+    def __reduce__(self) -> tuple:
+        return (_record_load, ())
+
+
+def test_a_saved_grad_norm_that_is_not_a_number_is_refused_unrun(tmp_path: Path) -> None:
+    import torch
+
+    pattern = str(tmp_path / "{role}-{rollout_id}-{step_id}.pt")
+    torch.save(_RunsCodeOnLoad(), pattern.format(role="actor", rollout_id=0, step_id=0))
+    with pytest.raises(CIFailure, match="holds more than a saved grad norm"):
+        check_grad_norms(args(ci_load_grad_norm=pattern), "actor", 0, [{"train/grad_norm": 1.0}])
+    assert LOADED_CODE_RAN == []
+
+
 def test_weight_pushes_must_match_then_move() -> None:
     seen: list[str] = []
     ci = CIChecks(args(), lambda level, msg, source: seen.append(msg))
