@@ -168,8 +168,6 @@ def stop(rundir: RunDir, status: Mapping[str, Any]) -> str:
 def run_job(run_id: str) -> int:
     """On the cluster: a run directory from the submitted config, the driver in this process,
     and every event echoed to stdout (the log stream) with its sequence number."""
-    from engine.driver import ppo as driver
-
     root = Path(os.environ.get("PPODECK_RUNS_DIR") or Path(tempfile.gettempdir()) /
                 "ppodeck-jobs")
     rundir = RunDir(root / run_id)
@@ -183,10 +181,59 @@ def run_job(run_id: str) -> int:
                              daemon=True)
     relay.start()
     try:
+        missing = missing_engine_requirements()
+        if missing:  # a named failure in the follower's status, not a traceback in the job log
+            return _fail_job(rundir, missing_requirements_message(missing))
+        from engine.driver import ppo as driver
+
         return driver.run(rundir)
     finally:
         done.set()
         relay.join(timeout=30)
+
+
+# (module the engine imports, the requirement that brings it), as pyproject.toml pins them (a test
+# keeps the two equal)
+ENGINE_REQUIREMENTS = (
+    ("torch", "torch==2.13.0"), ("megatron.core", "megatron-core==0.16.1"),
+    ("ray", "ray[default]==2.60.0"), ("transformers", "transformers>=5,<6"),
+    ("accelerate", "accelerate"), ("safetensors", "safetensors"), ("gguf", "gguf"),
+    ("datasets", "datasets>=4"), ("huggingface_hub", "huggingface_hub"), ("sympy", "sympy"),
+    ("numpy", "numpy"), ("psutil", "psutil>=5.9"), ("platformdirs", "platformdirs>=4"),
+    ("tomlkit", "tomlkit>=0.13"),
+)
+
+
+def missing_engine_requirements() -> list[str]:
+    """The requirements whose modules this Python cannot import (found without importing them)."""
+    import importlib.util
+
+    missing = []
+    for module, requirement in ENGINE_REQUIREMENTS:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package that is missing or broken
+            found = False
+        if not found:
+            missing.append(requirement)
+    return missing
+
+
+def missing_requirements_message(missing: list[str]) -> str:
+    quoted = " ".join(f"'{req}'" for req in missing)
+    return (f"the cluster's Python ({sys.executable}) lacks what the PPO engine imports: "
+            f"{', '.join(missing)}. Install it on every node (pip install {quoted}), or set "
+            f"{SUBMIT_PYTHON_ENV} to a Python there that has them")
+
+
+def _fail_job(rundir: RunDir, detail: str) -> int:
+    from engine.events import EventWriter
+
+    print(f"ppodeck: {detail}", flush=True)
+    with EventWriter(rundir.events_jsonl) as writer:
+        writer.emit(Kind.STATUS, state=State.FAILED, detail=detail)
+    write_status(rundir, state=State.FAILED, detail=detail, ended=time.time())
+    return 3  # the CLI's "run failed"
 
 
 def _emit(seq: int, line: str) -> None:
