@@ -18,16 +18,9 @@ import typer
 
 from app.cli import config, health, prepare, presets, runs
 from app.cli.common import EXIT_INVALID, err, fail
+from engine.env_vars import cli_help
 
-ENV_HELP = """\
-\b
-Environment:
-  PPODECK_HOME         models and data for `prepare` (default ~/.cache/ppodeck)
-  PPODECK_CONFIG_DIR   user config dir; presets live in its presets/ subdir
-  PPODECK_PRESET_PATH  colon-separated team preset dirs (searched after built-ins and user)
-  PPODECK_RUNS_DIR     where runs are created (default ./runs)
-  PPODECK_LOG_DIR      where unexpected CLI errors are logged (default: user log dir)
-"""
+ENV_HELP = cli_help()
 
 app = typer.Typer(
     name="ppodeck",
