@@ -1,7 +1,7 @@
 """What every ppodeck command shares: exit codes, how a message reaches the user, the `--set`
 option and how a preset and its overrides are read.
 
-Exit codes (README): 0 ok, 1 invalid config (and a failed `prepare`), 2 usage, 3 run failed,
+Exit codes (docs/usage.md): 0 ok, 1 invalid config (and a failed `prepare`), 2 usage, 3 run failed,
 4 an error-level health rule fired, 130 interrupted. Data goes to stdout, diagnostics to stderr.
 """
 
@@ -48,13 +48,47 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 def find_run_or_fail(run_name: str) -> RunDir:
-    """A run by id, unique id prefix or path; a usage error naming the candidates if not."""
+    """A run by id, unique id prefix or path; a usage error naming the candidates if not.
+
+    A miles --dump-details directory is a run too: it is watched (read-only) through a run
+    directory of PPO Deck's own (engine/miles_run.py), registered on first use and synced.
+    """
     from engine.rundir import RunNotFound, find_run
 
     try:
-        return find_run(run_name)
+        rundir = find_run(run_name)
     except RunNotFound as exc:
-        fail(str(exc), EXIT_USAGE)
+        return _miles_dump_or_fail(run_name, str(exc))
+    _watch_if_miles(rundir)
+    return rundir
+
+
+def _miles_dump_or_fail(run_name: str, not_found: str) -> RunDir:
+    from engine.miles_run import MilesDumpError, is_miles_dump, open_dump
+
+    path = Path(run_name).expanduser()
+    if not is_miles_dump(path):
+        fail(not_found, EXIT_USAGE)
+    try:
+        rundir, new = open_dump(path)
+    except (MilesDumpError, OSError) as exc:
+        fail(f"cannot watch the miles dump {path}: {exc}", EXIT_USAGE)
+    if new:
+        err(f"miles dump {path} is watched as run {rundir.id} (read-only; PPO Deck's files "
+            f"about it are in {rundir.path})")
+    return rundir
+
+
+def _watch_if_miles(rundir: RunDir) -> None:
+    from engine.miles_run import dump_of, watch
+
+    if dump_of(rundir) is None:
+        return
+    try:
+        watch(rundir)
+    except OSError as exc:
+        err(f"warning: run {rundir.id}: its miles dump {dump_of(rundir)} could not be read "
+            f"({exc}); showing what was read before")
 
 
 # --- presets and --set ------------------------------------------------------------------------

@@ -169,7 +169,7 @@ def flags(
         "this text.")] = None,
     as_json: JsonOption = False,
     markdown: Annotated[bool, typer.Option(
-        "--markdown", help="Print the README's flags-by-class tables.")] = False,
+        "--markdown", help="Print docs/flags.md's flags-by-class tables.")] = False,
 ) -> None:
     """Every flag: type, default, group, help, and how PPO Deck's engine treats it.
 

@@ -1,4 +1,4 @@
-"""The flag reference, from the schema: `ppodeck flags` and the README's table by engine class."""
+"""The flag reference, from the schema: `ppodeck flags` and the tables by engine class in docs/flags.md."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def class_counts() -> dict[str, int]:
 
 
 def markdown_table() -> str:
-    """The README's flags-by-class section: counts, then one table per class."""
+    """docs/flags.md's flags-by-class section: counts, then one table per class."""
     counts = class_counts()
     out = [README_BEGIN, "",
            f"{len(FLAGS)} flags: {counts['honoured']} honoured, {counts['refused']} refused, "

@@ -84,9 +84,9 @@ KEYS = ("in_tuple_1", "in_tuple_2")
                             "x", "y"]
 
 
-def test_the_readme_table_is_generated_from_the_schema() -> None:
+def test_the_flags_page_table_is_generated_from_the_schema() -> None:
     from engine.config.reference import README_BEGIN, README_END, markdown_table
 
-    readme = (scan.ROOT / "README.md").read_text()
+    readme = (scan.ROOT / "docs" / "flags.md").read_text()
     start, end = readme.index(README_BEGIN), readme.index(README_END) + len(README_END)
     assert readme[start:end] == markdown_table(), "regenerate: ppodeck flags --markdown"
