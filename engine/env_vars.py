@@ -41,6 +41,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "auth)"),
     EnvVar("PPODECK_SUBMIT_PYTHON", "user", "python",
            "the cluster's Python for a submitted job's entrypoint"),
+    EnvVar("PPODECK_MILES_PYTHON", "user", "python3",
+           "the Python that runs miles' train.py for `ppodeck run --engine miles` (miles' "
+           "launchers use python3)"),
+    EnvVar("PPODECK_MEGATRON_PATH", "user", "Megatron-LM next to --miles-root",
+           "the Megatron-LM checkout put on miles' PYTHONPATH for `--engine miles`"),
     # --- engine switches (escape hatches, bench baselines); the defaults are what was measured best
     EnvVar("PPODECK_FUSED", "switch", "1",
            "0 turns every CUDA fast path of the trainer off (fused ops and compiled layers)"),
@@ -67,8 +72,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "SGLang's log level in driver.log (info shows where an engine's start goes)"),
     EnvVar("PPODECK_SGLANG_SAMPLING_SEED", "switch", "1",
            "0 leaves the per-request sampling seed out of SGLang requests"),
-    EnvVar("PPODECK_MILES_IDLE_S", "switch", "(see engine/miles_run.py)",
-           "seconds without a new line after which a miles run being followed counts as idle"),
+    EnvVar("PPODECK_MILES_IDLE_S", "switch", "600",
+           "seconds a watched miles dump may go unwritten before its run counts as ended "
+           "(miles records no final state)"),
     # --- set by PPO Deck for its own processes; not for users to set
     EnvVar("PPODECK_DRIVER_MODULE", "internal", "engine.driver",
            "the module the launcher starts as the driver (tests put a stand-in there)"),
@@ -83,6 +89,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "the placement group's bundle order, handed to each worker process"),
     EnvVar("PPODECK_CODE_DIR", "internal", "(the launch directory)",
            "where the driver and workers look for user code named by flags (--custom-rm-path)"),
+    EnvVar("PPODECK_LAUNCHER_ARGS", "internal", "-",
+           "a miles Python launcher's own options (JSON list), handed to `--run-launcher`'s "
+           "recording subprocess"),
     EnvVar("PPODECK_", "internal", "-",
            "the prefix itself: the variables forwarded to a Ray Job are those that start with it"),
     # --- tests only

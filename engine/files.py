@@ -28,3 +28,12 @@ def atomic_write(path: Path, data: str | bytes, *, fsync: bool = False) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def append_private(path: Path, text: str) -> None:
+    """Append to a file only its owner can read (logs may hold paths, configs, messages)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # an older file may have been made with the umask's
+        handle.write(text)

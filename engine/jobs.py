@@ -88,7 +88,8 @@ def entrypoint(run_id: str, environ: Mapping[str, str] | None = None) -> str:
 
 # PPODECK_* variables that only mean something on this machine (or carry the auth token)
 _LOCAL_ONLY = {"PPODECK_RUNS_DIR", "PPODECK_HOME", "PPODECK_CONFIG_DIR", "PPODECK_PRESET_PATH",
-               "PPODECK_STATE_DIR", SUBMIT_PYTHON_ENV, HEADERS_ENV, "PPODECK_DRIVER_MODULE"}
+               "PPODECK_STATE_DIR", SUBMIT_PYTHON_ENV, HEADERS_ENV, "PPODECK_DRIVER_MODULE",
+               "PPODECK_CODE_DIR"}  # the launch directory: its code travels in py_modules
 
 
 def forwarded_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -101,9 +102,21 @@ def forwarded_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def runtime_env(config_text: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """The code (the engine package) and the variables the driver needs on the cluster."""
-    return {"py_modules": [str(ENGINE_DIR)],
+    """The code (the engine package, and the user code the config names: reward functions,
+    filters) and the variables the driver needs on the cluster."""
+    return {"py_modules": [str(ENGINE_DIR), *user_code_files(config_text)],
             "env_vars": {"PYTHONUNBUFFERED": "1", **env, CONFIG_ENV: config_text}}
+
+
+def user_code_files(config_text: str) -> list[str]:
+    """The modules behind --custom-rm-path and friends, found from this directory and
+    PYTHONPATH as the engine finds them (engine/config/code_paths.py): each top-level package
+    directory or .py file, so the cluster's workers import them too."""
+    from engine.config.code_paths import ENGINE_CODE_FLAGS, files_to_ship
+    from engine.presets import config_from_toml
+
+    config = config_from_toml(config_text, Path("config.toml"))
+    return files_to_ship([config.get(d) for d in ENGINE_CODE_FLAGS if config.get(d)])
 
 
 def submit(rundir: RunDir, preset_name: str, address: str,

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.config.code_paths import CODE_DIR_ENV
 from engine.config.resolve import TRACKER
 from engine.files import atomic_write
 from engine.run_secrets import without_secrets
@@ -250,6 +251,9 @@ def start_driver(rundir: RunDir, env: Mapping[str, str] | None = None) -> subpro
     `env` adds to (does not replace) this process's environment.
     """
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    # the driver runs from the repository; user code (--custom-rm-path ...) is looked up in
+    # the directory the run was started from too (engine/config/code_paths.py)
+    child_env.setdefault(CODE_DIR_ENV, os.getcwd())
     argv = [sys.executable, "-m", driver_module(child_env), "--run-dir", str(rundir.path.resolve())]
     with open(rundir.driver_log, "ab") as log:
         popen = subprocess.Popen(  # an argv list, never a shell string
@@ -298,7 +302,11 @@ def stop_run(rundir: RunDir, force: bool = False) -> str:
         return f"run {rundir.id} is {state} but has no process recorded yet; try again shortly"
     sig = signal.SIGKILL if force else signal.SIGINT
     try:
-        os.killpg(pgid, sig)
+        if status.get("engine") == "miles" and not force:
+            # the supervisor alone: its group holds the private Ray head that stops the job
+            os.kill(status.get("pid") or pgid, sig)
+        else:
+            os.killpg(pgid, sig)
     except ProcessLookupError:
         read_status(rundir, record_lost=True)
         return f"run {rundir.id}: process group {pgid} is already gone; marked lost"
@@ -307,6 +315,9 @@ def stop_run(rundir: RunDir, force: bool = False) -> str:
                      ended=time.time())
         return f"killed run {rundir.id} (SIGKILL to process group {pgid})"
     update_status(rundir, _mark_stopping)
+    if status.get("engine") == "miles":
+        return (f"asked run {rundir.id} to stop (SIGINT to its supervisor, pid "
+                f"{status.get('pid') or pgid}); it stops miles' Ray job through the Jobs API")
     return (f"asked run {rundir.id} to stop (SIGINT to process group {pgid}); "
             "it stops after the current rollout")
 

@@ -15,8 +15,9 @@ File format (schema_version 1)::
     offload-train = true              # tristates: true -> --offload-train, false -> --no-...
 
 Search path (first match wins, so a name always means the same file for everybody in a team):
-built-ins (the repo's presets/), then the user's dir ($PPODECK_CONFIG_DIR/presets, default
-platformdirs' user_config_dir("ppodeck")/presets), then each dir of $PPODECK_PRESET_PATH
+built-ins (the repo's presets/, shipped in the package), then the user's dir
+($PPODECK_CONFIG_DIR/presets, default platformdirs' user_config_dir("ppodeck")/presets), then
+each dir of $PPODECK_PRESET_PATH
 (colon-separated). list_presets() reports which file wins when a name is shadowed.
 
 Reading uses tomllib; tomlkit is imported only where a file is written or edited, so user
@@ -40,7 +41,9 @@ from engine.config.schema import BY_DEST, BY_NAME, FLAGS, GROUP_TITLES, Flag
 from engine.files import atomic_write
 
 SCHEMA_VERSION = 1
-BUILTIN_DIR = Path(__file__).resolve().parents[1] / "presets"
+# engine/builtin_presets links to the repository's presets/ in a checkout and is a plain
+# directory inside the wheel (package data), so an installed PPO Deck finds its built-ins too
+BUILTIN_DIR = Path(__file__).resolve().parent / "builtin_presets"
 TOP_KEYS = ("schema_version", "name", "description", "extends", "unset", "passthrough",
             "provenance", "flags", "health")
 Source = Literal["built-in", "user", "team", "file"]

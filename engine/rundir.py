@@ -60,6 +60,11 @@ class RunDir:
         return self.path / "status.json"
 
     @property
+    def samples(self) -> Path:
+        """Each rollout's samples with per-token numbers (engine/samples.py)."""
+        return self.path / "samples"
+
+    @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 

@@ -116,11 +116,13 @@ class State:
     SUCCEEDED: Final = "succeeded"
     FAILED: Final = "failed"
     LOST: Final = "lost"  # the driver died without saying so (a reader's verdict)
+    ENDED: Final = "ended"  # a watched miles dump stopped growing; miles records no outcome
     UNKNOWN: Final = "unknown"  # status.json missing or unreadable
 
 
 ACTIVE_STATES: Final = frozenset({State.STARTING, State.RUNNING, State.STOPPING})
-FINAL_STATES: Final = frozenset({State.STOPPED, State.SUCCEEDED, State.FAILED, State.LOST})
+FINAL_STATES: Final = frozenset({State.STOPPED, State.SUCCEEDED, State.FAILED, State.LOST,
+                                State.ENDED})
 
 
 class Metric:

@@ -36,6 +36,77 @@ MilesRootOption = Annotated[Path | None, typer.Option(
     help="A miles checkout: model names are read from its scripts/models (as text, never run) "
          "before the built-in table.")]
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
+LauncherArgsOption = Annotated[str | None, typer.Option(
+    "--launcher-args", metavar="ARGS",
+    help="A miles Python launcher's own options, as you would pass them to it, e.g. "
+         "\"--model-name Qwen3-0.6B --mode debug_minimal\" (read, never run).")]
+
+
+RunLauncherOption = Annotated[bool, typer.Option(
+    "--run-launcher", help="If reading a Python launcher statically is not enough: run it, "
+    "with miles' helpers replaced by recorders (nothing downloaded, converted or launched by "
+    "them; the launcher's own code does run). Needs --trust or an interactive yes.")]
+TrustLauncherOption = Annotated[bool, typer.Option(
+    "--trust", help="Allow --run-launcher to run the launcher's code without asking.")]
+
+
+def import_command_or_fail(source: str, *, miles_root: Path | None, launcher: str | None,
+                           run: bool = False, trust: bool = False) -> Any:
+    """A script, command line or Python launcher -> its ImportReport; a usage error with the
+    reason when the launcher args do not fit, or when running was refused or failed."""
+    import os
+
+    from engine.config.py_launcher import LauncherError, is_python_launcher
+    from engine.config.script_import import import_script
+
+    text, path, overrides = read_text(source), script_path(source), launcher_args(launcher)
+    if run:
+        if path is None or not is_python_launcher(text, path):
+            fail("--run-launcher runs a miles Python launcher given as a file. Fix: pass the "
+                 "launcher's path, or drop --run-launcher.", EXIT_USAGE)
+        return _run_launcher_or_fail(path, overrides, miles_root, trust)
+    try:
+        return import_script(text, env=os.environ, path=path, miles_root=miles_root,
+                             overrides=overrides)
+    except LauncherError as exc:
+        fail(f"{source}: {exc}", EXIT_USAGE)
+
+
+def _run_launcher_or_fail(path: Path, overrides: list[str] | None, miles_root: Path | None,
+                          trust: bool) -> Any:
+    """The same consent rule as code named in presets: --trust, or an interactive yes."""
+    import os
+
+    from engine.config.launcher_import import import_recorded
+    from engine.launcher_recorder import RecorderError, run_launcher
+
+    err(f"--run-launcher would run {path} (its own code, in a subprocess; miles' helpers are "
+        "replaced by recorders, so they download, convert and launch nothing).")
+    if not trust:
+        if not sys.stdin.isatty():
+            fail("refusing to run a launcher without explicit consent; review it, then add "
+                 "--trust.", EXIT_USAGE)
+        if not typer.confirm("Run this launcher?", default=False, err=True):
+            fail("not run: the launcher was not allowed.", EXIT_USAGE)
+    try:
+        record = run_launcher(path, overrides, env=os.environ, miles_root=miles_root)
+    except RecorderError as exc:
+        fail(f"{exc}. Fix: check the launcher args, or pass --miles-root for the miles "
+             "modules it imports.", EXIT_INVALID)
+    return import_recorded(record, path.name, env=os.environ, miles_root=miles_root,
+                           overrides=overrides)
+
+
+def launcher_args(text: str | None) -> list[str] | None:
+    """--launcher-args split as a shell splits it; a usage error when the quotes do not close."""
+    if not text:
+        return None
+    import shlex
+
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        fail(f"--launcher-args {text!r}: {exc}. Fix: close the quotes.", EXIT_USAGE)
 
 
 def err(message: str) -> None:

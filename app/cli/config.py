@@ -7,7 +7,6 @@ Exit codes: 0 ok, 1 invalid config, 2 usage.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,16 +17,18 @@ from app.cli.common import (
     EXIT_INVALID,
     EXIT_USAGE,
     JsonOption,
+    LauncherArgsOption,
     MilesRootOption,
+    RunLauncherOption,
     SetOption,
+    TrustLauncherOption,
     apply_sets,
     count,
     fail,
     format_issue,
+    import_command_or_fail,
     load_or_fail,
-    read_text,
     resolve_or_fail,
-    script_path,
 )
 from app.cli.common import err as _err
 from engine.config import Issue, RunConfig, check, to_argv
@@ -42,7 +43,8 @@ def register(app: typer.Typer) -> None:
 
 
 def build_config(preset: str | None, sets: list[str] | None,
-                 from_command: str | None, miles_root: Path | None = None
+                 from_command: str | None, miles_root: Path | None = None,
+                 launcher: str | None = None, run_launcher: bool = False, trust: bool = False
                  ) -> tuple[RunConfig, list[Issue], str]:
     """Preset, then a pasted command line on top, then --set overrides."""
     issues: list[Issue] = []
@@ -52,11 +54,9 @@ def build_config(preset: str | None, sets: list[str] | None,
         config = resolve_or_fail(load_or_fail(preset))
         label = preset
     if from_command:
-        from engine.config.script_import import parse_command_line
-
-        pasted, issues = parse_command_line(read_text(from_command), env=os.environ,
-                                            path=script_path(from_command),
-                                            miles_root=miles_root)
+        report = import_command_or_fail(from_command, miles_root=miles_root, launcher=launcher,
+                                        run=run_launcher, trust=trust)
+        pasted, issues = report.config, report.issues
         config = RunConfig({**config.values, **pasted.values},
                            config.passthrough + pasted.passthrough)
         label = from_command if not preset else f"{preset} + {from_command}"
@@ -96,6 +96,14 @@ def validate(
     )] = None,
     as_json: JsonOption = False,
     miles_root: MilesRootOption = None,
+    launcher: LauncherArgsOption = None,
+    run_launcher: RunLauncherOption = False,
+    trust: TrustLauncherOption = False,
+    engine: Annotated[str, typer.Option(
+        "--engine", metavar="ENGINE",
+        help="The engine that will run it: ppodeck (its capability classes apply) or miles "
+             "(miles' own rules and this machine's GPUs, as `run --engine miles` checks).")
+    ] = "ppodeck",
 ) -> None:
     """Check a preset (plus overrides) against every rule and show the derived numbers.
 
@@ -106,12 +114,17 @@ def validate(
     \b
         ppodeck validate qwen3-4b-ppo
         ppodeck validate tiny-cpu --set kl-coef=0.1 --json
+        ppodeck validate qwen3-4b-ppo --engine miles
         ppodeck validate --from-command run-qwen3-4b-ppo.sh
+        ppodeck validate --from-command run_qwen3_4b.py --launcher-args "--mode debug_minimal"
     """
     if preset is None and from_command is None:
         fail("nothing to validate. Fix: pass a PRESET or --from-command FILE.", EXIT_USAGE)
-    config, parse_issues, label = build_config(preset, sets, from_command, miles_root)
-    report = check(config)
+    if engine not in ("ppodeck", "miles"):
+        fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
+    config, parse_issues, label = build_config(preset, sets, from_command, miles_root,
+                                               launcher, run_launcher, trust)
+    report = check(config, engine=engine)
     issues = [*parse_issues, *report.issues]
     ok = not any(i.level == "error" for i in issues)
     if as_json:

@@ -7,7 +7,6 @@ Exit codes: 0 ok, 1 invalid preset, 2 usage (unknown preset, existing file witho
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,16 +16,18 @@ from app.cli.common import (
     EXIT_INVALID,
     EXIT_USAGE,
     JsonOption,
+    LauncherArgsOption,
     MilesRootOption,
+    RunLauncherOption,
     SetOption,
+    TrustLauncherOption,
     apply_sets,
     count,
     fail,
     format_issue,
+    import_command_or_fail,
     load_or_fail,
-    read_text,
     resolve_or_fail,
-    script_path,
 )
 from app.cli.common import err as _err
 from engine.config import RunConfig, check
@@ -293,16 +294,22 @@ def presets_from_command(
         "--save", help="Save into the user presets dir instead of printing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
     miles_root: MilesRootOption = None,
+    launcher: LauncherArgsOption = None,
+    run_launcher: RunLauncherOption = False,
+    trust: TrustLauncherOption = False,
 ) -> None:
-    """Turn a miles launch script or pasted command line into a preset (printed, or saved
-    with --save).
+    """Turn a miles launch script, Python launcher or pasted command line into a preset
+    (printed, or saved with --save).
 
     The script is read as bash reads it, and nothing in it runs: `python3 train.py ...`,
     `ray job submit ... -- python3 train.py ...`, arrays, ${VARS}, `read -ra`, multi-line
     quoted JSON, `source` of files next to the script, and miles' model args by name
-    (`model_args_utils.py qwen3-4B`, `source scripts/models/qwen3-4B.sh`). The import report on
-    stderr says what was resolved and from where, what stayed unresolved (with its line), and
-    which flags are command-only or refused; each flag in the preset keeps its script line.
+    (`model_args_utils.py qwen3-4B`, `source scripts/models/qwen3-4B.sh`). A miles Python
+    launcher (`run_*.py`: ScriptArgs, prepare(), U.execute_train) is read as Python without
+    running it; --launcher-args passes its own options, and its prepare() downloads become
+    the preset's [provenance.sources] for `ppodeck prepare`. The import report on stderr says
+    what was resolved and from where, what stayed unresolved (with its line), and which flags
+    are command-only or refused; each flag in the preset keeps its script line.
 
     Example:
 
@@ -310,17 +317,18 @@ def presets_from_command(
         ppodeck presets from-command run-qwen3-4b-ppo.sh --name my-ppo --save
         ppodeck presets from-command run-glm5.sh --miles-root ~/miles
         pbpaste | ppodeck presets from-command - > my-ppo.toml
+        ppodeck presets from-command run_qwen3_4b.py --launcher-args "--model-name Qwen3-0.6B"
     """
-    from engine.config.script_import import import_script
-
-    imported = import_script(read_text(source), env=os.environ, path=script_path(source),
-                             miles_root=miles_root)
+    imported = import_command_or_fail(source, miles_root=miles_root, launcher=launcher,
+                                      run=run_launcher, trust=trust)
     config, issues = imported.config, imported.issues
     for issue in issues:
         _err(format_issue(issue))
     for line in imported.lines():
         _err(line)
-    header = (f"{name}: imported from a miles command line ({source}).\n\n"
+    kind = "a miles Python launcher" if imported.language == "python" else \
+        "a miles command line"
+    header = (f"{name}: imported from {kind} ({source}).\n\n"
               f"Launch: ppodeck run {name}")
     unresolved = [i.flags[0] for i in issues if i.code == "command.unresolved_variable"]
     if unresolved:
@@ -328,9 +336,11 @@ def presets_from_command(
                    + ", ".join(unresolved))
         _err(f"ppodeck: edit the preset: {', '.join(unresolved)} are kept verbatim and a "
              "number flag holding one will not load until it is replaced by a value.")
+    provenance = {"sources": dict(imported.sources)} if imported.sources else None
     text = annotate_flags(config_to_toml(config, name=name,
                                          description=f"Imported from {source}",
-                                         header_comment=header), imported)
+                                         header_comment=header, provenance=provenance),
+                          imported)
     if not save:
         typer.echo(text, nl=False)
         return

@@ -1,9 +1,9 @@
 """ppodeck: the root of the headless CLI (typer). Bare `ppodeck` opens the TUI.
 
 The app, its own commands (the TUI) and the entry point; each noun's commands come from its
-module below (config, presets, runs, health, prepare), which never imports this one. Only
-typer and the pure engine layer load at import; the TUI, tomlkit and the run machinery load
-when used. Data goes to stdout, diagnostics to stderr. Exit codes: app/cli/common.py.
+module below (config, presets, runs, health, prepare, samples), which never imports this
+one. Only typer and the pure engine layer load at import; the TUI, tomlkit and the run
+machinery load when used. Data goes to stdout, diagnostics to stderr. Exit codes: app/cli/common.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from app.cli import config, health, prepare, presets, runs
+from app.cli import config, health, prepare, presets, runs, samples
 from app.cli.common import EXIT_INVALID, err, fail
 from engine.env_vars import cli_help
 
@@ -46,8 +46,18 @@ def _run_tui(preset: str | None) -> None:
         run_tui(preset=preset)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from app.version import version_line
+
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
 @app.callback()
-def _root(ctx: typer.Context) -> None:
+def _root(ctx: typer.Context, version: Annotated[bool, typer.Option(
+        "--version", help="Print the version and the commit it was built from.",
+        callback=_print_version, is_eager=True)] = False) -> None:
     if ctx.invoked_subcommand is None:
         _run_tui(None)
 
@@ -80,6 +90,7 @@ def _log_crash(exc: BaseException) -> Path:
     import tempfile
     import time
 
+    from engine.files import append_private
     from engine.run_secrets import redact_argv, scrub_secrets
 
     argv = sys.argv[1:]
@@ -88,19 +99,11 @@ def _log_crash(exc: BaseException) -> Path:
     shared_tmp = Path(tempfile.gettempdir()) / f"ppodeck-cli-errors-{os.getuid()}.log"
     for path in (_crash_log_path(), shared_tmp):
         try:
-            _append_private(path, text)
+            append_private(path, text)
             return path
         except OSError:
             continue
     return Path("(unwritable)")
-
-
-def _append_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    with os.fdopen(fd, "a", encoding="utf-8") as handle:
-        os.fchmod(handle.fileno(), 0o600)  # an older log may have been made with the umask's mode
-        handle.write(text)
 
 
 def main() -> None:
@@ -118,5 +121,5 @@ def main() -> None:
         sys.exit(EXIT_INVALID)
 
 
-for _noun in (config, presets, runs, health, prepare):  # each noun adds its own commands
+for _noun in (config, presets, runs, health, prepare, samples):  # each adds its own commands
     _noun.register(app)

@@ -78,6 +78,7 @@ def register(app: typer.Typer) -> None:
     runs_app = typer.Typer(help=f"Inspect runs. {_RUNS_HELP}", no_args_is_help=True,
                            rich_markup_mode=None, pretty_exceptions_enable=False)
     runs_app.command("ls")(runs_ls)
+    runs_app.command("add")(runs_add)
     app.add_typer(runs_app, name="runs")
     app.command("tail")(tail)
     app.command("stop")(stop)
@@ -141,6 +142,16 @@ def run(
                                       "the local run directory from the job's log stream. "
                                       "Auth headers: $PPODECK_RAY_JOB_HEADERS (JSON).")
     ] = None,
+    engine: Annotated[
+        str, typer.Option("--engine", metavar="ENGINE",
+                          help="ppodeck (PPO Deck's engine) or miles (miles' own train.py from "
+                               "--miles-root, with the argv `ppodeck command` shows, watched "
+                               "through its --dump-details).")
+    ] = "ppodeck",
+    miles_root: Annotated[
+        Path | None, typer.Option("--miles-root", metavar="DIR",
+                                  help="The miles checkout whose train.py --engine miles runs.")
+    ] = None,
 ) -> None:
     """Launch a PPO run from a preset and follow its progress.
 
@@ -156,7 +167,13 @@ def run(
         ppodeck run tiny-cpu --detach && ppodeck runs ls
         ppodeck run --resume 250101-120000-tiny-cpu-1a2b
         ppodeck run tiny-cpu --submit http://127.0.0.1:8265 --detach
+        ppodeck run qwen3-4b-ppo --engine miles --miles-root ~/miles
     """
+    if engine not in ("ppodeck", "miles"):
+        _fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
+    if engine == "miles":
+        raise typer.Exit(_run_miles(preset, set_ or [], run_dir, detach, yes, trust, resume,
+                                    submit, miles_root))
     if resume is not None:
         if preset is not None or run_dir is not None:
             _fail("--resume continues a run from its own config and directory: drop PRESET "
@@ -193,6 +210,63 @@ def run(
     raise typer.Exit(_follow_run(rundir, popen, config.get("num_rollout")))
 
 
+def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach: bool,
+               yes: bool, trust: bool, resume: str | None, submit: str | None,
+               miles_root: Path | None) -> int:
+    """`run --engine miles`: miles' own train.py (engine/miles_launch.py), watched as a run."""
+    from engine.miles_launch import MilesLaunchError, check_miles_root, prepare, start_supervisor
+    from engine.run_secrets import secret_env
+
+    if resume is not None:
+        _fail("--resume is for PPO Deck's engine; miles resumes from --load itself: start a "
+              "new run with --set load=CHECKPOINT_DIR.", EXIT_USAGE)
+    if miles_root is None or preset is None:
+        _fail("--engine miles needs PRESET and --miles-root DIR (a miles checkout). Fix: "
+              "`ppodeck run PRESET --engine miles --miles-root ~/miles`", EXIT_USAGE)
+    try:
+        root = check_miles_root(miles_root)
+    except MilesLaunchError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    config, preset_name, trusted = _load_config(preset, sets)
+    _check_or_exit(config, engine="miles", submit=submit)
+    _check_inputs_or_exit(config)
+    if not trusted:
+        _confirm_code_flags(config, yes, trust)
+    from engine.launch import LaunchError, prepare_run
+
+    try:
+        rundir = prepare_run(config, preset_name, run_dir)
+        launch = prepare(rundir, config, root, submit)
+    except (LaunchError, OSError) as exc:
+        _fail(f"could not create the run directory: {exc}", EXIT_INVALID)
+    if launch["dropped"]:
+        _err(f"not passed to miles (PPO Deck's own flags, unknown to miles' train.py): "
+             f"{', '.join(launch['dropped'])}")
+    if launch["secret_env"]:
+        _err(f"secrets reach miles as {', '.join(launch['secret_env'])} in the job's "
+             "environment, not on its command line")
+    _err(f"added for watching: {' '.join(launch['added'])}" if launch["added"] else
+         "the preset sets --dump-details and --use-miles-dashboard itself")
+    if submit is not None:
+        _err(f"the run is submitted to {submit}; miles writes its dump at the run directory's "
+             "path there, so it is watched only when the cluster shares that storage")
+    _err(f"miles command: {rundir.command_txt.read_text().strip()}")
+    try:
+        popen = start_supervisor(rundir, env=secret_env(config))
+    except OSError as exc:
+        write_status(rundir, state=State.FAILED, detail=f"supervisor did not start: {exc}")
+        _fail(f"could not start run {rundir.id}: {exc}", EXIT_FAILED)
+    from app.cli.health import snapshot_preset_health
+
+    snapshot_preset_health(rundir, preset)
+    if detach:
+        typer.echo(rundir.id)
+        _err(f"follow it with: ppodeck attach {rundir.id}   or   "
+             f"ppodeck tail {rundir.id} --follow")
+        return 0
+    return _follow_run(rundir, popen, config.get("num_rollout"))
+
+
 def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
     """The preset's config with --set applied, its name, and whether it is built in.
 
@@ -202,10 +276,16 @@ def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
     return config, loaded.name, loaded.source == "built-in"
 
 
-def _check_or_exit(config: RunConfig) -> None:
+def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | None = None
+                   ) -> None:
     from engine.config import check
 
-    report = check(config)
+    machine = None
+    if engine == "miles":
+        from engine.miles_launch import launch_machine
+
+        machine = launch_machine(submit)
+    report = check(config, machine=machine, engine=engine)
     for issue in report.issues:
         _err(format_issue(issue))
     if report.errors:
@@ -558,6 +638,37 @@ def runs_ls(
     console.print(_runs_table(infos))
 
 
+def runs_add(
+    dump: Annotated[Path, typer.Argument(metavar="DIR",
+                                         help="A miles --dump-details directory.")],
+    root: Annotated[
+        Path | None,
+        typer.Option("--root", envvar=RUNS_DIR_ENV, show_envvar=True,
+                     help="Directory that holds the runs (default ./runs)."),
+    ] = None,
+) -> None:
+    """Watch a miles run: its --dump-details directory becomes a run that `runs ls`, attach,
+    tail, health, compare and plot take. Nothing is written into DIR; PPO Deck's files about
+    it (its events, health findings) live in a run directory of its own under the runs root.
+    While DIR grows, a follower keeps that run current. Prints the run id.
+
+    Example:
+
+    \b
+        ppodeck runs add /data/miles/dump-qwen3-4b-ppo
+        ppodeck tail /data/miles/dump-qwen3-4b-ppo --kind metrics
+    """
+    from engine.miles_run import MilesDumpError, open_dump
+
+    try:
+        rundir, new = open_dump(dump.expanduser(), root)
+    except (MilesDumpError, OSError) as exc:
+        _fail(f"cannot add {dump}: {exc}", EXIT_USAGE)
+    if not new:
+        _err(f"{dump} was already watched as run {rundir.id}; brought up to date")
+    typer.echo(rundir.id)
+
+
 def _runs_table(infos: list[RunInfo]) -> Table:
     """Every column but detail keeps its full width; detail folds into what is left."""
     headers = ("id", "state", "preset", "rollout", "started", "health")
@@ -797,8 +908,13 @@ def stop(
         ppodeck stop 250101-120000-tiny-cpu --force
     """
     from engine.launch import stop_run
+    from engine.miles_run import dump_of, is_driven
 
     rundir = find_run_or_fail(run_name)
+    if dump_of(rundir) is not None and not is_driven(rundir):
+        _fail(f"run {rundir.id} watches the miles dump {dump_of(rundir)}; PPO Deck did not "
+              "launch it and only reads it. Stop it where it was launched (its Ray job or "
+              "train.py).", EXIT_USAGE)
     try:
         typer.echo(stop_run(rundir, force=force))
     except OSError as exc:

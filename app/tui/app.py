@@ -99,15 +99,26 @@ class PPODeckApp(App[None]):
             self.push_screen(RunsScreen())
 
     def attach(self, name_or_path: str) -> None:
-        from engine.rundir import find_run
+        from engine.miles_run import find_or_open
 
         try:
-            rundir = find_run(name_or_path)
-        except Exception as exc:  # RunNotFound: show it, offer the list
+            rundir = find_or_open(name_or_path)  # a run, or a miles dump watched as one
+        except Exception as exc:  # RunNotFound, MilesDumpError: show it, offer the list
             self.notify(str(exc), title="cannot attach", severity="error", timeout=10)
             self.open_runs()
             return
         self.open_monitor(run_dir=rundir.path)
+
+    def _watch_if_miles(self, run_dir: Path) -> None:
+        """A watched miles dump: bring it up to date, and follow it while it grows."""
+        from engine.miles_run import dump_of, watch
+        from engine.rundir import RunDir
+
+        try:
+            watch(RunDir(run_dir))
+        except OSError as exc:
+            self.notify(f"its miles dump {dump_of(RunDir(run_dir))} could not be read: {exc}",
+                        title="miles dump", severity="warning", timeout=10)
 
     def open_replay(self, path: Path) -> None:
         if not path.is_file():
@@ -120,6 +131,8 @@ class PPODeckApp(App[None]):
     def open_monitor(self, run_dir: Path | None = None, replay: Path | None = None) -> None:
         from app.tui.screens.monitor import MonitorScreen
 
+        if run_dir is not None:
+            self._watch_if_miles(run_dir)
         self.push_screen(MonitorScreen(run_dir=run_dir, replay=replay,
                                        replay_speed=self.replay_speed, now=self.fixed_now))
 

@@ -15,13 +15,16 @@ from textual.dom import DOMNode
 
 
 def write_crash_log(error: BaseException) -> str:
+    import sys
+
     from app.tui.drafts import state_dir
+    from engine.files import append_private
+    from engine.run_secrets import scrub_secrets
 
     try:
         path = state_dir() / "crash.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as log:
-            log.write("".join(traceback.format_exception(error)) + "\n")
+        text = "".join(traceback.format_exception(error)) + "\n"
+        append_private(path, scrub_secrets(text, sys.argv[1:]))
         return str(path)
     except OSError:
         return "(crash log not writable)"

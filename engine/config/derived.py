@@ -9,7 +9,8 @@ entry of a non-colocated run is on the rollout GPUs instead).
 
 Parameters P (from the Megatron shape flags; vocab padded to --make-vocab-size-divisible-by x TP):
     attention  = h*(heads*kv) + 2*h*(groups*kv) + (heads*kv)*h   (+ biases unless
-                 --disable-bias-linear, + 2*kv with --qk-layernorm)
+                 --disable-bias-linear, + (heads+2*groups)*kv q/k/v biases with
+                 --add-qkv-bias, + 2*kv with --qk-layernorm)
     mlp        = 3*h*ffn with --swiglu else 2*h*ffn   (x --num-experts for MoE, using
                  --moe-ffn-hidden-size, + h*experts router)
     per layer  = attention + mlp + 2*h norms;   P = L*layer + V*h*(2 if untied else 1) + h
@@ -18,9 +19,10 @@ The shard one GPU holds is P_gpu = P / (TP*PP) (embeddings are not split out per
 A trainer (actor or critic) awake on one GPU, bf16 training:
     weights      2 B * P_gpu
     grads        4 B * P_gpu with --accumulate-allreduce-grads-in-fp32, else 2 B
-    optimizer    12 B * P_gpu (fp32 master + Adam m, v), divided by DP with the distributed
+    optimizer    12 B * P_gpu (fp32 master + Adam m, v), divided by DP x CP with the distributed
                  optimizer (miles turns it on for adam); 0 for --optimizer-cpu-offload
-    activations  T = --max-tokens-per-gpu under dynamic batch, else micro-batch x seq-length.
+    activations  T = --max-tokens-per-gpu under dynamic batch (it counts the tokens one CP rank
+                 holds), else micro-batch x seq-length / CP (context parallelism splits rows).
                  One layer's working set is what its backward keeps, in bf16, per token:
                  2 B * (4*h [two norm inputs, qkv and fc1 inputs] + 2*(heads+2*groups)*kv [q/k
                  norm inputs and v, attention q/k/v] + heads*kv [attention output] +
@@ -189,6 +191,8 @@ def count_params(r: Mapping[str, Any]) -> int | None:
     attn = hidden * q + 2 * hidden * kvd + q * hidden
     if bias:
         attn += q + 2 * kvd + hidden
+    elif r["add_qkv_bias"]:  # Qwen2: biases on q/k/v only
+        attn += q + 2 * kvd
     if r["qk_layernorm"]:
         attn += 2 * kv
     mlp = (3 if r["swiglu"] else 2) * hidden * ffn + (ffn + hidden if bias else 0)
@@ -208,9 +212,22 @@ def _tokens_per_gpu(r: Mapping[str, Any]) -> int | None:
     if r["use_dynamic_batch_size"]:
         tokens = r["max_tokens_per_gpu"]
     else:
-        tokens = r["micro_batch_size"] * r["seq_length"] if _positive(
-            r["micro_batch_size"], r["seq_length"]) else None
+        longest = longest_sample(r)
+        cp = max(1, r["context_parallel_size"] or 1)  # each CP rank holds 1/CP of a row
+        tokens = -(-r["micro_batch_size"] * longest // cp) if _positive(
+            r["micro_batch_size"], longest) else None
     return tokens if _positive(tokens) else None
+
+
+def longest_sample(r: Mapping[str, Any]) -> int | None:
+    """The most tokens a sample can hold: the context length, else prompt + response where both
+    are bounded, else --seq-length. Under rotary embeddings --seq-length truncates nothing (as
+    in miles), so it is only the fallback."""
+    if _positive(r["rollout_max_context_len"]):
+        return r["rollout_max_context_len"]
+    if _positive(r["max_prompt_len"], r["rollout_max_response_len"]):
+        return r["max_prompt_len"] + r["rollout_max_response_len"]
+    return r["seq_length"]
 
 
 def _train_state_gib(r: Mapping[str, Any], params: int, dp: int, role: str) -> float:
@@ -220,8 +237,8 @@ def _train_state_gib(r: Mapping[str, Any], params: int, dp: int, role: str) -> f
     weights = 2 * shard
     grads = (4 if r["accumulate_allreduce_grads_in_fp32"] else 2) * shard
     optim = 0.0 if r["optimizer_cpu_offload"] else 12 * shard
-    if r["use_distributed_optimizer"]:
-        optim /= dp
+    if r["use_distributed_optimizer"]:  # Megatron shards it over DP x CP
+        optim /= dp * max(1, r["context_parallel_size"] or 1)
     tokens = _tokens_per_gpu(r) or 0
     hidden = r["hidden_size"]
     working = tokens * _layer_bytes_per_token(r) / tp

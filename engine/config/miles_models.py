@@ -8,6 +8,8 @@ scripts/models/NAME.sh`, which defines `MODEL_ARGS=( ... )`. PPO Deck resolves N
 - `BUILTIN`: the published names, with the numbers miles' own files produce with no environment
   overrides (radixark/miles at commit `MILES_COMMIT`, `scripts/models/NAME.py`; the same strings
   are miles' snapshots in `tests/snapshots/model_args/NAME.txt`). Only the numbers are kept here.
+- `DECK_ADDED`: a few models PPO work starts from that miles has no file for (Qwen2.5-Math,
+  the base Llama 3.1 / 3.2 models), from their HF config.json, said as such wherever used.
 - a miles checkout (`--miles-root`): `scripts/models/NAME.py` is read as text with `ast` (string
   literals, f-strings, module constants, `os.environ.get`, the two helpers miles provides to model
   files) and never imported; `scripts/models/NAME.sh` is read by the shell reader.
@@ -49,8 +51,12 @@ def lookup(name: str, env: Mapping[str, str], miles_root: Path | None = None
         found = _from_checkout(name, env, miles_root)
         if found[0] is not None:
             return found
-        if name not in BUILTIN:
+        if name not in BUILTIN and name not in DECK_ADDED:
             return found
+    if name not in BUILTIN and name in DECK_ADDED:
+        return (_apply_env(DECK_ADDED[name], env),
+                "built-in table, PPO Deck's entry from the model's HF config.json "
+                "(miles has no such file)")
     model = BUILTIN.get(name)
     if model is None:
         close = _close_names(name)
@@ -65,7 +71,8 @@ def lookup(name: str, env: Mapping[str, str], miles_root: Path | None = None
 def _close_names(name: str) -> str:
     import difflib
 
-    return ", ".join(difflib.get_close_matches(name, list(BUILTIN), n=2, cutoff=0.75))
+    return ", ".join(difflib.get_close_matches(name, [*BUILTIN, *DECK_ADDED], n=2,
+                                               cutoff=0.75))
 
 
 def _apply_env(model: BuiltinModel, env: Mapping[str, str]) -> str:
@@ -651,3 +658,40 @@ BUILTIN: dict[str, BuiltinModel] = {
 }
 # miles' LoRA model file passes exactly its base model's arguments
 BUILTIN["qwen3.5-35B-A3B_lora"] = BUILTIN["qwen3.5-35B-A3B"]
+
+
+# --- models miles publishes no file for -------------------------------------------------------
+# Checkpoints PPO work often starts from whose shape is not among miles' files: the numbers
+# are those of each model's HF config.json (an entry's comment names it), written as miles
+# writes its own. Qwen2.5-Math differs from Qwen2.5 in its RoPE base (10000) and context
+# (4096); the base Llama 3.x models have their Instruct models' shapes. Note miles' own
+# qwen2.5-1.5B file says --rotary-base 10000, Qwen2.5-Math-1.5B's base; Qwen2.5-1.5B's
+# config.json says 1000000 (a run from that checkpoint stops, naming the flag).
+DECK_ADDED: dict[str, BuiltinModel] = {
+    # Qwen/Qwen2.5-Math-1.5B (tied embeddings)
+    "qwen2.5-math-1.5B": BuiltinModel(
+        "--swiglu --num-layers 28 --hidden-size 1536 --ffn-hidden-size 8960 "
+        "--num-attention-heads 12 --use-rotary-position-embeddings --disable-bias-linear "
+        "--add-qkv-bias --normalization RMSNorm --norm-epsilon 1e-6 --rotary-base 10000 "
+        "--group-query-attention --num-query-groups 2 --vocab-size 151936 "
+        "--max-position-embeddings 4096"),
+    # Qwen/Qwen2.5-Math-7B
+    "qwen2.5-math-7B": BuiltinModel(
+        "--swiglu --num-layers 28 --hidden-size 3584 --ffn-hidden-size 18944 "
+        "--num-attention-heads 28 --group-query-attention --num-query-groups 4 "
+        "--use-rotary-position-embeddings --disable-bias-linear --add-qkv-bias "
+        "--normalization RMSNorm --norm-epsilon 1e-6 --rotary-base 10000 --vocab-size 152064 "
+        "--untie-embeddings-and-output-weights --max-position-embeddings 4096"),
+    # meta-llama/Llama-3.1-8B (as miles' llama3.1-8B-Instruct)
+    "llama3.1-8B": BUILTIN["llama3.1-8B-Instruct"],
+    # meta-llama/Llama-3.2-1B (tied embeddings, head dim 64)
+    "llama3.2-1B": BuiltinModel(
+        "--swiglu --num-layers 16 --hidden-size 2048 --ffn-hidden-size 8192 "
+        "--num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+        "--max-position-embeddings 131072 --use-rotary-position-embeddings "
+        "--disable-bias-linear --normalization RMSNorm --norm-epsilon 1e-5 --rotary-base "
+        "500000 --vocab-size 128256 --kv-channels 64 --use-rope-scaling "
+        "--rotary-scaling-factor 32.0"),
+    # meta-llama/Llama-3.2-3B (as miles' llama3.2-3B-Instruct)
+    "llama3.2-3B": BUILTIN["llama3.2-3B-Instruct"],
+}

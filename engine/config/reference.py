@@ -1,4 +1,4 @@
-"""The flag reference, from the schema: `ppodeck flags` and the tables by engine class in docs/flags.md."""
+"""The flag reference, from the schema: `ppodeck flags` and docs/flags.md's tables by class."""
 
 from __future__ import annotations
 

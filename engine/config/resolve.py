@@ -133,14 +133,14 @@ def _resolve_algo(r: dict[str, Any]) -> None:
 
 
 def _resolve_placement(r: dict[str, Any]) -> None:
+    if r["debug_rollout_only"]:
+        _debug_rollout_only_layout(r)
     world = r["actor_num_nodes"] * r["actor_num_gpus_per_node"]
     mp = (r["tensor_model_parallel_size"] * r["pipeline_model_parallel_size"]
           * r["context_parallel_size"])
     r["world_size"] = world
     r["model_parallel_size"] = mp
     r["dp_size"] = world // mp if mp > 0 and world % mp == 0 else None
-    if r["debug_rollout_only"]:
-        r["colocate"] = False
     if r["use_critic"]:
         r["critic_num_nodes"] = r["actor_num_nodes"]
         r["critic_num_gpus_per_node"] = r["actor_num_gpus_per_node"]
@@ -156,6 +156,18 @@ def _resolve_placement(r: dict[str, Any]) -> None:
     r["rollout_engines"] = gpus // per_engine if gpus is not None and per_engine > 0 else None
     r["sglang_tp_size"] = per_engine
     r["placement_bundles"], r["rollout_bundle_offset"] = _bundle_layout(r)
+
+
+def _debug_rollout_only_layout(r: dict[str, Any]) -> None:
+    """miles (arguments.py, --debug-rollout-only): under --colocate without --rollout-num-gpus
+    the rollout takes the actor's GPUs; otherwise the actor's placement follows the rollout's
+    GPUs (at most 8 a node). Then colocation ends (check() says all of it)."""
+    if r["colocate"] and not r["rollout_num_gpus"]:
+        r["rollout_num_gpus"] = r["actor_num_nodes"] * r["actor_num_gpus_per_node"]
+    elif r["rollout_num_gpus"]:
+        r["actor_num_gpus_per_node"] = min(8, r["rollout_num_gpus"])
+        r["actor_num_nodes"] = r["rollout_num_gpus"] // r["actor_num_gpus_per_node"]
+    r["colocate"] = False
 
 
 def _bundle_layout(r: dict[str, Any]) -> tuple[int | None, int]:

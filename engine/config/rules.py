@@ -131,7 +131,7 @@ _POSITIVE = ("rollout_batch_size", "n_samples_per_prompt", "global_batch_size",
 _NON_NEGATIVE = ("num_rollout", "num_critic_only_steps", "lr", "critic_lr", "min_lr",
                  "weight_decay", "lr_warmup_iters", "critic_lr_warmup_iters", "kl_loss_coef",
                  "entropy_coef", "clip_grad", "eps_clip", "value_clip", "attention_dropout",
-                 "hidden_dropout", "seed", "rollout_seed")
+                 "hidden_dropout", "seed", "rollout_seed", "samples_per_rollout")
 _UNIT = ("gamma", "lambd", "rollout_top_p", "adam_beta1", "adam_beta2",
          "sglang_mem_fraction_static")
 
@@ -248,6 +248,7 @@ def _dynamic_batch(e: dict, r: dict, s: set, out: Out) -> None:
                ("use_dynamic_batch_size", "max_tokens_per_gpu"),
                "max_tokens_per_gpu must be set when use_dynamic_batch_size is set",
                "set --max-tokens-per-gpu, e.g. 16384")
+    _needs_dynamic_batch(r, out)
     if r["qkv_format"] == "bshd" and (r["train_backend"] != "megatron"
                                       or r["use_dynamic_batch_size"]):
         _issue(out, "error", "batch.bshd", ("qkv_format", "use_dynamic_batch_size"),
@@ -260,6 +261,45 @@ def _dynamic_batch(e: dict, r: dict, s: set, out: Out) -> None:
                ("over_sampling_batch_size", "rollout_batch_size"),
                f"--over-sampling-batch-size {over} must be >= --rollout-batch-size {rbs}.",
                f"set --over-sampling-batch-size to at least {rbs}, or drop it")
+
+
+def _needs_dynamic_batch(r: dict, out: Out) -> None:
+    """miles' asserts for flags that only work with token-packed micro-batches."""
+    if r["use_dynamic_batch_size"]:
+        return
+    # miles skips this one under multi-LoRA, whose per-round sample count is config-shaped.
+    if r["use_dynamic_global_batch_size"] and not r["multi_lora_n_adapters"] > 0:
+        _issue(out, "error", "batch.dynamic_global_needs_dynamic",
+               ("use_dynamic_global_batch_size", "use_dynamic_batch_size"),
+               "--use-dynamic-global-batch-size requires --use-dynamic-batch-size (with "
+               "--max-tokens-per-gpu): static micro-batching cannot guarantee dp_size * mb_group "
+               "alignment when the physical sample count is data-dependent; this configuration "
+               "is not supported.",
+               "add --use-dynamic-batch-size --max-tokens-per-gpu N, or drop "
+               "--use-dynamic-global-batch-size")
+    if r["balance_by_flops"]:
+        _issue(out, "error", "batch.balance_by_flops_needs_dynamic",
+               ("balance_by_flops", "use_dynamic_batch_size"),
+               "--balance-by-flops requires --use-dynamic-batch-size",
+               "add --use-dynamic-batch-size --max-tokens-per-gpu N, or drop --balance-by-flops")
+
+
+def _dashboard(e: dict, r: dict, s: set, out: Out) -> None:
+    """miles' validate_dashboard_args: the dashboard lives inside the --dump-details dir."""
+    if not r["use_miles_dashboard"]:
+        return
+    if r["dump_details"] is None:
+        _issue(out, "error", "logging.dashboard_needs_dump_details",
+               ("use_miles_dashboard", "dump_details"),
+               "--use-miles-dashboard writes telemetry under {dump-details}/dashboard/ and the "
+               "trajectory views read the rollout/train dumps, so --dump-details is required",
+               "add --dump-details DIR")
+    if not r["use_rollout_entropy"]:
+        _issue(out, "warning", "logging.dashboard_without_entropy",
+               ("use_miles_dashboard", "use_rollout_entropy"),
+               "--use-miles-dashboard without --use-rollout-entropy: per-token entropy will be "
+               "missing from the dashboard token view",
+               "add --use-rollout-entropy")
 
 
 def _data_source(e: dict, r: dict, s: set, out: Out) -> None:
@@ -368,9 +408,17 @@ def _ppodeck_backend(e: dict, r: dict, s: set, out: Out) -> None:
                "the hf rollout backend is meant for single-node runs.")
 
 
+def _indep_dp(e: dict, r: dict, s: set, out: Out) -> None:
+    if r["indep_dp"] and r["train_backend"] != "megatron":
+        _issue(out, "error", "indep_dp.megatron_only", ("indep_dp", "train_backend"),
+               f"indep_dp requires train_backend='megatron', got '{r['train_backend']}'.",
+               "drop --indep-dp, or use --train-backend megatron")
+
+
 RULES = (
-    _ranges, *PPO_AND_PLACEMENT_RULES, _kl, _eps_clip, _estimator, _remat, _batch_required,
-    _dynamic_batch, _data_source, _checkpoints, _ppodeck_backend,
+    _ranges, *PPO_AND_PLACEMENT_RULES, _kl, _eps_clip, _estimator, _remat, _indep_dp,
+    _batch_required,
+    _dynamic_batch, _data_source, _checkpoints, _ppodeck_backend, _dashboard,
 )
 
 
@@ -394,11 +442,13 @@ def _value_issues(config: RunConfig, bad: list, unknown: list, out: Out) -> None
                       out)
 
 
-def check(config: RunConfig, machine: Machine | None = None) -> Report:
+def check(config: RunConfig, machine: Machine | None = None, engine: str = "ppodeck") -> Report:
     """Every issue of `config`, plus derived values. Never raises, never mutates `config`.
 
     `machine`: what the engine's machine offers (GPUs, transformer-engine, sglang); this one,
-    probed once per process, when not given."""
+    probed once per process, when not given. `engine`: "ppodeck" (our engine: its capability
+    classes and needs apply) or "miles" (miles' own train.py: miles' rules and the machine
+    checks that bind it, engine/config/rules_engine.py)."""
     out: Out = []
     try:
         valid, bad, unknown = split_values(config)
@@ -409,7 +459,7 @@ def check(config: RunConfig, machine: Machine | None = None) -> Report:
         s = set(valid)
         for rule in RULES:
             rule(e, r, s, out)
-        engine_rules(e, r, s, out, machine)
+        engine_rules(e, r, s, out, machine, engine)
         derived = derive_resolved(r)
         _batch_arithmetic(e, r, s, out, derived)
     except Exception as exc:  # a rule bug must never take the UI down

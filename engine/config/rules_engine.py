@@ -16,9 +16,11 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
+from engine.config.derived import longest_sample
 from engine.config.issues import Out
 from engine.config.issues import add as _issue
 from engine.config.issues import fl as _fl
+from engine.config.rules_user_code import user_code_rules
 from engine.config.schema import BY_DEST, DEFAULTS, FLAGS
 
 ESTIMATORS_RUN = ("ppo", "grpo")
@@ -124,23 +126,32 @@ def _estimator(r: dict, out: Out) -> None:
 
 
 def _context_parallel(r: dict, m: Machine, out: Out) -> None:
-    cp = r["context_parallel_size"]
+    """CP and sequence parallelism run on the engine (engine/train/context_parallel.py,
+    sequence_parallel.py); TP x PP x CP dividing the world is parallel.world_size_not_divisible.
+    What is left: flags that change nothing, and how CP splits the work."""
+    cp, tp = r["context_parallel_size"], r["tensor_model_parallel_size"]
+    if r["sequence_parallel"] and tp == 1:
+        _issue(out, "warning", "engine.sequence_parallel_without_tp",
+               ("sequence_parallel", "tensor_model_parallel_size"),
+               "--sequence-parallel does nothing with --tensor-model-parallel-size 1 (Megatron "
+               "turns it off): it splits the sequence over the TP ranks.",
+               "drop --sequence-parallel, or set --tensor-model-parallel-size 2 or more")
+    if r["allgather_cp"] and cp == 1:
+        _issue(out, "warning", "engine.allgather_cp_without_cp",
+               ("allgather_cp", "context_parallel_size"),
+               "--allgather-cp does nothing with --context-parallel-size 1.",
+               "drop --allgather-cp, or set --context-parallel-size 2 or more")
     if cp == 1:
         return
-    te = ("transformer-engine is importable here, but" if m.transformer_engine else
-          "it needs transformer-engine's context-parallel attention, which is not importable "
-          "here, and")
-    world, tp, pp = r["world_size"], r["tensor_model_parallel_size"], \
-        r["pipeline_model_parallel_size"]
-    dp = world // (tp * pp) if world % (tp * pp) == 0 else None
-    instead = (f"--context-parallel-size 1 (world {world} = TP{tp} x PP{pp} -> DP {dp}; "
-               "lower --max-tokens-per-gpu if a long response no longer fits)" if dp else
-               "--context-parallel-size 1 with a world size that TP x PP divides")
-    _issue(out, "error", "engine.context_parallel", ("context_parallel_size",),
-           f"--context-parallel-size {cp} cannot run on PPO Deck's engine: {te} the engine has "
-           "no context-parallel path (its sequences are not split across CP ranks).",
-           f"set {instead}; or run this command with miles itself on GPUs with "
-           "transformer-engine (`ppodeck command`)")
+    te = ("transformer-engine's CP attention under PPODECK_TE=1 "
+          f"(cp_comm_type {'all_gather' if r['allgather_cp'] else 'p2p'}), else "
+          if m.transformer_engine else "")
+    budget = (f"; --max-tokens-per-gpu {r['max_tokens_per_gpu']} counts the tokens one CP rank "
+              "holds" if r["use_dynamic_batch_size"] and r["max_tokens_per_gpu"] else "")
+    _issue(out, "info", "engine.context_parallel", ("context_parallel_size",),
+           f"CP{cp}: every micro-batch row is padded to a multiple of {2 * cp} tokens and cut "
+           f"in {2 * cp} chunks, CP rank r keeping chunks r and {2 * cp - 1}-r; attention: "
+           f"{te}the engine's SDPA with keys/values all-gathered over CP{budget}.")
 
 
 def _lr_schedule(r: dict, out: Out) -> None:
@@ -165,16 +176,99 @@ def _model_shape(r: dict, out: Out) -> None:
                "use rope (or --use-rotary-position-embeddings) or learned_absolute")
 
 
+def _hf_checkpoint_shape(r: dict, out: Out) -> None:
+    """The model flags against --hf-checkpoint's config.json, when its weights are used: a RoPE
+    base, biases or rope scaling that differ change no tensor shape, so the trainer (built from
+    the flags) and an SGLang rollout (built from the checkpoint) would differ unnoticed."""
+    from engine.config.hf_config_file import hf_checkpoint_flags
+
+    if r["model_init"] == "random":
+        return  # the checkpoint gives the tokenizer only
+    theirs = hf_checkpoint_flags(r["hf_checkpoint"])
+    if theirs is None:
+        return
+    differ = [dest for dest, value in theirs.items()
+              if dest in r and r[dest] is not None and _not_equal(r[dest], value)]
+    if not differ:
+        return
+    said = ", ".join(f"{_fl(d)} {_text(r[d])} (the checkpoint's: {_text(theirs[d])})"
+                     for d in differ)
+    _issue(out, "error", "engine.hf_config_mismatch", ("hf_checkpoint", *differ),
+           f"the model flags differ from {r['hf_checkpoint']}/config.json: {said}.",
+           "set them to the checkpoint's values (a model name from the built-in table may "
+           "describe a sibling: e.g. miles' qwen2.5-1.5B has Qwen2.5-Math's --rotary-base "
+           "10000), or point --hf-checkpoint at the model the flags describe")
+
+
+def _not_equal(ours: object, theirs: object) -> bool:
+    if isinstance(theirs, float) and isinstance(ours, int | float):
+        return abs(float(ours) - theirs) > 1e-9 * max(1.0, abs(theirs))
+    return ours != theirs
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _model_features(r: dict, m: Machine, out: Out) -> None:
+    """Qwen2's QKV biases and Llama 3's rope scaling: what the engine's paths can do."""
+    if r["use_rope_scaling"]:
+        if r["position_embedding_type"] != "rope":
+            _issue(out, "error", "engine.rope_scaling_without_rope",
+                   ("use_rope_scaling", "position_embedding_type"),
+                   "--use-rope-scaling scales rotary embeddings, but the model has "
+                   f"--position-embedding-type {r['position_embedding_type']}.",
+                   "add --use-rotary-position-embeddings, or drop --use-rope-scaling")
+        if not r["rotary_scaling_factor"] >= 1.0:
+            _issue(out, "error", "engine.rope_scaling_factor", ("rotary_scaling_factor",),
+                   f"--rotary-scaling-factor {r['rotary_scaling_factor']:g}: Llama 3 scaling "
+                   "divides the low frequencies by it, so it must be at least 1.",
+                   "use the model's factor (Llama 3.1: 8, Llama 3.2: 32)")
+    elif _differs("rotary_scaling_factor", r["rotary_scaling_factor"]):
+        _issue(out, "warning", "engine.rope_scaling_factor_unused", ("rotary_scaling_factor",),
+               f"--rotary-scaling-factor {r['rotary_scaling_factor']:g} is ignored without "
+               "--use-rope-scaling (Megatron reads it only then).",
+               "add --use-rope-scaling (Llama 3.1 / 3.2), or drop --rotary-scaling-factor")
+    if r["add_qkv_bias"] and r["qk_layernorm"] and r["megatron_to_hf_mode"] == "raw":
+        _issue(out, "error", "engine.qkv_bias_with_qk_norm", ("add_qkv_bias", "qk_layernorm"),
+               "--add-qkv-bias with --qk-layernorm has no HF counterpart the rollout can be "
+               "given weights in (Qwen2 has q/k/v biases, Qwen3 q/k norms, none has both).",
+               "drop one of them (Qwen2/2.5: --add-qkv-bias; Qwen3: --qk-layernorm)")
+    if r["add_qkv_bias"] and r["rollout_backend"] in ("hf", "auto") and m.cuda \
+            and not (r["rollout_backend"] == "auto" and m.sglang):
+        _issue(out, "info", "engine.fast_decoder_no_bias", ("add_qkv_bias", "rollout_backend"),
+               "the hf rollout's CUDA fast decoder has no q/k/v biases: this model is "
+               "sampled with transformers' generate instead (slower).",
+               "use --rollout-backend sglang for speed")
+
+
+def _seq_length(r: dict, s: set, out: Out) -> None:
+    """--seq-length bounds nothing under rotary embeddings: say so where samples outgrow it."""
+    longest = longest_sample(r)
+    rotary = r["use_rotary_position_embeddings"] or r["position_embedding_type"] == "rope"
+    if "seq_length" not in s or not rotary or longest is None or longest <= r["seq_length"]:
+        return
+    _issue(out, "warning", "engine.seq_length_unbounded",
+           ("seq_length", "rollout_max_context_len", "rollout_max_response_len"),
+           f"samples can hold up to {longest} tokens, more than --seq-length "
+           f"{r['seq_length']}; under rotary embeddings nothing truncates them (miles neither), "
+           f"so the memory estimate counts {longest}.",
+           f"raise --seq-length to {longest}, or bound samples with --rollout-max-context-len "
+           f"{r['seq_length']}")
+
+
 def _reward(r: dict, out: Out) -> None:
     rm = r["rm_type"]
-    if rm is None:
+    if rm is None or r["custom_rm_path"]:  # a custom reward function overrides the type
         return
     base = rm.removeprefix("boxed_")
-    if base not in RM_TYPES:
+    if base not in RM_TYPES and base != "remote_rm":
         _issue(out, "error", "engine.rm_type", ("rm_type",),
                f"--rm-type {rm} is not a reward PPO Deck's rollout has (it has "
-               f"{', '.join(RM_TYPES)}, each also as boxed_<type>).",
-               "pick one of those, or run the command with miles itself")
+               f"{', '.join(RM_TYPES)} and remote_rm, each also as boxed_<type>).",
+               "pick one of those, use --custom-rm-path, or run the command with miles itself")
 
 
 def _devices(r: dict, m: Machine, out: Out) -> None:
@@ -272,15 +366,26 @@ def _host_memory(r: dict, m: Machine, out: Out) -> None:
            "rss_bytes), or turn --offload-train off")
 
 
-def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = None) -> None:
+ENGINES = ("ppodeck", "miles")
+
+
+def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = None,
+                 engine: str = "ppodeck") -> None:
     m = machine or this_machine()
+    if engine == "miles":  # the capability classes describe our engine, not miles
+        miles_rules(s, out, m, r)
+        return
     refused_flags(e, s, out)
     command_only_flags(e, s, out)
     _estimator(r, out)
     _context_parallel(r, m, out)
     _lr_schedule(r, out)
     _model_shape(r, out)
+    _seq_length(r, s, out)
+    _model_features(r, m, out)
+    _hf_checkpoint_shape(r, out)
     _reward(r, out)
+    user_code_rules(r, out)  # reward functions, remote RM, filters (engine/config/rules_user_code)
     _precision(r, s, m, out)
     _devices(r, m, out)
     _host_memory(r, m, out)
@@ -292,3 +397,54 @@ def engine_classes() -> dict[str, list[str]]:
     for flag in FLAGS:
         out[flag.engine.cls].append(flag.name)
     return out
+
+
+# issues about what PPO Deck's engine does where miles does otherwise: for --engine miles they
+# give way to miles' own rule (below) or do not apply (flags PPO Deck adds, `ppodeck.*`)
+OUR_ENGINE_ONLY = frozenset({"kl.ref_from_initial_weights", "kl.ref_load_required",
+                             "kl.ref_load_missing"})
+
+
+def miles_rules(s: set, out: Out, m: Machine, r: dict) -> None:
+    """`--engine miles`: miles' own start-up checks where ours differ, and this machine."""
+    out[:] = [i for i in out if i.code not in OUR_ENGINE_ONLY and
+              not i.code.startswith("ppodeck.")]
+    own = tuple(dest for dest, flag in BY_DEST.items() if flag.own and dest in s)
+    if own:
+        _issue(out, "warning", "miles.own_flags", own,
+               f"{', '.join(_fl(d) for d in own)}: PPO Deck's own flags; miles' train.py does "
+               "not know them, so they are left out of its command.",
+               "drop them from the preset, or run on PPO Deck's engine")
+    _miles_ref_load(r, out)
+    miles_machine_rules(r, m, out)
+
+
+def _miles_ref_load(r: dict, out: Out) -> None:
+    """miles loads the reference model for any KL term and stops at start-up
+    (FileNotFoundError) when --ref-load does not exist; unset, it fails the same way."""
+    if not r["with_ref"]:
+        return
+    ref = r["ref_load"]
+    if ref is not None and (_on_a_cluster(r) or os.path.exists(ref)):
+        return
+    said = (f"ref_load {ref} does not exist, please check the path" if ref is not None else
+            "--ref-load is not set (miles stops at start-up)")
+    _issue(out, "error", "miles.ref_load_missing", ("ref_load", "kl_coef", "use_kl_loss"),
+           f"{said}: a KL term, --use-kl-loss or a non-zero --kl-coef, makes miles load the "
+           "reference model from --ref-load.",
+           "point --ref-load at a Megatron torch_dist checkpoint (`ppodeck prepare` converts "
+           "one), or drop the KL term")
+
+
+def miles_machine_rules(r: dict, m: Machine, out: Out) -> None:
+    """`--engine miles`: what this machine must offer miles' train.py (CUDA GPUs for the
+    layout: miles has no CPU path). A cluster (--ray-address, RAY_ADDRESS) is checked there."""
+    needed = r["placement_bundles"] or r["world_size"]
+    if _on_a_cluster(r) or needed is None or m.gpus >= needed:
+        return
+    _issue(out, "error", "miles.gpus_missing",
+           ("actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus"),
+           f"miles trains and generates on CUDA GPUs only: the layout needs {needed} GPUs and "
+           f"this machine has {m.gpus} visible.",
+           "run on a machine with the GPUs, submit to a Ray cluster (`ppodeck run ... --engine "
+           "miles --submit http://HEAD:8265`), or fit the layout to the GPUs here")

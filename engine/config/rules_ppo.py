@@ -299,7 +299,19 @@ def _debug_modes(e: dict, r: dict, s: set, out: Out) -> None:
                            if e[d])
         _issue(out, "info", "debug.rollout_only", ("debug_rollout_only",) + turned_off,
                "--debug-rollout-only runs no training: --colocate and both offloads are "
-               "turned off.")
+               "turned off." + _debug_rollout_gpus(e, r))
+
+
+def _debug_rollout_gpus(e: dict, r: dict) -> str:
+    """What miles does to the GPU counts under --debug-rollout-only (engine/config/resolve.py)."""
+    if e["colocate"] and not e["rollout_num_gpus"]:
+        return (f" The rollout takes the actor's GPUs: rollout_num_gpus = "
+                f"{r['rollout_num_gpus']}.")
+    if e["rollout_num_gpus"] and (r["actor_num_nodes"], r["actor_num_gpus_per_node"]) != (
+            e["actor_num_nodes"], e["actor_num_gpus_per_node"]):
+        return (f" The actor's placement follows the rollout's {e['rollout_num_gpus']} GPUs: "
+                f"{r['actor_num_nodes']} node(s) x {r['actor_num_gpus_per_node']} GPU(s).")
+    return ""
 
 
 def _transfer_mode(e: dict, r: dict, s: set, out: Out) -> None:

@@ -11,102 +11,22 @@ command-only and which it would refuse. Each flag keeps the file and line it cam
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.config.argv import parse_argv
+from engine.config.import_report import ImportReport, describe_origin, note_issues, word_origins
 from engine.config.issues import Issue
 from engine.config.model import RunConfig
-from engine.config.shell import Command, Origin, ScriptReader, ShellRun, Unresolved, Word
+from engine.config.shell import Command, ScriptReader, ShellRun, Unresolved, Word
+
+__all__ = ["ImportReport", "describe_origin", "import_script", "parse_command_line"]
 
 _TRAIN_SCRIPTS = ("train.py", "train_async.py")
 
 
-@dataclass
-class ImportReport:
-    config: RunConfig
-    issues: list[Issue]
-    script: str
-    origins: dict[str, Origin] = field(default_factory=dict)  # flag name -> where it came from
-    unresolved: list[Unresolved] = field(default_factory=list)
-    notes: list[Unresolved] = field(default_factory=list)
-    train_line: int | None = None
-
-    def resolved(self) -> list[tuple[str, list[str]]]:
-        """(from where, flags) for every flag whose value did not sit in the command itself."""
-        groups: dict[tuple[str, str], list[tuple[int, str]]] = {}
-        for name, origin in self.origins.items():
-            if origin.kind == "script":
-                continue
-            groups.setdefault((origin.kind, origin.detail), []).append((origin.line, name))
-        out = []
-        for (kind, detail), items in groups.items():
-            lines = sorted({line for line, _ in items})
-            file = next(o.file for o in self.origins.values() if o.detail == detail)
-            where = f"{file}:{lines[0]}" + (f"-{lines[-1]}" if len(lines) > 1 else "")
-            label = {"model": f"model {detail}", "env": f"${detail} (environment)"}.get(
-                kind, f"${detail}")
-            out.append((f"{label} ({where})" if kind != "env" else label,
-                        [name for _, name in items]))
-        return out
-
-    def engine_classes(self) -> tuple[list[str], list[str], list[str]]:
-        """(command-only, refused, not modelled) flags of the imported config."""
-        from engine.config.schema import BY_DEST, DEFAULTS
-
-        command_only, refused = [], []
-        for dest, value in self.config.values.items():
-            flag = BY_DEST.get(dest)
-            if flag is None or value == DEFAULTS.get(dest):
-                continue
-            if flag.engine.cls == "command-only":
-                command_only.append(flag.name)
-            elif flag.engine.cls == "refused":
-                refused.append(f"{flag.name}: {flag.engine.reason}")
-        unknown = [t.split("=", 1)[0] for t in self.config.passthrough if t.startswith("--")]
-        return command_only, refused, unknown
-
-    def flag_comment(self, name: str) -> str | None:
-        origin = self.origins.get(name)
-        if origin is None:
-            return None
-        if origin.kind == "script":
-            return f"{origin.file}:{origin.line}"
-        return f"{origin.file}:{origin.line} via {origin.describe()}".replace(
-            f" ({origin.where()})", "")
-
-    def lines(self) -> list[str]:
-        """The report as text, section by section (CLI stderr and the TUI dialog)."""
-        out = [f"import report: {self.script}"
-               + (f" (train command at line {self.train_line})" if self.train_line else "")]
-        resolved = self.resolved()
-        out.append(f"  resolved ({sum(len(f) for _, f in resolved)} flags):"
-                   if resolved else "  resolved: nothing came from variables or model names")
-        for where, names in resolved:
-            out.append(f"    {where}: {_short(names)}")
-        out.append(f"  unresolved ({len(self.unresolved)}):" if self.unresolved
-                   else "  unresolved: none")
-        out += [f"    {u.describe()}" for u in self.unresolved]
-        command_only, refused, unknown = self.engine_classes()
-        out.append(f"  command-only ({len(command_only)}): {_short(command_only) or '-'}")
-        out.append(f"  refused by PPO Deck's engine ({len(refused)}):"
-                   + ("" if refused else " -"))
-        out += [f"    {r}" for r in refused]
-        out.append(f"  not modelled, passed through ({len(unknown)}): {_short(unknown) or '-'}")
-        if self.notes:
-            out.append(f"  assumed ({len(self.notes)}):")
-            out += [f"    {n.describe()}" for n in self.notes]
-        return out
-
-
-def _short(names: list[str], limit: int = 12) -> str:
-    shown = " ".join(names[:limit])
-    return shown + (f" ... (+{len(names) - limit})" if len(names) > limit else "")
-
-
 def parse_command_line(text: str, env: Mapping[str, str] | None = None, *,
-                       path: Path | None = None, miles_root: Path | None = None
-                       ) -> tuple[RunConfig, list[Issue]]:
+                       path: Path | None = None, miles_root: Path | None = None,
+                       overrides: list[str] | None = None) -> tuple[RunConfig, list[Issue]]:
     """Turn a pasted miles launch (a command line or a whole launch script) into a RunConfig.
 
     The text is read as bash reads it (import_script below; nothing runs): `python3
@@ -115,18 +35,30 @@ def parse_command_line(text: str, env: Mapping[str, str] | None = None, *,
     script, then `env` (the CLI passes os.environ). Anything unresolved is kept verbatim and
     named in a warning with its line.
     """
-    report = import_script(text, env=env, path=path, miles_root=miles_root)
+    report = import_script(text, env=env, path=path, miles_root=miles_root, overrides=overrides)
     return report.config, report.issues
 
 
 def import_script(text: str, *, env: Mapping[str, str] | None = None,
                   path: Path | None = None, miles_root: Path | None = None,
-                  name: str | None = None) -> ImportReport:
+                  name: str | None = None, overrides: list[str] | None = None) -> ImportReport:
     """Read a launch script (pasted text, or a file when `path` is given) into a RunConfig.
-    `name`: what the report and the flags' origins call pasted text (default <pasted>)."""
+    `name`: what the report and the flags' origins call pasted text (default <pasted>).
+    A miles Python launcher (a .py file, a python shebang, Python text) goes to
+    import_launcher; `overrides` are its own options (`--model-name Qwen3-0.6B`)."""
     from engine.config.miles_models import lookup
+    from engine.config.py_launcher import LauncherError, is_python_launcher
 
     script = path.name if path else (name or "<pasted>")
+    if is_python_launcher(text, path or (Path(name) if name else None)):
+        from engine.config.launcher_import import import_launcher
+
+        return import_launcher(text, script, env=env, miles_root=miles_root,
+                               overrides=overrides)
+    if overrides:
+        raise LauncherError(f"launcher arguments ({' '.join(overrides)}) apply to miles' Python "
+                            f"launchers; {script} is read as a bash script. Fix: set those "
+                            "values in the script, or drop the launcher arguments.")
 
     def model_args(name: str, exported: Mapping[str, str]) -> tuple[str | None, str]:
         return lookup(name, exported, miles_root)
@@ -138,8 +70,8 @@ def import_script(text: str, *, env: Mapping[str, str] | None = None,
     argv = [w.text for w in words]
     config, argv_issues = parse_argv(argv)
     unresolved = list(dict.fromkeys(u for w in words for u in w.unresolved))
-    issues += _unresolved_issues(unresolved, miles_root) + _note_issues(run.notes) + argv_issues
-    return ImportReport(config, issues, script, _origins(words), unresolved, run.notes,
+    issues += _unresolved_issues(unresolved, miles_root) + note_issues(run.notes) + argv_issues
+    return ImportReport(config, issues, script, word_origins(words), unresolved, run.notes,
                         command.line if command else None)
 
 
@@ -167,7 +99,7 @@ def _train_words(run: ShellRun, issues: list[Issue]) -> tuple[Command | None, li
                                 f"({command.file}:{command.line}), not {others}.",
                                 "keep the one you run in the pasted text"))
         return command, command.words[index + 1:]
-    flat = [w for c in run.commands for w in c.words]
+    flat = _words_of_train_candidates(run.commands, issues)
     first_flag = next((k for k, w in enumerate(flat) if w.text.startswith("--")), None)
     if first_flag:
         skipped = " ".join(w.text for w in flat[:first_flag])
@@ -175,6 +107,39 @@ def _train_words(run: ShellRun, issues: list[Issue]) -> tuple[Command | None, li
                             f"no train.py found; ignoring {skipped[:80]!r} before the first "
                             "flag.", "paste the full `python3 train.py ...` command"))
     return None, flat[first_flag:] if first_flag is not None else flat
+
+
+# programs whose flags are never train flags, and wrappers whose own flags come before python
+_OTHER_PROGRAMS = {"hf", "huggingface-cli", "mkdir", "pip", "pip3", "git", "wget", "curl", "cp",
+                   "mv", "rm", "ln", "echo", "ray", "pkill", "sleep", "nvidia-smi", "export"}
+_WRAPPERS = {"srun", "mpirun", "torchrun", "numactl", "nohup", "env", "timeout", "taskset"}
+
+
+def _words_of_train_candidates(commands: list[Command], issues: list[Issue]) -> list[Word]:
+    """Without a train.py command: the words of the commands that may be it. The flags of
+    other programs (`hf download --local-dir`, `srun --nodes`) are left out, and named."""
+    words: list[Word] = []
+    left_out: list[str] = []
+    for command in commands:
+        texts = [w.text for w in command.words]
+        program = texts[0].rsplit("/", 1)[-1] if texts else ""
+        if program in _OTHER_PROGRAMS and any(t.startswith("--") for t in texts):
+            left_out.append(f"{' '.join(texts[:2])} ({command.file}:{command.line})")
+            continue
+        if program in _WRAPPERS:
+            python = next((k for k, t in enumerate(texts)
+                           if t.rsplit("/", 1)[-1].startswith("python")), None)
+            start = len(texts) if python is None else python
+            if any(t.startswith("--") for t in texts[1:start]):
+                left_out.append(f"{program}'s own flags ({command.file}:{command.line})")
+            words += command.words[start:]
+            continue
+        words += command.words
+    if left_out:
+        issues.append(Issue("info", "command.other_programs", tuple(left_out[:3]),
+                            "not read as train flags: the flags of " + ", ".join(left_out)
+                            + ".", "nothing to do, unless one of them is the train command"))
+    return words
 
 
 def _command_start(texts: list[str]) -> int:
@@ -199,21 +164,6 @@ def _python_index(words: list[Word]) -> int | None:
         if texts[index].endswith(".py"):
             return index
     return None
-
-
-def _origins(words: list[Word]) -> dict[str, Origin]:
-    origins: dict[str, Origin] = {}
-    for index, word in enumerate(words):
-        if not word.text.startswith("--") or len(word.text) < 3:
-            continue
-        name = word.text.split("=", 1)[0]
-        origin = word.origin
-        following = words[index + 1] if index + 1 < len(words) else None
-        if following is not None and not following.text.startswith("--") \
-                and following.origin.kind != "script" and origin.kind == "script":
-            origin = following.origin
-        origins[name] = origin
-    return origins
 
 
 def _syntax_issues(run: ShellRun) -> list[Issue]:
@@ -243,20 +193,4 @@ def _unresolved_issues(unresolved: list[Unresolved], miles_root: Path | None) ->
             issues.append(Issue("warning", "command.unresolved", (item.what[:60],),
                                 f"{item.what} ({item.file}:{item.line}) is kept verbatim: "
                                 f"{item.why}.", "replace it with its value in the script"))
-    return issues
-
-
-def _note_issues(notes: list[Unresolved]) -> list[Issue]:
-    issues = []
-    for note in notes:
-        if note.what.startswith("source ") or note.what.startswith(". "):
-            issues.append(Issue("warning", "command.source_not_read", (note.what[:60],),
-                                f"{note.what} ({note.file}:{note.line}) was not read: "
-                                f"{note.why}; what it defines stays unresolved.",
-                                "give the script as a path with the file next to it, or paste "
-                                "its content"))
-        else:
-            issues.append(Issue("info", "command.assumed", (note.what[:60],),
-                                f"{note.file}:{note.line}: {note.what}: {note.why}.",
-                                "check the imported values that depend on it"))
     return issues

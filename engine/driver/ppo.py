@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from engine.driver.ci_checks import CIChecks
 from engine.driver.compile_cache import apply_compile_caches
 from engine.driver.offload import Moves, sleep, wake
+from engine.driver.samples_keeper import SamplesKeeper
 from engine.driver.telemetry import Telemetry
 from engine.events import EventWriter
 from engine.rundir import RunDir, write_status
@@ -58,8 +59,10 @@ class StopFlag:
 
 
 def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
-          start_rollout_id: int, rundir: RunDir) -> None:
+          start_rollout_id: int, rundir: RunDir, keeper: SamplesKeeper | None = None) -> None:
     offload = bool(args["offload_train"])
+    own_keeper = keeper is None  # run() closes its keeper also when the loop raises
+    keeper = keeper or SamplesKeeper.for_run(args, rundir, tm, roles)
     moves = Moves(tm, offload, roles.move_plan)
     together, with_rollout = roles.move_plan.trainers_together, roles.move_plan.with_rollout
     announce_run_modes(args, tm)
@@ -74,6 +77,7 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             moves.prefetch(first_to_train(roles, actor_will_train))
         with tm.phase(Phase.GENERATE, rollout_id):
             batch = roles.rollout.generate(rollout_id)
+        details = keeper.take_details(batch)  # texts for the samples files, not for training
         moves.poll()
         with tm.phase(Phase.ROLLOUT_OFFLOAD, rollout_id):
             tm.offload("rollout", "offload", roles.rollout.offload())
@@ -123,6 +127,7 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             log_push_skipped(args, tm, rollout_id)
 
         rollout_metrics = report_rollout(args, tm, rollout_id, batch, critic_out, actor_out)
+        keeper.keep(rollout_id, batch, details, critic_out, actor_out)  # written off-thread
         if ci is not None:
             ci.after_rollout(rollout_id, critic_out, actor_out, rollout_metrics,
                              pushed=push_due(args, rollout_id))
@@ -139,6 +144,8 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
                 save(args, roles, tm, rollout_id, offload)
         stop.check()
     moves.settle()
+    if own_keeper:
+        keeper.close()
 
 
 def first_to_train(roles: Roles, actor_will_train: bool) -> Any:  # noqa: ANN401 - a TrainGroup
@@ -323,7 +330,7 @@ def run(rundir: RunDir) -> int:
     write_status(rundir, state=State.RUNNING, pid=os.getpid(), pgid=os.getpgid(0))
     start_reaper(rundir)
     tm.status(State.RUNNING)
-    roles = None
+    roles = keeper = None
     try:
         # first: torch sets TORCHINDUCTOR_CACHE_DIR to a temp dir once anything asks for it
         caches = apply_compile_caches()
@@ -343,15 +350,17 @@ def run(rundir: RunDir) -> int:
         if start_rollout_id:
             tm.log("info", f"resumed from the checkpoint of rollout {start_rollout_id - 1}: "
                    f"continuing at rollout {start_rollout_id}", source="driver")
-        train(args, roles, tm, stop, start_rollout_id, rundir)
-        return finish(rundir, tm, State.SUCCEEDED, "all rollouts done", 0)
+        keeper = SamplesKeeper.for_run(args, rundir, tm, roles)
+        train(args, roles, tm, stop, start_rollout_id, rundir, keeper)
+        return finish(rundir, tm, State.SUCCEEDED, "all rollouts done", 0, keeper)
     except (StopRequested, KeyboardInterrupt):
         how = "at once" if stop.signals > 1 else "after the current rollout"
-        return finish(rundir, tm, State.STOPPED, f"stopped by request {how}", 0)
+        return finish(rundir, tm, State.STOPPED, f"stopped by request {how}", 0, keeper)
     except Exception as err:  # noqa: BLE001 - the driver must always leave a status
         traceback.print_exc()
         reason = f"{type(err).__name__}: {err}".splitlines()[0][:500]
-        return finish(rundir, tm, State.FAILED, f"{reason} (traceback in driver.log)", 1)
+        return finish(rundir, tm, State.FAILED, f"{reason} (traceback in driver.log)", 1,
+                      keeper)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleanup must not be interrupted
         from engine.driver.roles import stop_roles
@@ -364,9 +373,12 @@ def run(rundir: RunDir) -> int:
                          detail=f"events could not be written: {writer.error}")
 
 
-def finish(rundir: RunDir, tm: Telemetry, state: str, detail: str, code: int) -> int:
+def finish(rundir: RunDir, tm: Telemetry, state: str, detail: str, code: int,
+           keeper: SamplesKeeper | None = None) -> int:
     import time
 
+    if keeper is not None:  # the last rollout's samples are on disk before the final status
+        keeper.close()
     tm.drain()  # the last phase's memory sample before the final status: readers stop there
     tm.status(state, detail)
     try:

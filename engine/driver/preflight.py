@@ -35,7 +35,7 @@ def preflight_host(args: Mapping[str, Any], cuda: bool | None = None) -> list[st
     from engine.resume_check import check_or_raise
     from engine.rollout.data import PromptOptions
     from engine.rollout.manager import RolloutManager
-    from engine.rollout.rewards import get_reward_fn
+    from engine.rollout.user_rewards import check_reward_setup
     from engine.train.model import ModelShape
     from engine.train.platform import has_cuda
     from engine.train.settings import TrainSettings
@@ -49,8 +49,7 @@ def preflight_host(args: Mapping[str, Any], cuda: bool | None = None) -> list[st
         checked.append(f"{role}: train settings")
     RolloutManager(dict(args))._check_required()
     PromptOptions.from_args(args)
-    if args["rm_type"]:
-        get_reward_fn(args["rm_type"])
+    check_reward_setup(args)  # the rm type, and the user functions imported (not called)
     checked.append("rollout: batch, prompt options, reward")
     checked.append("checkpoints: trackers, iterations, optimizer state, value head")
     return checked

@@ -61,6 +61,7 @@ class RolloutHandle:
         ).remote(args)
         self.asks = f"{share} CPU and {gpus} GPU of bundle 0"
         self.started = False  # checked at the first call, while the trainers start too
+        self.info: dict[str, Any] = {}  # init's report
 
     def _get(self, ref: ray.ObjectRef, what: str) -> Any:
         if not self.started:
@@ -77,7 +78,8 @@ class RolloutHandle:
             raise WorkerFailure("rollout", 0, first_line(err)) from err
 
     def init(self, warm_up: bool = False) -> dict[str, Any]:
-        return self._get(self.actor.init.remote(warm_up), "init")
+        self.info = self._get(self.actor.init.remote(warm_up), "init")  # its tokenizer path
+        return self.info
 
     def generate(self, rollout_id: int) -> Any:
         return self._get(self.actor.generate.remote(rollout_id), "generate")
@@ -160,7 +162,7 @@ class TrainGroup:
         values: dict[int, list[float]] = {}
         for out in outs:
             values.update(out.get("values") or {})
-        return {**logging_rank(outs), "values": values}
+        return {**logging_rank(outs), "values": values, "samples": merged_samples(outs)}
 
     def train_actor(self, rollout_id: int, batch: Any,  # noqa: ANN401
                     values: dict[int, list[float]]) -> dict:
@@ -168,7 +170,7 @@ class TrainGroup:
         batch_ref, values_ref = ray.put(batch), ray.put(values)
         outs = self.wait([w.train_actor.remote(rollout_id, batch_ref, values_ref)
                           for w in self.workers], "train_actor")
-        return logging_rank(outs)
+        return {**logging_rank(outs), "samples": merged_samples(outs)}
 
     def export_hf_weights(self) -> ray.ObjectRef:
         """Rank 0's full HF state dict, left in the object store for the rollout side."""
@@ -247,6 +249,12 @@ def logging_rank(outs: list[dict[str, Any]]) -> dict[str, Any]:
             return {"step_metrics": out["step_metrics"],
                     "rollout_metrics": out.get("rollout_metrics", {})}
     return {"step_metrics": [], "rollout_metrics": {}}
+
+
+def merged_samples(outs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each DP rank's per-token series of its samples (engine/train/worker.py _per_sample),
+    one part per rank; the driver's samples writer splits them by sample."""
+    return [out["samples"] for out in outs if out.get("samples")]
 
 
 class PendingCall:

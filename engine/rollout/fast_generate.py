@@ -346,11 +346,19 @@ def can_use(model: Any) -> tuple[bool, str]:  # noqa: ANN401
     """(ok, reason) for a transformers causal LM."""
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
+    if model_type == "qwen2":
+        return False, "Qwen2's q/k/v biases are not implemented"
     if model_type not in SUPPORTED:
         return False, f"model_type {model_type!r} is not one of {SUPPORTED}"
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    if rope.get("rope_type", rope.get("type", "default")) != "default":
-        return False, "only the default RoPE is implemented"
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    # the decoder takes the model's own inv_freq, so a scaling that only changes the
+    # frequencies (Llama 3's) is honoured; one that also scales attention is not
+    if kind not in ("default", "llama3"):
+        return False, f"rope_type {kind!r} is not implemented (default and llama3 are)"
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    if float(getattr(rotary, "attention_scaling", 1.0)) != 1.0:
+        return False, "RoPE with an attention scaling is not implemented"
     if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
         return False, "biases are not implemented"
     return True, "ok"

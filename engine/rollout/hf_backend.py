@@ -28,10 +28,11 @@ class HFGenerator:
 
     def __init__(self, shape: ModelShape, arch: Arch, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32, init_seed: int = 0,
-                 init_weights: bool = True) -> None:
+                 init_weights: bool = True, max_context_len: int | None = None) -> None:
         """`init_weights=False` when the actor's weights are pushed before the first rollout:
         the parameters are then made as zeros on the device, never randomly initialized
-        (a seeded init of the 0.6B shape took ~35 s on one host core, all overwritten)."""
+        (a seeded init of the 0.6B shape took ~35 s on one host core, all overwritten).
+        `max_context_len` (--rollout-max-context-len) bounds prompt + response per row."""
         from transformers import AutoModelForCausalLM
 
         clock = PartClock()
@@ -54,10 +55,12 @@ class HFGenerator:
         self.model = materialize(model, self.device).eval()
         clock.done("to device")
         self.weights_initialized = init_weights
+        self.max_context_len = max_context_len
         self.tied = bool(config.tie_word_embeddings)
         self._storage_offloader: StorageOffloader | None = None  # made at the first offload
         self.notes: list[str] = []  # shown by the rollout manager at init
         self.decode_options = self._decode_options()
+        self._note_decoder_fallback()
         clock.done("decoder options")
         self.parts = clock.parts  # the rollout_start step's parts (engine/driver/roles.py)
 
@@ -88,6 +91,8 @@ class HFGenerator:
         if not prompt_ids:
             return []
         rows = [list(p) for p in prompt_ids for _ in range(n_samples)]
+        limits = row_limits(rows, max_new_tokens, self.max_context_len)
+        max_new_tokens = max(limits)  # no row decodes past its own limit: cut below
         if self._fast_path():
             from engine.rollout.fast_generate import fast_generate
 
@@ -95,7 +100,7 @@ class HFGenerator:
                 self.model, rows, temperature=temperature, top_p=top_p, top_k=top_k,
                 max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
                 pad_token_id=pad_token_id, seed=seed, options=self.decode_options)
-            return cut_at_eos(tokens, log_probs, eos_token_id, max_new_tokens)
+            return cut_at_eos(tokens, log_probs, eos_token_id, limits)
         input_ids, attention_mask = left_pad(rows, pad_token_id, self.device)
         recorder = LogProbRecorder(temperature)
         with seeded(seed, self.device):
@@ -106,7 +111,7 @@ class HFGenerator:
                 logits_processor=sampling_processors(recorder, temperature, top_p, top_k))
         new_tokens = sequences[:, input_ids.shape[1]:]
         log_probs = recorder.finish(new_tokens)
-        return cut_at_eos(new_tokens.tolist(), log_probs.tolist(), eos_token_id, max_new_tokens)
+        return cut_at_eos(new_tokens.tolist(), log_probs.tolist(), eos_token_id, limits)
 
     def compiles_at_first_use(self) -> bool:
         """The CUDA fast decoder builds (and with `compiled`, compiles) its kernels at its
@@ -121,6 +126,18 @@ class HFGenerator:
         from engine.rollout.fast_generate import can_use
 
         return can_use(self.model)[0]
+
+    def _note_decoder_fallback(self) -> None:
+        """On CUDA a model the fast decoder cannot run (Qwen2's q/k/v biases, say) is sampled
+        by transformers' generate: said, never silent."""
+        if self.device.type != "cuda" or os.environ.get("PPODECK_FAST_GENERATE") == "0":
+            return
+        from engine.rollout.fast_generate import can_use
+
+        ok, why = can_use(self.model)
+        if not ok:
+            self.notes.append(f"hf rollout: the CUDA fast decoder cannot run this model ({why}); "
+                              "transformers' generate samples instead (slower)")
 
     def _decode_options(self) -> Any:  # noqa: ANN401
         """The fast decoder's variant (PPODECK_DECODE=<name>), noted whenever it is set."""
@@ -304,13 +321,25 @@ class LogProbRecorder:
         return torch.stack(self.chosen, dim=1).cpu()
 
 
+def row_limits(rows: Sequence[Sequence[int]], max_new_tokens: int,
+               max_context_len: int | None) -> list[int]:
+    """New tokens each row may take: --rollout-max-response-len, and prompt + response within
+    --rollout-max-context-len (as SGLang's context length bounds it). A prompt that fills the
+    context alone still gets one token (check() keeps prompts below the context)."""
+    if not max_context_len:
+        return [max_new_tokens] * len(rows)
+    return [max(1, min(max_new_tokens, max_context_len - len(row))) for row in rows]
+
+
 def cut_at_eos(tokens: list[list[int]], log_probs: list[list[float]], eos_token_id: int | None,
-               max_new_tokens: int) -> list[GenOut]:
-    """Responses end after their first EOS (kept: a trainable token, like miles)."""
+               limits: Sequence[int]) -> list[GenOut]:
+    """Responses end after their first EOS (kept: a trainable token, like miles), or at their
+    row's limit of new tokens (truncated)."""
     outs = []
-    for row, lps in zip(tokens, log_probs, strict=True):
+    for row, lps, limit in zip(tokens, log_probs, limits, strict=True):
+        row = row[:limit]
         end = row.index(eos_token_id) + 1 if eos_token_id in row else len(row)
-        truncated = eos_token_id not in row[:end] and end >= max_new_tokens
+        truncated = eos_token_id not in row[:end] and end >= limit
         outs.append(GenOut(response_ids=row[:end], log_probs=lps[:end], truncated=truncated))
     return outs
 

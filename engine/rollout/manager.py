@@ -1,28 +1,44 @@
 """RolloutManager (api.md section 6): prompts -> responses -> rewards -> RolloutBatch.
 
 A plain class; the driver wraps it with ray.remote. Per rollout, as in miles: take
-rollout_batch_size prompts, sample n_samples_per_prompt responses each, score them with the
-rule-based reward (a sample's metadata rm_type wins over --rm-type), keep PPO's raw rewards,
-loss masks of all ones over the response, and trim the samples to a multiple of the global
-batch size (reported, never silent).
+--over-sampling-batch-size prompts (default --rollout-batch-size), sample n_samples_per_prompt
+responses each, score them all at once (engine/rollout/user_rewards.py: --custom-rm-path, a
+remote RM, or the rule reward of the sample's metadata rm_type / --rm-type), keep the prompt
+groups that --dynamic-sampling-filter-path passes (engine/rollout/filters.py), drawing more
+rounds until --rollout-batch-size groups are kept, then PPO's raw rewards (or the custom
+post-process's), loss masks of all ones over the response, and the samples trimmed to a
+multiple of the global batch size (reported, never silent).
+
+The prompt stream's position: without a filter every rollout draws exactly one round, so
+rollout r starts at r x over-sampling batch (stateless, as data.PromptSource). With a filter
+the rounds vary; each rollout's end position is appended to <run dir>/rollout_data_state.jsonl
+and a resumed run continues from the entry of the rollout before it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.part_clock import PartClock
 from engine.rollout.types import GenOut, Prompt, RolloutBatch, Sample
 from engine.vocabulary import Metric
 
+if TYPE_CHECKING:
+    from engine.rollout.user_rewards import UserSample
+
 # miles: these estimators train on group-normalized rewards (train_data_conversion.py)
 GROUP_NORMALIZED = ("grpo", "gspo", "reinforce_plus_plus_baseline")
+DATA_STATE_FILE = "rollout_data_state.jsonl"
+ROUND_SEED_STRIDE = 104_729  # round k > 0 of a rollout samples with seed + k x this prime
+MIN_ROUNDS = 8  # a filter may drop groups for this many rounds (or an epoch) before failing
 
 
 class RolloutManager:
@@ -36,6 +52,10 @@ class RolloutManager:
         self.eval_sets: list[Any] = []  # engine.rollout.evaluation.EvalSet, one per dataset
         self.reused_batch: RolloutBatch | None = None  # --debug-train-only's one batch
         self.weights_compared = False  # --ci-test: the first push is compared tensor by tensor
+        self.scorer: Any = None  # engine.rollout.user_rewards.RewardScorer, made at init
+        self.post_process_fn: Any = None  # --custom-reward-post-process-path
+        self.filter_fn: Any = None  # --dynamic-sampling-filter-path
+        self.next_position: tuple[int, int] | None = None  # (next rollout id, stream position)
 
     # ---- setup --------------------------------------------------------------------------
     def init(self, warm_up: bool = False) -> dict[str, Any]:
@@ -71,6 +91,8 @@ class RolloutManager:
         self.source = PromptSource(prompts, shuffle=bool(self.args.get("rollout_shuffle")),
                                    seed=self._rollout_seed())
         self._check_rewards(prompts)
+        notes.extend(metadata_rm_notes(prompts, self.args))
+        self._load_reward_code(notes)
         self.eval_sets = self._load_eval_sets(options, notes)
         shape = ModelShape.from_args(self.args)
         self._check_vocab(shape.vocab_size)
@@ -96,7 +118,7 @@ class RolloutManager:
         runs (batch, prompt width, response length, sampling). The weights may be the zeros
         the initial push will overwrite: the samples are then uniform, and unused."""
         rbs, n = int(self.args["rollout_batch_size"]), int(self.args["n_samples_per_prompt"])
-        prompts = self.source.prompts_at(0, rbs)
+        prompts = self.source.prompts_at(0, int(self.args.get("over_sampling_batch_size") or rbs))
         self.generator.generate([p.token_ids for p in prompts], n_samples=n,
                                 **self._sampling_params(0))
 
@@ -169,11 +191,36 @@ class RolloutManager:
         return int(self.args["rollout_seed"])
 
     def _check_rewards(self, prompts: Sequence[Prompt]) -> None:
-        """Fail at init, not mid-run, on an unknown rm type (or a custom RM we cannot run)."""
-        from engine.rollout.rewards import get_reward_fn, resolve_rm_type
+        """Fail at init, not mid-run, on an unknown rm type (a custom RM overrides them all)."""
+        from engine.rollout.rewards import BOXED_PREFIX, get_reward_fn, resolve_rm_type
 
+        if self.args.get("custom_rm_path"):
+            return
         for rm_type in {resolve_rm_type(p.metadata, self.args.get("rm_type")) for p in prompts}:
-            get_reward_fn(rm_type)
+            if rm_type.removeprefix(BOXED_PREFIX) != "remote_rm":
+                get_reward_fn(rm_type)
+            elif not self.args.get("rm_url"):
+                raise ValueError(f"rm type {rm_type!r} (from --rm-type or a sample's "
+                                 "metadata) needs --rm-url, the reward server's URL")
+
+    def _load_reward_code(self, notes: list[str]) -> None:
+        """Import the functions the flags name, once, so a bad path fails the run at init."""
+        from engine.rollout.user_rewards import RewardScorer, load_post_process, load_user_function
+
+        self.scorer = RewardScorer.from_args(self.args)
+        self.post_process_fn = load_post_process(self.args)
+        path = self.args.get("dynamic_sampling_filter_path")
+        if path:
+            self.filter_fn = load_user_function(path, "--dynamic-sampling-filter-path")
+        for flag, dest in (("--custom-rm-path", "custom_rm_path"),
+                           ("--custom-reward-post-process-path",
+                            "custom_reward_post_process_path"),
+                           ("--dynamic-sampling-filter-path", "dynamic_sampling_filter_path")):
+            if self.args.get(dest):
+                notes.append(f"{flag} {self.args[dest]}: loaded")
+        if self.scorer.remote is not None:
+            notes.append(f"remote reward model: {self.args['rm_url']} (at most "
+                         f"{self.scorer.remote.concurrency} requests at once)")
 
     def _check_vocab(self, model_vocab: int) -> None:
         if len(self.tokenizer) > model_vocab:
@@ -186,27 +233,145 @@ class RolloutManager:
         if self.reused_batch is not None:  # --debug-train-only: no rollout metrics, as miles
             return replace(self.reused_batch, metrics={})
         start = time.perf_counter()
-        rbs = int(self.args["rollout_batch_size"])
-        n = int(self.args["n_samples_per_prompt"])
-        prompts = self.source.prompts_at(rollout_id * rbs, rbs)
-        samples = _expand(prompts, n)
-        outs = self.generator.generate([p.token_ids for p in prompts], n_samples=n,
-                                       **self._sampling_params(rollout_id))
-        gen_seconds = time.perf_counter() - start
-        texts = self.tokenizer.batch_decode([o.response_ids for o in outs],
-                                            skip_special_tokens=True)
-        rewards = [self._reward(s.prompt, text) for s, text in zip(samples, texts, strict=True)]
-        train_rewards = self._post_process_rewards(samples, rewards)
+        drawn = self._draw_groups(rollout_id)
+        groups = drawn.kept
+        samples = [Sample(prompt=g.prompt, group_index=i, sample_index=i * len(g.outs) + k)
+                   for i, g in enumerate(groups) for k in range(len(g.outs))]
+        outs = [o for g in groups for o in g.outs]
+        rewards, train_rewards = self._final_rewards(samples, groups)
         keep = self._trimmed_count(len(samples))
         self.last_trimmed = len(samples) - keep
         batch = to_batch(samples[:keep], outs[:keep], train_rewards[:keep])
         batch.metrics = rollout_metrics(outs[:keep], rewards[:keep], self.last_trimmed)
-        response_tokens = sum(len(o.response_ids) for o in outs)
+        batch.metrics.update(drawn.metrics)
+        seen = [u for g in groups for u in g.samples]
+        batch.details = sample_details(samples[:keep], seen[:keep], rewards[:keep])
         batch.metrics["perf/rollout_time"] = time.perf_counter() - start
-        batch.metrics["perf/tokens_per_sec"] = response_tokens / max(gen_seconds, 1e-9)
+        batch.metrics["perf/tokens_per_sec"] = drawn.response_tokens / max(drawn.gen_seconds,
+                                                                           1e-9)
+        batch.metrics["perf/reward_time"] = drawn.reward_seconds
         if self.args["debug_train_only"]:
             self._keep_for_training_only(batch)
         return batch
+
+    def _draw_groups(self, rollout_id: int) -> Drawn:
+        """Rounds of --over-sampling-batch-size prompt groups, generated and scored, until
+        --rollout-batch-size groups pass the filter (miles' generate_rollout_async); the
+        groups kept are the first to pass, in stream order."""
+        rbs = int(self.args["rollout_batch_size"])
+        over = int(self.args.get("over_sampling_batch_size") or rbs)
+        position = self._start_position(rollout_id, over)
+        drawn = Drawn()
+        drops = None
+        if self.filter_fn is not None:
+            from engine.rollout.filters import DropCounter
+
+            drops = DropCounter()
+        limit = max(MIN_ROUNDS * over, len(self.source.prompts))
+        while len(drawn.kept) < rbs:
+            if drawn.sampled >= limit:
+                raise ValueError(self._filter_starved(drawn, drops, rbs))
+            round_groups = self._sample_round(rollout_id, drawn.rounds, position, over, drawn)
+            position += over
+            drawn.rounds += 1
+            drawn.sampled += len(round_groups)
+            for group in round_groups:
+                if drops is not None and not self._passes(group, drops):
+                    continue
+                if len(drawn.kept) < rbs:
+                    drawn.kept.append(group)
+        drawn.metrics = drops.metrics() if drops is not None else {}
+        if over > rbs or drops is not None:
+            drawn.metrics["rollout/over_sampling_rounds"] = float(drawn.rounds)
+        self._record_position(rollout_id, position)
+        return drawn
+
+    def _sample_round(self, rollout_id: int, round_no: int, position: int, count: int,
+                      drawn: Drawn) -> list[Group]:
+        """`count` prompts from stream `position`, n responses each, every sample scored."""
+        n = int(self.args["n_samples_per_prompt"])
+        prompts = self.source.prompts_at(position, count)
+        start = time.perf_counter()
+        params = self._sampling_params(rollout_id)
+        params["seed"] += round_no * ROUND_SEED_STRIDE
+        outs = self.generator.generate([p.token_ids for p in prompts], n_samples=n, **params)
+        drawn.gen_seconds += time.perf_counter() - start
+        drawn.response_tokens += sum(len(o.response_ids) for o in outs)
+        texts = self.tokenizer.batch_decode([o.response_ids for o in outs],
+                                            skip_special_tokens=True)
+        user = [user_sample(p, position + g, n, k, outs[g * n + k], texts[g * n + k])
+                for g, p in enumerate(prompts) for k in range(n)]
+        start = time.perf_counter()
+        rewards = self.scorer.score(user, n)
+        drawn.reward_seconds += time.perf_counter() - start
+        return [Group(p, outs[g * n:(g + 1) * n], user[g * n:(g + 1) * n],
+                      rewards[g * n:(g + 1) * n]) for g, p in enumerate(prompts)]
+
+    def _passes(self, group: Group, drops: Any) -> bool:  # noqa: ANN401 - a DropCounter
+        from argparse import Namespace
+
+        from engine.rollout.filters import call_filter
+
+        out = call_filter(self.filter_fn, self.args["dynamic_sampling_filter_path"],
+                          Namespace(**self.args), group.samples)
+        drops.record(out)
+        return out.keep
+
+    def _filter_starved(self, drawn: Drawn, drops: Any, rbs: int) -> str:  # noqa: ANN401
+        reasons = dict(drops.reasons) if drops is not None else {}
+        return (f"dynamic sampling: --dynamic-sampling-filter-path "
+                f"{self.args.get('dynamic_sampling_filter_path')} kept {len(drawn.kept)} of the "
+                f"{rbs} prompt groups needed after {drawn.sampled} groups in {drawn.rounds} "
+                f"rounds (drops by reason: {reasons or 'none given'}). Fix: loosen the filter, "
+                "or drop it until the policy's rewards vary within a group")
+
+    def _start_position(self, rollout_id: int, over: int) -> int:
+        """Where rollout `rollout_id` starts in the prompt stream (see the module docstring)."""
+        if self.filter_fn is None:
+            return rollout_id * over
+        if self.next_position is not None and self.next_position[0] == rollout_id:
+            return self.next_position[1]
+        if rollout_id == 0:
+            return 0
+        return self._resumed_position(rollout_id)
+
+    def _resumed_position(self, rollout_id: int) -> int:
+        path = self._data_state_path()
+        entries = []
+        if path is not None and path.exists():
+            for line in path.read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    entries.append(json.loads(line))
+        ends = [e["next_position"] for e in entries if e.get("rollout_id") == rollout_id - 1]
+        if not ends:
+            raise ValueError(f"dynamic sampling: rollout {rollout_id} continues the prompt "
+                             f"stream where rollout {rollout_id - 1} stopped, but {path} has no "
+                             "entry for it. Fix: resume the run in its own run directory")
+        return int(ends[-1])
+
+    def _record_position(self, rollout_id: int, position: int) -> None:
+        self.next_position = (rollout_id + 1, position)
+        path = self._data_state_path()
+        if self.filter_fn is None or path is None:
+            return
+        with open(path, "a") as out:
+            out.write(json.dumps({"rollout_id": rollout_id, "next_position": position}) + "\n")
+
+    def _data_state_path(self) -> Path | None:
+        run_dir = self.args.get("run_dir")
+        return Path(run_dir) / DATA_STATE_FILE if run_dir else None
+
+    def _final_rewards(self, samples: Sequence[Sample],
+                       groups: Sequence[Group]) -> tuple[list[float], list[float]]:
+        """(raw rewards, rewards to train on): the custom post-process's, else miles'
+        built-in one (group-normalized for grpo; raw for ppo)."""
+        rewards = [r for g in groups for r in g.rewards]
+        if self.post_process_fn is None:
+            return rewards, self._post_process_rewards(samples, rewards)
+        from engine.rollout.user_rewards import post_process
+
+        return post_process(self.post_process_fn, self.args,
+                            [s for g in groups for s in g.samples])
 
     def _keep_for_training_only(self, batch: RolloutBatch) -> None:
         """--debug-train-only: this batch is the one every rollout trains on; the generator
@@ -228,8 +393,9 @@ class RolloutManager:
         return self.generator.generate(prompt_ids, n_samples=n, **self._token_ids(), **sampling)
 
     def _score(self, prompt: Prompt, out: GenOut) -> float:
-        return self._reward(prompt, self.tokenizer.decode(out.response_ids,
-                                                          skip_special_tokens=True))
+        """One eval sample, with the training reward (miles: --group-rm has no eval)."""
+        text = self.tokenizer.decode(out.response_ids, skip_special_tokens=True)
+        return self.scorer.score([user_sample(prompt, prompt.index, 1, 0, out, text)], 1)[0]
 
     def _token_ids(self) -> dict[str, Any]:
         eos = self.tokenizer.eos_token_id
@@ -262,18 +428,6 @@ class RolloutManager:
             # a different, reproducible stream per rollout (and the same one on resume)
             "seed": self._rollout_seed() * 1_000_003 + rollout_id,
         }
-
-    def _reward(self, prompt: Prompt, response: str) -> float:
-        from engine.rollout.rewards import get_reward_fn, resolve_rm_type
-
-        fn = get_reward_fn(resolve_rm_type(prompt.metadata, self.args.get("rm_type")))
-        value = fn(response, prompt.label, prompt.metadata)
-        if isinstance(value, Mapping):  # e.g. dapo: {"score": ...} picked by --reward-key
-            key = self.args.get("reward_key")
-            if not key:
-                raise ValueError("the reward function returned a dict: set --reward-key")
-            value = value[key]
-        return float(value)
 
     def _trimmed_count(self, total: int) -> int:
         """miles drops the tail so every optimizer step gets a full global batch."""
@@ -383,7 +537,8 @@ def build_generator(backend: str, shape: Any, arch: str, args: Mapping[str, Any]
         dtype = torch.bfloat16 if cuda and args.get("bf16") else torch.float32
         # the actor's weights overwrite every parameter before the first rollout: no init
         return HFGenerator(shape, arch, device="cuda" if cuda else "cpu", dtype=dtype,
-                           init_weights=not args["initial_weight_push"])
+                           init_weights=not args["initial_weight_push"],
+                           max_context_len=args.get("rollout_max_context_len"))
     if backend == "sglang":
         from engine.rollout.sglang_backend import SGLangGenerator
 
@@ -394,10 +549,59 @@ def build_generator(backend: str, shape: Any, arch: str, args: Mapping[str, Any]
 # --------------------------------------------------------------------------------------------
 # batch assembly
 # --------------------------------------------------------------------------------------------
-def _expand(prompts: Sequence[Prompt], n: int) -> list[Sample]:
-    from engine.rollout.data import expand_samples
+def metadata_rm_notes(prompts: Sequence[Prompt], args: Mapping[str, Any]) -> list[str]:
+    """Say where a sample's metadata rm_type overrides --rm-type (miles' order), or where
+    --custom-rm-path overrides both."""
+    named = [p.metadata.get("rm_type") for p in prompts if isinstance(p.metadata, dict)]
+    counts = {t: named.count(t) for t in set(named) if t}
+    if not counts:
+        return []
+    listed = ", ".join(f"{t} ({n} prompts)" for t, n in sorted(counts.items()))
+    if args.get("custom_rm_path"):
+        return [f"--custom-rm-path scores every sample; the rm_type in the prompt metadata "
+                f"({listed}) is not used"]
+    flag = args.get("rm_type")
+    if flag and set(counts) != {flag}:
+        return [f"the prompt metadata names rm_type {listed}, which wins over --rm-type "
+                f"{flag} for those prompts (miles' order)"]
+    return []
 
-    return expand_samples(prompts, n)
+
+@dataclass
+class Group:
+    """One prompt's n samples: generator outputs, what reward code saw, the float rewards."""
+
+    prompt: Prompt
+    outs: list[GenOut]
+    samples: list[UserSample]
+    rewards: list[float]
+
+
+@dataclass
+class Drawn:
+    """A rollout's rounds: the groups kept, and what it took to get them."""
+
+    kept: list[Group] = field(default_factory=list)
+    rounds: int = 0
+    sampled: int = 0  # prompt groups generated
+    gen_seconds: float = 0.0
+    reward_seconds: float = 0.0
+    response_tokens: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def user_sample(prompt: Prompt, group_index: int, n: int, k: int, out: GenOut,
+                text: str) -> UserSample:
+    """The sample as reward code sees it (miles' Sample fields)."""
+    from engine.rollout.user_rewards import SampleStatus, UserSample
+
+    return UserSample(
+        group_index=group_index, index=group_index * n + k, prompt=prompt.text,
+        tokens=list(prompt.token_ids) + list(out.response_ids), response=text,
+        response_length=len(out.response_ids), label=prompt.label,
+        metadata=dict(prompt.metadata),
+        status=SampleStatus.TRUNCATED if out.truncated else SampleStatus.COMPLETED,
+        rollout_log_probs=list(out.log_probs), loss_mask=[1] * len(out.response_ids))
 
 
 def to_batch(samples: Sequence[Sample], outs: Sequence[GenOut],
@@ -412,6 +616,16 @@ def to_batch(samples: Sequence[Sample], outs: Sequence[GenOut],
         rollout_log_probs=[list(o.log_probs) for o in outs],
         sample_indices=[s.sample_index for s in samples],
     )
+
+
+def sample_details(samples: Sequence[Sample], seen: Sequence[Any],
+                   raw_rewards: Sequence[float]) -> list[dict[str, Any]]:
+    """What the run's samples files keep per sample beyond the training data (engine/samples.py):
+    `seen` are the UserSamples reward code saw, in the samples' order."""
+    return [{"prompt": u.prompt, "response": u.response, "label": u.label,
+             "raw_reward": float(r), "group_index": s.group_index,
+             "status": getattr(u.status, "value", u.status)}
+            for s, u, r in zip(samples, seen, raw_rewards, strict=True)]
 
 
 def rollout_metrics(outs: Sequence[GenOut], rewards: Sequence[float],

@@ -160,7 +160,7 @@ def to_gen_outs(results: Sequence[Mapping[str, Any]], eos_token_id: int | None,
 
     parsed = [parse_generate_output(item) for item in results]
     return cut_at_eos([p[0] for p in parsed], [p[1] for p in parsed], eos_token_id,
-                      max_new_tokens)
+                      [max_new_tokens] * len(parsed))
 
 
 def memory_tags(offload_rollout_level: Iterable[str] | None) -> list[str]:
@@ -764,11 +764,13 @@ def model_dir(shape: Any, arch: str, args: Mapping[str, Any]) -> tuple[str, bool
     """
     if args.get("hf_checkpoint") and args.get("model_init") != "random":
         return str(args["hf_checkpoint"]), False
-    from engine.train.convert import hf_config
+    from engine.train.convert import save_hf_config
 
     root = Path(args.get("run_dir") or Path.cwd()) / "sglang_model"
     root.mkdir(parents=True, exist_ok=True)
-    hf_config(shape, arch).save_pretrained(str(root))
+    # Qwen2's q/k/v biases come with its architecture; Llama 3 rope scaling in rope_parameters
+    # (and rope_scaling, for readers on transformers 4)
+    save_hf_config(shape, arch, root)
     (root / "ppodeck.json").write_text(json.dumps({"note": "config only; weights pushed"}))
     return str(root), True
 

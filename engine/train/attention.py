@@ -11,6 +11,10 @@ explicit mask dispatches to FlashAttention (causal, GQA without copies via `enab
 Inputs, as Megatron's `Attention` hands them over: query [sq, b, np, hn], key/value
 [sk, b, ng, hn] (np/ng = heads/query groups of THIS tensor-parallel rank). Output [sq, b, np*hn].
 
+Context parallelism (CP > 1): each rank holds two chunks of every row; keys and values are
+all-gathered over the CP group and each chunk attends causally to the global prefix
+(engine/train/context_parallel.py).
+
 Mask semantics follow Megatron: `attention_mask is None` with a causal mask type means causal;
 a given boolean mask is True where attention is NOT allowed (Megatron's convention), shape
 broadcastable to [b, np, sq, sk].
@@ -71,6 +75,8 @@ class SDPADotProductAttention(MegatronModule):
             pg_collection = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp"])
         self.pg_collection = pg_collection
         self.tp_group = pg_collection.tp
+        # context parallelism: keys/values all-gathered over this group (context_parallel.py)
+        self.cp_group = _cp_group(pg_collection) if config.context_parallel_size > 1 else None
         tp_size = pg_collection.tp.size()
         projection = config.kv_channels * config.num_attention_heads
         self.hidden_size_per_partition = divide(projection, tp_size)
@@ -101,6 +107,8 @@ class SDPADotProductAttention(MegatronModule):
         sq, batch = query.shape[0], query.shape[1]
         # [s, b, h, d] -> [b, h, s, d]: views only, the last dim stays contiguous for flash
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        if self.cp_group is not None:
+            return self._context_parallel(q, k, v, attention_mask, sq, batch)
         mask, causal = self._sdpa_mask(attention_mask, attn_mask_type, q)
         gqa = self.num_attention_heads_per_partition // self.num_query_groups_per_partition
         use_native_gqa = gqa > 1 and _flash_can_take_gqa(q, mask)
@@ -115,6 +123,18 @@ class SDPADotProductAttention(MegatronModule):
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal,
                 scale=self.softmax_scale, **({"enable_gqa": True} if use_native_gqa else {}))
         # [b, h, s, d] -> [s, b, h*d]
+        return context.permute(2, 0, 1, 3).reshape(sq, batch, self.hidden_size_per_partition)
+
+    def _context_parallel(self, q: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor | None,
+                          sq: int, batch: int) -> Tensor:
+        from engine.train.context_parallel import cp_attention
+
+        if attention_mask is not None:
+            raise NotImplementedError("context parallelism runs causal attention only (right-"
+                                      "padded rows, attention_mask None)")
+        dropout_p = self.dropout_p if self.training else 0.0
+        with _dropout_rng(self.config, dropout_p):
+            context = cp_attention(q, k, v, self.cp_group, self.softmax_scale, dropout_p)
         return context.permute(2, 0, 1, 3).reshape(sq, batch, self.hidden_size_per_partition)
 
     def _sdpa_mask(self, attention_mask: Tensor | None, attn_mask_type: AttnMaskType | None,
@@ -146,14 +166,21 @@ def _check_supported(config: TransformerConfig, layer_number: int) -> None:
     """Refuse configurations whose semantics SDPA would silently change."""
     from megatron.core.transformer.utils import is_layer_window_attention
 
-    if config.context_parallel_size != 1:
-        raise ValueError("context parallelism needs transformer-engine attention")
     if getattr(config, "softmax_type", "vanilla") != "vanilla":
         raise ValueError(f"softmax_type={config.softmax_type!r} is not supported by SDPA "
                          f"attention; set {ATTENTION_ENV}=unfused")
     if is_layer_window_attention(config.window_size, config.window_attn_skip_freq,
                                  layer_number):
         raise ValueError(f"sliding-window attention is not supported; set {ATTENTION_ENV}=unfused")
+
+
+def _cp_group(pg_collection: ProcessGroupCollection):  # noqa: ANN202
+    group = getattr(pg_collection, "cp", None)
+    if group is None:
+        from megatron.core import parallel_state as ps
+
+        group = ps.get_context_parallel_group()
+    return group
 
 
 def _flash_can_take_gqa(q: Tensor, mask: Tensor | None) -> bool:

@@ -46,6 +46,13 @@ class MicroBatch:
     targets: torch.Tensor  # [b, T] the response tokens (0 on padding)
     loss_mask: torch.Tensor  # [b, T] float, 0 on padding
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # [b, T] or [b] per key
+    # context parallelism (engine/train/context_parallel.py): the per-token tensors above hold
+    # this CP rank's tokens only, [b, T_local]; which response token t each is, which entries
+    # are real, each sample's whole-sequence loss-mask count, and the whole rows' T
+    token_index: torch.Tensor | None = None
+    token_valid: torch.Tensor | None = None
+    sample_denoms: torch.Tensor | None = None
+    full_tokens: int = 0
 
     @property
     def size(self) -> int:

@@ -16,7 +16,7 @@ import torch
 
 INSTALL_HINT = ("--megatron-to-hf-mode bridge needs Megatron-Bridge, which is not installed here: "
                 "`pip install megatron-bridge` (a GPU machine with transformer-engine), or use "
-                "--megatron-to-hf-mode raw (PPO Deck's own converter: Llama and Qwen3)")
+                "--megatron-to-hf-mode raw (PPO Deck's own converter: Llama, Qwen2 and Qwen3)")
 
 
 class BridgeUnavailable(RuntimeError):

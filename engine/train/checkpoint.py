@@ -694,6 +694,11 @@ _SHAPE_FLAGS = {"num_layers": "--num-layers", "hidden_size": "--hidden-size",
                 "ffn_hidden_size": "--ffn-hidden-size",
                 "num_attention_heads": "--num-attention-heads", "kv_channels": "--kv-channels",
                 "vocab_size": "--vocab-size"}
+# flags that change the network without changing a tensor's shape: (ModelShape field, flag)
+_FEATURE_FLAGS = {"add_qkv_bias": ("add_qkv_bias", "--add-qkv-bias"),
+                  "use_rope_scaling": ("rope_scaling", "--use-rope-scaling"),
+                  "rotary_scaling_factor": ("rope_scaling_factor", "--rotary-scaling-factor"),
+                  "qk_layernorm": ("qk_layernorm", "--qk-layernorm")}
 
 
 def convert_hf_to_torch_dist(hf_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
@@ -746,7 +751,20 @@ def _shape_for(hf_config: Any, args: Mapping[str, Any] | None) -> Any:  # noqa: 
             raise ConversionError(f"{flag} {wanted} does not match the HF checkpoint "
                                   f"({getattr(shape, dest)}); fix the model flags or the "
                                   "checkpoint path")
+    for dest, (field, flag) in _FEATURE_FLAGS.items():
+        wanted = (args or {}).get(dest)
+        if field == "rope_scaling_factor" and not (shape.rope_scaling
+                                                   and (args or {}).get("use_rope_scaling")):
+            continue
+        if wanted is not None and wanted != getattr(shape, field):
+            ours, theirs = (_on_off(v) for v in (wanted, getattr(shape, field)))
+            raise ConversionError(f"{flag} {ours} does not match the HF checkpoint "
+                                  f"({theirs}); fix the model flags or the checkpoint path")
     return shape
+
+
+def _on_off(value: object) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else f"{value}"
 
 
 def _ensure_single_rank_world() -> bool:
@@ -784,3 +802,52 @@ def _build_converted_model(shape: Any, hf_state: dict[str, torch.Tensor]) -> Any
         raise ConversionError(f"converted weights do not fit the model: missing {missing[:3]}, "
                               f"unexpected {unexpected[:3]}")
     return model
+
+
+# --------------------------------------------------------------------------------------------
+# torch_dist -> HF (the way back: miles' tools/convert_torch_dist_to_hf.py, actor weights)
+# --------------------------------------------------------------------------------------------
+def convert_torch_dist_to_hf(ckpt_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str],
+                             args: Mapping[str, Any], *, iteration: int | None = None,
+                             log: Callable[[str], None] = print) -> Path:
+    """The actor weights of a torch_dist checkpoint (its tracker's iteration, or `iteration`)
+    -> `out_dir` with config.json and model.safetensors, loadable by transformers'
+    from_pretrained. `args`: the run's resolved flags (the model shape). One rank, as
+    convert_hf_to_torch_dist."""
+    from safetensors.torch import save_file
+
+    from engine.train.convert import arch_for, mcore_to_hf, save_hf_config
+    from engine.train.model import ModelShape
+
+    shape = ModelShape.from_args(args)
+    out = Path(out_dir)
+    owns_world = _ensure_single_rank_world()
+    try:
+        model = _build_empty_actor(shape, bf16=bool(args.get("bf16")))
+        loaded = load_checkpoint(ckpt_dir, [model], None, None, finetune=True,
+                                 iteration=iteration)
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()
+                 if not k.endswith("_extra_state")}
+    finally:
+        if owns_world:
+            from engine.train.platform import shutdown_distributed
+
+            shutdown_distributed()
+    arch = arch_for(shape)
+    hf_state = mcore_to_hf(state, shape, arch)
+    out.mkdir(parents=True, exist_ok=True)
+    save_hf_config(shape, arch, out)
+    save_file({k: v.contiguous() for k, v in hf_state.items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+    log(f"converted {loaded['path']} -> {out} ({arch}, {len(hf_state)} tensors)")
+    return out
+
+
+def _build_empty_actor(shape: Any, *, bf16: bool) -> Any:  # noqa: ANN401
+    from engine.train.model import build_gpt, transformer_config
+    from engine.train.platform import Parallelism, device
+
+    with device_scope():
+        config = transformer_config(shape, Parallelism(), bf16=bf16)
+        config.perform_initialization = False  # every weight is loaded right away
+        return build_gpt(shape, "actor", config).to(device())

@@ -1,7 +1,8 @@
 """Run megatron-core on a machine without CUDA (gloo, float32, local layer spec).
 
 megatron-core assumes CUDA in a handful of places (RNG tracker, the global memory buffer,
-device="cuda" in RoPE, DDP, the optimizer and the pipeline schedules). This shim patches
+device="cuda" in RoPE, DDP, the optimizer, the pipeline schedules and the backward of the
+tensor/sequence-parallel regions). This shim patches
 exactly those and nothing else. It is applied only when `torch.cuda.is_available()` is False:
 with CUDA the stock code paths run.
 """
@@ -41,6 +42,8 @@ class CudaToCpuMode(torch.overrides.TorchFunctionMode):
             return func(*args).replace("torch.", "torch.cuda.", 1)
         if "device" in kwargs and _is_cuda_device(kwargs["device"]):
             kwargs["device"] = "cpu"
+        if kwargs.get("pin_memory"):  # e.g. RoPE's CP slice index; pinning needs CUDA
+            kwargs["pin_memory"] = False
         if func is torch.Tensor.to and len(args) > 1 and _is_cuda_device(args[1]):
             args = (args[0], "cpu", *args[2:])
         return func(*args, **kwargs)
@@ -67,6 +70,32 @@ def _patch_torch_cuda_functions() -> None:
     torch.cuda.empty_cache = lambda *a, **k: None  # type: ignore[assignment]
 
 
+def _in_cpu_mode(fn):  # noqa: ANN001, ANN202
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        with CudaToCpuMode():
+            return fn(*args, **kwargs)
+    return wrapped
+
+
+def _patch_parallel_backwards() -> None:
+    """Megatron's tensor/sequence-parallel autograd Functions allocate on
+    `torch.cuda.current_device()` in their backward (sequence parallelism's gather and
+    reduce-scatter). The autograd engine runs them with no torch-function mode active (the
+    device mode is suspended while it handles `backward` itself), so they get the mode here."""
+    import inspect
+
+    from megatron.core.tensor_parallel import layers, mappings
+
+    for module in (mappings, layers):
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if (issubclass(cls, torch.autograd.Function) and cls.__module__ == module.__name__
+                    and "backward" in cls.__dict__):
+                backward = cls.__dict__["backward"]
+                fn = backward.__func__ if isinstance(backward, staticmethod) else backward
+                cls.backward = staticmethod(_in_cpu_mode(fn))
+
+
 def apply_cpu_shim() -> None:
     """Patch megatron/torch for CPU once per process. Refuses to run where CUDA exists."""
     global _APPLIED
@@ -76,6 +105,7 @@ def apply_cpu_shim() -> None:
         raise RuntimeError("the CPU shim must not be applied on a machine with CUDA")
     _patch_global_memory_buffer()
     _patch_torch_cuda_functions()
+    _patch_parallel_backwards()
     _APPLIED = True
 
 

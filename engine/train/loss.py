@@ -13,6 +13,7 @@ worker adds them over micro-batches and DP ranks and divides by the same denomin
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -27,6 +28,7 @@ from engine.algo import (
     value_loss,
 )
 from engine.train.batching import MicroBatch
+from engine.train.context_parallel import scatter_token_rows
 from engine.train.logprobs import response_values, token_log_probs
 from engine.train.settings import TrainSettings
 from engine.vocabulary import Metric
@@ -57,15 +59,22 @@ def forward_log_probs(mb: MicroBatch, settings: TrainSettings) -> Callable[[torc
     return loss_func
 
 
-def reducer(settings: TrainSettings) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """miles' loss reducer: per-sample token means summed, or a token sum (per-token loss)."""
-    return sum_of_tokens if settings.calculate_per_token_loss else sum_of_sample_mean
+def reducer(settings: TrainSettings, mb: MicroBatch | None = None
+            ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """miles' loss reducer: per-sample token means summed, or a token sum (per-token loss).
+    Under context parallelism a rank holds part of each sample's tokens: its per-sample sums
+    are divided by the whole sample's mask count, so the CP ranks' results add up."""
+    if settings.calculate_per_token_loss:
+        return sum_of_tokens
+    if mb is not None and mb.sample_denoms is not None:
+        return functools.partial(sum_of_sample_mean, sample_denoms=mb.sample_denoms)
+    return sum_of_sample_mean
 
 
 def critic_loss(mb: MicroBatch, settings: TrainSettings,
                 scale: float) -> Callable[[torch.Tensor], LossOut]:
     """Clipped value loss (no 0.5, no coefficient) against the GAE returns."""
-    reduce = reducer(settings)
+    reduce = reducer(settings, mb)
 
     def loss_func(output: torch.Tensor) -> LossOut:
         device = output.device
@@ -82,12 +91,15 @@ def critic_loss(mb: MicroBatch, settings: TrainSettings,
     return loss_func
 
 
-def actor_loss(mb: MicroBatch, settings: TrainSettings,
-               scale: float) -> Callable[[torch.Tensor], LossOut]:
+def actor_loss(mb: MicroBatch, settings: TrainSettings, scale: float,
+               entropy_sink: dict[int, torch.Tensor] | None = None
+               ) -> Callable[[torch.Tensor], LossOut]:
     """PPO clipped surrogate (times the TIS weights with --use-tis) - entropy_coef * entropy
     + kl_loss_coef * KL(pi || ref) (spec 5.5). pi_old is `old_log_probs`: the trainer's
-    recomputed log-probs, or the rollout's with --use-rollout-logprobs (the worker decides)."""
-    reduce = reducer(settings)
+    recomputed log-probs, or the rollout's with --use-rollout-logprobs (the worker decides).
+    `entropy_sink`: where the entropy is computed anyway, each sample's [T] row is kept
+    there by its position (on the device: no sync here; the run's samples files)."""
+    reduce = reducer(settings, mb)
 
     def loss_func(output: torch.Tensor) -> LossOut:
         device = output.device
@@ -105,6 +117,11 @@ def actor_loss(mb: MicroBatch, settings: TrainSettings,
         entropy_loss = pg_loss.new_zeros(())  # miles logs 0 when entropy is not computed
         if entropy is not None:
             entropy_loss = reduce(entropy, mask)
+            if entropy_sink is not None:
+                rows = entropy.detach().float()
+                if mb.token_index is not None:  # CP: whole rows, this rank's tokens filled in
+                    rows = scatter_token_rows(rows, mb)
+                entropy_sink.update(zip(mb.samples, rows, strict=True))
             if settings.entropy_coef != 0.0:
                 loss = loss - settings.entropy_coef * entropy_loss
         metrics.update({

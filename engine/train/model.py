@@ -18,6 +18,12 @@ from engine.train.platform import (
 
 Role = Literal["actor", "critic", "ref"]
 
+# What Megatron-core's Llama 3 rope scaling fixes besides the factor (RotaryEmbedding.
+# _apply_scaling's defaults, which GPTModel never overrides): the HF config we write carries
+# them, and an HF checkpoint with other values cannot be reproduced by Megatron.
+LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -37,8 +43,14 @@ class ModelShape:
     swiglu: bool = True
     qk_layernorm: bool = False
     add_bias_linear: bool = False
+    # --add-qkv-bias: a bias on the fused QKV projection only (Qwen2 / Qwen2.5)
+    add_qkv_bias: bool = False
     untie_embeddings: bool = False
     position_embedding_type: str = "rope"
+    # --use-rope-scaling / --rotary-scaling-factor: Llama 3's frequency scaling, with
+    # Megatron's fixed low/high frequency factors and original context (LLAMA3_ROPE)
+    rope_scaling: bool = False
+    rope_scaling_factor: float = 8.0
     # train-time only (the rollout runs the model in eval mode); Megatron's default is 0.1
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
@@ -62,24 +74,41 @@ class ModelShape:
             swiglu=bool(args["swiglu"]),
             qk_layernorm=bool(args["qk_layernorm"]),
             add_bias_linear=not args["disable_bias_linear"],
+            add_qkv_bias=bool(args["add_qkv_bias"]),
             untie_embeddings=bool(args["untie_embeddings_and_output_weights"]),
             position_embedding_type=str(args["position_embedding_type"]),
+            rope_scaling=bool(args["use_rope_scaling"]),
+            rope_scaling_factor=float(args["rotary_scaling_factor"]),
             attention_dropout=float(args["attention_dropout"]),
             hidden_dropout=float(args["hidden_dropout"]),
         )
+
+    @property
+    def qkv_bias(self) -> bool:
+        """Whether linear_qkv has a bias: Megatron adds one with either flag."""
+        return self.add_bias_linear or self.add_qkv_bias
 
     def num_params(self) -> int:
         """Parameter count of the actor (embeddings counted once when tied)."""
         attn = self.hidden_size * self.kv_channels * (
             self.num_attention_heads * 2 + self.num_query_groups * 2)
+        if self.qkv_bias:
+            attn += self.kv_channels * (self.num_attention_heads + 2 * self.num_query_groups)
         mlp = self.hidden_size * self.ffn_hidden_size * (3 if self.swiglu else 2)
+        if self.add_bias_linear:  # linear_proj, linear_fc1 ([gate; up] with SwiGLU), fc2
+            attn += self.hidden_size
+            mlp += self.ffn_hidden_size * (2 if self.swiglu else 1) + self.hidden_size
         norms = 2 * self.hidden_size + (2 * self.kv_channels if self.qk_layernorm else 0)
         embed = self.vocab_size * self.hidden_size * (2 if self.untie_embeddings else 1)
         return self.num_layers * (attn + mlp + norms) + embed + self.hidden_size
 
 
 def transformer_config(shape: ModelShape, parallel: Parallelism, *, bf16: bool,
-                       recompute: Mapping[str, Any] | None = None):  # noqa: ANN201
+                       recompute: Mapping[str, Any] | None = None,
+                       sequence_parallel: bool = False,
+                       cp_comm_type: str | None = None):  # noqa: ANN201
+    """`sequence_parallel` (TP > 1 only) and `cp_comm_type` (transformer-engine's CP attention:
+    "all_gather" or "p2p"; ours always all-gathers, engine/train/context_parallel.py)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     recompute = recompute or {}
@@ -102,13 +131,14 @@ def transformer_config(shape: ModelShape, parallel: Parallelism, *, bf16: bool,
         layernorm_epsilon=shape.norm_epsilon,
         qk_layernorm=shape.qk_layernorm,
         add_bias_linear=shape.add_bias_linear,
-        add_qkv_bias=shape.add_bias_linear,
+        add_qkv_bias=shape.qkv_bias,
         hidden_dropout=shape.hidden_dropout,
         attention_dropout=shape.attention_dropout,
         tensor_model_parallel_size=parallel.tp,
         pipeline_model_parallel_size=parallel.pp,
         context_parallel_size=parallel.cp,
-        sequence_parallel=False,
+        sequence_parallel=sequence_parallel and parallel.tp > 1,
+        cp_comm_type=cp_comm_type if parallel.cp > 1 else None,
         params_dtype=params_dtype,
         pipeline_dtype=params_dtype,
         bf16=bf16,
@@ -180,7 +210,7 @@ class ValueHead(torch.nn.Linear):
     holds the same head without a broadcast.
     """
 
-    def __init__(self, hidden_size: int, seed: int) -> None:
+    def __init__(self, hidden_size: int, seed: int, sequence_parallel: bool = False) -> None:
         super().__init__(hidden_size, 1, bias=True)
         generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
@@ -188,10 +218,15 @@ class ValueHead(torch.nn.Linear):
             self.bias.zero_()
         for param in self.parameters():
             param.tensor_model_parallel = False  # replicated, like a layernorm weight
-        self.sequence_parallel = False
+        # under sequence parallelism the hidden states are a TP slice of the sequence: gathered
+        self.sequence_parallel = sequence_parallel
 
     def forward(self, hidden_states: torch.Tensor, weight: torch.Tensor | None = None,
                 runtime_gather_output: bool | None = None) -> tuple[torch.Tensor, None]:
+        if self.sequence_parallel:
+            from engine.train.sequence_parallel import gather_for_value_head
+
+            hidden_states = gather_for_value_head(hidden_states)
         values = F.linear(hidden_states, self.weight, self.bias)
         return values.float(), None
 
@@ -212,6 +247,10 @@ def _gpt_model(shape: ModelShape, config, spec, *, pre_process: bool,  # noqa: A
                post_process: bool, is_critic: bool):
     from megatron.core.models.gpt import GPTModel
 
+    if config.sequence_parallel and not has_transformer_engine():
+        from engine.train.sequence_parallel import sequence_parallel_block_spec
+
+        spec = sequence_parallel_block_spec(spec, config)
     return GPTModel(
         config=config,
         transformer_layer_spec=spec,
@@ -223,6 +262,10 @@ def _gpt_model(shape: ModelShape, config, spec, *, pre_process: bool,  # noqa: A
         share_embeddings_and_output_weights=not shape.untie_embeddings and not is_critic,
         position_embedding_type=shape.position_embedding_type,
         rotary_base=int(shape.rotary_base),
+        # Llama 3 scaling of the inverse frequencies (Megatron's RotaryEmbedding._apply_scaling:
+        # low/high frequency factors 1 and 4, original context 8192, as LLAMA3_ROPE says)
+        rope_scaling=shape.rope_scaling,
+        rope_scaling_factor=shape.rope_scaling_factor,
     )
 
 
@@ -246,15 +289,23 @@ def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True
         give_up_transformer_engine(f"its model failed to build ({type(err).__name__}: {err})")
         model = _gpt_model(shape, config, layer_spec(shape), **parts)
     if is_critic and post_process:
-        model.output_layer = ValueHead(shape.hidden_size, seed=seed)
+        model.output_layer = ValueHead(shape.hidden_size, seed=seed,
+                                       sequence_parallel=config.sequence_parallel)
     elif post_process and not config.sequence_parallel:
         from engine.train.fastpaths import batch_first_output_layer
 
         batch_first_output_layer(model)
     if fusion_mode() == "layers":
-        from engine.train.layer_compile import compile_layers
+        split = config.context_parallel_size > 1 or config.sequence_parallel
+        if split:  # collectives inside a layer: not traced by dynamo so far; run eager
+            import sys
 
-        compile_layers(model, static_batch=fixed_micro_batches)
+            print("[ppodeck] whole-layer compile is off under context/sequence parallelism: "
+                  "the layers run eager", file=sys.stderr, flush=True)
+        else:
+            from engine.train.layer_compile import compile_layers
+
+            compile_layers(model, static_batch=fixed_micro_batches)
     if config.params_dtype != torch.float32:
         # like Megatron-LM's Float16Module: the local spec leaves norm weights (and our value
         # head) in fp32, which forces unfused norms and breaks optimizer checkpoint sharding

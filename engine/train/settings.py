@@ -74,6 +74,10 @@ class TrainSettings:
     model_init: str | None
     hf_checkpoint: str | None
     load: str | None
+    # --sequence-parallel (TP > 1) and --allgather-cp (transformer-engine's CP communication;
+    # the engine's own CP attention always all-gathers keys and values)
+    sequence_parallel: bool = False
+    allgather_cp: bool = False
 
     @property
     def needs_entropy(self) -> bool:
@@ -88,11 +92,11 @@ class TrainSettings:
         tp = args["tensor_model_parallel_size"]
         pp = args["pipeline_model_parallel_size"]
         cp = args["context_parallel_size"]
-        # check() refuses these before launch (engine.* rules); reaching here is a bug upstream
-        assert cp == 1, "check() refuses --context-parallel-size > 1 for PPO Deck's engine"
+        # check() refuses this before launch (engine.* rules); reaching here is a bug upstream
         assert args["lr_decay_style"] != "WSD", "check() refuses --lr-decay-style WSD"
-        if world_size % (tp * pp):
-            raise ValueError(f"world size {world_size} is not a multiple of TP*PP={tp * pp}")
+        if world_size % (tp * pp * cp):
+            raise ValueError(f"world size {world_size} is not a multiple of "
+                             f"TP*PP*CP={tp * pp * cp}")
         is_critic = role == "critic"
         return cls(
             role=role,
@@ -147,6 +151,8 @@ class TrainSettings:
             model_init=args["model_init"],
             hf_checkpoint=args["hf_checkpoint"],
             load=args["critic_load" if is_critic else "load"],
+            sequence_parallel=bool(args["sequence_parallel"]) and tp > 1,
+            allgather_cp=bool(args["allgather_cp"]),
         )
 
 

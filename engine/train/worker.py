@@ -21,6 +21,7 @@ the batch's sample_indices.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import sys
@@ -43,6 +44,7 @@ from engine.train.batching import (
     plan_micro_batches,
     unpad_rows,
 )
+from engine.train.context_parallel import CPLayout
 from engine.train.model import ModelShape, build_gpt, describe_layer_spec, transformer_config
 from engine.train.platform import (
     Parallelism,
@@ -84,6 +86,7 @@ class TrainWorker:
         self._ref_weights: dict[str, torch.Tensor] | None = None
         self._own_weights: dict[str, torch.Tensor] | None = None  # parked during a ref forward
         self._offloader: Any = None
+        self._cp: CPLayout | None = None  # set by init(), with Megatron's parallel state
         self._init_notes: list[str] = []  # e.g. the critic's fresh value head, for the events
         self._bridge: Any = None
         if args.get("megatron_to_hf_mode") == "bridge":
@@ -131,7 +134,10 @@ class TrainWorker:
         with device_scope():
             recompute = {k: self.args.get(k) for k in _RECOMPUTE_KEYS}
             config = transformer_config(self.shape, Parallelism(s.tp, s.pp, s.cp), bf16=s.bf16,
-                                        recompute=recompute)
+                                        recompute=recompute,
+                                        sequence_parallel=s.sequence_parallel,
+                                        cp_comm_type="all_gather" if s.allgather_cp else "p2p")
+            self._cp = CPLayout(s.tp, s.sequence_parallel)
             config.variable_seq_lengths = s.pp > 1  # micro-batches differ in length and size
             model = build_gpt(self.shape, self.role, config,
                               pre_process=ps.is_pipeline_first_stage(),
@@ -148,6 +154,8 @@ class TrainWorker:
             hook_schedule(config, self.ddp, self.optimizer)
             clock.done("optimizer")
             self._init_notes.append(f"{self.role} {describe_layer_spec()}")
+            self._init_notes += [f"{self.role} {line}" for line in self._cp.describe(
+                has_transformer_engine(), config.cp_comm_type)]
             self._init_notes += [f"{self.role} fast path: {line}" for line in
                                  fastpaths.describe(model, self.optimizer)]
         loaded = self._load_checkpoints()
@@ -236,9 +244,15 @@ class TrainWorker:
             weights.init_weights(model, config, s.seed, self.role, self._tp_rank, s.tp)
 
     def _load_hf(self, model: torch.nn.Module, path: str) -> None:
-        from engine.train.convert import arch_for, hf_to_mcore, load_hf_checkpoint
+        from engine.train.convert import (
+            arch_for,
+            check_shape_matches,
+            hf_to_mcore,
+            load_hf_checkpoint,
+        )
 
-        _, hf_state = load_hf_checkpoint(path)
+        hf_config, hf_state = load_hf_checkpoint(path)
+        check_shape_matches(hf_config, self.shape, path)  # RoPE, biases: not in tensor shapes
         full = hf_to_mcore(hf_state, self.shape, arch_for(self.shape), self.role,
                            te_layout=has_transformer_engine(), notes=self._init_notes.append)
         head = ("output_layer.",) if self.role == "critic" else ()  # the value head stays fresh
@@ -279,11 +293,13 @@ class TrainWorker:
         from engine.train.loss import critic_loss
 
         step_metrics = self._train_steps(samples, steps, extras, critic_loss, "train/critic-")
-        values_out = {}
-        if old_values is not None and self._tp_rank == 0:
+        values_out, kept = {}, {}
+        if old_values is not None and self._tp_rank == 0 and self._cp.rank == 0:
             values_out = {x.index: v.tolist() for x, v in zip(samples, old_values, strict=True)}
+            if self._keeps_samples():  # the run's samples files (engine/samples.py)
+                kept = _per_sample(samples, returns=extras["returns"])
         logging = self._is_logging_rank()
-        return {"values": values_out,
+        return {"values": values_out, "samples": kept,
                 "step_metrics": step_metrics if logging else [],
                 "rollout_metrics": rollout_metrics if logging else {}}
 
@@ -304,6 +320,7 @@ class TrainWorker:
         train_log_probs = self._forward_only(samples, self._log_probs_factory(), "log_probs")
         extras: dict[str, Sequence[Any]] = {}
         rollout_metrics: dict[str, float | None] = {}
+        keep: dict[str, Sequence[torch.Tensor]] | None = None  # for the run's samples files
         if train_log_probs is not None:  # the last PP stage: it computes the loss
             rollout_log_probs = _rollout_log_probs(batch, samples)
             needs_rollout = self.settings.use_rollout_logprobs or self.settings.use_tis
@@ -313,8 +330,10 @@ class TrainWorker:
                                  "rollout backend")
             old_log_probs = (rollout_log_probs if self.settings.use_rollout_logprobs
                              else train_log_probs)
-            advantages, rollout_metrics = self._advantages(
+            advantages, raw_advantages, rollout_metrics = self._advantages(
                 samples, values, old_log_probs, ref_log_probs, rollout_log_probs)
+            if self._tp_rank == 0 and self._keeps_samples():
+                keep = {"log_probs": train_log_probs, "advantages": raw_advantages}
             extras = {"old_log_probs": old_log_probs, "advantages": advantages}
             if rollout_log_probs is not None:
                 extras["rollout_log_probs"] = rollout_log_probs
@@ -323,11 +342,24 @@ class TrainWorker:
                 extras["ref_log_probs"] = ref_log_probs
         from engine.train.loss import actor_loss
 
-        step_metrics = self._train_steps(samples, steps, extras, actor_loss, "train/")
+        entropy: dict[int, torch.Tensor] | None = {} if keep is not None else None
+        loss = actor_loss if entropy is None else functools.partial(actor_loss,
+                                                                     entropy_sink=entropy)
+        step_metrics = self._train_steps(samples, steps, extras, loss, "train/")
+        self._cp.sum_rows(entropy or {})  # CP: each rank filled in its tokens
+        kept: dict[str, Any] = {}
+        if keep is not None and self._cp.rank == 0:  # CP ranks hold the same samples: one ships
+            if entropy and len(entropy) == len(samples):  # computed where the loss needs it
+                keep["entropy"] = [entropy[p][:x.response_len] for p, x in enumerate(samples)]
+            kept = _per_sample(samples, **keep)
         self._maybe_update_ref(rollout_id)
         logging = self._is_logging_rank()
         return {"step_metrics": step_metrics if logging else [],
-                "rollout_metrics": rollout_metrics if logging else {}}
+                "rollout_metrics": rollout_metrics if logging else {}, "samples": kept}
+
+    def _keeps_samples(self) -> bool:
+        """--samples-per-rollout 0 keeps none: then nothing per token goes back."""
+        return self.args.get("samples_per_rollout") != 0
 
     def _maybe_update_ref(self, rollout_id: int) -> None:
         """--ref-update-interval N: the KL reference becomes the current actor after every N-th
@@ -343,10 +375,11 @@ class TrainWorker:
     def _advantages(self, samples: list[TrainSample], values: dict[int, list[float]] | None,
                     old_log_probs: list[torch.Tensor], ref_log_probs: list[torch.Tensor] | None,
                     rollout_log_probs: list[torch.Tensor] | None
-                    ) -> tuple[list[torch.Tensor], dict[str, float | None]]:
+                    ) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, float | None]]:
         """ppo: GAE from the critic's pre-update values (the critic's returns are the same);
         grpo: the group-normalized reward on every token. Then whitening over the DP group,
-        then the trainer-side rollout metrics."""
+        then the trainer-side rollout metrics. Returns the advantages trained on, the raw
+        ones (before whitening) and the metrics."""
         from engine.algo import compute_gae, grpo_advantages, normalize_advantages
 
         lengths = [x.response_len for x in samples]
@@ -361,6 +394,7 @@ class TrainWorker:
         else:
             advantages = grpo_advantages(rewards, mask)
             series = {"rollout/returns": advantages.clone()}
+        raw = advantages
         if self.settings.normalize_advantages:
             advantages = normalize_advantages(advantages, mask, group=self._dp_group_or_none())
         series.update({"rollout/advantages": advantages,
@@ -371,7 +405,7 @@ class TrainWorker:
             series["rollout/rollout_log_probs"] = pad_rows(rollout_log_probs)
         metrics: dict[str, float | None] = dict(self._sample_means(series, mask))
         metrics["rollout/rewards"] = self._mean_over_dp([x.reward for x in samples])
-        return unpad_rows(advantages, lengths), metrics
+        return unpad_rows(advantages, lengths), unpad_rows(raw, lengths), metrics
 
     @staticmethod
     def _critic_values(samples: list[TrainSample],
@@ -426,7 +460,8 @@ class TrainWorker:
     def _plan(self, samples: Sequence[TrainSample], positions: list[int],
               max_tokens: int | None) -> list[list[int]]:
         s = self.settings
-        lengths = [samples[p].total_len for p in positions]
+        # with CP, --max-tokens-per-gpu counts the tokens one CP rank holds (miles)
+        lengths = self._cp.plan_lengths([samples[p].total_len for p in positions])
         budget = max_tokens if s.use_dynamic_batch_size else None
         groups = plan_micro_batches(lengths, s.micro_batch_size, budget)
         return [[positions[i] for i in group] for group in groups]
@@ -437,7 +472,8 @@ class TrainWorker:
         tensors on the last PP stage, None elsewhere."""
         plan = self._plan(samples, list(range(len(samples))),
                           self.settings.log_probs_max_tokens_per_gpu)
-        micro_batches = [build_micro_batch(samples, group) for group in plan]
+        micro_batches = [self._cp.local(build_micro_batch(samples, group), samples)
+                         for group in plan]
         self.model.eval()
         try:
             with torch.no_grad():
@@ -448,8 +484,9 @@ class TrainWorker:
             return None
         result: list[torch.Tensor | None] = [None] * len(samples)
         for mb, out in zip(micro_batches, outputs, strict=True):
+            rows = self._cp.whole_rows(out[key], mb)  # CP: each rank computed its tokens
             for row, position in enumerate(mb.samples):
-                result[position] = out[key][row, :samples[position].response_len].clone()
+                result[position] = rows[row, :samples[position].response_len].clone()
         return result  # type: ignore[return-value]
 
     def _train_steps(self, samples: list[TrainSample], steps: list[list[int]],
@@ -459,8 +496,11 @@ class TrainWorker:
         metrics = []
         for positions in steps:
             plan = self._plan(samples, positions, s.max_tokens_per_gpu)
-            micro_batches = [build_micro_batch(samples, group, extras) for group in plan]
+            micro_batches = [self._cp.local(build_micro_batch(samples, group, extras), samples)
+                             for group in plan]
             denominator = self._loss_denominator(samples, positions)
+            # DDP averages over DP x CP; Megatron's schedule multiplies each CP rank's loss
+            # (a part of the sum) by CP, so the gradient is that of the whole sum
             scale = len(micro_batches) * self._dp_size / denominator
             metrics.append(self._optimizer_step(
                 micro_batches, lambda mb, scale=scale: make_loss(mb, s, scale), prefix,
@@ -518,7 +558,7 @@ class TrainWorker:
                 data_iterator=iter(micro_batches),
                 model=[self.ddp],
                 num_microbatches=len(micro_batches),
-                seq_length=max(mb.tokens.shape[1] for mb in micro_batches),
+                seq_length=self._cp.seq_length(max(mb.tokens.shape[1] for mb in micro_batches)),
                 micro_batch_size=max(mb.size for mb in micro_batches),
                 forward_only=forward_only,
             )
@@ -530,8 +570,10 @@ class TrainWorker:
         keys = sorted(outputs[0])
         sums = torch.stack([sum(out[k].double() for out in outputs) for k in keys])
         sums = sums.to(device())
-        if self._dp_size > 1:
-            dist.all_reduce(sums, group=self._dp_group())
+        if self._dp_size * self._cp.cp > 1:  # CP ranks hold parts of every sample's sums
+            from megatron.core import parallel_state as ps
+
+            dist.all_reduce(sums, group=ps.get_data_parallel_group(with_context_parallel=True))
         totals = (sums / denominator).tolist()
         return dict(zip(keys, totals, strict=True))
 
@@ -674,7 +716,7 @@ class TrainWorker:
         with self._awake(), device_scope():
             stage = weights.gather_tp(self.model, ps.get_tensor_model_parallel_group(),
                                       self.settings.tp, device)
-        if self._dp_rank != 0 or self._tp_rank != 0:
+        if self._dp_rank != 0 or self._tp_rank != 0 or self._cp.rank != 0:
             return None
         return weights.gather_pp_to_first(stage, ps.get_pipeline_model_parallel_group(),
                                           self.settings.pp, ps.is_pipeline_first_stage())
@@ -729,7 +771,8 @@ class TrainWorker:
 
     def _is_logging_rank(self) -> bool:
         """miles' first-replica main rank: DP rank 0, TP rank 0, last PP stage."""
-        return self._dp_rank == 0 and self._tp_rank == 0 and self._is_last_stage()
+        return (self._dp_rank == 0 and self._tp_rank == 0 and self._cp.rank == 0
+                and self._is_last_stage())
 
 
 def _rollout_log_probs(batch: Any, samples: list[TrainSample]  # noqa: ANN401
@@ -745,6 +788,17 @@ def _rollout_log_probs(batch: Any, samples: list[TrainSample]  # noqa: ANN401
             raise ValueError(f"sample {x.index}: {row.numel()} rollout log-probs for "
                              f"{x.response_len} response tokens")
     return rows
+
+
+def _per_sample(samples: list[TrainSample], **series: Sequence[torch.Tensor]
+                ) -> dict[str, Any]:
+    """For the driver's samples files: the samples' indices and lengths, and per series one
+    flat float32 numpy array of their rows end to end (one device-to-host copy each): a few
+    buffers cross Ray, not one per sample and series (that cost 0.5 s per tiny-cpu rollout)."""
+    flat = {name: torch.cat([row.detach().float().reshape(-1) for row in rows]).cpu().numpy()
+            for name, rows in series.items()}
+    return {"index": [x.index for x in samples], "lengths": [x.response_len for x in samples],
+            **flat}
 
 
 def _values_loss_factory() -> LossFactory:

@@ -58,3 +58,91 @@ def test_validate_from_a_script_has_the_model_shape(tmp_path: Path) -> None:
                                  "--json"])
     assert "model.shape_required" not in result.stdout
     assert "command.unresolved_variable" in result.stdout
+
+
+LAUNCHERS = Path(__file__).parents[1] / "config" / "launchers"
+
+
+def test_from_command_reads_a_python_launcher_with_its_own_options() -> None:
+    launcher = LAUNCHERS / "post_init.py"
+    result = runner.invoke(app, ["presets", "from-command", str(launcher), "--name", "small",
+                                 "--launcher-args", "--model-name Qwen3-0.6B"])
+    assert result.exit_code == 0, result.output
+    assert "import report: post_init.py (read as a Python launcher" in result.stderr
+    assert "imported from a miles Python launcher" in result.stdout
+    lines = {line.split(" = ")[0]: line for line in result.stdout.splitlines() if " = " in line}
+    assert lines["tensor-model-parallel-size"].startswith("tensor-model-parallel-size = 1 # ")
+    assert lines["hidden-size"].startswith("hidden-size = 1024 # qwen3-0.6B (post_init.py:")
+
+
+def test_from_command_writes_prepare_downloads_as_sources(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["presets", "from-command", str(LAUNCHERS / "prepare_steps.py"),
+                                 "--name", "prep", "--save"])
+    assert result.exit_code == 0, result.output
+    from engine.prepare import preset_sources
+    from engine.presets import load_preset
+
+    sources = preset_sources(load_preset("prep"))
+    assert {d: s.repo_id for d, s in sources.items()} == {
+        "hf_checkpoint": "Qwen/Qwen3-0.6B", "prompt_data": "someone/gsm8k-mini"}
+
+
+def test_validate_a_python_launcher_and_refuse_a_bad_launcher_option() -> None:
+    seed = str(LAUNCHERS / "seed_ppo.py")
+    import json
+
+    result = runner.invoke(app, ["validate", "--from-command", seed, "--json"])
+    preset = runner.invoke(app, ["validate", "qwen3-4b-ppo", "--json"])
+    assert result.exit_code == preset.exit_code  # both judged against this machine the same
+    derived = json.loads(result.stdout)["derived"]
+    expected = json.loads(preset.stdout)["derived"]
+    keys = ("world_size", "dp_size", "rollout_engines", "samples_per_rollout",
+            "actor_steps_per_rollout", "critic_steps_per_rollout", "total_train_iters", "params")
+    assert {k: derived[k] for k in keys} == {k: expected[k] for k in keys}
+    bad = runner.invoke(app, ["validate", "--from-command", seed,
+                              "--launcher-args", "--num-gpus-per-node four"])
+    assert bad.exit_code == 2
+    assert "--num-gpus-per-node 'four': expected int" in bad.stderr
+    assert "Traceback" not in bad.output
+
+
+RECORDED = '''
+from dataclasses import dataclass
+
+import miles.utils.external_utils.command_utils as U
+
+
+@dataclass
+class ScriptArgs(U.ExecuteTrainConfig):
+    marker: str = "unset"
+    rollouts: int = 3
+
+
+@U.dataclass_cli
+def main(args: ScriptArgs):
+    U.exec_command_cpu(f"touch {args.marker}")
+    U.exec_command_cpu("hf download Qwen/Qwen3-0.6B --local-dir /m/Qwen3-0.6B")
+    flags = "--num-rollout %d" % args.rollouts  # %-formatting: static reading stops here
+    U.execute_train(train_args=f"{flags} --hf-checkpoint /m/Qwen3-0.6B --train-backend fsdp",
+                    num_gpus_per_node=1, megatron_model_type=None)
+'''
+
+
+def test_run_launcher_needs_consent_and_records_instead_of_running(tmp_path: Path) -> None:
+    launcher = tmp_path / "run_gen.py"
+    launcher.write_text(RECORDED)
+    marker = tmp_path / "marker"
+    options = ["presets", "from-command", str(launcher), "--launcher-args",
+               f"--marker {marker} --rollouts 7"]
+    static = runner.invoke(app, options)
+    assert "--run-launcher to run it with miles' helpers replaced by recorders" in " ".join(
+        static.stderr.split())
+    refused = runner.invoke(app, [*options, "--run-launcher"])
+    assert refused.exit_code == 2 and "refusing to run a launcher" in refused.stderr
+    ran = runner.invoke(app, [*options, "--run-launcher", "--trust"])
+    assert ran.exit_code == 0, ran.output
+    assert "num-rollout = 7 # run_gen.py:18" in ran.stdout  # the execute_train call's line
+    assert 'hf-checkpoint = "Qwen/Qwen3-0.6B"' in ran.stdout  # its download, as a source
+    assert "run with miles' helpers replaced by recorders" in ran.stderr
+    assert f"not done by ppodeck prepare: touch {marker}" in ran.stderr
+    assert not marker.exists()  # recorded, never run

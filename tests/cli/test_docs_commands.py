@@ -45,7 +45,8 @@ def _check(command: str) -> None:
             node = node.commands[names[0]]
         elif word.startswith("-"):
             _check_option(command, node, word, words[index + 1:index + 2])
-    assert not _is_group(node) or not words, f"`{command}` names no command of {node.name}"
+    assert not _is_group(node) or all(word.startswith("-") for word in words), \
+        f"`{command}` names no command of {node.name}"
 
 
 def _is_group(node: Any) -> bool:  # noqa: ANN401 - typer's click command (vendored click)

@@ -108,3 +108,16 @@ def test_other_presets_stay_sane() -> None:
     seed = _estimate(_resolved("qwen3-4b-ppo"))
     assert seed["actor_train"]["total"] < 75 and seed["critic_train"]["total"] < 75
     assert all(v > 0 for est in (small, seed) for p in est.values() for v in p.values())
+
+
+def test_context_parallelism_divides_the_activations_of_fixed_micro_batches() -> None:
+    """Each CP rank holds 1/CP of every row; --max-tokens-per-gpu already counts one rank's."""
+    fixed = {"use_dynamic_batch_size": False, "micro_batch_size": 2,
+             "actor_num_gpus_per_node": 2, "num_gpus_per_node": 2}
+    one, two = (_estimate(_resolved("qwen3-0.6b-ppo-1gpu", context_parallel_size=cp, **fixed))
+                for cp in (1, 2))
+    assert two["actor_train"]["actor"] < one["actor_train"]["actor"]
+    dynamic = {"actor_num_gpus_per_node": 2, "num_gpus_per_node": 2}
+    one, two = (_estimate(_resolved("qwen3-0.6b-ppo-1gpu", context_parallel_size=cp, **dynamic))
+                for cp in (1, 2))
+    assert two["actor_train"]["actor"] == pytest.approx(one["actor_train"]["actor"])

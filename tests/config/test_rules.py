@@ -137,6 +137,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("algo.reinforce_needs_normalize",
      {"advantage_estimator": "reinforce_plus_plus", "normalize_advantages": None},
      {"advantage_estimator": "reinforce_plus_plus"}),
+    ("indep_dp.megatron_only", {"advantage_estimator": "grpo", "indep_dp": True,
+                                "train_backend": "fsdp"}, {"train_backend": "megatron"}),
     ("algo.rollout_logprobs_xor_tis", {"use_rollout_logprobs": True, "use_tis": True},
      {"use_tis": True}),
     ("algo.mismatch_metrics_need_tis_path", {"get_mismatch_metrics": True},
@@ -168,6 +170,15 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"actor_num_gpus_per_node": 4, "use_dynamic_batch_size": True, "max_tokens_per_gpu": 256}),
     ("batch.dynamic_needs_max_tokens", {"use_dynamic_batch_size": True},
      {"use_dynamic_batch_size": True, "max_tokens_per_gpu": 128}),
+    ("batch.dynamic_global_needs_dynamic", {"use_dynamic_global_batch_size": True},
+     {"use_dynamic_global_batch_size": True, "use_dynamic_batch_size": True,
+      "max_tokens_per_gpu": 128}),
+    ("batch.balance_by_flops_needs_dynamic", {"balance_by_flops": True},
+     {"balance_by_flops": True, "use_dynamic_batch_size": True, "max_tokens_per_gpu": 128}),
+    ("logging.dashboard_needs_dump_details", {"use_miles_dashboard": True},
+     {"use_miles_dashboard": True, "dump_details": "/tmp/dump"}),
+    ("logging.dashboard_without_entropy", {"use_miles_dashboard": True},
+     {"use_miles_dashboard": True, "use_rollout_entropy": True}),
     ("batch.bshd", {"qkv_format": "bshd", "use_dynamic_batch_size": True,
                     "max_tokens_per_gpu": 128}, {"qkv_format": "bshd"}),
     ("batch.over_sampling_below_rbs", {"over_sampling_batch_size": 8},
@@ -336,3 +347,18 @@ def test_check_is_fast_enough_for_every_keystroke() -> None:
         check(cfg)
         samples.append(time.perf_counter() - start)
     assert statistics.median(samples) < 2e-3
+
+
+def test_dynamic_global_batch_size_gets_miles_message_and_its_multi_lora_exception() -> None:
+    """miles' assert text (arguments.py, miles_validate_args); multi-LoRA skips the assert."""
+    [issue] = [i for i in check(config(use_dynamic_global_batch_size=True)).issues
+               if i.code == "batch.dynamic_global_needs_dynamic"]
+    assert issue.level == "error"
+    assert issue.message.startswith(
+        "--use-dynamic-global-batch-size requires --use-dynamic-batch-size (with "
+        "--max-tokens-per-gpu): static micro-batching cannot guarantee dp_size * mb_group")
+    assert issue.flags == ("--use-dynamic-global-batch-size", "--use-dynamic-batch-size")
+    multi_lora = config(use_dynamic_global_batch_size=True, multi_lora_n_adapters=2)
+    assert "batch.dynamic_global_needs_dynamic" not in codes(multi_lora)
+    # Our engine refuses the flag too, but miles' own rule fires on its own, not hidden by it.
+    assert "engine.refused" in codes(config(use_dynamic_global_batch_size=True))

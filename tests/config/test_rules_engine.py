@@ -17,6 +17,8 @@ from .conftest import CPU_MACHINE, GPU_MACHINE
 from .test_rules import config
 
 NO_SGLANG_GPU = Machine(gpus=1, transformer_engine=False, sglang=False)
+# a Qwen2 config.json of the test config's shape (q/k/v biases, RoPE base 10000)
+TINY_QWEN2 = str(Path(__file__).parents[1] / "fixtures" / "hf_tiny_qwen2")
 
 # (code, machine, changes that trip it, changes that pass it)
 CASES: list[tuple[str, Machine, dict[str, Any], dict[str, Any]]] = [
@@ -27,6 +29,13 @@ CASES: list[tuple[str, Machine, dict[str, Any], dict[str, Any]]] = [
     ("engine.context_parallel", GPU_MACHINE,
      {"context_parallel_size": 2, "actor_num_gpus_per_node": 2},
      {"context_parallel_size": 1, "actor_num_gpus_per_node": 2}),
+    ("engine.sequence_parallel_without_tp", GPU_MACHINE,
+     {"sequence_parallel": True, "actor_num_gpus_per_node": 2},
+     {"sequence_parallel": True, "tensor_model_parallel_size": 2,
+      "actor_num_gpus_per_node": 2}),
+    ("engine.allgather_cp_without_cp", GPU_MACHINE,
+     {"allgather_cp": True, "actor_num_gpus_per_node": 2},
+     {"allgather_cp": True, "context_parallel_size": 2, "actor_num_gpus_per_node": 2}),
     ("engine.lr_wsd", CPU_MACHINE, {"lr_decay_style": "WSD"}, {"lr_decay_style": "cosine"}),
     ("engine.lr_decay_unknown_length", CPU_MACHINE,
      {"lr_decay_style": "cosine", "num_rollout": None, "num_epoch": 1},
@@ -34,11 +43,29 @@ CASES: list[tuple[str, Machine, dict[str, Any], dict[str, Any]]] = [
     ("engine.position_embedding", CPU_MACHINE,
      {"use_rotary_position_embeddings": False, "position_embedding_type": "mrope"},
      {"use_rotary_position_embeddings": False, "position_embedding_type": "learned_absolute"}),
+    ("engine.rope_scaling_without_rope", CPU_MACHINE,
+     {"use_rope_scaling": True, "use_rotary_position_embeddings": False,
+      "position_embedding_type": "learned_absolute"}, {"use_rope_scaling": True}),
+    ("engine.rope_scaling_factor", CPU_MACHINE,
+     {"use_rope_scaling": True, "rotary_scaling_factor": 0.5},
+     {"use_rope_scaling": True, "rotary_scaling_factor": 32.0}),
+    ("engine.rope_scaling_factor_unused", CPU_MACHINE, {"rotary_scaling_factor": 32.0},
+     {"rotary_scaling_factor": 32.0, "use_rope_scaling": True}),
+    ("engine.qkv_bias_with_qk_norm", CPU_MACHINE, {"add_qkv_bias": True, "qk_layernorm": True},
+     {"add_qkv_bias": True}),
+    ("engine.hf_config_mismatch", CPU_MACHINE,
+     {"model_init": None, "hf_checkpoint": TINY_QWEN2},
+     {"model_init": None, "hf_checkpoint": TINY_QWEN2, "add_qkv_bias": True}),
+    ("engine.fast_decoder_no_bias", NO_SGLANG_GPU,
+     {"add_qkv_bias": True, "rollout_backend": "hf"}, {"rollout_backend": "hf"}),
     ("engine.rm_type", CPU_MACHINE, {"rm_type": "dapo"}, {"rm_type": "boxed_math"}),
     ("engine.sglang_missing", NO_SGLANG_GPU, {"rollout_backend": "sglang"},
      {"rollout_backend": "hf"}),
     ("engine.sglang_needs_cuda", CPU_MACHINE, {"rollout_backend": "sglang"},
      {"rollout_backend": "hf"}),
+    ("engine.seq_length_unbounded", CPU_MACHINE,
+     {"seq_length": 64, "rollout_max_prompt_len": 50, "rollout_max_response_len": 100},
+     {"seq_length": 64, "rollout_max_context_len": 64, "rollout_max_prompt_len": 50}),
     ("engine.bridge_missing", CPU_MACHINE, {"megatron_to_hf_mode": "bridge"},
      {"megatron_to_hf_mode": "raw"}),
     ("engine.backend_auto", CPU_MACHINE, {"rollout_backend": "auto"}, {"rollout_backend": "hf"}),
@@ -105,16 +132,19 @@ def test_command_only_flags_are_one_warning_naming_each() -> None:
     assert BY_DEST["tool_key"].engine.reason in warning.message
 
 
-def test_context_parallel_says_why_here_and_what_runs_instead() -> None:
+def test_context_parallel_runs_and_says_how_it_splits() -> None:
+    """CP is no longer refused: an info says how rows are cut and what the token budget
+    counts; TP x PP x CP must still divide the world (miles' rule, kept)."""
     values = {"context_parallel_size": 2, "actor_num_gpus_per_node": 4,
-              "pipeline_model_parallel_size": 2}
-    here = next(i for i in check(config(**values), CPU_MACHINE).errors
-                if i.code == "engine.context_parallel")
-    assert "not importable here" in here.message
-    assert "--context-parallel-size 1 (world 4 = TP1 x PP2 -> DP 2" in here.fix
-    with_te = next(i for i in check(config(**values), GPU_MACHINE).errors
-                   if i.code == "engine.context_parallel")
-    assert "transformer-engine is importable here" in with_te.message
+              "pipeline_model_parallel_size": 2, "use_dynamic_batch_size": True,
+              "max_tokens_per_gpu": 1024}
+    report = check(config(**values), GPU_MACHINE)
+    assert report.ok, report.errors
+    info = next(i for i in report.infos if i.code == "engine.context_parallel")
+    assert "multiple of 4 tokens" in info.message and "chunks r and 3-r" in info.message
+    assert "--max-tokens-per-gpu 1024 counts the tokens one CP rank holds" in info.message
+    odd = check(config(**{**values, "actor_num_gpus_per_node": 6}), GPU_MACHINE)
+    assert "parallel.world_size_not_divisible" in odd.codes("error")
 
 
 def test_gpus_missing_names_both_numbers() -> None:

@@ -60,7 +60,8 @@ def test_flags_are_well_formed() -> None:
 def test_own_flags_live_in_ppodeck_group() -> None:
     own = {f.name for f in FLAGS if f.own}
     assert own == {"--rollout-backend", "--ray-address", "--run-dir", "--synthetic-task",
-                   "--synthetic-num-prompts", "--model-init", "--max-prompt-len"}
+                   "--synthetic-num-prompts", "--model-init", "--max-prompt-len",
+                   "--samples-per-rollout"}
     assert all(BY_NAME[n].group == "ppodeck" for n in own)
     assert BY_NAME["--rollout-backend"].default == "auto"
     assert BY_NAME["--ray-address"].default is None

@@ -191,7 +191,8 @@ def test_report_lines_name_each_section() -> None:
     assert "model qwen2.5-0.5B: built-in table" in text_lines
     assert "$CKPT" in text_lines and "CKPT is not defined" in text_lines
     assert "--attention-backend" in text_lines  # command-only
-    assert "--add-qkv-bias" in text_lines  # refused: Qwen2.5's qkv bias
+    assert "--add-qkv-bias" in text_lines  # Qwen2.5's qkv bias: honoured, so not refused
+    assert "refused by PPO Deck's engine (0)" in text_lines
 
 
 def test_an_unclosed_quote_keeps_its_last_character_whole() -> None:
@@ -240,3 +241,15 @@ def test_non_ascii_text_is_read_as_written() -> None:
     broken = import_script('python3 train.py --wandb-group "caf\u00e9\n', env={})
     problems = [i.message for i in broken.issues if i.code == "command.syntax_error"]
     assert problems and any("caf\u00e9" in m for m in problems), problems
+
+
+def test_flags_of_other_programs_are_not_train_flags() -> None:
+    text = ("hf download Qwen/Qwen3-0.6B --local-dir /m/Qwen3-0.6B\n"
+            "srun --nodes 2 --ntasks-per-node 1 python3 \"$TRAIN\" --lr 1e-6\n")
+    report = import_script(text, env={})
+    assert report.config.values == {"lr": 1e-6} and report.config.passthrough == ()
+    other = next(i for i in report.issues if i.code == "command.other_programs")
+    assert "hf download (<pasted>:1)" in other.message
+    assert "srun's own flags (<pasted>:2)" in other.message
+    with_train = import_script("srun --nodes 2 python3 train.py --lr 2e-6\n", env={})
+    assert with_train.config.values == {"lr": 2e-6}

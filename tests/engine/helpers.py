@@ -12,13 +12,15 @@ from engine.presets import load_preset, resolve_preset
 from engine.rundir import RunDir, read_status
 
 
-def run_preset(tmp_path: Path, preset: str, timeout: float, **overrides: Any
+def run_preset(tmp_path: Path, preset: str, timeout: float,
+               env: dict[str, str] | None = None, **overrides: Any
                ) -> tuple[RunDir, dict[str, Any], list[dict[str, Any]]]:
+    """`env`: extra variables for the driver (and so its Ray workers)."""
     config = resolve_preset(load_preset(preset)).with_values(**overrides)
     rundir = prepare_run(config, preset, run_dir=tmp_path / "run")
     env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "RAY_TMPDIR": os.environ.get("RAY_TMPDIR", "/tmp")}
+           "RAY_TMPDIR": os.environ.get("RAY_TMPDIR", "/tmp"), **(env or {})}
     proc = start_driver(rundir, env=env)
     try:
         proc.wait(timeout=timeout)

@@ -170,3 +170,41 @@ def test_init_is_split_into_its_steps_in_the_drivers_order(tiny_run):
     logs = [e["msg"] for e in events if e["kind"] == "log"]
     assert any(m.startswith("compile caches kept between runs: TORCHINDUCTOR_CACHE_DIR=")
                for m in logs)
+
+
+def test_every_rollouts_samples_are_kept_with_consistent_per_token_numbers(tiny_run):
+    """samples/rollout_<id>.jsonl for every rollout, every sample (issue #34): each reward is
+    the task's score of the response shown; with gamma = lambda = 1 and no reward-level KL
+    every token's return is the sample's reward and its raw advantage return - value; the
+    critic-only warmup (rollout 0) has values and returns but no advantages or log-probs."""
+    import json
+
+    from engine.rollout.rewards import copy_digit_reward
+    from engine.samples import list_rollouts, read_samples
+
+    rundir, status, events = tiny_run
+    metadata = {row["prompt"]: row["metadata"] for row in map(
+        json.loads, (rundir.path / "data" / "copy-digit" / "train.jsonl").open())}
+    assert list_rollouts(rundir.path) == list(range(status["num_rollout"]))
+    raw_means = dict(metric_series(events, "rollout/raw_reward"))
+    for rollout_id in list_rollouts(rundir.path):
+        warnings: list[str] = []
+        records = read_samples(rundir.path, rollout_id, warnings)
+        assert not warnings and len(records) == 32 * 4
+        assert sorted(r.index for r in records) == list(range(128))
+        assert statistics.fmean(r.raw_reward for r in records) == \
+            pytest.approx(raw_means[rollout_id], abs=1e-9)
+        for r in records:
+            assert r.reward == r.raw_reward == copy_digit_reward(r.response, r.label,
+                                                                 metadata[r.prompt])
+            assert r.status in ("truncated", "completed")
+            assert r.status == "completed" or r.response_length == 6  # the max length
+            assert len(r.tokens) == len(r.token_ids) == r.response_length
+            assert r.returns == pytest.approx([r.reward] * r.response_length, abs=1e-6)
+            if rollout_id == 0:
+                assert r.advantages is None and r.log_probs is None and r.values is not None
+                continue
+            expected = [ret - v for ret, v in zip(r.returns, r.values, strict=True)]
+            assert r.advantages == pytest.approx(expected, abs=3e-6)
+            assert r.log_probs == pytest.approx(r.rollout_log_probs, abs=1e-3)
+            assert all(0.0 < e <= 3.47 for e in r.entropy)  # ln(32) = 3.466: 32-token vocab

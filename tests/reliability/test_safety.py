@@ -36,8 +36,9 @@ def fake_env(runs_dir: Path, isolated_config: Path, monkeypatch: pytest.MonkeyPa
 
 
 def _shared_preset(tmp: Path) -> Path:
-    # code named through passthrough: PPO Deck's engine refuses its own code flags
-    # (--custom-rm-path ...), but the listing and the consent still guard what reaches a run
+    # code named through passthrough (the engine refuses some code flags, such as
+    # --custom-generate-function-path), but the listing and the consent still guard what
+    # reaches a run; tests/reliability/test_reward_code_consent.py: the reward code it runs
     return helpers.write_preset(
         tmp / "team.toml", "",
         head='passthrough = ["--train-env-vars", \'{"LD_PRELOAD": "/opt/x.so"}\', '

@@ -7,7 +7,13 @@ import time
 import pytest
 import torch
 
-from engine.rollout.hf_backend import HFGenerator, cut_at_eos, left_pad, model_offloader
+from engine.rollout.hf_backend import (
+    HFGenerator,
+    cut_at_eos,
+    left_pad,
+    model_offloader,
+    row_limits,
+)
 from engine.train.model import ModelShape
 
 EOS, PAD = 1, 0
@@ -77,10 +83,27 @@ def test_responses_end_at_first_eos_or_are_truncated(generator: HFGenerator) -> 
 
 def test_cut_at_eos_keeps_eos_as_a_token() -> None:
     outs = cut_at_eos([[5, 1, 0, 0], [5, 6, 7, 8], [1, 0, 0, 0]],
-                      [[-1.0, -2.0, -3.0, -4.0]] * 3, eos_token_id=1, max_new_tokens=4)
+                      [[-1.0, -2.0, -3.0, -4.0]] * 3, eos_token_id=1, limits=[4, 4, 4])
     assert [o.response_ids for o in outs] == [[5, 1], [5, 6, 7, 8], [1]]
     assert [o.log_probs for o in outs] == [[-1.0, -2.0], [-1.0, -2.0, -3.0, -4.0], [-1.0]]
     assert [o.truncated for o in outs] == [False, True, False]
+
+
+def test_the_context_length_bounds_prompt_plus_response_per_row(generator) -> None:
+    """--rollout-max-context-len: each row stops where its prompt + response fills the context
+    (truncated), as SGLang's context length bounds it; without it, max_new_tokens alone."""
+    prompts = [[3, 4], [3, 4, 5, 6, 7, 8]]
+    assert row_limits(prompts, 6, None) == [6, 6]
+    assert row_limits(prompts, 6, 9) == [6, 3]
+    assert row_limits([[1] * 9], 6, 9) == [1]  # a full context still gets one token
+    generator.max_context_len = 9
+    try:
+        outs = generator.generate(prompts, n_samples=1, temperature=0.0, max_new_tokens=6,
+                                  eos_token_id=None, pad_token_id=0, seed=0)
+    finally:
+        generator.max_context_len = None
+    assert [len(o.response_ids) for o in outs] == [6, 3]
+    assert all(o.truncated for o in outs)
 
 
 def test_left_padding_gives_the_same_greedy_answers_as_one_by_one(generator) -> None:

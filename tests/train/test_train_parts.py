@@ -149,7 +149,11 @@ def test_settings_take_resolved_values_as_they_are() -> None:
 
 def test_check_refused_settings_are_asserted() -> None:
     with pytest.raises(AssertionError, match="check"):
-        TrainSettings.from_args("actor", tiny_args(context_parallel_size=2), 2, cuda=False)
+        TrainSettings.from_args("actor", tiny_args(lr_decay_style="WSD"), 2, cuda=False)
+    with pytest.raises(ValueError, match="TP\\*PP\\*CP=4"):
+        TrainSettings.from_args("actor", tiny_args(context_parallel_size=2,
+                                                   pipeline_model_parallel_size=2), 2,
+                                cuda=False)
 
 
 def test_storage_offload_frees_and_restores_through_views() -> None:

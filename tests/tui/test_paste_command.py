@@ -125,3 +125,25 @@ def test_the_report_marks_what_needs_a_look() -> None:
     assert _line_style("  refused by PPO Deck's engine (0): -") == "dim"
     assert _line_style("import report: run.sh") == "bold"
     assert _line_style("    --use-opsm: not implemented") == ""
+
+
+async def test_a_python_launcher_path_with_its_options_imports_as_python(
+        tui_env: Path) -> None:
+    launcher = Path(__file__).parents[1] / "config" / "launchers" / "prepare_steps.py"
+    app = PPODeckApp()
+    async with app.run_test(size=(140, 44)) as pilot:
+        screen = await _import(pilot, app, name=f"{launcher} --model-nme Qwen3-1.7B")
+        assert "could not import: --model-nme is not a field of the launcher's ScriptArgs" in str(
+            screen.query_one("#paste-report").render())
+        screen.query_one("#paste-name", Input).value = f"{launcher} --model-name Qwen3-1.7B"
+        await pilot.press("ctrl+y")
+        await pilot.pause()
+        report = screen.imported
+        assert report is not None and report.language == "python"
+        assert report.config.get("hf_checkpoint") == "/cache/models/Qwen3-1.7B"  # the option
+        assert "read as a Python launcher" in str(screen.query_one("#paste-report").render())
+        await pilot.click("#open")
+        await wait_until(pilot, lambda: isinstance(app.screen, EditScreen))
+        saved = app.screen._toml("from-launcher", "", "")
+    assert 'hf-checkpoint = "Qwen/Qwen3-1.7B"' in saved  # [provenance.sources], for prepare
+    assert "prepare_steps.py:" in saved  # each flag's line

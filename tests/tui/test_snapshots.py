@@ -79,3 +79,21 @@ def test_runs_list(snap_compare, size, recorded_run: Path) -> None:
         await settled(RunsScreen, lambda s: bool(s.runs))(pilot)
 
     assert snap_compare(PPODeckApp(now=T_END + 60), terminal_size=size, run_before=open_runs)
+
+
+@SIZES
+def test_samples_view(snap_compare, size, recorded_run: Path) -> None:
+    from app.tui.screens.samples import SamplesScreen
+    from tests.fixtures.make_samples import write_run
+
+    write_run(recorded_run, rollouts=3, samples=16)
+
+    async def open_samples(pilot) -> None:
+        await settled(MonitorScreen, lambda s: s.tail_ended is not None)(pilot)
+        await pilot.press("a")
+        await settled(SamplesScreen, lambda s: s.loaded is not None)(pilot)
+        await pilot.press("down", "tab", "right", "right")  # sample 1, its third token
+        await pilot.pause()
+
+    assert snap_compare(PPODeckApp(attach=str(recorded_run)), terminal_size=size,
+                        run_before=open_samples)

@@ -455,8 +455,11 @@ class EditScreen(Screen[None]):
         from engine.presets import config_to_toml
         from engine.run_secrets import without_secrets
 
+        sources = self.imported.sources if self.imported is not None and self.preset is None \
+            else {}  # a Python launcher's prepare() downloads, for `ppodeck prepare`
         text = config_to_toml(without_secrets(self.config), name=name, description=description,
-                              header_comment=header)
+                              header_comment=header,
+                              provenance={"sources": dict(sources)} if sources else None)
         if self.imported is None:
             return text
         from engine.presets import with_flag_comments

@@ -7,6 +7,7 @@ into RunState and hands the results down to the widgets.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from pathlib import Path
@@ -98,8 +99,10 @@ Reads the run directory only: closing this screen never stops the run.
 - Timeline: one bar per rollout in miles order (gen, rollout offload, critic, actor, save,
   weight sync, rollout onload).
 
-Keys: `1` `2` `3` switch views on small terminals, `x` stops the run, `r` lists runs, `s`
-saves a screenshot (SVG) into the run directory (the current directory for a replay).
+Keys: `1` `2` `3` switch views on small terminals, `x` stops the run, `a` opens the run's
+samples (each rollout's responses with per-token advantage, value, return, log-probs), `r`
+lists runs, `s` saves a screenshot (SVG) into the run directory (the current directory for a
+replay).
 """
 
 
@@ -109,6 +112,7 @@ class MonitorScreen(Screen[None]):
         Binding("2", "view('gpu')", "GPU", show=False),
         Binding("3", "view('timeline')", "Timeline", show=False),
         Binding("x", "app.stop_run", "Stop run"),
+        Binding("a", "samples", "Samples"),
         Binding("s", "screenshot", "Screenshot"),
         Binding("r", "app.open_runs", "Runs"),
         Binding("escape", "app.back", "Back"),
@@ -132,7 +136,20 @@ class MonitorScreen(Screen[None]):
     def title_text(self) -> str:
         if self.replay is not None:
             return f"replay of {self.replay}"
-        return self.run_dir.name if self.run_dir is not None else ""
+        return self.run_dir.name + self._engine_note if self.run_dir is not None else ""
+
+    @functools.cached_property
+    def _engine_note(self) -> str:
+        """Which engine the run is: miles' own (a dump PPO Deck watches or launched)."""
+        from engine.miles_run import dump_of, is_driven
+        from engine.rundir import RunDir
+
+        rundir = RunDir(self.run_dir) if self.run_dir is not None else None
+        dump = dump_of(rundir) if rundir is not None else None
+        if dump is None:
+            return ""
+        how = "launched by PPO Deck" if is_driven(rundir) else "watched, read-only"
+        return f"  ·  engine: miles ({how}; dump {dump})"
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
@@ -201,6 +218,14 @@ class MonitorScreen(Screen[None]):
             self.notify(f"could not save a screenshot in {where}: {exc}", severity="error")
             return
         self.notify(f"saved {path}", title="screenshot")
+
+    def action_samples(self) -> None:
+        if self.run_dir is None:
+            self.notify("a replay has no samples: attach a run directory", severity="warning")
+            return
+        from app.tui.screens.samples import SamplesScreen
+
+        self.app.push_screen(SamplesScreen(self.run_dir))
 
     def action_view(self, view_id: str) -> None:
         tabs = self.query_one(ViewTabs)

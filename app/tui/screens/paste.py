@@ -5,8 +5,10 @@ report in place (what was resolved and from where, what stayed unresolved with i
 command-only and refused flags); Open in editor then edits the imported config, and a preset
 saved from it keeps the script's name and line for each flag as a comment. The optional name
 labels pasted text in the report and those comments; a path there, with the box left empty,
-reads the file itself (so a `source` of a file beside it resolves). The pasted text stays in
-the box until the dialog closes, so nothing typed is lost by a second try.
+reads the file itself (so a `source` of a file beside it resolves). A miles Python launcher
+(`run_*.py`) is read as Python, never run; its own options follow its path there, as they would
+on its command line (`run_qwen3_4b.py --model-name Qwen3-0.6B`). The pasted text stays in the
+box until the dialog closes, so nothing typed is lost by a second try.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ if TYPE_CHECKING:
     from engine.config.issues import Issue
     from engine.config.script_import import ImportReport
 
-PLACEHOLDER = "paste a miles launch script or `python3 train.py ...` here, then ctrl+y"
-NAME_PLACEHOLDER = "optional: the script's name (for the report and the comments), or its path"
+PLACEHOLDER = ("paste a miles launch script, a Python launcher (run_*.py) or `python3 train.py "
+               "...` here, then ctrl+y")
+NAME_PLACEHOLDER = ("optional: the script's name (for the report and the comments), or its path "
+                    "(a run_*.py path may be followed by its options)")
 LEVEL_STYLES = {"error": "bold red", "warning": "yellow", "info": "dim"}
 _COUNT = re.compile(r"\((\d+)\)")
 LISTED_ABOVE = {"command.unresolved_variable"}  # "unresolved" lists each, with its line
@@ -117,10 +121,15 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
         if source is None:
             return
         text, path, name = source
+        from engine.config.py_launcher import LauncherError
         from engine.config.script_import import import_script
 
         try:
-            report = import_script(text, env=dict(os.environ), path=path, name=name)
+            report = import_script(text, env=dict(os.environ), path=path, name=name,
+                                   overrides=self._launcher_args())
+        except LauncherError as exc:  # an override that does not fit the launcher's fields
+            self._show(f"could not import: {exc}")
+            return
         except Exception as exc:  # noqa: BLE001 - a parser bug must not take the TUI down
             self._show(f"could not import: {type(exc).__name__}: {exc}")
             return
@@ -132,10 +141,26 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
         open_button.disabled = False
         open_button.focus()
 
+    def _name_field(self) -> tuple[str | None, list[str]]:
+        """The name field: a name or path, and after a launcher's path, its own options."""
+        value = self.query_one("#paste-name", Input).value.strip()
+        first, _, rest = value.partition(" ")
+        if rest.strip() and first.endswith(".py") and Path(first).expanduser().is_file():
+            import shlex
+
+            try:
+                return first, shlex.split(rest)
+            except ValueError:
+                return first, rest.split()
+        return value or None, []
+
+    def _launcher_args(self) -> list[str] | None:
+        return self._name_field()[1] or None
+
     def _source(self) -> tuple[str, Path | None, str | None] | None:
         """(script text, its file when read from one, its name) or None after saying why."""
         box = self.query_one("#paste-text", TextArea)
-        name = self.query_one("#paste-name", Input).value.strip() or None
+        name = self._name_field()[0]
         path = Path(name).expanduser() if name else None
         if path is not None and path.is_file() and not box.text.strip():
             try:

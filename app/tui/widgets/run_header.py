@@ -13,7 +13,8 @@ from engine.vocabulary import State
 STATE_STYLES = {
     State.RUNNING: "bold green", State.STARTING: "bold yellow", State.STOPPING: "bold yellow",
     State.CREATED: "yellow", State.SUCCEEDED: "bold cyan", State.FAILED: "bold red",
-    State.LOST: "bold red", State.STOPPED: "bold magenta", "replay": "bold blue",
+    State.LOST: "bold red", State.STOPPED: "bold magenta", State.ENDED: "bold cyan",
+    "replay": "bold blue",
 }
 
 

@@ -1,0 +1,78 @@
+"""An HF checkpoint's config.json as the Megatron model flags it implies (light: json only).
+
+check() compares them with the run's flags (rules_engine): a RoPE base, q/k/v biases or rope
+scaling that differ from the checkpoint's change no tensor shape, so nothing downstream would
+notice, and the trainer (built from the flags) and an SGLang rollout (built from this file)
+would run different networks. engine/train/convert.py's shape_from_hf_config reads the same
+fields through transformers at run time; this reader serves the keystroke-fast check.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+# the model types engine/train/convert.py converts
+MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
+
+def hf_checkpoint_flags(checkpoint: str | None) -> dict[str, Any] | None:
+    """flag dest -> value implied by `checkpoint`/config.json; None when there is no readable
+    config.json of a model type the engine converts (other rules and the run report those)."""
+    if not checkpoint:
+        return None
+    path = os.path.join(os.path.expanduser(checkpoint), "config.json")
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return _read(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _read(path: str, mtime_ns: int, size: int) -> dict[str, Any] | None:  # noqa: ARG001 - key
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or config.get("model_type") not in MODEL_TYPES:
+        return None
+    try:
+        return _flags(config)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None  # a malformed config: the run's own reader names what is wrong
+
+
+def _flags(config: dict[str, Any]) -> dict[str, Any]:
+    heads = int(config["num_attention_heads"])
+    rope = _rope(config)
+    scaled = rope.get("rope_type", rope.get("type", "default")) == "llama3"
+    flags = {
+        "num_layers": int(config["num_hidden_layers"]),
+        "hidden_size": int(config["hidden_size"]),
+        "ffn_hidden_size": int(config["intermediate_size"]),
+        "num_attention_heads": heads,
+        "num_query_groups": int(config.get("num_key_value_heads") or heads),
+        "kv_channels": int(config.get("head_dim") or int(config["hidden_size"]) // heads),
+        "vocab_size": int(config["vocab_size"]),
+        "rotary_base": float(rope.get("rope_theta", 10000.0)),
+        "qk_layernorm": config["model_type"] == "qwen3",
+        "add_qkv_bias": config["model_type"] == "qwen2",
+        "use_rope_scaling": scaled,
+    }
+    if scaled:
+        flags["rotary_scaling_factor"] = float(rope["factor"])
+    return flags
+
+
+def _rope(config: dict[str, Any]) -> dict[str, Any]:
+    """transformers 5 writes rope_parameters; older files rope_theta and rope_scaling."""
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and params:
+        return params
+    scaling = config.get("rope_scaling")
+    return {**(scaling if isinstance(scaling, dict) else {}),
+            "rope_theta": config.get("rope_theta", 10000.0)}

@@ -1,0 +1,388 @@
+"""Run miles itself: its train.py with the preset's argv, watched like any run (LIGHT at import).
+
+`ppodeck run PRESET --engine miles --miles-root DIR` makes a run directory as for our engine,
+then starts a supervisor (`python -m engine.miles_launch supervise --run-dir D`, its own
+process group, the pid in status.json) that does what miles' launchers do
+(miles/utils/external_utils/command_utils.py execute_train): a Ray head (a private one on
+127.0.0.1, or the cluster given with --submit), then `python3 <miles root>/train.py ARGV` as a
+Ray job with miles' runtime_env. ARGV is `ppodeck command`'s (secrets unmasked), plus
+`--dump-details <run dir>/miles --use-miles-dashboard` unless the preset sets them; the run
+directory then watches that dump (engine/miles_run.py) while the supervisor keeps it current,
+copies the job's log into driver.log and records the job's end as the run's state. Ctrl-C,
+`ppodeck stop` (SIGINT to the supervisor) stop the job through the Jobs API.
+
+With --submit the dump is written on the cluster: the run directory must be on storage the
+cluster sees at the same path for the run to be watched (the launcher says so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.miles_run import DUMP_SUBDIR, register, sync
+from engine.rundir import RunDir, read_status, update_status, write_status
+from engine.vocabulary import FINAL_STATES, State
+
+if TYPE_CHECKING:
+    from engine.config import RunConfig
+    from engine.config.rules_engine import Machine
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PYTHON_ENV = "PPODECK_MILES_PYTHON"  # the cluster's Python for train.py (miles: python3)
+MEGATRON_ENV = "PPODECK_MEGATRON_PATH"
+TEST_GPUS_ENV = "PPODECK_TEST_RAY_GPUS"  # engine/driver/cluster.py's test-only switch
+LAUNCH_FILE = "miles_launch.json"  # what the supervisor runs (no secret values in it)
+TERMINAL = {"SUCCEEDED": State.SUCCEEDED, "FAILED": State.FAILED, "STOPPED": State.STOPPED}
+POLL_S = 1.0
+# variables miles' execute_train passes through to the job when they are set
+PASSED_THROUGH = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG", "NCCL_DEBUG_FILE")
+
+
+class MilesLaunchError(Exception):
+    """str() is the user-facing message, with a fix."""
+
+
+# ------------------------------------------------------------------------ the command and env
+
+
+def check_miles_root(miles_root: Path) -> Path:
+    root = Path(miles_root).expanduser().resolve()
+    if not (root / "train.py").is_file():
+        raise MilesLaunchError(f"--miles-root {miles_root}: no train.py there. Fix: pass the "
+                               "root of a miles checkout (the directory holding train.py).")
+    return root
+
+
+def miles_argv(config: RunConfig, rundir: RunDir, *, show_secrets: bool = True
+               ) -> tuple[list[str], list[str], list[str]]:
+    """(train.py's argv, the flags added for watching, PPO Deck's own flags left out).
+
+    The argv is `ppodeck command`'s (paths expanded); flags PPO Deck adds itself (schema
+    `own`) mean nothing to miles' argparse and are left out, and said so; secrets in
+    SECRET_ENV travel as environment variables instead (secret_job_env).
+    """
+    from engine.config import BY_DEST, to_argv
+
+    own = [dest for dest, flag in BY_DEST.items() if flag.own and config.is_set(dest)]
+    kept = config.with_values(**{dest: None for dest in own + list(SECRET_ENV)})
+    argv = to_argv(kept, show_secrets=show_secrets, expand_paths=True)
+    added: list[str] = []
+    if not config.is_set("dump_details"):
+        added += ["--dump-details", str(rundir.path.resolve() / DUMP_SUBDIR)]
+    if not config.get("use_miles_dashboard"):
+        added.append("--use-miles-dashboard")
+    return argv + added, added, [BY_DEST[d].name for d in own]
+
+
+# secret flags that reach miles as the variable its library reads instead of on the command
+# line (a job's entrypoint shows in driver.log and in Ray's job list): wandb.login() without a
+# key reads WANDB_API_KEY
+SECRET_ENV = {"wandb_key": "WANDB_API_KEY"}
+
+
+def secret_job_env(config: RunConfig) -> dict[str, str]:
+    return {var: str(config.get(dest)) for dest, var in SECRET_ENV.items()
+            if config.is_set(dest)}
+
+
+def dump_dir(config: RunConfig, rundir: RunDir) -> Path:
+    """Where miles will write its dump: the preset's --dump-details, else the run's miles/."""
+    from engine.config.resolve import expand_path
+
+    if config.is_set("dump_details"):
+        return Path(expand_path(str(config.get("dump_details")))).expanduser().resolve()
+    return rundir.path.resolve() / DUMP_SUBDIR
+
+
+def megatron_path(environ: Mapping[str, str], miles_root: Path) -> str | None:
+    """$PPODECK_MEGATRON_PATH, else a Megatron-LM checkout next to miles' (miles' layout)."""
+    if environ.get(MEGATRON_ENV):
+        return environ[MEGATRON_ENV]
+    sibling = miles_root.parent / "Megatron-LM"
+    return str(sibling) if sibling.is_dir() else None
+
+
+def runtime_env_vars(miles_root: Path, config: RunConfig, environ: Mapping[str, str],
+                     has_nvlink: bool) -> dict[str, str]:
+    """The variables miles' execute_train gives the job (spec: its runtime_env table)."""
+    master = environ.get("MASTER_ADDR", "127.0.0.1")
+    env = {"PYTHONUNBUFFERED": "1"}
+    if config.get("train_backend") != "fsdp":
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    env["NCCL_NVLS_ENABLE"] = environ.get("NCCL_NVLS_ENABLE") or str(int(has_nvlink))
+    env.update({k: environ[k] for k in PASSED_THROUGH if k in environ})
+    env["no_proxy"] = f"127.0.0.1,{master}"
+    env["MASTER_ADDR"] = master
+    megatron = megatron_path(environ, miles_root)
+    paths = [str(miles_root), *([megatron] if megatron else []),
+             *[p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def has_nvlink() -> bool:
+    """What miles probes with `nvidia-smi topo -m` (NV links between GPUs)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
+                             timeout=20, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return any(word.startswith("NV") and word[2:].isdigit() for word in out.split())
+
+
+def entrypoint(miles_root: Path, argv: list[str], environ: Mapping[str, str]) -> str:
+    python = environ.get(PYTHON_ENV) or "python3"
+    return shlex.join([python, str(miles_root / "train.py"), *argv])
+
+
+def launch_machine(submit: str | None) -> Machine:
+    """The machine check() judges a miles launch against: this one; with --submit the
+    cluster's GPUs count (checked when the job starts there), so none are missing here.
+    PPODECK_TEST_RAY_GPUS (tests only) declares the GPUs a private Ray head offers."""
+    from dataclasses import replace
+
+    from engine.config.rules_engine import this_machine
+
+    machine = this_machine()
+    declared = os.environ.get(TEST_GPUS_ENV, "")
+    if submit is not None:
+        return replace(machine, gpus=max(machine.gpus, 1 << 20))
+    if declared.isdigit() and int(declared) > 0:
+        return replace(machine, gpus=int(declared))
+    return machine
+
+
+# ------------------------------------------------------------------------------- the launcher
+
+
+def prepare(rundir: RunDir, config: RunConfig, miles_root: Path, submit: str | None
+            ) -> dict[str, Any]:
+    """Record what the supervisor runs: LAUNCH_FILE, command.txt, source.json (the dump)."""
+    from engine.config import BY_DEST
+
+    argv, added, dropped = miles_argv(config, rundir, show_secrets=False)
+    shown = entrypoint(miles_root, argv, os.environ)
+    launch = {"miles_root": str(miles_root), "submit": submit, "added": added,
+              "dropped": dropped, "secret_dests": [d for d, f in BY_DEST.items()
+                                                   if f.secret and config.is_set(d)],
+              "secret_env": sorted(secret_job_env(config))}
+    (rundir.path / LAUNCH_FILE).write_text(json.dumps(launch, indent=2) + "\n")
+    rundir.command_txt.write_text(shown + "\n")
+    register(dump_dir(config, rundir), driven=True, rundir=rundir)
+    write_status(rundir, engine="miles")
+    return launch
+
+
+def start_supervisor(rundir: RunDir, env: Mapping[str, str] | None = None
+                     ) -> subprocess.Popen[bytes]:
+    """The supervisor in its own process group; `env` (the secrets) adds to this environment."""
+    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    argv = [sys.executable, "-m", "engine.miles_launch", "supervise", "--run-dir",
+            str(rundir.path.resolve())]
+    with open(rundir.driver_log, "ab") as log:
+        popen = subprocess.Popen(argv, cwd=REPO_ROOT, env=child_env, stdin=subprocess.DEVNULL,
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def started(status: dict[str, Any]) -> dict[str, Any]:
+        state = State.STARTING if status.get("state") in (None, State.CREATED) else \
+            status["state"]
+        return {**status, "state": state, "pid": popen.pid, "pgid": popen.pid,
+                "host": socket.gethostname(), "started": time.time(), "ended": None}
+
+    update_status(rundir, started)
+    return popen
+
+
+# ----------------------------------------------------------------------------- the supervisor
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.requested = 0
+
+    def handle(self, signum: int, frame: object) -> None:
+        self.requested += 1
+
+
+def supervise(rundir: RunDir) -> int:
+    """Start the head (or join --submit's cluster), run train.py as a Ray job, watch it."""
+    from engine.presets import config_from_toml
+    from engine.run_secrets import restore_secrets
+
+    launch = json.loads((rundir.path / LAUNCH_FILE).read_text())
+    config: RunConfig = restore_secrets(
+        config_from_toml(rundir.config_toml.read_text(), rundir.config_toml))
+    miles_root = Path(launch["miles_root"])
+    argv, _, _ = miles_argv(config, rundir)
+    stop = _Stop()
+    signal.signal(signal.SIGINT, stop.handle)
+    signal.signal(signal.SIGTERM, stop.handle)
+    address = launch.get("submit")
+    private = address is None
+    try:
+        if private:
+            write_status(rundir, state=State.STARTING, detail="starting a private Ray head")
+            address = _private_head(rundir)
+        env = runtime_env_vars(miles_root, config, os.environ, has_nvlink())
+        print(f"miles job env: {json.dumps(env)}", flush=True)  # before the secrets join it
+        env.update(secret_job_env(config))
+        return _run_job(rundir, address, entrypoint(miles_root, argv, os.environ), env, stop,
+                        private)
+    except Exception as exc:  # noqa: BLE001 - whatever failed, the run says it and why
+        write_status(rundir, state=State.FAILED, ended=time.time(),
+                     detail=f"miles run did not start: {type(exc).__name__}: {exc}")
+        print(f"miles run did not start: {exc!r}", flush=True)
+        return 1
+    finally:
+        sync(rundir, final=True)  # train.py has exited: its last rollout is complete
+        if private:
+            _stop_private_head()
+
+
+def _private_head(rundir: RunDir) -> str:
+    """A Ray head of this run only, on 127.0.0.1 with every visible GPU and the Jobs API."""
+    import tempfile
+
+    import ray
+
+    from engine.driver.cluster import declared_test_gpus, loopback_only
+    from engine.machine import visible_gpus
+    from engine.ports import free_port
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    loopback_only()
+    port = free_port()
+    temp_dir = tempfile.mkdtemp(prefix="ppdm-", dir="/tmp")  # short: socket paths live here
+    ray.init(address="local", num_gpus=declared_test_gpus() or visible_gpus(),
+             include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=port,
+             _node_ip_address="127.0.0.1", _temp_dir=temp_dir)
+    write_status(rundir, ray_head=f"http://127.0.0.1:{port}")
+    _HEAD_TEMP_DIRS.append(temp_dir)
+    return f"http://127.0.0.1:{port}"
+
+
+_HEAD_TEMP_DIRS: list[str] = []
+
+
+def _stop_private_head() -> None:
+    import shutil
+
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    for temp_dir in _HEAD_TEMP_DIRS:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _run_job(rundir: RunDir, address: str, command: str, env: dict[str, str], stop: _Stop,
+             private: bool) -> int:
+    from engine.jobs import client
+
+    # (again) after ray.init, which installs handlers of its own
+    signal.signal(signal.SIGINT, stop.handle)
+    signal.signal(signal.SIGTERM, stop.handle)
+    jobs = _wait_for_jobs_api(address) if private else client(address)
+    _submit(jobs, rundir, command, env)
+    write_status(rundir, state=State.RUNNING, miles_job={
+        "address": address, "submission_id": rundir.id, "private_head": private},
+                 detail=f"miles train.py running as Ray job {rundir.id} at {address}")
+    written = 0
+    asked_to_stop = 0
+    while True:
+        status = str(jobs.get_job_status(rundir.id)).rsplit(".", 1)[-1]
+        written = _copy_log(rundir, jobs.get_job_logs(rundir.id), written)
+        sync(rundir)
+        if status in TERMINAL:
+            return _finish(rundir, jobs, status)
+        if stop.requested > asked_to_stop:
+            asked_to_stop = stop.requested
+            jobs.stop_job(rundir.id)
+            update_status(rundir, _mark_stopping)
+        time.sleep(POLL_S)
+
+
+def _wait_for_jobs_api(address: str, timeout: float = 120.0) -> Any:  # noqa: ANN401
+    from engine.jobs import JobError, client
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            jobs = client(address)
+            jobs.list_jobs()
+            return jobs
+        except (JobError, ConnectionError, RuntimeError) as exc:
+            if time.monotonic() > deadline:
+                raise MilesLaunchError(f"the private Ray head's Jobs API at {address} did not "
+                                       f"answer in {timeout:.0f} s: {exc}") from exc
+            time.sleep(0.5)
+
+
+def _submit(jobs: Any, rundir: RunDir, command: str, env: dict[str, str],  # noqa: ANN401
+            timeout: float = 120.0) -> None:
+    """submit_job, retried while the head's job agent is still starting ("No available agent
+    to submit job, please try again later", Ray's own words)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            jobs.submit_job(entrypoint=command, submission_id=rundir.id,
+                            runtime_env={"env_vars": env},
+                            metadata={"ppodeck_run": rundir.id, "ppodeck_engine": "miles"})
+            return
+        except RuntimeError as exc:
+            if "try again" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def _copy_log(rundir: RunDir, logs: str, written: int) -> int:
+    if len(logs) > written:
+        with open(rundir.driver_log, "a") as out:
+            out.write(logs[written:])
+    return max(written, len(logs))
+
+
+def _mark_stopping(status: dict[str, Any]) -> dict[str, Any]:
+    if status.get("state") in FINAL_STATES:
+        return status
+    return {**status, "state": State.STOPPING,
+            "detail": "stop requested: the Ray job is being stopped"}
+
+
+def _finish(rundir: RunDir, jobs: Any, job_status: str) -> int:  # noqa: ANN401
+    info = jobs.get_job_info(rundir.id)
+    # the first line: Ray appends the job's last log lines, which driver.log already holds
+    message = (getattr(info, "message", "") or "").strip().splitlines()[:1]
+    message = message[0].rstrip(",") if message else ""
+    state = TERMINAL[job_status]
+    detail = {State.SUCCEEDED: "miles train.py finished",
+              State.STOPPED: "stopped at the user's request"}.get(state, "miles train.py failed")
+    write_status(rundir, state=state, ended=time.time(),
+                 detail=f"{detail}: {message}" if message else detail)
+    read_status(rundir)
+    return 0 if state == State.SUCCEEDED else 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m engine.miles_launch")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_cmd = sub.add_parser("supervise", help="run miles' train.py for a run directory")
+    run_cmd.add_argument("--run-dir", required=True)
+    ns = parser.parse_args(argv)
+    return supervise(RunDir(Path(ns.run_dir)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

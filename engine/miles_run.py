@@ -1,0 +1,661 @@
+"""A miles `--dump-details` directory watched as a PPO Deck run (LIGHT: stdlib only).
+
+miles writes what a viewer needs under its dump directory (miles/dashboard/store.py):
+`dashboard/metrics.jsonl` (one `log()` payload a line: ts, step_key, step, metrics, in the
+metric vocabulary our panels use), `dashboard/phases/<hour>.jsonl` (timer intervals per rank:
+name, t0, t1, node, gpus, rank, role; t1 == -1 marks an interval still open),
+`dashboard/gpu_util/<hour>.jsonl` (NVML samples: ts, node, gpu, util, mem_mb, power_w) and
+`dashboard/meta.json` (run name, start time, a few args).
+
+Read-only: nothing is ever written into the dump. A watched dump gets a run directory of its own
+under PPO Deck's runs directory (`source.json` names the dump); there the streams are translated,
+incrementally and exactly once, into our events (`events.jsonl`), so every reader (tail, health,
+compare, plot, the monitor, runs ls) takes it like any run. `miles_sync.json` keeps the byte
+offset reached in each stream file and the translation's state; a lock file serializes syncs.
+
+Mapping (stated here because a reader of the events should know what was inferred):
+- metrics: kept as they are (miles' names and steps). `rollout_id` is the step for
+  `rollout/step` and `eval/step`; a `train/step` record belongs to the last rollout whose
+  `rollout/step` metrics came before it (miles logs a rollout's metrics before training on it),
+  or to `step // steps per rollout` when the run's config is known (a run PPO Deck launched).
+- phases: every closed interval is a start and an end `phase` event carrying miles' rank, node,
+  GPUs and role; names that mean the same as ours are renamed (rollout -> generate ...), the
+  rest keep miles' name. The rollout id of a phase is the number of `rollout` intervals begun
+  by then (miles' phases carry none).
+- gpu: at most one `gpu` event per GPU_EVENT_S seconds of dump time, with each GPU's last
+  sample (memory used, utilization, power); NVML does not split memory into torch and other.
+- samples: each `rollout_data/<id>.pt` becomes `samples/rollout_<id>.jsonl` (engine/samples.py),
+  read with torch.load(weights_only=True) and the parquet column mirror (`map_samples`).
+Not mapped: engine_series (SGLang scrapes), topology, trajectories, train_data, eval rollouts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.events import SCHEMA_VERSION, encode_event
+from engine.files import atomic_write
+from engine.rundir import RunDir, create_run_dir, pid_alive, read_status, runs_root, write_status
+from engine.vocabulary import ACTIVE_STATES, FINAL_STATES, Kind, Phase, State, StepKey
+
+SOURCE_FILE = "source.json"  # in PPO Deck's run directory: which dump it watches
+SYNC_FILE = "miles_sync.json"  # offsets reached and the translation's state
+LOCK_FILE = "miles_sync.lock"
+DUMP_SUBDIR = "miles"  # a run PPO Deck launches on miles: --dump-details <run dir>/miles
+ENGINE = "miles"
+IDLE_ENV = "PPODECK_MILES_IDLE_S"
+IDLE_S = 600.0  # a dump unwritten this long is taken as ended (miles records no end state)
+POLL_S = 1.0
+GPU_EVENT_S = 10.0
+OPEN_T1 = -1.0  # miles' PhaseEvent.OPEN_T1: the interval is still running
+
+# miles' timer names that mean one of our phases under another name; the others keep miles'
+# name (actor_train, critic_train and update_weights are the same words on both sides)
+PHASE_NAMES = {"rollout": Phase.GENERATE, "save_model": Phase.SAVE, "eval_rollout": Phase.EVAL}
+
+
+class MilesDumpError(Exception):
+    """str() is the user-facing message, with a fix."""
+
+
+def is_miles_dump(path: Path) -> bool:
+    """What miles' --dump-details writes: a dashboard/ with metrics or meta, or rollout_data/."""
+    path = Path(path)
+    dashboard = path / "dashboard"
+    return ((dashboard / "meta.json").is_file() or (dashboard / "metrics.jsonl").is_file()
+            or (path / "rollout_data").is_dir())
+
+
+def dump_of(rundir: RunDir) -> Path | None:
+    """The miles dump a PPO Deck run watches, or None for a run of our own engine."""
+    source = _source(rundir)
+    return Path(source["dump"]) if source else None
+
+
+def _source(rundir: RunDir) -> dict[str, Any] | None:
+    try:
+        source = json.loads((rundir.path / SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return source if isinstance(source, dict) and source.get("engine") == ENGINE else None
+
+
+def is_driven(rundir: RunDir) -> bool:
+    """A miles run PPO Deck launched itself (its supervisor owns status.json's state)."""
+    return bool((_source(rundir) or {}).get("driven"))
+
+
+# ------------------------------------------------------------------------------ registration
+
+
+def find_registered(dump: Path, root: Path | None = None) -> RunDir | None:
+    """The run directory already watching `dump` under the runs root, if any."""
+    root = Path(root) if root is not None else runs_root()
+    target = Path(dump).resolve()
+    if not root.is_dir():
+        return None
+    for path in sorted(root.iterdir()):
+        source = _source(RunDir(path))
+        if source and Path(source["dump"]).resolve() == target:
+            return RunDir(path)
+    return None
+
+
+def register(dump: Path, root: Path | None = None, *, driven: bool = False,
+             rundir: RunDir | None = None) -> RunDir:
+    """A run directory of PPO Deck's own that watches `dump` (created unless given)."""
+    dump = Path(dump).resolve()
+    meta = read_meta(dump)
+    name = str(meta.get("run_name") or dump.name)
+    rundir = rundir or create_run_dir(f"miles-{name}", root)
+    atomic_write(rundir.path / SOURCE_FILE, json.dumps(
+        {"engine": ENGINE, "dump": str(dump), "driven": driven, "registered": time.time()},
+        indent=2) + "\n")
+    if not driven:
+        start = meta.get("start_ts")
+        started = start if isinstance(start, (int, float)) else None
+        write_status(rundir, state=State.CREATED, detail=f"miles dump {dump} (read-only)",
+                     preset=f"miles:{name}", created=time.time(), started=started, pid=None,
+                     pgid=None, rollout_id=None, num_rollout=None, ended=None)
+    return rundir
+
+
+def open_dump(dump: Path, root: Path | None = None) -> tuple[RunDir, bool]:
+    """The run directory watching `dump` (registered now if new), synced; and whether new."""
+    if not is_miles_dump(dump):
+        raise MilesDumpError(f"{dump} is not a miles --dump-details directory (it has no "
+                             "dashboard/metrics.jsonl, dashboard/meta.json or rollout_data/)")
+    found = find_registered(dump, root)
+    rundir = found or register(dump, root)
+    watch(rundir)
+    return rundir, found is None
+
+
+def find_or_open(name_or_path: str) -> RunDir:
+    """A run by id, prefix or path (kept current when it watches a dump), or a miles dump
+    opened as a run. Raises RunNotFound or MilesDumpError (str() is the message)."""
+    from engine.rundir import RunNotFound, find_run
+
+    try:
+        rundir = find_run(name_or_path)
+    except RunNotFound:
+        if not is_miles_dump(Path(name_or_path).expanduser()):
+            raise
+        return open_dump(Path(name_or_path).expanduser())[0]
+    watch(rundir)
+    return rundir
+
+
+def read_meta(dump: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((Path(dump) / "dashboard" / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def known_values(dump: Path) -> dict[str, Any]:
+    """The flags a dump's meta.json records (miles keeps a few args there), by schema dest."""
+    from engine.config.schema import BY_DEST
+
+    args = read_meta(dump).get("args")
+    if not isinstance(args, dict):
+        return {}
+    return {dest: value for dest, value in args.items() if dest in BY_DEST}
+
+
+# ----------------------------------------------------------------------------------- liveness
+
+
+def idle_seconds() -> float:
+    try:
+        return float(os.environ.get(IDLE_ENV) or IDLE_S)
+    except ValueError:
+        return IDLE_S
+
+
+def last_write(dump: Path) -> float | None:
+    """The newest mtime among the dump's stream files and rollout dumps."""
+    stamps = [p.stat().st_mtime for p in _watched_files(Path(dump)) if p.exists()]
+    return max(stamps) if stamps else None
+
+
+def _watched_files(dump: Path) -> Iterator[Path]:
+    dashboard = dump / "dashboard"
+    yield dashboard / "metrics.jsonl"
+    for stream in ("phases", "gpu_util", "engine_series"):
+        yield from (dashboard / stream).glob("*.jsonl")
+    yield from (dump / "rollout_data").glob("*.pt")
+
+
+def is_live(dump: Path, now: float | None = None) -> bool:
+    written = last_write(dump)
+    return written is not None and (now or time.time()) - written < idle_seconds()
+
+
+def watch(rundir: RunDir) -> None:
+    """Bring the run up to date with its dump; keep a follower on it while the dump grows.
+
+    A launched (driven) run is kept current by its supervisor; this only syncs it.
+    """
+    dump = dump_of(rundir)
+    if dump is None:
+        return
+    sync(rundir)
+    if is_driven(rundir):
+        return
+    status = read_status(rundir)
+    if is_live(dump):
+        if not _follower_alive(rundir, status):
+            start_follower(rundir)
+    elif status.get("state") != State.ENDED:
+        _mark_ended(rundir, dump)
+
+
+def _follower_alive(rundir: RunDir, status: dict[str, Any]) -> bool:
+    pid = status.get("pid")
+    return isinstance(pid, int) and status.get("host") == socket.gethostname() and \
+        pid_alive(pid) and status.get("state") in ACTIVE_STATES
+
+
+def _mark_ended(rundir: RunDir, dump: Path) -> None:
+    written = last_write(dump)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(written)) if written else "never"
+    write_status(rundir, state=State.ENDED, ended=written, pid=None, pgid=None,
+                 detail=f"miles dump {dump} last written {when} (read-only; miles records no "
+                        "final state). `ppodeck attach` follows it again if it grows")
+
+
+def start_follower(rundir: RunDir) -> subprocess.Popen[bytes]:
+    """A detached process that syncs the run while its dump grows (`runs ls` shows it running)."""
+    repo = Path(__file__).resolve().parents[1]
+    with open(rundir.path / "follower.log", "ab") as log:
+        popen = subprocess.Popen(  # an argv list; its own session: closing a terminal is fine
+            [sys.executable, "-m", "engine.miles_run", "follow", "--run-dir",
+             str(rundir.path.resolve())], cwd=repo, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    write_status(rundir, state=State.RUNNING, pid=popen.pid, pgid=popen.pid,
+                 host=socket.gethostname(), ended=None,
+                 detail=f"following miles dump {dump_of(rundir)} (read-only)")
+    return popen
+
+
+def follow(rundir: RunDir, poll_s: float = POLL_S) -> str:
+    """The follower's loop: sync until the dump has been idle for idle_seconds()."""
+    dump = dump_of(rundir)
+    if dump is None:
+        raise MilesDumpError(f"{rundir.path} does not watch a miles dump ({SOURCE_FILE})")
+    while True:
+        sync(rundir)
+        if read_status(rundir).get("state") in FINAL_STATES:
+            return str(read_status(rundir).get("state"))  # ended by someone else (stop)
+        if not is_live(dump):
+            sync(rundir)
+            _mark_ended(rundir, dump)
+            return State.ENDED
+        time.sleep(poll_s)
+
+
+# ---------------------------------------------------------------------------------- translation
+
+
+@dataclass
+class _TranslationState:
+    offsets: dict[str, int] = field(default_factory=dict)  # dump-relative path -> bytes read
+    last_rollout: int | None = None
+    rollout_starts: list[float] = field(default_factory=list)
+    open_marks: list[str] = field(default_factory=list)  # phase keys already started
+    lanes: dict[str, int] = field(default_factory=dict)  # "node:gpu" -> device index
+    gpu_last: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gpu_emitted_ts: float | None = None
+    gpu_pending_ts: float | None = None
+    meta_logged: bool = False
+    samples_done: list[int] = field(default_factory=list)  # rollouts mapped into samples/
+
+    @classmethod
+    def load(cls, path: Path) -> _TranslationState:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return cls()
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def save(self, path: Path) -> None:
+        atomic_write(path, json.dumps(self.__dict__) + "\n")
+
+
+def sync(rundir: RunDir, steps_per_rollout: int | None = None, final: bool = False) -> int:
+    """Append the events for what the dump gained since the last sync; returns how many.
+
+    Only complete lines are read (a line miles is still writing waits for the next sync).
+    `final`: miles has exited, so the last rollout's samples are complete too.
+    """
+    dump = dump_of(rundir)
+    if dump is None:
+        return 0
+    if steps_per_rollout is None:
+        steps_per_rollout = _steps_per_rollout(rundir)
+    with _locked(rundir.path / LOCK_FILE):
+        state = _TranslationState.load(rundir.path / SYNC_FILE)
+        known_rollout = state.last_rollout
+        translator = _Translator(dump, state, steps_per_rollout)
+        events = translator.run()
+        events += map_samples(dump, rundir, state, final or not is_live(dump))
+        if events:
+            with open(rundir.events_jsonl, "ab") as out:
+                out.write(b"".join(encode_event(e) for e in events))
+        state.save(rundir.path / SYNC_FILE)
+    if state.last_rollout is not None and state.last_rollout != known_rollout:
+        write_status(rundir, rollout_id=state.last_rollout)
+    return len(events)
+
+
+def _steps_per_rollout(rundir: RunDir) -> int | None:
+    """Optimizer steps per rollout from the run's config.toml, when PPO Deck launched it."""
+    if not rundir.config_toml.is_file():
+        return None
+    try:
+        from engine.config import derive
+        from engine.presets import config_from_toml
+
+        config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
+        if config.get("use_dynamic_global_batch_size"):
+            return None  # the steps per rollout vary: the order of the records decides
+        return derive(config).actor_steps_per_rollout
+    except Exception:  # noqa: BLE001 - any unreadable config: the record order decides
+        return None
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class _Translator:
+    """One sync's pass over the dump's streams, from the offsets in `state` on."""
+
+    def __init__(self, dump: Path, state: _TranslationState, steps_per_rollout: int | None
+                 ) -> None:
+        self.dump = dump
+        self.state = state
+        self.steps_per_rollout = steps_per_rollout
+        self.events: list[dict[str, Any]] = []
+
+    def run(self) -> list[dict[str, Any]]:
+        if not self.state.meta_logged:
+            self._meta()
+        dashboard = self.dump / "dashboard"
+        for record in self._records(dashboard / "metrics.jsonl"):
+            self._metrics(record)
+        for path in _partitions(dashboard / "phases"):
+            for record in self._records(path):
+                self._phase(record)
+        for path in _partitions(dashboard / "gpu_util"):
+            for record in self._records(path):
+                self._gpu(record)
+        self.events.sort(key=lambda e: e["ts"])  # one time order across the streams
+        return self.events
+
+    def _emit(self, kind: str, ts: Any, **fields: Any) -> None:
+        stamp = float(ts) if isinstance(ts, (int, float)) else time.time()
+        self.events.append({"v": SCHEMA_VERSION, "ts": stamp, "kind": kind, "source": ENGINE,
+                            **fields})
+
+    def _records(self, path: Path) -> Iterator[dict[str, Any]]:
+        """The complete new lines of a stream file as objects; a bad line becomes a log event."""
+        key = str(path.relative_to(self.dump))
+        offset = self.state.offsets.get(key, 0)
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        self.state.offsets[key] = offset + end + 1
+        for line in chunk[: end + 1].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if isinstance(record, dict):
+                yield record
+            elif line.strip():
+                self._emit(Kind.LOG, None, level="warning",
+                           msg=f"{self.dump / key}: skipped a line that is not a JSON object: "
+                               f"{line[:120]!r}")
+
+    def _meta(self) -> None:
+        meta = read_meta(self.dump)
+        self.state.meta_logged = True
+        if not meta:
+            return
+        args = meta.get("args") if isinstance(meta.get("args"), dict) else {}
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(args.items()))
+        self._emit(Kind.LOG, meta.get("start_ts"), level="info",
+                   msg=f"miles run {meta.get('run_name')!s} (dump {self.dump}); args: {shown}",
+                   miles_args=args)
+
+    # ---- metrics -------------------------------------------------------------------------
+
+    def _metrics(self, record: dict[str, Any]) -> None:
+        metrics, step_key, step = record.get("metrics"), record.get("step_key"), record.get("step")
+        if not isinstance(metrics, dict):
+            return
+        rollout_id = self._rollout_of(step_key, step)
+        self._emit(Kind.METRICS, record.get("ts"), step_key=step_key, step=step,
+                   rollout_id=rollout_id, metrics=metrics)
+
+    def _rollout_of(self, step_key: Any, step: Any) -> int | None:
+        if not isinstance(step, int) or isinstance(step, bool):
+            return self.state.last_rollout
+        if step_key in (StepKey.ROLLOUT, StepKey.EVAL):
+            self.state.last_rollout = max(self.state.last_rollout or 0, step)
+            return step
+        if step_key == StepKey.TRAIN and self.steps_per_rollout:
+            rollout_id = step // self.steps_per_rollout
+            self.state.last_rollout = max(self.state.last_rollout or 0, rollout_id)
+            return rollout_id
+        return self.state.last_rollout
+
+    # ---- phases --------------------------------------------------------------------------
+
+    def _phase(self, record: dict[str, Any]) -> None:
+        name, t0, t1 = record.get("name"), record.get("t0"), record.get("t1")
+        if not isinstance(name, str) or not isinstance(t0, (int, float)) or \
+                not isinstance(t1, (int, float)):
+            return
+        key = f"{name}|{record.get('node')}|{record.get('rank')}|{t0}"
+        where = {"rank": record.get("rank"), "node": record.get("node"),
+                 "gpus": record.get("gpus"), "role": record.get("role"), "miles_name": name}
+        ours = PHASE_NAMES.get(name, name)
+        if name == "rollout" and t0 not in self.state.rollout_starts:
+            self.state.rollout_starts.append(t0)
+            self.state.rollout_starts.sort()
+        rollout_id = self._rollout_at(t0)
+        if key not in self.state.open_marks:
+            self._emit(Kind.PHASE, t0, name=ours, state="start", rollout_id=rollout_id, **where)
+            if t1 == OPEN_T1:
+                self.state.open_marks.append(key)
+                return
+        elif t1 == OPEN_T1:
+            return  # the open marker again (a rewritten line): already started
+        else:
+            self.state.open_marks.remove(key)
+        self._emit(Kind.PHASE, t1, name=ours, state="end", rollout_id=rollout_id,
+                   seconds=t1 - t0, **where)
+
+    def _rollout_at(self, ts: float) -> int | None:
+        begun = sum(1 for start in self.state.rollout_starts if start <= ts)
+        return begun - 1 if begun else None
+
+    # ---- gpu -----------------------------------------------------------------------------
+
+    def _gpu(self, record: dict[str, Any]) -> None:
+        ts, node, gpu = record.get("ts"), record.get("node"), record.get("gpu")
+        if not isinstance(ts, (int, float)) or not isinstance(gpu, int):
+            return
+        pending, last = self.state.gpu_pending_ts, self.state.gpu_emitted_ts
+        # a sample of a later instant closes the previous one: every GPU of it is in by now
+        due = pending is not None and (last is None or pending - last >= GPU_EVENT_S)
+        if due and ts != pending:
+            self._gpu_event(pending)
+        lane = f"{node}:{gpu}"
+        index = self.state.lanes.setdefault(lane, len(self.state.lanes))
+        self.state.gpu_last[lane] = {
+            "index": index, "node": node, "gpu": gpu,
+            "used_bytes": int(record.get("mem_mb") or 0) << 20, "total_bytes": 0,
+            "torch_reserved_bytes": 0, "non_torch_bytes": 0,
+            "util": record.get("util"), "power_w": record.get("power_w")}
+        self.state.gpu_pending_ts = float(ts)
+
+    def _gpu_event(self, ts: float) -> None:
+        self.state.gpu_emitted_ts = ts
+        devices = sorted(self.state.gpu_last.values(), key=lambda d: d["index"])
+        utils = " ".join(f"gpu{d['index']} {d['util']}%" for d in devices)
+        self._emit(Kind.GPU, ts, devices=devices,
+                   label=f"miles NVML sampler: memory used (not split by torch); util {utils}")
+
+
+# ---------------------------------------------------------------------------------- samples
+
+SETTLE_S = 2.0  # miles' torch.save is not atomic: a rollout file this fresh may be half written
+
+
+def map_samples(dump: Path, rundir: RunDir, state: _TranslationState, ended: bool
+                ) -> list[dict[str, Any]]:
+    """Each trained rollout's `rollout_data/<id>.pt` (joined with `train_data/<id>_<rank>.pt`)
+    as `<run>/samples/rollout_<id>.jsonl` (engine/samples.py).
+
+    The text (prompt, response, label, score, status) comes from the rollout file, the
+    per-token columns (token ids, rollout log-probs) from the `dashboard_columns` parquet
+    mirror when there is one; what training used (the reward as trained, log-probs, values,
+    returns, advantages, entropy, loss mask) from the train data of each rank, joined by
+    miles' sample index. Every .pt is read with torch.load(weights_only=True), which unpickles
+    no code. A rollout is mapped once it is trained: when the next rollout's file exists, or
+    the run has `ended`. Returns log events for what could not be read.
+    """
+    files = _rollout_files(dump)
+    latest = files[-1][0] if files else None
+    fresh = [(rid, path) for rid, path in files
+             if rid not in state.samples_done and (ended or rid != latest)
+             and time.time() - path.stat().st_mtime >= SETTLE_S]
+    logs: list[dict[str, Any]] = []
+    for rollout_id, path in fresh:
+        try:
+            records = _sample_records(dump, rollout_id, path)
+        except Exception as exc:  # noqa: BLE001 - one unreadable rollout must not stop the rest
+            logs.append({"v": SCHEMA_VERSION, "ts": time.time(), "kind": Kind.LOG,
+                         "source": ENGINE, "level": "warning",
+                         "msg": f"samples of rollout {rollout_id} not shown: {path} could not "
+                                f"be read safely ({type(exc).__name__}: {exc})"})
+        else:
+            from engine.samples import write_rollout
+
+            write_rollout(rundir.path, rollout_id, records)
+        state.samples_done.append(rollout_id)
+    return logs
+
+
+def _rollout_files(dump: Path) -> list[tuple[int, Path]]:
+    found = []
+    for path in (dump / "rollout_data").glob("*.pt"):
+        if path.stem.isdigit():  # eval_<id>.pt: evaluation samples, not a training rollout
+            found.append((int(path.stem), path))
+    return sorted(found)
+
+
+def _sample_records(dump: Path, rollout_id: int, path: Path) -> list[Any]:
+    import torch  # only here: a rollout file to read
+
+    from engine.samples import STATUSES, SampleRecord
+
+    payload = torch.load(path, weights_only=True, map_location="cpu")
+    columns = _token_columns(dump / "dashboard_columns" / f"rollout_{rollout_id}.parquet")
+    trained = _train_rows(dump, rollout_id)
+    records = []
+    for position, sample in enumerate(payload.get("samples") or []):
+        length = int(sample.get("response_length") or 0)
+        tokens = columns.get(sample.get("index"), {})
+        train = trained.get(sample.get("index"), {})
+        token_ids = tokens.get("tokens") or sample.get("tokens") or []
+        status = str(sample.get("status") or "completed")
+        records.append(SampleRecord(
+            rollout_id=rollout_id, index=position, group_index=sample.get("group_index"),
+            prompt=_prompt_text(sample.get("prompt")), response=str(sample.get("response") or ""),
+            label=sample.get("label"), reward=_number(train.get("rewards")),
+            raw_reward=_number(sample.get("reward")),
+            status=status if status in STATUSES else "completed", response_length=length,
+            token_ids=list(token_ids[len(token_ids) - length:]) if length and token_ids
+            else None,
+            rollout_log_probs=_per_token(tokens.get("rollout_log_probs")
+                                         or sample.get("rollout_log_probs"), length),
+            **{ours: _per_token(train.get(theirs), length) for ours, theirs in _TRAIN_COLUMNS}))
+    return records
+
+
+# SampleRecord field <- miles' train-data column (per token, one tensor per sample)
+_TRAIN_COLUMNS = (("log_probs", "log_probs"), ("values", "values"), ("returns", "returns"),
+                  ("advantages", "advantages"), ("entropy", "entropy"),
+                  ("loss_mask", "loss_masks"))
+
+
+def _train_rows(dump: Path, rollout_id: int) -> dict[int, dict[str, Any]]:
+    """miles' sample index -> what training saw of it, from every rank's train data (ranks
+    holding the same samples, tensor-parallel peers, agree: the first one read is kept).
+    Context-parallel slices (cp_size > 1) hold parts of each sample: not joined."""
+    import torch
+
+    rows: dict[int, dict[str, Any]] = {}
+    for path in sorted((dump / "train_data").glob(f"{rollout_id}_*.pt")):
+        shard = torch.load(path, weights_only=True, map_location="cpu")
+        data = shard.get("rollout_data") or {}
+        if shard.get("cp_size", 1) != 1 or "sample_indices" not in data:
+            continue
+        for i, index in enumerate(data["sample_indices"]):
+            if index in rows:
+                continue
+            rows[index] = {key: _plain(values[i]) for key, values in data.items()
+                           if isinstance(values, list) and len(values) > i}
+    return rows
+
+
+def _plain(value: Any) -> Any:  # noqa: ANN401
+    """A tensor as a list (or a number); anything else as it is."""
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def _token_columns(path: Path) -> dict[Any, dict[str, Any]]:
+    """sample_index -> its per-token columns, from miles' parquet mirror ({} without one)."""
+    if not path.is_file():
+        return {}
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # the .pt holds the same columns
+        return {}
+
+    return {row["sample_index"]: row for row in pq.read_table(path).to_pylist()}
+
+
+def _per_token(series: Any, length: int) -> list[Any] | None:  # noqa: ANN401
+    values = list(series) if series is not None else None
+    return values if values is not None and len(values) == length else None
+
+
+def _number(value: Any) -> float | None:  # noqa: ANN401
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def _prompt_text(prompt: Any) -> str:  # noqa: ANN401
+    """A chat prompt (miles keeps the messages) as role-tagged lines."""
+    if isinstance(prompt, list):
+        return "\n".join(f"[{m.get('role')}] {m.get('content')}" if isinstance(m, dict)
+                         else str(m) for m in prompt)
+    return str(prompt or "")
+
+
+def _partitions(directory: Path) -> list[Path]:
+    """A partitioned stream's hourly files in time order, after a legacy flat file."""
+    flat = directory.with_suffix(".jsonl")
+    hourly = sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
+    return ([flat] if flat.is_file() else []) + hourly
+
+
+# ---------------------------------------------------------------------------------- entry point
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m engine.miles_run")
+    sub = parser.add_subparsers(dest="command", required=True)
+    follow_cmd = sub.add_parser("follow", help="sync a watched miles dump while it grows")
+    follow_cmd.add_argument("--run-dir", required=True)
+    ns = parser.parse_args(argv)
+    state = follow(RunDir(Path(ns.run_dir)))
+    print(f"miles dump followed into {ns.run_dir}: {state}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""check(engine="miles"): miles' own rules and the machine checks that bind miles' train.py;
+the capability classes of PPO Deck's engine do not apply, and nothing hides miles' errors."""
+
+from __future__ import annotations
+
+import json
+
+from engine.config import check, resolve
+from engine.config.rules_engine import Machine
+from engine.presets import load_preset, resolve_preset
+
+GPUS8 = Machine(gpus=8, transformer_engine=True, sglang=True)
+
+
+def codes(config, engine: str, machine: Machine = GPUS8, level: str = "error") -> set[str]:
+    return {i.code for i in check(config, machine=machine, engine=engine).issues
+            if i.level == level}
+
+
+def tiny(**values):
+    return resolve_preset(load_preset("tiny-cpu")).with_values(**values)
+
+
+def test_kl_coef_without_an_existing_ref_load_is_miles_error_not_a_refusal(tmp_path) -> None:
+    config = tiny(advantage_estimator="grpo", kl_coef=0.1)
+    assert codes(config, "ppodeck") == {"engine.refused"}
+    assert codes(config, "miles") == {"miles.ref_load_missing"}
+    missing = config.with_values(ref_load=str(tmp_path / "nope"))
+    [issue] = [i for i in check(missing, machine=GPUS8, engine="miles").errors]
+    assert issue.message.startswith(f"ref_load {tmp_path / 'nope'} does not exist")
+    (tmp_path / "ref").mkdir()
+    assert codes(config.with_values(ref_load=str(tmp_path / "ref")), "miles") == set()
+
+
+def test_indep_dp_outside_megatron_gets_miles_assert_on_both_engines() -> None:
+    config = tiny(advantage_estimator="grpo", indep_dp=True, train_backend="fsdp")
+    assert codes(config, "miles") == {"indep_dp.megatron_only"}
+    assert "indep_dp.megatron_only" in codes(config, "ppodeck")
+    [issue] = [i for i in check(config, machine=GPUS8, engine="miles").errors]
+    assert issue.message == "indep_dp requires train_backend='megatron', got 'fsdp'."
+
+
+def test_debug_rollout_only_under_colocate_gives_the_rollout_the_actor_gpus() -> None:
+    config = tiny(debug_rollout_only=True, actor_num_gpus_per_node=4, colocate=True)
+    r = resolve(config)
+    assert (r["colocate"], r["rollout_num_gpus"], r["placement_bundles"]) == (False, 4, 4)
+    [info] = [i for i in check(config, machine=GPUS8).infos if i.code == "debug.rollout_only"]
+    assert "rollout_num_gpus = 4" in info.message
+    # without --colocate the actor's placement follows the rollout's GPUs (miles: <= 8 a node)
+    r = resolve(tiny(debug_rollout_only=True, colocate=False, rollout_num_gpus=16))
+    assert (r["actor_num_nodes"], r["actor_num_gpus_per_node"], r["placement_bundles"]) == (
+        2, 8, 16)
+
+
+def test_miles_needs_the_gpus_here_and_names_ppodeck_own_flags() -> None:
+    config = tiny()
+    cpu = Machine(gpus=0, transformer_engine=False, sglang=False)
+    assert codes(config, "miles", cpu) == {"miles.gpus_missing"}
+    assert "miles.gpus_missing" not in codes(config, "ppodeck", cpu)  # ours runs on CPU
+    [own] = [i for i in check(config, machine=GPUS8, engine="miles").warnings
+             if i.code == "miles.own_flags"]
+    assert own.flags == ("--rollout-backend", "--synthetic-task", "--synthetic-num-prompts",
+                         "--model-init", "--max-prompt-len")  # what the launcher leaves out
+    assert not any(i.code.startswith(("engine.", "ppodeck."))
+                   for i in check(config, machine=GPUS8, engine="miles").issues)
+
+
+def test_validate_takes_the_engine() -> None:
+    from typer.testing import CliRunner
+
+    from app.cli.root import app
+
+    args = ["validate", "tiny-cpu", "--set", "advantage-estimator=grpo", "--set", "kl-coef=0.1",
+            "--json"]
+    ours = CliRunner().invoke(app, args)
+    miles = CliRunner().invoke(app, [*args, "--engine", "miles"])
+    ours_errors = {i["code"] for i in json.loads(ours.stdout)["issues"] if i["level"] == "error"}
+    assert "engine.refused" in ours_errors and "miles.ref_load_missing" not in ours_errors
+    assert "miles.ref_load_missing" in {i["code"] for i in json.loads(
+        miles.stdout)["issues"]}
+    assert CliRunner().invoke(app, ["validate", "tiny-cpu", "--engine", "x"]).exit_code == 2

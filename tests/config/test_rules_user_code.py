@@ -1,0 +1,132 @@
+"""check() on the reward code users bring: found without being run, fast, every code tripped."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.config import check
+from engine.config import rules_user_code as rules_module
+from engine.config.code_paths import check_code_path, files_to_ship
+
+from .conftest import CPU_MACHINE
+from .test_rules import config
+
+MODULE = '''
+import os
+raise SystemExit("check() must never import this file")
+
+async def score(args, sample, **kwargs):
+    return 1.0
+
+def plain(args, sample):
+    return 1.0
+'''
+STD = "miles.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
+
+
+@pytest.fixture(autouse=True)
+def launch_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    code = tmp_path / "launch"
+    (code / "rmpkg").mkdir(parents=True)
+    (code / "rmpkg" / "__init__.py").write_text('raise SystemExit("not imported either")\n')
+    (code / "rmpkg" / "rewards.py").write_text(MODULE)
+    (code / "my_rm.py").write_text(MODULE)
+    (code / "broken_rm.py").write_text("def score(args, sample)\n    return 1\n")
+    monkeypatch.setenv("PPODECK_CODE_DIR", str(code))
+    return code
+
+
+def codes(**changes: Any) -> set[str]:  # noqa: ANN401
+    return check(config(**changes), CPU_MACHINE).codes()
+
+
+# (code, changes that trip it, changes that pass it)
+CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("engine.user_code_missing", {"custom_rm_path": "no_such_module.score"},
+     {"custom_rm_path": "my_rm.score"}),
+    ("engine.miles_builtin_mapped", {"dynamic_sampling_filter_path": STD}, {}),
+    ("engine.reward_fn_sync", {"custom_rm_path": "my_rm.plain"},
+     {"custom_rm_path": "my_rm.score"}),
+    ("rollout.custom_rm_overrides", {"custom_rm_path": "my_rm.score"},
+     {"custom_rm_path": "my_rm.score", "rm_type": None}),
+    ("rollout.group_rm_rule_reward", {"group_rm": True},
+     {"group_rm": True, "custom_rm_path": "my_rm.score"}),
+    ("rollout.group_rm_eval", {"group_rm": True, "eval_interval": 5,
+                               "eval_prompt_data": ("x", "/d/x.jsonl")},
+     {"eval_interval": 5, "eval_prompt_data": ("x", "/d/x.jsonl")}),
+    ("rollout.rm_url_scheme", {"rm_type": "remote_rm", "rm_url": "127.0.0.1:8000"},
+     {"rm_type": "remote_rm", "rm_url": "http://127.0.0.1:8000"}),
+    ("rollout.rm_url_unused", {"rm_url": "http://127.0.0.1:8000"},
+     {"rm_type": "remote_rm", "rm_url": "http://127.0.0.1:8000"}),
+    ("rollout.over_sampling_unfiltered", {"over_sampling_batch_size": 32},
+     {"over_sampling_batch_size": 32, "dynamic_sampling_filter_path": STD}),
+]
+
+
+@pytest.mark.parametrize(("code", "trip", "ok"), CASES, ids=[c[0] for c in CASES])
+def test_rule_trips_and_passes(code: str, trip: dict[str, Any], ok: dict[str, Any]) -> None:
+    assert code in codes(**trip)
+    assert code not in codes(**ok)
+
+
+def test_every_code_has_a_case() -> None:
+    source = Path(rules_module.__file__).read_text()
+    found = set(re.findall(r'"(?:error|warning|info)", "([a-z_]+\.[a-z0-9_]+)"', source))
+    assert found == {c[0] for c in CASES}
+
+
+def test_remote_rm_and_custom_functions_are_runnable_rewards() -> None:
+    assert not {"engine.rm_type", "engine.refused"} & codes(rm_type="remote_rm",
+                                                            rm_url="http://h:1/r")
+    assert check(config(custom_rm_path="rmpkg.rewards.score", rm_type=None,
+                        group_rm=True, over_sampling_batch_size=32,
+                        dynamic_sampling_filter_path=STD,
+                        custom_reward_post_process_path="my_rm.plain"), CPU_MACHINE).ok
+
+
+def test_the_module_and_function_are_found_without_running_them() -> None:
+    assert check_code_path("rmpkg.rewards.score").problem is None  # no SystemExit: not run
+    assert "rmpkg.rewards" not in sys.modules and "rmpkg" not in sys.modules
+    missing = check_code_path("my_rm.scor")
+    assert missing.problem is not None and "defines no 'scor' at its top level" in \
+        missing.problem and missing.fix.startswith("define scor in")
+    broken = check_code_path("broken_rm.score")
+    assert broken.problem is not None and "does not parse (line 1" in broken.problem
+    assert check_code_path("my_rm").problem == ("'my_rm' is not a dotted Python path "
+                                                "(module.function)")
+    assert check_code_path("no_such.mod.fn").problem.startswith("module 'no_such.mod' is not "
+                                                                "found in the working directory")
+    assert check_code_path(STD).mapped_to == "engine.rollout.filters.check_reward_nonzero_std"
+
+
+def test_a_check_with_user_code_stays_fast() -> None:
+    cfg = config(custom_rm_path="rmpkg.rewards.score", dynamic_sampling_filter_path=STD,
+                 custom_reward_post_process_path="my_rm.plain")
+    check(cfg, CPU_MACHINE)  # the file scans are cached after the first check
+    start = time.perf_counter()
+    for _ in range(20):
+        check(cfg, CPU_MACHINE)
+    per_check = (time.perf_counter() - start) / 20
+    assert per_check < 0.02, f"{per_check * 1000:.1f} ms per check"
+
+
+def test_a_ray_job_ships_the_user_modules_not_installed_ones(launch_dir: Path) -> None:
+    shipped = files_to_ship(["rmpkg.rewards.score", "my_rm.score", STD,
+                             "json.decoder.JSONDecoder", "engine.rollout.filters.check_no_aborted"])
+    assert shipped == [str(launch_dir / "rmpkg"), str(launch_dir / "my_rm.py")]
+
+
+def test_a_ray_jobs_runtime_env_carries_the_reward_module(launch_dir: Path) -> None:
+    from engine import jobs
+
+    text = ('[flags]\ncustom-rm-path = "rmpkg.rewards.score"\n'
+            f'dynamic-sampling-filter-path = "{STD}"\n')
+    env = jobs.runtime_env(text, {})
+    assert env["py_modules"] == [str(jobs.ENGINE_DIR), str(launch_dir / "rmpkg")]
+    assert "PPODECK_CODE_DIR" not in jobs.forwarded_env({"PPODECK_CODE_DIR": "/x"})
