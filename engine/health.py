@@ -480,12 +480,30 @@ def run_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
     from engine.presets import PresetError, config_from_toml
 
     config_toml = run_path / "config.toml"
+    if not config_toml.exists():
+        watched = _watched_miles_facts(run_path)
+        if watched is not None:
+            return watched
     try:
         config = config_from_toml(config_toml.read_text(), config_toml)
         return RunFacts.from_args(resolve(config)), []
     except (OSError, PresetError, KeyError, ValueError) as exc:
         return RunFacts(), [f"{config_toml} unreadable ({exc}); --clip-grad 1.0, no warmup "
                             "and a critic assumed"]
+
+
+def _watched_miles_facts(run_path: Path) -> tuple[RunFacts, list[str]] | None:
+    """A watched miles dump has no config.toml: the args its meta.json keeps (engine/miles_run)."""
+    from engine.miles_run import dump_of, known_values
+    from engine.rundir import RunDir
+
+    dump = dump_of(RunDir(Path(run_path)))
+    if dump is None:
+        return None
+    length = known_values(dump).get("rollout_max_response_len")
+    facts = RunFacts(rollout_max_response_len=length if isinstance(length, int) else None)
+    return facts, [f"miles dump {dump}: its meta.json records no --clip-grad, warmup or "
+                   "estimator; --clip-grad 1.0, no warmup and a critic assumed"]
 
 
 def judge_run(run_path: Path, now: float | None = None, write: bool = True) -> HealthReport:

@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -101,11 +102,29 @@ def forwarded_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
             or k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
 
 
-def runtime_env(config_text: str, env: Mapping[str, str]) -> dict[str, Any]:
+def runtime_env(config_text: str, env: Mapping[str, str],
+                staging: Path | None = None) -> dict[str, Any]:
     """The code (the engine package, and the user code the config names: reward functions,
-    filters) and the variables the driver needs on the cluster."""
-    return {"py_modules": [str(ENGINE_DIR), *user_code_files(config_text)],
+    filters) and the variables the driver needs on the cluster. The Jobs SDK uploads only
+    directories as py_modules (each imported by its own name): a user's package directory goes
+    as it is; a single-file module `m.py` goes as a package `m` whose `__init__.py` is that
+    file, made in `staging` (a fresh directory the caller removes after the upload), so
+    `import m` gives the same code on the cluster (its sibling files do not travel: put them in
+    a package to ship them)."""
+    modules = [str(ENGINE_DIR)]
+    for path in user_code_files(config_text):
+        modules.append(_as_package(Path(path), staging) if path.endswith(".py") else path)
+    return {"py_modules": modules,
             "env_vars": {"PYTHONUNBUFFERED": "1", **env, CONFIG_ENV: config_text}}
+
+
+def _as_package(module_file: Path, staging: Path | None) -> str:
+    if staging is None:
+        raise ValueError(f"{module_file} is a single-file module: it needs a staging directory")
+    package = staging / module_file.stem
+    package.mkdir()
+    shutil.copy2(module_file, package / "__init__.py")
+    return str(package)
 
 
 def user_code_files(config_text: str) -> list[str]:
@@ -125,10 +144,11 @@ def submit(rundir: RunDir, preset_name: str, address: str,
     config_text = rundir.config_toml.read_text()
     jobs = client(address)
     try:
-        jobs.submit_job(entrypoint=entrypoint(rundir.id), submission_id=rundir.id,
-                        runtime_env=runtime_env(config_text, env or {}),
-                        metadata={"ppodeck_preset": preset_name,
-                                  "ppodeck_config_hash": config_hash(config_text)})
+        with tempfile.TemporaryDirectory(prefix="ppodeck-user-code-") as staging:
+            jobs.submit_job(entrypoint=entrypoint(rundir.id), submission_id=rundir.id,
+                            runtime_env=runtime_env(config_text, env or {}, Path(staging)),
+                            metadata={"ppodeck_preset": preset_name,
+                                      "ppodeck_config_hash": config_hash(config_text)})
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise JobError(f"the cluster at {address} refused the job: {exc}") from exc
     write_status(rundir, state=State.STARTING, detail=f"submitted to {address}",

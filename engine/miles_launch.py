@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.miles_run import DUMP_SUBDIR, register, sync
-from engine.rundir import RunDir, read_status, update_status, write_status
+from engine.rundir import RunDir, update_status, write_status
 from engine.vocabulary import FINAL_STATES, State
 
 if TYPE_CHECKING:
@@ -183,6 +183,24 @@ def prepare(rundir: RunDir, config: RunConfig, miles_root: Path, submit: str | N
     return launch
 
 
+def launch(config: RunConfig, preset_name: str, miles_root: Path, submit: str | None
+           ) -> tuple[RunDir, subprocess.Popen[bytes]]:
+    """The TUI's launch on miles: miles' rules and this machine first (an error refuses it,
+    MilesLaunchError naming the codes), then the run directory and the supervisor."""
+    from engine.config import check
+    from engine.launch import prepare_run
+    from engine.run_secrets import secret_env
+
+    root = check_miles_root(miles_root)
+    errors = check(config, machine=launch_machine(submit), engine="miles").errors
+    if errors:
+        raise MilesLaunchError("miles would refuse this config: " + "; ".join(
+            f"{issue.code}: {issue.message}" for issue in errors))
+    rundir = prepare_run(config, preset_name)
+    prepare(rundir, config, root, submit)
+    return rundir, start_supervisor(rundir, env=secret_env(config))
+
+
 def start_supervisor(rundir: RunDir, env: Mapping[str, str] | None = None
                      ) -> subprocess.Popen[bytes]:
     """The supervisor in its own process group; `env` (the secrets) adds to this environment."""
@@ -250,38 +268,50 @@ def supervise(rundir: RunDir) -> int:
 
 
 def _private_head(rundir: RunDir) -> str:
-    """A Ray head of this run only, on 127.0.0.1 with every visible GPU and the Jobs API."""
+    """A Ray head of this run only, as miles' launchers start one (`ray start --head`), on
+    127.0.0.1 with every visible GPU and the Jobs API. Every port is drawn free (two heads on
+    one machine would otherwise share the job agent's 52365) and it is `--block`ed in a child
+    process, so stopping that process takes the whole head down (Ray's reaper)."""
     import tempfile
 
-    import ray
-
-    from engine.driver.cluster import declared_test_gpus, loopback_only
     from engine.machine import visible_gpus
     from engine.ports import free_port
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    loopback_only()
-    port = free_port()
+    declared = os.environ.get(TEST_GPUS_ENV, "")
+    gpus = int(declared) if declared.isdigit() and int(declared) > 0 else visible_gpus()
+    dashboard = free_port()
     temp_dir = tempfile.mkdtemp(prefix="ppdm-", dir="/tmp")  # short: socket paths live here
-    ray.init(address="local", num_gpus=declared_test_gpus() or visible_gpus(),
-             include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=port,
-             _node_ip_address="127.0.0.1", _temp_dir=temp_dir)
-    write_status(rundir, ray_head=f"http://127.0.0.1:{port}")
-    _HEAD_TEMP_DIRS.append(temp_dir)
-    return f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+            "--node-ip-address", "127.0.0.1", "--port", str(free_port()),
+            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
+            "--dashboard-agent-listen-port", str(free_port()),
+            "--ray-client-server-port", str(free_port()), "--num-gpus", str(gpus),
+            "--temp-dir", temp_dir, "--disable-usage-stats"]
+    # loopback only (engine/driver/cluster.py loopback_only: why); no usage reporting
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=sys.stdout,
+                            stderr=subprocess.STDOUT)
+    _HEADS.append((head, temp_dir))
+    address = f"http://127.0.0.1:{dashboard}"
+    write_status(rundir, ray_head=address)
+    return address
 
 
-_HEAD_TEMP_DIRS: list[str] = []
+_HEADS: list[tuple[subprocess.Popen[bytes], str]] = []
 
 
 def _stop_private_head() -> None:
     import shutil
 
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    for temp_dir in _HEAD_TEMP_DIRS:
+    for head, temp_dir in _HEADS:
+        if head.poll() is None:
+            head.terminate()  # `ray start --block` and its reaper take the head's processes
+            try:
+                head.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                head.kill()
+                head.wait()
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -293,6 +323,10 @@ def _run_job(rundir: RunDir, address: str, command: str, env: dict[str, str], st
     signal.signal(signal.SIGINT, stop.handle)
     signal.signal(signal.SIGTERM, stop.handle)
     jobs = _wait_for_jobs_api(address) if private else client(address)
+    if stop.requested:  # stopped while the head was starting: train.py never runs
+        write_status(rundir, state=State.STOPPED, ended=time.time(),
+                     detail="stopped at the user's request before miles' job was submitted")
+        return 130
     _submit(jobs, rundir, command, env)
     write_status(rundir, state=State.RUNNING, miles_job={
         "address": address, "submission_id": rundir.id, "private_head": private},
@@ -312,11 +346,15 @@ def _run_job(rundir: RunDir, address: str, command: str, env: dict[str, str], st
         time.sleep(POLL_S)
 
 
-def _wait_for_jobs_api(address: str, timeout: float = 120.0) -> Any:  # noqa: ANN401
+def _wait_for_jobs_api(address: str, timeout: float = 180.0) -> Any:  # noqa: ANN401
     from engine.jobs import JobError, client
 
     deadline = time.monotonic() + timeout
     while True:
+        dead = [head.returncode for head, _ in _HEADS if head.poll() is not None]
+        if dead:
+            raise MilesLaunchError(f"the private Ray head exited (code {dead[0]}) before its "
+                                   "Jobs API answered; its output is above in this log")
         try:
             jobs = client(address)
             jobs.list_jobs()
@@ -369,7 +407,6 @@ def _finish(rundir: RunDir, jobs: Any, job_status: str) -> int:  # noqa: ANN401
               State.STOPPED: "stopped at the user's request"}.get(state, "miles train.py failed")
     write_status(rundir, state=state, ended=time.time(),
                  detail=f"{detail}: {message}" if message else detail)
-    read_status(rundir)
     return 0 if state == State.SUCCEEDED else 3
 
 

@@ -22,8 +22,8 @@ Mapping (stated here because a reader of the events should know what was inferre
   GPUs and role; names that mean the same as ours are renamed (rollout -> generate ...), the
   rest keep miles' name. The rollout id of a phase is the number of `rollout` intervals begun
   by then (miles' phases carry none).
-- gpu: at most one `gpu` event per GPU_EVENT_S seconds of dump time, with each GPU's last
-  sample (memory used, utilization, power); NVML does not split memory into torch and other.
+- gpu: at most one `gpu` event per GPU_EVENT_S seconds of dump time (per 8 GPUs), with each
+  GPU's last sample (memory used, utilization, power); NVML does not split memory by owner.
 - samples: each `rollout_data/<id>.pt` becomes `samples/rollout_<id>.jsonl` (engine/samples.py),
   read with torch.load(weights_only=True) and the parquet column mirror (`map_samples`).
 Not mapped: engine_series (SGLang scrapes), topology, trajectories, train_data, eval rollouts.
@@ -475,8 +475,10 @@ class _Translator:
         if not isinstance(ts, (int, float)) or not isinstance(gpu, int):
             return
         pending, last = self.state.gpu_pending_ts, self.state.gpu_emitted_ts
+        # an event lists every GPU: on a large cluster they come less often (bounded file)
+        every = GPU_EVENT_S * max(1, len(self.state.lanes) // 8)
         # a sample of a later instant closes the previous one: every GPU of it is in by now
-        due = pending is not None and (last is None or pending - last >= GPU_EVENT_S)
+        due = pending is not None and (last is None or pending - last >= every)
         if due and ts != pending:
             self._gpu_event(pending)
         lane = f"{node}:{gpu}"

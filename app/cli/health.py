@@ -54,12 +54,13 @@ def health(
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
-        _print_report(report)
+        _print_report(report, rundir.path)
     if report.level == "error":
         raise typer.Exit(EXIT_UNHEALTHY)
 
 
-def _print_report(report) -> None:  # noqa: ANN001 - engine.health.HealthReport, imported late
+def _print_report(report, run_dir: Path) -> None:  # noqa: ANN001 - engine.health.HealthReport
+    from app.cli.samples import finding_hint
     for note in report.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"run {report.run_id} ({report.state}): {report.level.upper()} - "
@@ -67,6 +68,8 @@ def _print_report(report) -> None:  # noqa: ANN001 - engine.health.HealthReport,
     for finding in report.findings:
         live = " (still firing)" if finding in report.active else ""
         typer.echo(f"  {finding.line()}{live}")
+        if hint := finding_hint(run_dir, report.run_id, finding.code, finding.rollout_id):
+            typer.echo(f"    {hint}")
     if not report.findings:
         typer.echo("  no rule fired")
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from app.cli.common import EXIT_USAGE, JsonOption, RunArg, err, fail, find_run_or_fail
 from engine.samples import (
+    FINDING_VIEWS,
     SORTS,
     SampleRow,
     SamplesNotFound,
@@ -43,7 +45,8 @@ def samples(
     sort: Annotated[str, typer.Option(
         "--sort", metavar="KEY",
         help="Order: index, reward, advantage (the mean raw advantage over trained tokens), "
-             "length; all but index from the largest.")] = "index",
+             "length, gap (the largest trainer/rollout log-prob gap); all but index from the "
+             "largest.")] = "index",
     json_out: JsonOption = False,
 ) -> None:
     """A rollout's samples: reward, length, status and the start of each response.
@@ -97,3 +100,20 @@ def table(records: list[SampleRow]) -> str:
 
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
+
+
+def finding_hint(run_dir: Path, run_id: str, code: str, rollout_id: int | None) -> str | None:
+    """The command that lists the samples behind a health finding, where the run kept them."""
+    if code not in FINDING_VIEWS or rollout_id is None:
+        return None
+    if rollout_id not in list_rollouts(run_dir):
+        return None
+    from engine.rundir import RunNotFound, find_run
+
+    try:  # the id where it finds this run, else the path
+        name = run_id if find_run(run_id).path.resolve() == Path(run_dir).resolve() else None
+    except (RunNotFound, OSError):
+        name = None
+    sort, _strip, why = FINDING_VIEWS[code]
+    return (f"samples: ppodeck samples {name or run_dir} --rollout {rollout_id} --sort {sort} "
+            f"({why})")

@@ -13,7 +13,16 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine.samples import SampleRecord, SamplesWriter, disk_bytes, format_bytes, status_of
+from engine.samples import (
+    DECIMALS,
+    YIELD_EVERY,
+    SampleRecord,
+    SamplesWriter,
+    disk_bytes,
+    format_bytes,
+    status_of,
+    yield_gil,
+)
 from engine.vocabulary import Kind
 
 CLOSE_TIMEOUT_S = 120.0
@@ -101,6 +110,8 @@ class SamplesKeeper:
         count = len(batch) if self.limit is None else min(len(batch), self.limit)
         records = []
         for i in range(count):
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                yield_gil()  # the training loop's thread first (engine/samples.py)
             index = int(batch.sample_indices[i])
             prompt_len = int(batch.prompt_lengths[i])
             token_ids = [int(t) for t in batch.tokens[i][prompt_len:]]
@@ -161,12 +172,20 @@ def by_sample(parts: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     "index" and "lengths", and per series one flat array of their rows end to end."""
     out: dict[int, dict[str, Any]] = {}
     for part in parts:
-        series = {k: v for k, v in part.items() if k not in ("index", "lengths")}
+        # rounded once per series, not per sample: numpy's per-call cost on 6-token rows was
+        # most of the writer's time on tiny-cpu
+        series = {k: rounded_list(v) for k, v in part.items() if k not in ("index", "lengths")}
         start = 0
         for index, length in zip(part["index"], part["lengths"], strict=True):
             out[int(index)] = {name: flat[start:start + length] for name, flat in series.items()}
             start += length
     return out
+
+
+def rounded_list(flat: Any) -> list[float]:  # noqa: ANN401 - a numpy array or a list
+    if hasattr(flat, "astype"):
+        return (flat.astype("float64").round(DECIMALS) + 0.0).tolist()
+    return [float(x) for x in flat]
 
 
 def _floats(row: Any) -> Any:  # noqa: ANN401

@@ -264,8 +264,9 @@ class RewardScorer:
 
     async def _score_group(self, group: list[UserSample]) -> None:
         rewards = await self._guarded(call_user(self.custom, self.namespace, group), group[0])
-        if not isinstance(rewards, Sequence) or isinstance(rewards, str | bytes) or \
-                len(rewards) != len(group):
+        if hasattr(rewards, "__len__") and not isinstance(rewards, str | bytes | Mapping):
+            rewards = list(rewards)  # a list, tuple, numpy array or tensor of rewards
+        if not isinstance(rewards, list) or len(rewards) != len(group):
             raise RewardError(f"--custom-rm-path {self.custom_name} (--group-rm) returned "
                               f"{_short(rewards)} for prompt group {group[0].group_index}: "
                               f"expected a list of {len(group)} rewards, one per sample")

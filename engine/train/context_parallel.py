@@ -21,6 +21,7 @@ padded to a multiple of 2*CP*TP.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -177,8 +178,10 @@ def gather_sequence(local: Tensor, group) -> Tensor:  # noqa: ANN001
     return _GatherSequence.apply(local, group)
 
 
+@functools.lru_cache(maxsize=64)
 def global_order(seq_len: int, cp: int) -> Tensor:
-    """Index that turns the rank-ordered gather of local slices into global position order."""
+    """Index that turns the rank-ordered gather of local slices into global position order
+    (cached: every layer of every micro-batch asks for it)."""
     gathered = torch.cat([local_positions(seq_len, cp, r) for r in range(cp)])
     return torch.argsort(gathered)
 
@@ -189,23 +192,32 @@ def cp_attention(q: Tensor, k: Tensor, v: Tensor, group, scale: float,  # noqa: 
 
     q: [b, h, s_local, d]; k, v: [b, g, s_local, d] (g divides h: grouped-query attention).
     Returns [b, h, s_local, d]."""
-    from torch.nn.attention.bias import causal_lower_right
-
     cp, rank = dist.get_world_size(group), dist.get_rank(group)
-    s_local = q.shape[2]
-    chunk, seq_len = s_local // 2, s_local * cp
+    seq_len = q.shape[2] * cp
     # one collective for K and V: [s, 2, b, g, d] with the sequence first
     kv = torch.stack([k, v]).permute(3, 0, 1, 2, 4)
     kv = gather_sequence(kv, group)
     kv = kv.index_select(0, global_order(seq_len, cp).to(kv.device))
     keys, values = kv.permute(1, 2, 3, 0, 4).unbind(0)  # [b, g, S, d] each
+    return chunk_attention(q, keys, values, cp, rank, scale, dropout_p)
+
+
+def chunk_attention(q: Tensor, keys: Tensor, values: Tensor, cp: int, rank: int, scale: float,
+                    dropout_p: float = 0.0) -> Tensor:
+    """CP rank `rank`'s queries (its chunks rank and 2*CP-1-rank, [b, h, s_local, d]) against
+    the whole sequence's keys/values in global order ([b, g, S, d]): each chunk sees every key
+    up to its own last token, causal inside (SDPA with a lower-right causal bias, which the
+    flash and efficient kernels take)."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    chunk = q.shape[2] // 2
     if keys.shape[1] != q.shape[1]:
         repeat = q.shape[1] // keys.shape[1]
         keys = keys.repeat_interleave(repeat, dim=1)
         values = values.repeat_interleave(repeat, dim=1)
     outs = []
     for part, chunk_id in enumerate((rank, 2 * cp - 1 - rank)):
-        end = (chunk_id + 1) * chunk  # the chunk sees every key up to its own last token
+        end = (chunk_id + 1) * chunk
         query = q[:, :, part * chunk:(part + 1) * chunk]
         outs.append(F.scaled_dot_product_attention(
             query, keys[:, :, :end], values[:, :, :end], dropout_p=dropout_p, scale=scale,

@@ -259,7 +259,7 @@ def test_tui_missing_is_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_main_turns_crashes_into_one_line(isolated_env: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    def boom(config):
+    def boom(config, **options):
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(cli_config, "check", boom)

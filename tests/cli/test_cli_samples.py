@@ -95,3 +95,19 @@ def test_response_start_is_one_cut_line() -> None:
 
     assert one_line("a\nb\tc") == "a⏎b→c"
     assert one_line("x" * 100, width=10) == "x" * 9 + "…"
+
+
+def test_sort_by_gap_and_the_hint_health_prints(app, run) -> None:
+    write_run(run.path, rollouts=2, samples=6)
+    result = invoke(app, run.id, "-r", "1", "--sort", "gap")
+    assert result.exit_code == 0, result.output
+    from engine.samples import read_samples
+
+    by_index = {r.index: r.max_gap for r in read_samples(run.path, 1)}
+    shown = [by_index[int(line.split()[1])] for line in result.stdout.splitlines()[1:]]
+    assert shown == sorted(shown, reverse=True)
+    hint = cli_samples.finding_hint(run.path, run.id, "health.truncation", 1)
+    assert hint == (f"samples: ppodeck samples {run.id} --rollout 1 --sort length "
+                    "(the longest (truncated) responses first)")
+    assert cli_samples.finding_hint(run.path, run.id, "health.truncation", 7) is None
+    assert cli_samples.finding_hint(run.path, run.id, "health.hang", 1) is None

@@ -54,7 +54,10 @@ def two_node_cluster() -> Iterator[TestCluster]:
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": NODE_CPUS, "num_gpus": NODE_GPUS, "node_ip_address": "127.0.0.1",
         "include_dashboard": True, "dashboard_host": "127.0.0.1", "temp_dir": temp_dir,
-        "dashboard_port": dashboard_port, "object_store_memory": 200 << 20})
+        "dashboard_port": dashboard_port, "object_store_memory": 200 << 20,
+        # not Ray's fixed 52365: another Ray on this machine would leave the Jobs API without
+        # an agent ("No available agent to submit job")
+        "dashboard_agent_listen_port": free_port()})
     try:
         write_ray_address(cluster.address, temp_dir)
         restore(address_file, previous)

@@ -3,8 +3,8 @@ real Ray head on 127.0.0.1 (the run's private one, shut down when the run ends; 
 cluster through --submit) runs it as a Ray job with the argv `ppodeck command` shows, and the
 dump it writes is watched as the run: rollouts, runs ls, tail, stop and exit codes.
 
-Each run starts a Ray head (about 20-30 s on 2 shared cores): slow, out of the default suite;
-about two minutes for the file."""
+Each run starts a Ray head (10-30 s on 2 shared cores): slow, out of the default suite;
+57 s for the file at load 4 (bench/miles_bench.py --tests runs it)."""
 
 from __future__ import annotations
 

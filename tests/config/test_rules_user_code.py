@@ -122,11 +122,20 @@ def test_a_ray_job_ships_the_user_modules_not_installed_ones(launch_dir: Path) -
     assert shipped == [str(launch_dir / "rmpkg"), str(launch_dir / "my_rm.py")]
 
 
-def test_a_ray_jobs_runtime_env_carries_the_reward_module(launch_dir: Path) -> None:
+def test_a_ray_jobs_runtime_env_carries_the_reward_module(launch_dir: Path,
+                                                          tmp_path: Path) -> None:
+    """A package goes in py_modules; a single-file module (which the Jobs SDK does not upload
+    as a py_module) goes as a package of the same name whose __init__.py is the file."""
     from engine import jobs
 
     text = ('[flags]\ncustom-rm-path = "rmpkg.rewards.score"\n'
             f'dynamic-sampling-filter-path = "{STD}"\n')
     env = jobs.runtime_env(text, {})
     assert env["py_modules"] == [str(jobs.ENGINE_DIR), str(launch_dir / "rmpkg")]
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    text += 'custom-reward-post-process-path = "my_rm.plain"\n'
+    env = jobs.runtime_env(text, {}, staging)
+    assert env["py_modules"][2] == str(staging / "my_rm")
+    assert (staging / "my_rm" / "__init__.py").read_text() == (launch_dir / "my_rm.py").read_text()
     assert "PPODECK_CODE_DIR" not in jobs.forwarded_env({"PPODECK_CODE_DIR": "/x"})

@@ -84,3 +84,12 @@ def test_run_engine_miles_refuses_what_cannot_start(tmp_path, runs_dir) -> None:
         assert not list(runs_dir.glob("*"))
     resumed = runner.invoke(app, ["run", "--resume", "x", "--engine", "miles"])
     assert resumed.exit_code == 2 and "miles resumes from --load" in resumed.stderr
+
+
+def test_the_tui_launch_refuses_what_miles_would(tmp_path, runs_dir) -> None:
+    from engine.miles_launch import launch
+
+    with pytest.raises(MilesLaunchError, match="miles.ref_load_missing"):
+        launch(tiny(advantage_estimator="grpo", kl_coef=0.1), "tiny-cpu", STANDIN,
+               "http://cluster:8265")  # a cluster: its GPUs are not this machine's
+    assert not list(runs_dir.glob("*"))

@@ -83,6 +83,7 @@ def test_a_finished_dump_is_a_run_everywhere_and_stays_byte_for_byte(runs_dir, t
     assert [(f["code"], f["rollout_id"], f["value"]) for f in report["findings"]] == [
         ("health.clipfrac_high", 2, 0.62)]
     assert (rundir.path / "health.jsonl").is_file()  # PPO Deck's own file, in its run dir
+    assert any("meta.json records no --clip-grad" in note for note in report["notes"])
 
     own = _own_run(runs_dir)
     compared = invoke("compare", str(dump), str(own.path), "--json")
@@ -187,7 +188,8 @@ def test_an_open_phase_is_started_once_and_ended_when_miles_closes_it(runs_dir, 
 def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monkeypatch
                                                          ) -> None:
     """tail --follow on a dump miles is still writing: new records appear as they land; when
-    the dump stops growing the run ends and the follower exits. ~4 s."""
+    the dump stops growing the run ends and the follower exits. ~4 s (2 s of it: the idle
+    time that ends a run)."""
     monkeypatch.setenv("PPODECK_MILES_IDLE_S", "2")
     dump = copy_dump(tmp_path / "dump")
     shutil.rmtree(dump / "rollout_data")  # samples are another test's; torch stays unloaded
@@ -201,8 +203,12 @@ def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monk
                              "--json", "--kind", "metrics"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        rundir = _wait_for(lambda: find_registered(dump))
-        _wait_for(lambda: read_status(rundir).get("state") == "running")
+        def following() -> RunDir | None:
+            os.utime(metrics)  # miles is still writing: the dump stays live while tail starts
+            rundir = find_registered(dump)
+            return rundir if rundir and read_status(rundir).get("state") == "running" else None
+
+        rundir = _wait_for(following)
         follower = read_status(rundir)["pid"]
         for line in lines[2:]:  # miles goes on writing
             with open(metrics, "a") as out:

@@ -210,12 +210,13 @@ def one_rank_rollouts(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     (4, {"pipeline_model_parallel_size": 2, "context_parallel_size": 2}),
     (4, {"tensor_model_parallel_size": 2, "context_parallel_size": 2,
          "sequence_parallel": True}),
-], ids=["cp2", "pp2-cp2", "tp2-cp2-sp"])
+    (2, {"tensor_model_parallel_size": 2, "sequence_parallel": True}),
+], ids=["cp2", "pp2-cp2", "tp2-cp2-sp", "tp2-sp"])
 def test_three_rollouts_match_one_rank(one_rank_rollouts: list[dict], world: int,
                                        overrides: dict[str, Any], tmp_path: Path) -> None:
     ranks = _run_rollouts(tmp_path, world, overrides)
     notes = "\n".join(ranks[0]["notes"])
-    assert "context parallelism: CP2" in notes
+    assert ("context parallelism: CP2" in notes) == ("context_parallel_size" in overrides)
     assert ("sequence parallelism" in notes) == bool(overrides.get("sequence_parallel"))
     for rollout, want in enumerate(one_rank_rollouts[0]["rollouts"]):
         _assert_rollout_matches(want, [r["rollouts"][rollout] for r in ranks])
@@ -327,3 +328,53 @@ def _assert_states_match(want: dict[str, torch.Tensor], got: dict[str, torch.Ten
     assert sorted(got) == sorted(want)
     for name, tensor in want.items():
         assert torch.allclose(got[name], tensor, atol=TOL), name
+
+
+def test_sequence_parallel_norm_marks_its_weight_for_the_tp_sum() -> None:
+    """Megatron's local norm refuses sequence parallelism; ours is torch's, its weight marked
+    so that finalize_model_grads sums its gradient over TP (each rank saw a slice)."""
+    from types import SimpleNamespace
+
+    from engine.train.sequence_parallel import SequenceParallelNorm
+
+    config = SimpleNamespace(layernorm_zero_centered_gamma=False,
+                             memory_efficient_layer_norm=False, normalization="RMSNorm",
+                             sequence_parallel=True)
+    norm = SequenceParallelNorm(config, hidden_size=8, eps=1e-6)
+    assert isinstance(norm, torch.nn.RMSNorm) and norm.weight.sequence_parallel
+    with pytest.raises(ValueError, match="LayerNorm or RMSNorm"):
+        SequenceParallelNorm(SimpleNamespace(**{**vars(config), "normalization": "L2Norm"}), 8)
+
+
+def test_transformer_config_carries_cp_communication_and_sequence_parallelism() -> None:
+    """transformer-engine's CP attention (PPODECK_TE=1) reads cp_comm_type from the config:
+    --allgather-cp picks all_gather, else p2p; sequence parallelism only with TP > 1."""
+    from engine.train.model import ModelShape, transformer_config
+    from engine.train.platform import Parallelism
+
+    shape = ModelShape.from_args(tiny_args())
+    config = transformer_config(shape, Parallelism(tp=2, pp=1, cp=2), bf16=False,
+                                sequence_parallel=True, cp_comm_type="all_gather")
+    assert config.cp_comm_type == "all_gather" and config.sequence_parallel
+    config = transformer_config(shape, Parallelism(tp=1, pp=1, cp=1), bf16=False,
+                                sequence_parallel=True, cp_comm_type="all_gather")
+    assert config.cp_comm_type is None and not config.sequence_parallel
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_every_rank_chunk_attention_is_whole_sequence_causal_attention(cp: int) -> None:
+    """The per-rank maths without a process group: each rank's two chunks against the whole
+    K/V give its rows of plain causal attention (GQA: 4 heads over 2 groups)."""
+    import torch.nn.functional as F
+
+    from engine.train.context_parallel import chunk_attention
+
+    gen = torch.Generator().manual_seed(1)
+    seq, d = 8 * cp, 8
+    q, k, v = (torch.randn(2, n, seq, d, generator=gen) for n in (4, 2, 2))
+    want = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1),
+                                          v.repeat_interleave(2, 1), is_causal=True)
+    for rank in range(cp):
+        keep = local_positions(seq, cp, rank)
+        got = chunk_attention(q[:, :, keep], k, v, cp, rank, scale=d ** -0.5)
+        assert torch.allclose(got, want[:, :, keep], atol=1e-6), rank

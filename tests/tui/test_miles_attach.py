@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.widgets import Input
+
 from app.tui.app import PPODeckApp
 from app.tui.messages import TailEnded
+from app.tui.screens.confirm import LaunchChoice
 from app.tui.screens.monitor import MonitorScreen
 from app.tui.widgets.metric_chart import MetricChart
 from app.tui.widgets.offload_panel import OffloadPanel
@@ -38,3 +41,15 @@ async def test_attach_shows_a_miles_dump_with_miles_values(tui_env: Path) -> Non
         assert [d.index for d in panel.devices] == [0, 1] and "miles NVML" in panel.gpu_label
     assert find_registered(dump) is not None  # PPO Deck's files: under the runs root
     assert digest(dump) == before
+
+
+async def test_the_launch_dialog_takes_a_miles_checkout() -> None:
+    from tests.tui.test_dialogs import DialogHost
+
+    app = DialogHost()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        app.screen.query_one("#miles-root", Input).value = "~/miles"
+        await pilot.press("ctrl+y")
+        await pilot.pause()
+        assert app.result == LaunchChoice(submit="", miles_root="~/miles")

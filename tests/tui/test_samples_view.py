@@ -102,3 +102,39 @@ def test_strips_and_colours() -> None:
     assert scale == 2.0
     assert colour(-2.0, scale, signed=True).triplet.red > colour(2.0, scale, True).triplet.red
     assert colour(None, scale, True) is None
+
+
+async def test_a_health_finding_opens_the_samples_behind_it(recorded_run: Path) -> None:
+    write_run(recorded_run, rollouts=3, samples=12)
+    app = PPODeckApp(attach=str(recorded_run))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen)
+                         and app.screen.tail_ended is not None)
+        await pilot.press("f")  # the recorded run fired nothing: said, nothing opens
+        await pilot.pause()
+        assert isinstance(app.screen, MonitorScreen)
+        app.screen.state.health.append({"code": "health.logprob_gap_climbing", "rollout_id": 1,
+                                        "level": "warning"})
+        await pilot.press("f")
+        await wait_until(pilot, lambda: isinstance(app.screen, SamplesScreen)
+                         and app.screen.loaded == 1)
+        await pilot.pause()
+        screen = app.screen
+        assert (screen.sort, screen.strip, screen.following) == ("gap", "gap", False)
+        gaps = [r.max_gap for r in screen.query_one(SamplesTable).shown]
+        assert gaps == sorted(gaps, reverse=True)
+        assert screen.query_one(SamplePane).record.max_gap == gaps[0]
+        title = str(screen.query_one("#samples-title").render())
+        assert "health.logprob_gap_climbing at rollout 1: the largest" in title
+
+
+def test_word_level_tokens_are_shown_apart() -> None:
+    import random
+    from dataclasses import replace
+
+    from app.tui.widgets.sample_pane import token_joiner
+
+    bpe = make_record(0, 1, random.Random(3))  # " the" style texts: their own spaces
+    assert token_joiner(bpe) == ""
+    words = replace(bpe, tokens=[t.strip() or t for t in bpe.tokens[:-1]] + ["\n"])
+    assert token_joiner(words) == " "

@@ -58,9 +58,11 @@ class ConfirmDialog(ModalScreen[bool]):
 
 @dataclass(frozen=True)
 class LaunchChoice:
-    """What the launch dialog decided: run here (submit "") or submit to a Ray cluster."""
+    """What the launch dialog decided: run here (submit "") or submit to a Ray cluster; on PPO
+    Deck's engine (miles_root "") or miles' own train.py from that checkout."""
 
     submit: str = ""
+    miles_root: str = ""
 
 
 class LaunchDialog(ConfirmDialog):
@@ -68,7 +70,7 @@ class LaunchDialog(ConfirmDialog):
     (the dashboard address; `ppodeck run --submit` does the same). Dismisses a LaunchChoice,
     or False on cancel."""
 
-    DEFAULT_CSS = "LaunchDialog #submit-address { width: 1fr; }"
+    DEFAULT_CSS = "LaunchDialog #submit-address, LaunchDialog #miles-root { width: 1fr; }"
 
     def __init__(self, title: str, body: RenderableType,
                  dialog_id: str = "confirm-launch") -> None:
@@ -86,14 +88,21 @@ class LaunchDialog(ConfirmDialog):
                             "http://HEAD:8265", id="submit-address",
                             tooltip="Ray Jobs: the cluster's dashboard address. Auth headers "
                                     "come from $PPODECK_RAY_JOB_HEADERS (JSON).")
+                yield Input("", placeholder="empty: PPO Deck's engine; or a miles checkout",
+                            id="miles-root",
+                            tooltip="`ppodeck run --engine miles --miles-root DIR`: miles' own "
+                                    "train.py with this command (PPO Deck's own flags left "
+                                    "out), watched through its --dump-details")
                 yield Button("Cancel (esc)", id="cancel")
                 yield Button(f"{self.confirm_label} (ctrl+y)", id="confirm", variant="success")
         yield DeckFooter()
 
     def confirmed_result(self) -> LaunchChoice:  # type: ignore[override]
-        return LaunchChoice(submit=self.query_one("#submit-address", Input).value.strip())
+        return LaunchChoice(submit=self.query_one("#submit-address", Input).value.strip(),
+                            miles_root=self.query_one("#miles-root", Input).value.strip())
 
     @on(Input.Submitted, "#submit-address")
+    @on(Input.Submitted, "#miles-root")
     def _address_entered(self, event: Input.Submitted) -> None:
         """Enter in the address field launches, as Enter on the Launch button does."""
         event.stop()

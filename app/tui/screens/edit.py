@@ -599,14 +599,21 @@ class EditScreen(Screen[None]):
     def _launch_confirmed(self, choice: LaunchChoice | bool | None) -> None:
         if isinstance(choice, LaunchChoice):
             self._flush_draft()
-            self.launch_worker(self.config, self.preset_name, choice.submit)
+            self.launch_worker(self.config, self.preset_name, choice.submit, choice.miles_root)
 
     @work(thread=True, exclusive=True, group="launch", exit_on_error=False)
-    def launch_worker(self, config: RunConfig, preset_name: str, submit: str = "") -> None:
+    def launch_worker(self, config: RunConfig, preset_name: str, submit: str = "",
+                      miles_root: str = "") -> None:
         from engine.launch import prepare_run, start_driver
         from engine.run_secrets import secret_env
 
         try:
+            if miles_root:  # miles' own train.py (engine/miles_launch.py), watched as a run
+                from engine.miles_launch import launch as launch_miles
+
+                rundir, popen = launch_miles(config, preset_name, Path(miles_root), submit or None)
+                self.post_message(RunLaunched(rundir.path, popen))
+                return
             rundir = prepare_run(config, preset_name)
             if submit:  # a Ray job; the returned process mirrors it into the run directory
                 from engine.jobs import forwarded_env

@@ -100,9 +100,9 @@ Reads the run directory only: closing this screen never stops the run.
   weight sync, rollout onload).
 
 Keys: `1` `2` `3` switch views on small terminals, `x` stops the run, `a` opens the run's
-samples (each rollout's responses with per-token advantage, value, return, log-probs), `r`
-lists runs, `s` saves a screenshot (SVG) into the run directory (the current directory for a
-replay).
+samples (each rollout's responses with per-token advantage, value, return, log-probs), `f` the
+samples behind the latest health finding, `r` lists runs, `s` saves a screenshot (SVG) into
+the run directory (the current directory for a replay).
 """
 
 
@@ -113,6 +113,7 @@ class MonitorScreen(Screen[None]):
         Binding("3", "view('timeline')", "Timeline", show=False),
         Binding("x", "app.stop_run", "Stop run"),
         Binding("a", "samples", "Samples"),
+        Binding("f", "finding_samples", "Finding's samples", show=False),  # in HELP
         Binding("s", "screenshot", "Screenshot"),
         Binding("r", "app.open_runs", "Runs"),
         Binding("escape", "app.back", "Back"),
@@ -226,6 +227,25 @@ class MonitorScreen(Screen[None]):
         from app.tui.screens.samples import SamplesScreen
 
         self.app.push_screen(SamplesScreen(self.run_dir))
+
+    def action_finding_samples(self) -> None:
+        """The samples behind the latest health finding that has some."""
+        from engine.samples import FINDING_VIEWS
+
+        findings = [f for f in self.state.health if f.get("code") in FINDING_VIEWS
+                    and f.get("rollout_id") is not None]
+        if self.run_dir is None or not findings:
+            why = "a replay has no samples" if self.run_dir is None else (
+                "no health finding with samples behind it (see the health strip)")
+            self.notify(why, severity="warning")
+            return
+        from app.tui.screens.samples import SamplesScreen
+
+        finding = findings[-1]
+        sort, strip, why = FINDING_VIEWS[finding["code"]]
+        rid = int(finding["rollout_id"])
+        self.app.push_screen(SamplesScreen(self.run_dir, rid, sort, strip,
+                                           note=f"{finding['code']} at rollout {rid}: {why}"))
 
     def action_view(self, view_id: str) -> None:
         tabs = self.query_one(ViewTabs)

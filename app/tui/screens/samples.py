@@ -38,6 +38,9 @@ their rewards and per-token numbers.
   `tab` focuses it; `left` / `right` move the token cursor and its numbers show below.
 - `[` / `]` previous / next rollout, `l` follows the latest (new rollouts appear as they
   are written).
+- From the monitor, `f` opens the samples behind the latest health finding: its rollout, in
+  the order and strip that put them first (a KL or log-prob gap finding: the largest gap
+  first; truncation: the longest first).
 """
 
 
@@ -60,16 +63,20 @@ class SamplesScreen(Screen[None]):
     ]
     HELP = HELP
 
-    def __init__(self, run_dir: Path, rollout_id: int | None = None) -> None:
+    def __init__(self, run_dir: Path, rollout_id: int | None = None, sort: str = "index",
+                 strip: str = "advantage", note: str = "") -> None:
+        """`rollout_id` None follows the latest; `note` says why this view was opened (a
+        health finding's samples)."""
         super().__init__()
         self.run_dir = Path(run_dir)
         self.rollouts: list[int] = []
         self.rollout_id = rollout_id  # shown (or being read)
         self.following = rollout_id is None
+        self.note = note
         self.rows: list[SampleRow] = []  # the shown rollout's samples (scalars)
         self.parsed: dict[int, SampleRecord] = {}  # whole samples, parsed when shown
-        self.sort = "index"
-        self.strip = "advantage"
+        self.sort = sort
+        self.strip = strip
         self.loaded: int | None = None  # the rollout whose records are shown
 
     def compose(self) -> ComposeResult:
@@ -108,6 +115,9 @@ class SamplesScreen(Screen[None]):
         except SamplesNotFound as exc:
             self.post_message(RolloutRead(rollout_id, [], error=str(exc)))
             return
+        if self.sort == "gap":  # each row parsed whole: here, not on the UI's thread
+            for row in rows:
+                _ = row.max_gap
         self.post_message(RolloutRead(rollout_id, rows, warnings))
 
     @on(RolloutRead)
@@ -188,5 +198,5 @@ class SamplesScreen(Screen[None]):
             live = " · following the latest" if self.following else ""
             text = (f"samples: rollout {self.rollout_id} of {describe_ids(self.rollouts)} · "
                     f"{len(self.rows)} samples · order {self.sort} · strip {self.strip}"
-                    f"{live} · {self.run_dir.name}")
+                    f"{live} · {self.note or self.run_dir.name}")
         self.query_one("#samples-title", Static).update(text)

@@ -57,6 +57,15 @@ def token_text(record: SampleRecord, i: int) -> str:
     return text.replace("\r", "").replace("\n", "⏎\n").replace("\t", "→")
 
 
+def token_joiner(record: SampleRecord) -> str:
+    """" " where the tokenizer's decoder puts the spaces (word-level vocabularies: tokens
+    decoded alone carry none, yet the response has them), else "" (BPE tokens carry theirs)."""
+    texts = [t for t in record.tokens or () if t.strip()]  # a newline token says nothing
+    if not texts or any(t[0].isspace() or t[-1].isspace() for t in texts):
+        return ""
+    return " " if any(ch.isspace() for ch in record.response) else ""
+
+
 def _num(x: float | None, sign: bool = False) -> str:
     if x is None:
         return "-"
@@ -136,7 +145,10 @@ class SamplePane(Static, can_focus=True):
             low = min((v for v in values if v is not None), default=0.0)
             high = max((v for v in values if v is not None), default=0.0)
             out.append(f"strip {label}: {_num(low)} … {_num(high)}\n", "dim")
+        joiner = token_joiner(record)
         for i in range(record.response_length):
+            if i and joiner:
+                out.append(joiner)
             bg = colour(values[i], scale, signed) if values is not None else None
             style = Style(bgcolor=bg, color="white" if bg is not None else None)
             if i == self.cursor:
