@@ -1,6 +1,7 @@
 """`ppodeck prepare`: fetch a preset's HF checkpoint and dataset, convert to torch_dist.
 
-What miles' example does in `prepare()` (spec 1.3), driven by the preset instead of a script:
+What miles' example (examples/ppo/run_qwen3_4b_ppo.py) does in `prepare()`, driven by the
+preset instead of a script:
 
 1. download the HF checkpoint and the prompt dataset from the Hugging Face Hub into the local
    paths the flags name (--hf-checkpoint, --prompt-data);

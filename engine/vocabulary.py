@@ -57,7 +57,7 @@ class PhaseInfo:
     label: str  # for tables and panels
 
 
-# miles' per-rollout order (spec 4.3: rollout onload comes before the weight update); eval runs
+# miles' per-rollout order (its train.py: rollout onload comes before the weight update); eval runs
 # before the first rollout and after every --eval-interval-th one
 PHASES: Final = (
     PhaseInfo(Phase.GENERATE, "gen", "generate"),
@@ -126,7 +126,7 @@ FINAL_STATES: Final = frozenset({State.STOPPED, State.SUCCEEDED, State.FAILED, S
 
 
 class Metric:
-    """miles' metric names that PPO Deck charts, judges or summarizes (spec 7)."""
+    """miles' metric names that PPO Deck charts, judges or summarizes (as miles logs them)."""
 
     REWARD: Final = "rollout/raw_reward"
     REWARD_MIN: Final = "rollout/raw_reward/min"

@@ -1,4 +1,4 @@
-"""Per-token PPO losses (miles' formulas, spec 5.5-5.6); reduce them with engine.algo.reduce."""
+"""Per-token PPO losses (miles' loss_hub/losses.py); engine.algo.reduce reduces them."""
 
 from __future__ import annotations
 

@@ -249,7 +249,7 @@ _PPO = (
        "Fully asynchronous rollouts (train_async.py; miles' README: fully-async PPO requires "
        "--use-rollout-logprobs).",
        engine=refused("only miles' synchronous loop (train.py) is implemented")),
-    # Newer miles (spec 3.6), after the snapshot the schema follows: known, so never passthrough.
+    # Newer miles, after the snapshot the schema follows: known, so never passthrough.
     _f("--async-max-concurrent-samples", "int", None, "ppo",
        "Fully-async: samples in flight at once.", engine=_SYNC_ONLY),
     _f("--rollout-submission-granularity", "str", None, "ppo",

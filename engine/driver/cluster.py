@@ -1,10 +1,10 @@
 """Ray at the edge: start or join the cluster, one placement group, its bundles in miles' order.
 
-Layout follows miles (spec 3.4, 4.1): the actor group takes one bundle per rank, the critic
-group sits on the SAME bundles with fractional resources (it adds no bundles), and the
-rollout side takes max(actor GPUs, rollout GPUs) bundles under colocate. Bundles are used in
-(node IP, GPU id) order, as miles reorders them, so a TP > 1 engine's GPUs are neighbours on
-one node.
+Layout follows miles (miles/ray/placement_group.py): the actor group takes one bundle per
+rank, the critic group sits on the SAME bundles with fractional resources (it adds no
+bundles), and the rollout side takes max(actor GPUs, rollout GPUs) bundles under colocate.
+Bundles are used in (node IP, GPU id) order, as miles reorders them, so a TP > 1 engine's GPUs
+are neighbours on one node.
 
 Two kinds of Ray: the private local one (no address anywhere: every visible GPU, bound to the
 loopback, rendezvous on 127.0.0.1) and an existing cluster (`--ray-address`, or RAY_ADDRESS as

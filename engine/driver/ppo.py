@@ -1,6 +1,6 @@
 """The PPO driver: `python -m engine.driver --run-dir D`.
 
-`train()` is the algorithm, in miles' per-rollout order (spec 4.3):
+`train()` is the algorithm, in miles' per-rollout order (its train.py):
 generate -> release rollout memory -> critic (values, GAE returns, value steps) -> critic sleeps
 -> actor (ref/old log-probs, GAE advantages, PPO steps; skipped during critic-only warmup)
 -> actor exports its weights while awake, then sleeps -> save when due -> rollout memory back

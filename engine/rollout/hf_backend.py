@@ -4,7 +4,8 @@ The model is built from `hf_config(shape, arch)` (random weights, or uninitializ
 the actor's weights are pushed before the first rollout) and receives the actor's
 weights through the same Megatron -> HF conversion that feeds SGLang. Sampling log-probs are
 log-softmax(logits / temperature) of the chosen tokens: the same quantity the actor computes
-(spec 5.2), before any top-p/top-k filtering, so rollout and training log-probs are comparable.
+(as miles' logit_processors.py), before any top-p/top-k filtering, so rollout and training
+log-probs are comparable.
 """
 
 from __future__ import annotations

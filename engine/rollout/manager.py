@@ -1,4 +1,5 @@
-"""RolloutManager (api.md section 6): prompts -> responses -> rewards -> RolloutBatch.
+"""RolloutManager: prompts -> responses -> rewards -> RolloutBatch (the roles' interface:
+docs/architecture.md).
 
 A plain class; the driver wraps it with ray.remote. Per rollout, as in miles: take
 --over-sampling-batch-size prompts (default --rollout-batch-size), sample n_samples_per_prompt

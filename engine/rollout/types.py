@@ -8,7 +8,7 @@ from typing import Any
 
 @dataclass
 class RolloutBatch:
-    """One rollout's training data (api.md section 6); sample i is row i of every list."""
+    """One rollout's training data (the roles' interface); sample i is row i of every list."""
 
     tokens: list[list[int]]  # prompt + response token ids per sample
     prompt_lengths: list[int]

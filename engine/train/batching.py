@@ -1,11 +1,12 @@
 """From a RolloutBatch to this rank's optimizer steps and right-padded micro-batches.
 
-Sharding (api.md section 6, identical for actor and critic so that values line up): sample i of
+Sharding (docs/architecture.md, identical for actor and critic so that values line up): sample i of
 the rollout, after trimming to a multiple of the global batch, belongs to optimizer step
 i // gbs and, inside the step, to DP rank (i % gbs) // (gbs // dp).
 
 Micro-batches are right-padded to their longest sample. The model output at absolute position
-prompt_len + t - 1 belongs to response token t (spec 5.2), so `response_index` points there.
+prompt_len + t - 1 belongs to response token t (miles' logit_processors.py), so
+`response_index` points there.
 No attention mask is built: with right padding the plain causal mask (which Megatron's attention
 and engine.train.attention apply when given None) is exact, since real tokens never attend to
 the padding after them; and None lets SDPA pick FlashAttention on GPUs.

@@ -1,7 +1,8 @@
 """Per-response-token log-probs, entropy and values from the model output.
 
 The actor's output is vocab-parallel logits [b, S, V/tp]; only the rows that predict response
-tokens are taken (position prompt_len + t - 1, spec 5.2), divided by the rollout temperature,
+tokens are taken (position prompt_len + t - 1, as miles' logit_processors.py), divided by the
+rollout temperature,
 and reduced in chunks of rows so that no extra full-vocab fp32 copy of the whole micro-batch
 exists. Log-probs come from Megatron's vocab_parallel_cross_entropy and entropy from an
 all-reduce over the TP group, so TP=1 and TP>1 give the same numbers.

@@ -1,6 +1,7 @@
 """Megatron `loss_func`s for one micro-batch: forward-only outputs, value loss, policy loss.
 
-Scaling (spec 5.7): each loss is a sum over the micro-batch's samples of per-sample token means
+Scaling (miles' training_utils/loss.py): each loss is a sum over the micro-batch's samples of
+per-sample token means
 (`sum_of_sample_mean`), multiplied by num_microbatches * dp / gbs. Megatron divides by
 num_microbatches and DDP averages over DP, so the gradient is that of the mean over the global
 batch of per-sample token means, whatever the micro-batching or the DP size.
@@ -95,7 +96,8 @@ def actor_loss(mb: MicroBatch, settings: TrainSettings, scale: float,
                entropy_sink: dict[int, torch.Tensor] | None = None
                ) -> Callable[[torch.Tensor], LossOut]:
     """PPO clipped surrogate (times the TIS weights with --use-tis) - entropy_coef * entropy
-    + kl_loss_coef * KL(pi || ref) (spec 5.5). pi_old is `old_log_probs`: the trainer's
+    + kl_loss_coef * KL(pi || ref) (miles' loss_hub/losses.py). pi_old is `old_log_probs`: the
+    trainer's
     recomputed log-probs, or the rollout's with --use-rollout-logprobs (the worker decides).
     `entropy_sink`: where the entropy is computed anyway, each sample's [T] row is kept
     there by its position (on the device: no sync here; the run's samples files)."""

@@ -1,6 +1,6 @@
 """--offload-train: move a worker's params, grads and optimizer state off the GPU and back.
 
-miles pauses torch_memory_saver regions (spec 9). Here the same effect comes from the tensors'
+miles pauses torch_memory_saver regions. Here the same effect comes from the tensors'
 storages: every storage that holds a parameter, the fp32 master copy or an Adam moment is copied
 to pinned host memory and then resized to 0 bytes; gradient buffers are only freed (they are
 zeroed before every step anyway, as miles skips their backup too). Resizing the storage, not

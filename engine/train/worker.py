@@ -1,7 +1,8 @@
-"""TrainWorker: one rank of the actor or the critic (api.md section 6; the driver wraps it with
-ray.remote). Megatron-core GPTModel + DDP + get_megatron_optimizer + the pipeline schedules.
+"""TrainWorker: one rank of the actor or the critic (the roles' interface in
+docs/architecture.md; the driver wraps it with ray.remote). Megatron-core GPTModel + DDP +
+get_megatron_optimizer + the pipeline schedules.
 
-Per rollout, in miles' order (spec 4.3):
+Per rollout, in miles' order (its train.py):
 - critic: values with the pre-update critic (forward only) -> GAE returns -> one value-loss
   optimizer step per global batch;
 - actor: ref log-probs (--use-kl-loss) and old log-probs (forward only, all samples before the
@@ -13,7 +14,7 @@ The reference policy (--use-kl-loss) is a host copy of weights (miles' TensorBac
 tag): --ref-load's when it holds a torch_dist checkpoint, else the actor's weights right after
 init (HF or random); a ref forward swaps it in and back.
 
-Batches: every rank gets the whole RolloutBatch and keeps its DP shard by the api.md rule
+Batches: every rank gets the whole RolloutBatch and keeps its DP shard by the shared rule
 (sample position i -> step i // gbs, DP rank (i % gbs) // (gbs // dp)); values are keyed by
 the batch's sample_indices.
 """

@@ -1,4 +1,4 @@
-"""CPU tests for token-level GAE with miles' mask semantics (spec 5.3)."""
+"""CPU tests for token-level GAE with miles' mask semantics (miles' loss_hub/advantages.py)."""
 
 from __future__ import annotations
 

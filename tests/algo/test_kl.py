@@ -1,4 +1,4 @@
-"""CPU tests for the k1/k2/k3/low_var_kl estimators (spec 5.5)."""
+"""CPU tests for the k1/k2/k3/low_var_kl estimators (miles' loss_hub/losses.py)."""
 
 from __future__ import annotations
 

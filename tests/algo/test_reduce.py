@@ -1,4 +1,5 @@
-"""CPU tests for loss reducers, advantage whitening and explained variance (spec 5.4, 5.7)."""
+"""CPU tests for loss reducers, advantage whitening and explained variance (miles'
+training_utils/loss.py and normalize_advantages)."""
 
 from __future__ import annotations
 

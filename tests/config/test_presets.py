@@ -90,7 +90,7 @@ def test_seed_derived_matches_the_example() -> None:
     assert (d.actor_steps_per_rollout, d.critic_steps_per_rollout) == (2, 2)
 
 
-# miles examples/ppo/run_qwen3_4b_ppo.py (spec 1.3 model args + 1.4), paths elided.
+# miles examples/ppo/run_qwen3_4b_ppo.py (its model args and flags), paths elided.
 SEED_COMMAND = """
 --swiglu --num-layers 36 --hidden-size 2560 --ffn-hidden-size 9728 --num-attention-heads 32
 --group-query-attention --num-query-groups 8 --use-rotary-position-embeddings

@@ -7,7 +7,8 @@ import pytest
 from engine.config import BY_DEST, BY_NAME, FLAGS
 from engine.config.schema import GROUPS
 
-# Every flag of the miles PPO example and its CI test (spec 1.3, 1.4, 2), plus those the seed
+# Every flag of the miles PPO example and its CI test (examples/ppo/run_qwen3_4b_ppo.py,
+# tests/e2e/megatron/test_qwen3_4B_ppo.py), plus those the seed
 # page and issue #2 name.
 REQUIRED = """
 --hf-checkpoint --ref-load --load --save --save-interval --prompt-data --input-key --label-key

@@ -45,7 +45,7 @@ def test_every_phase_the_driver_runs_has_a_short_label_and_a_label() -> None:
     declared = _declared(Phase)
     assert set(PHASE_NAMES) == declared and len(PHASE_NAMES) == len(declared)
     assert all(p.short and p.label and len(p.short) <= 6 for p in PHASES)
-    # miles' order: rollout memory back before the weight push (spec 4.3, steps 9-10)
+    # miles' order: rollout memory back before the weight push (its train.py)
     assert PHASE_NAMES.index(Phase.ROLLOUT_ONLOAD) < PHASE_NAMES.index(Phase.UPDATE_WEIGHTS)
     assert PHASE_NAMES.index(Phase.CRITIC_TRAIN) < PHASE_NAMES.index(Phase.ACTOR_TRAIN)
 

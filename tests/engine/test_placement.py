@@ -1,4 +1,5 @@
-"""Placement as miles lays it out (spec 3.4): the critic shares the actor's bundles.
+"""Placement as miles lays it out (miles/ray/placement_group.py): the critic shares the
+actor's bundles.
 
 Scheduled by real Ray with declared GPUs in tests/cluster/test_placement_on_cluster.py."""
 

@@ -41,7 +41,7 @@ def test_compare_diffs_configs_phases_and_diagnostics(app, tmp_path) -> None:
     out = CliRunner().invoke(app, ["compare", str(a.path), str(b.path), "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
-    assert data["config_diff"] == {"--lr": [0.003, 0.0001]}
+    assert data["config_diff"] == {"--lr": [0.002, 0.0001]}
     assert data["phase_mean_seconds"]["generate"] == [pytest.approx(0.3)] * 2
     reward_a, reward_b = data["diagnostics"]["rollout/raw_reward"]
     assert reward_b == {"final": 0.5, "best": {"rollout": 0, "value": 0.5}, "rollouts": 6}

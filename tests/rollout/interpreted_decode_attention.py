@@ -24,6 +24,10 @@ from tests.rollout.test_fast_generate import (
     tiny_model,
 )
 
+# Opt-in features measured slower on the H200 than the default decoder (decode-attn-split,
+# two-streams, attn-rope; docs/performance.md): their interpreter checks run under -m slow.
+SLOWER_OPT_IN = pytest.mark.slow
+
 
 @pytest.fixture
 def interpreted() -> None:
@@ -228,6 +232,7 @@ def test_fused_sampling_variant_draws_todays_tokens(interpreted) -> None:  # noq
 
 
 # ---- split-K (decode-attn-split) ------------------------------------------------------------
+@SLOWER_OPT_IN
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_split_kernel_is_the_matmul_maths(interpreted, dtype) -> None:  # noqa: ANN001
     """GQA groups 2, 3 and 1 (SHAPES), split counts from 1 to more chunks than some rows have
@@ -258,6 +263,7 @@ def uneven_rows_case(dtype: torch.dtype, shape: tuple[int, ...]) -> dict:
     return case
 
 
+@SLOWER_OPT_IN
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("heads_kv", [(2, 2), (4, 2), (6, 2)])  # GQA groups of 1, 2, 3
 def test_split_kernel_over_rows_of_very_different_lengths(interpreted, dtype,  # noqa: ANN001
@@ -275,6 +281,7 @@ def test_split_kernel_over_rows_of_very_different_lengths(interpreted, dtype,  #
         torch.testing.assert_close(out, expected, rtol=0, atol=atol)
 
 
+@SLOWER_OPT_IN
 def test_split_kernel_gives_zeros_for_a_row_without_slots(interpreted) -> None:  # noqa: ANN001
     """A capture warm-up's step can have index < pad: every chunk empty (max -inf, sum 0), the
     merge writes zeros there as the one-pass kernel does, the other rows are unharmed."""
@@ -288,6 +295,7 @@ def test_split_kernel_gives_zeros_for_a_row_without_slots(interpreted) -> None: 
                                    atol=1e-5)
 
 
+@SLOWER_OPT_IN
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_decode_attn_split_variant_is_the_reference_path(interpreted, arch,  # noqa: ANN001
                                                          monkeypatch) -> None:
@@ -302,6 +310,7 @@ def test_decode_attn_split_variant_is_the_reference_path(interpreted, arch,  # n
     assert chosen and min(chosen) > 1, chosen
 
 
+@SLOWER_OPT_IN
 def test_two_streams_with_the_kernel_is_the_reference_path(interpreted) -> None:  # noqa: ANN001
     """two-streams with the attention kernel: each half's kernel reads its own rows' pads
     (views of the batch's), so the tokens still equal today's path."""
@@ -384,6 +393,7 @@ def test_gated_kernel_is_the_torch_maths(interpreted, dtype) -> None:  # noqa: A
                                **tolerance)
 
 
+@SLOWER_OPT_IN
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_attn_rope_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
     """attn-rope (q/k norms and RoPE in the kernel; llama: no q/k norms), fp32: tokens equal

@@ -177,9 +177,19 @@ def test_the_kernel_under_the_triton_interpreter() -> None:
     """interpreted_decode_attention.py in a fresh process with TRITON_INTERPRET=1: the kernel
     and split-K's kernels against the matmul maths (fp32, bf16, GQA groups 1-3, pads, rows of
     one slot to all, empty chunks, NaN outside the filled slots, launch options, split counts)
-    and fast_generate's decode-attn and decode-attn-split variants against today's path."""
+    and fast_generate's decode-attn and decode-attn-split variants against today's path. The
+    opt-in variants measured slower (split-K, two streams, attn-rope) run under -m slow."""
     pytest.importorskip("triton")
     assert_interpreted_file_passes(Path(__file__).with_name("interpreted_decode_attention.py"))
+
+
+@pytest.mark.slow
+def test_the_slower_opt_in_kernels_under_the_triton_interpreter() -> None:
+    """The interpreter checks of the opt-in variants measured slower (split-K, two streams,
+    attn-rope), which the default suite leaves out."""
+    pytest.importorskip("triton")
+    assert_interpreted_file_passes(Path(__file__).with_name("interpreted_decode_attention.py"),
+                                   marks="slow")
 
 
 def test_without_triton_fused_sampling_draws_graph_samplings_tokens() -> None:

@@ -1,4 +1,4 @@
-"""Tests for the --rm-type reward registry: copy-digit, deepscaler and math (spec 8)."""
+"""The --rm-type reward registry: copy-digit, deepscaler and math (miles' rollout/rm_hub)."""
 
 from __future__ import annotations
 

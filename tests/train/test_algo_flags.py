@@ -43,7 +43,7 @@ def _scenarios(rank: int, world: int, ports: list[int]) -> dict[str, Any]:
     samples, _ = actor._shard(batch)
     train_lp = actor._forward_only(samples, actor._log_probs_factory(), "log_probs")
     out["train_log_probs"] = [t.tolist() for t in train_lp]
-    advantages, _ = actor._advantages(samples, None, train_lp, None, None)
+    advantages, _raw, _ = actor._advantages(samples, None, train_lp, None, None)
     out["grpo_advantages"] = [a.tolist() for a in advantages]
     out["grpo"] = actor.train_actor(0, batch, None)
     # per-token loss, same weights' log-probs at the first step (ratio 1 either way)
