@@ -304,6 +304,8 @@ def _rollout_gib(r: Mapping[str, Any], params: int, packed: bool) -> float:
 def _rows_per_engine(r: Mapping[str, Any]) -> int:
     """Sequences one engine decodes at once: every sample of the rollout, split over engines."""
     rows = _count(r["rollout_batch_size"]) * _count(r["n_samples_per_prompt"])
+    if r["rollout_backend"] == "hf":
+        return rows  # one generator decodes them all (rules_engine: engine.hf_one_gpu)
     return -(-rows // (_count(r["rollout_engines"]) or 1))
 
 

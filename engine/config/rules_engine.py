@@ -298,7 +298,30 @@ def _devices(r: dict, m: Machine, out: Out) -> None:
         _issue(out, "info", "engine.backend_auto", ("rollout_backend",),
                f"--rollout-backend auto picks {picked} on this machine "
                f"({'CUDA and sglang present' if picked == 'sglang' else _why_hf(m)}).")
+    _hf_engines(r, m, out)
     _gpu_count(r, m, out)
+
+
+def _hf_engines(r: dict, m: Machine, out: Out) -> None:
+    """The hf backend is one generator in one process: it decodes on one GPU, whatever the
+    rollout side reserves (sglang runs one engine per --rollout-num-gpus-per-engine GPUs)."""
+    picked = r["rollout_backend"]
+    if picked == "auto":
+        picked = "sglang" if m.cuda and m.sglang else "hf"
+    gpus, per_engine = r["rollout_num_gpus"] or 0, r["rollout_num_gpus_per_engine"]
+    if picked != "hf" or r["debug_train_only"]:
+        return
+    if not r["colocate"] and (gpus > 1 or per_engine > 1):
+        _issue(out, "error", "engine.hf_one_gpu", ("rollout_num_gpus",
+                                                   "rollout_num_gpus_per_engine"),
+               f"the hf rollout decodes on one GPU, so --rollout-num-gpus {gpus} "
+               f"(--rollout-num-gpus-per-engine {per_engine}) would hold GPUs it never uses.",
+               "set --rollout-num-gpus 1 --rollout-num-gpus-per-engine 1, or use "
+               "--rollout-backend sglang (one engine per --rollout-num-gpus-per-engine GPUs)")
+    elif r["colocate"] and gpus > 1:
+        _issue(out, "info", "engine.hf_one_gpu_colocated", ("rollout_backend", "colocate"),
+               f"colocated on {gpus} GPUs, the hf rollout decodes every sample on the first of "
+               "them while the others wait; --rollout-backend sglang runs an engine per GPU.")
 
 
 def _why_hf(m: Machine) -> str:

@@ -42,7 +42,8 @@ def test_builtins_present() -> None:
 
 SEED_COMMAND_ONLY = ("--attention-backend",
                      "--attention-softmax-in-fp32", "--balance-data")
-SEED_ON_CPU_INFOS = SEED_INFOS | {"engine.backend_auto", "engine.cpu_ranks"}
+SEED_ON_CPU_INFOS = SEED_INFOS | {"engine.backend_auto", "engine.cpu_ranks",
+                                  "engine.hf_one_gpu_colocated"}
 
 
 def test_seed_validates_with_exactly_the_expected_issues(isolated_env: Path) -> None:
