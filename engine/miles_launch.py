@@ -67,21 +67,30 @@ def miles_argv(config: RunConfig, rundir: RunDir, *, show_secrets: bool = True
                ) -> tuple[list[str], list[str], list[str]]:
     """(train.py's argv, the flags added for watching, PPO Deck's own flags left out).
 
-    The argv is `ppodeck command`'s (paths expanded); flags PPO Deck adds itself (schema
-    `own`) mean nothing to miles' argparse and are left out, and said so; secrets in
-    SECRET_ENV travel as environment variables instead (secret_job_env).
+    The argv is `ppodeck command --engine miles`'s (train_argv) plus, unless the preset sets
+    them, --dump-details into the run directory and --use-miles-dashboard.
     """
-    from engine.config import BY_DEST, to_argv
-
-    own = [dest for dest, flag in BY_DEST.items() if flag.own and config.is_set(dest)]
-    kept = config.with_values(**{dest: None for dest in own + list(SECRET_ENV)})
-    argv = to_argv(kept, show_secrets=show_secrets, expand_paths=True)
+    argv, own = train_argv(config, show_secrets=show_secrets)
     added: list[str] = []
     if not config.is_set("dump_details"):
         added += ["--dump-details", str(rundir.path.resolve() / DUMP_SUBDIR)]
     if not config.get("use_miles_dashboard"):
         added.append("--use-miles-dashboard")
-    return argv + added, added, [BY_DEST[d].name for d in own]
+    return argv + added, added, own
+
+
+def train_argv(config: RunConfig, *, show_secrets: bool = True, expand_paths: bool = True
+               ) -> tuple[list[str], list[str]]:
+    """(miles' train.py argv, PPO Deck's own flags left out): `ppodeck command`'s argv without
+    the flags PPO Deck adds itself (schema `own`: they mean nothing to miles' argparse) and
+    without the secrets of SECRET_ENV, which travel as environment variables (secret_job_env).
+    """
+    from engine.config import BY_DEST, to_argv
+
+    own = [dest for dest, flag in BY_DEST.items() if flag.own and config.is_set(dest)]
+    kept = config.with_values(**{dest: None for dest in own + list(SECRET_ENV)})
+    argv = to_argv(kept, show_secrets=show_secrets, expand_paths=expand_paths)
+    return argv, [BY_DEST[d].name for d in own]
 
 
 # secret flags that reach miles as the variable its library reads instead of on the command

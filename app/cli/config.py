@@ -151,6 +151,10 @@ def command(
         "--raw-paths", help="Keep ${PPODECK_HOME} and ~ in paths instead of expanding them.")
     ] = False,
     as_json: JsonOption = False,
+    engine: Annotated[str, typer.Option(
+        "--engine", metavar="ENGINE",
+        help="ppodeck: every flag, PPO Deck's own included; miles: exactly what `run --engine "
+             "miles` hands miles' train.py (PPO Deck's own flags left out).")] = "ppodeck",
 ) -> None:
     """Print the exact miles-style argv of a preset (for `python3 train.py ...`).
 
@@ -161,9 +165,18 @@ def command(
     \b
         ppodeck command qwen3-4b-ppo
         ppodeck command qwen3-4b-ppo --set num-rollout=3 --json
+        ppodeck command tiny-cpu --engine miles
     """
+    if engine not in ("ppodeck", "miles"):
+        fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
     config, _, _ = build_config(preset, sets, None)
-    argv = to_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
+    if engine == "miles":
+        from engine.miles_launch import SECRET_ENV, train_argv
+
+        argv, own = train_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
+        _say_what_miles_gets(own, [dest for dest in SECRET_ENV if config.is_set(dest)])
+    else:
+        argv = to_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
     typer.echo(json.dumps(argv) if as_json else shlex.join(argv))
     report = check(config)
     if report.config_errors:
@@ -174,6 +187,15 @@ def command(
         _err(f"ppodeck: PPO Deck's engine cannot run {preset} as it is "
              f"({', '.join(sorted({i.code for i in report.errors}))}); the command above is "
              f"for miles. See `ppodeck validate {preset}`.")
+
+
+def _say_what_miles_gets(own: list[str], secrets: list[str]) -> None:
+    if own:
+        _err(f"ppodeck: left out for miles (PPO Deck's own flags): {' '.join(own)}")
+    if secrets:
+        _err(f"ppodeck: {', '.join(secrets)} reach miles as environment variables, not argv")
+    _err("ppodeck: `run --engine miles` adds --dump-details <run dir>/miles "
+         "--use-miles-dashboard unless the preset sets them")
 
 
 def flags(

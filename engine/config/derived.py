@@ -62,8 +62,8 @@ Phases (miles' order): `generate` (rollout active, train models asleep), `critic
 GPU holds: actor + critic, plus the rollout when colocated, plus DRIVER_RESERVED_GIB (the
 driver's own reservation, which NVML counts as used).
 
-Checked on the H200 at Qwen3-1.7B (`bash bench/gpu_device_run.sh e2e-1.7b`, 2026-12-03, that
-run's decoder PPODECK_DECODE=packed+...): NVML peak generate 22.0, critic_train 60.3,
+Checked on the H200 at Qwen3-1.7B (`bash bench/gpu_device_run.sh e2e-1.7b`, docs/performance.md,
+that run's decoder PPODECK_DECODE=packed+...): NVML peak generate 22.0, critic_train 60.3,
 actor_train 61.8 GiB. Through generate and the critic's phase the sleeping actor also held its
 freed 3.2 GiB export buffer, since returned (engine/train/worker.py
 release_cached_device_memory; in its own phase the actor reuses it): 18.8 / 57.1 / 61.8 GiB
@@ -368,7 +368,7 @@ HOST_USABLE_FRACTION = 0.9  # the rest: the OS and its page cache
 # each process of the run besides its pinned state (process-tree RSS, the gpu events'
 # rss_bytes, less the pinned blocks): imports, torch.compile's worker pools, Ray, the driver.
 # For three workers (actor, critic, hf rollout) on the H200 host: 24.7 GiB at 1.7B and 26.6 at
-# 0.6B in earlier runs, then 35.2 at 1.7B (bench/preset_memory.py, 2026-12-04: process-tree
+# 0.6B in earlier runs, then 35.2 at 1.7B (bench/preset_memory.py, docs/performance.md: process-tree
 # RSS peak 89.7 GiB less 54.5 pinned). The largest, per worker: RSS counts shared pages in
 # every process, so this stays an upper bound
 HOST_PER_WORKER_GIB = 11.8

@@ -11,7 +11,6 @@ one is probed once per process, tests pass their own.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -64,6 +63,8 @@ def _importable(module: str) -> bool:
 
 def _installed(distribution: str) -> bool:
     """By its metadata: find_spec of `megatron.bridge` would import the `megatron` package."""
+    import importlib.metadata  # 10 ms at import: only when the machine is probed
+
     try:
         importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:

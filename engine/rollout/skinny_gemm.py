@@ -41,7 +41,7 @@ NUM_STAGES = 3
 
 # (M, N, K, SMs) -> (BLOCK_N, BLOCK_K, SPLIT_K) measured best, which `plan` returns for that
 # shape: the Qwen3-0.6B decode step's down projection on the H200, where skinny-down runs it
-# (bench/gpu_gemm_probe.py --only down, 2026-12-04: 8.13 us against cuBLAS's 9.51, weights
+# (bench/gpu_gemm_probe.py --only down: 8.13 us against cuBLAS's 9.51, weights
 # cold, residual added; `plan`'s own choice, n64 k64 split16, 9.37)
 TUNED = {(64, 1024, 3072, 132): (32, 256, 4)}
 

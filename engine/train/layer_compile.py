@@ -65,7 +65,7 @@ def _mark_tokens_dynamic(kwargs: dict[str, Any], static_batch: bool) -> None:
     varying length), so the first graph already serves every length; the hidden width stays
     static for the kernels; the batch dim static (`static_batch`: marked so, which also keeps
     dynamo from making it dynamic when a second size comes) or dynamic too.
-    Why not always dynamic, measured on the H200 (2026-12-04, bench/gpu_bench.py): with batch
+    Why not always dynamic, measured on the H200 (bench/gpu_bench.py): with batch
     and sequence both symbolic inductor indexes some backward kernels with 64-bit divisions by
     runtime sizes (the q/k/v gradient's cat: 8.4 ms of a 90 ms critic step at 8 x 1024). With
     the batch dim static (this code, one run) the matmul-rate fractions were actor 0.46 / 0.52

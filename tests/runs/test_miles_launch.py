@@ -44,6 +44,22 @@ def test_the_argv_is_ppodeck_command_without_own_flags_plus_the_dump(tmp_path) -
     assert dump_dir(config, rundir) == rundir.path.resolve() / "miles"
 
 
+def test_command_engine_miles_prints_what_the_run_hands_train_py(tmp_path) -> None:
+    """`ppodeck command --engine miles` is the launched argv without the watch flags the run
+    adds, and says on stderr what it left out and what the run adds."""
+    import json
+    import shlex
+
+    shown = CliRunner().invoke(app, ["command", "tiny-cpu", "--engine", "miles", "--json"])
+    assert shown.exit_code == 0, shown.output
+    argv, added, dropped = miles_argv(tiny(), RunDir(tmp_path / "run"))
+    assert json.loads(shown.stdout) == argv[:len(argv) - len(added)]
+    assert "left out for miles" in shown.stderr and " ".join(dropped) in shown.stderr
+    assert "--dump-details" in shown.stderr
+    plain = CliRunner().invoke(app, ["command", "tiny-cpu"])
+    assert "--rollout-backend" in shlex.split(plain.stdout)  # PPO Deck's own flags stay there
+
+
 def test_a_preset_that_sets_the_dump_keeps_it(tmp_path) -> None:
     rundir = RunDir(tmp_path / "run")
     config = tiny(dump_details=str(tmp_path / "mine"), use_miles_dashboard=True)
