@@ -75,3 +75,18 @@ def test_a_two_rollout_run_from_the_wheel(installed: Path, tmp_path: Path) -> No
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     (run,) = (tmp_path / "runs").iterdir()
     assert '"succeeded"' in (run / "status.json").read_text()
+
+
+def test_a_ray_job_from_the_wheel_ships_the_installed_engine(installed: Path,
+                                                             tmp_path: Path) -> None:
+    """`run --submit` from an installed PPO Deck uploads the engine package it runs from (the
+    wheel's, with its built-in presets), not a checkout's."""
+    shipped = subprocess.run(
+        [str(installed / "python"), "-c",
+         "from engine.jobs import runtime_env; print(runtime_env('[flags]\\n', {})"
+         "['py_modules'][0])"],
+        cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    engine_dir = Path(shipped)
+    assert str(ROOT) not in shipped and "site-packages" in shipped
+    assert (engine_dir / "jobs.py").is_file() and (engine_dir / "driver" / "ppo.py").is_file()
+    assert (engine_dir / "builtin_presets" / "tiny-cpu.toml").is_file()
