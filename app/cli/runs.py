@@ -605,14 +605,14 @@ def _exit_code(rundir: RunDir, popen: subprocess.Popen[bytes], interrupted: bool
 
 # ----------------------------------------------------------------------------------- runs ls
 
+RunsRootOption = Annotated[Path | None, typer.Option(
+    "--root", envvar=RUNS_DIR_ENV, show_envvar=True,
+    help="Directory that holds the runs (default ./runs).")]
+
 
 def runs_ls(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array on stdout.")] = False,
-    root: Annotated[
-        Path | None,
-        typer.Option("--root", envvar=RUNS_DIR_ENV, show_envvar=True,
-                     help="Directory that holds the runs (default ./runs)."),
-    ] = None,
+    root: RunsRootOption = None,
 ) -> None:
     """List runs, newest first: id, state, preset, rollout i/N, start time, detail.
 
@@ -641,11 +641,7 @@ def runs_ls(
 def runs_add(
     dump: Annotated[Path, typer.Argument(metavar="DIR",
                                          help="A miles --dump-details directory.")],
-    root: Annotated[
-        Path | None,
-        typer.Option("--root", envvar=RUNS_DIR_ENV, show_envvar=True,
-                     help="Directory that holds the runs (default ./runs)."),
-    ] = None,
+    root: RunsRootOption = None,
 ) -> None:
     """Watch a miles run: its --dump-details directory becomes a run that `runs ls`, attach,
     tail, health, compare and plot take. Nothing is written into DIR; PPO Deck's files about

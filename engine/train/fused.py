@@ -301,13 +301,19 @@ def local_spec_norms(spec: ModuleSpec, normalization: str) -> ModuleSpec:
 
     if normalization != "RMSNorm" or not fused_ops_available():
         return spec
+    return swap_norms(spec, (WrappedTorchNorm,), FusedRMSNorm)
+
+
+def swap_norms(spec: ModuleSpec, stock: tuple[type, ...], replacement: type) -> ModuleSpec:
+    """A copy of a layer spec whose input, pre-MLP and q/k norms of a `stock` class are
+    `replacement` (Identity/None/L2Norm entries stay as they are)."""
     spec = copy.deepcopy(spec)
     layer = spec.submodules
     for name in ("input_layernorm", "pre_mlp_layernorm"):
-        if getattr(layer, name, None) is WrappedTorchNorm:
-            setattr(layer, name, FusedRMSNorm)
+        if getattr(layer, name, None) in stock:
+            setattr(layer, name, replacement)
     attention = getattr(getattr(layer, "self_attention", None), "submodules", None)
     for name in ("q_layernorm", "k_layernorm"):
-        if getattr(attention, name, None) is WrappedTorchNorm:
-            setattr(attention, name, FusedRMSNorm)
+        if getattr(attention, name, None) in stock:
+            setattr(attention, name, replacement)
     return spec

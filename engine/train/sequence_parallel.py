@@ -12,7 +12,6 @@ transformer-engine's norms are under sequence parallelism.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -48,18 +47,9 @@ def sequence_parallel_block_spec(layer_spec: Any, config: Any) -> Any:  # noqa: 
         get_num_layers_to_build,
     )
 
-    from engine.train.fused import FusedRMSNorm
+    from engine.train.fused import FusedRMSNorm, swap_norms
 
-    stock = (WrappedTorchNorm, FusedRMSNorm)
-    spec = copy.deepcopy(layer_spec)
-    layer = spec.submodules
-    for name in ("input_layernorm", "pre_mlp_layernorm"):
-        if getattr(layer, name, None) in stock:
-            setattr(layer, name, SequenceParallelNorm)
-    attention = getattr(getattr(layer, "self_attention", None), "submodules", None)
-    for name in ("q_layernorm", "k_layernorm"):
-        if getattr(attention, name, None) in stock:
-            setattr(attention, name, SequenceParallelNorm)
+    spec = swap_norms(layer_spec, (WrappedTorchNorm, FusedRMSNorm), SequenceParallelNorm)
     return TransformerBlockSubmodules(layer_specs=[spec] * get_num_layers_to_build(config),
                                       layer_norm=SequenceParallelNorm)
 

@@ -50,22 +50,6 @@ def write_start_checkpoint(root: Path, preset: str) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def megatron():
-    """A gloo world of size 1 in this process, for the conversion back (as tests/train's)."""
-    import torch.distributed as dist
-
-    from engine.driver.cluster import free_port
-    from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
-
-    owner = not dist.is_initialized()
-    if owner:
-        init_distributed(0, 1, "127.0.0.1", free_port(), Parallelism(), seed=1234)
-    yield
-    if owner:
-        shutdown_distributed()
-
-
 @pytest.fixture(scope="module", params=sorted(PRESETS))
 def family_run(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
