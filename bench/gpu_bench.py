@@ -35,11 +35,11 @@
       counted over the full s x s square, as Megatron/PaLM MFU do (causal kernels skip half).
     Reported: tokens/s, TFLOP/s and that as a fraction of the measured matmul rate.
 (b) offload and onload of the actor's params + grads + optimizer state with the worker's
-    implementation (engine/train/offload.py StorageOffloader; the bench's own pinned copy
+    implementation (engine/model/offload.py StorageOffloader; the bench's own pinned copy
     when that module is missing - the table says which), against a plain pinned host copy of
     the same byte count.
 (c) rollout tokens/s of plain transformers.generate (configured exactly as the hf backend
-    configures it) against engine/rollout/fast_generate.py (static KV cache + CUDA graph of the
+    configures it) against engine/rollout/decoder (static KV cache + CUDA graph of the
     decode step; eager fallback if capture fails - the table says which path ran), batch 64,
     64-token prompts, 256 new tokens, Qwen3-0.6B shape, random init, bf16; plus how far the
     fast path's log-probs are from transformers' on the same tokens (teacher forcing).
@@ -83,7 +83,7 @@ if str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
-from engine.train.model import ModelShape  # noqa: E402
+from engine.model.shape import ModelShape  # noqa: E402
 
 QWEN3_06B = ModelShape(num_layers=28, hidden_size=1024, ffn_hidden_size=3072,
                        num_attention_heads=16, num_query_groups=8, kv_channels=128,
@@ -386,14 +386,14 @@ def offload_bench(plan: Plan, res: Results) -> None:
     ids = torch.randint(0, plan.shape.vocab_size, (1, 32)).to(plan.device)
     train_step(ddp, optimizer, "actor", ids, torch.arange(32, device=plan.device)[None])
     try:
-        from engine.train.offload import StorageOffloader, train_state_tensors
+        from engine.model.offload import StorageOffloader, train_state_tensors
 
         keep, drop = train_state_tensors(ddp, optimizer)
         offloader = StorageOffloader.for_tensors(keep, drop, plan.device.type)
-        which = "engine/train/offload.py StorageOffloader"
+        which = "engine/model/offload.py StorageOffloader"
     except ImportError:
         offloader = PinnedCopyOffloader(ddp, optimizer)
-        which = "bench PinnedCopyOffloader (no engine/train/offload.py)"
+        which = "bench PinnedCopyOffloader (no engine/model/offload.py)"
     for attempt in ("first", "second"):  # the first offload also pins the host buffers
         off = offloader.offload()
         on = offloader.onload()
@@ -524,7 +524,7 @@ def backend_generate(backend, rows, plan: Plan, res: Results, new_tokens: int,  
 
 def fast_path(model, rows, plan: Plan, res: Results,  # noqa: ANN001
               new_tokens: int) -> float:
-    from engine.rollout import fast_generate as fg
+    from engine.rollout.decoder import generate as fg
 
     def run(graph: bool) -> list[list[int]]:
         tokens, _ = fg.fast_generate(model, rows, temperature=1.0, top_p=1.0, top_k=-1,
@@ -550,7 +550,7 @@ def fast_path(model, rows, plan: Plan, res: Results,  # noqa: ANN001
 
 def logprob_agreement(model, rows, plan: Plan, res: Results) -> None:  # noqa: ANN001
     """fast_generate's log-probs vs transformers' forward on the same tokens (8 rows)."""
-    from engine.rollout import fast_generate as fg
+    from engine.rollout.decoder import generate as fg
     from engine.rollout.hf_backend import left_pad
 
     rows = rows[:8]
@@ -623,7 +623,7 @@ def sglang_bench(plan: Plan, res: Results) -> None:
 
 def weight_push_bench(gen, state: dict, res: Results) -> None:  # noqa: ANN001
     """The colocated push: CUDA IPC handles of one flattened bucket vs host tensors."""
-    from engine.train.weight_transfer import pack_cuda_ipc
+    from engine.model.weight_transfer import pack_cuda_ipc
 
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
     times, flatten = [], []

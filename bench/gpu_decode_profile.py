@@ -7,11 +7,11 @@
 Issue 20: 10.7k tokens/s at batch 64 is about 6 ms per decode step, against 0.25 ms to read the
 weights. For the Qwen3-0.6B shape (bench/gpu_bench.py's plan: random init, bf16), batch 64,
 prompts of 128 tokens (a quarter of them 8-24 shorter: left padding), 256 new tokens, it first
-times one layer's attention alone (mid-generation and at the last step): today's SDPA, the
-batched matmuls, decode-attn's Triton kernel at a few launch shapes and decode-attn-split's
-split-K kernels at a few split counts (split_count's choice first), each with the GB/s of the
-K/V it must read and its max |diff| from the fp32-softmax maths (--no-attention skips it).
-Then for each decoder variant of engine/rollout/fast_generate.py (DecodeOptions) it prints:
+times one layer's attention alone (mid-generation and at the last step): the batched matmuls
+and decode-attn's Triton kernel at a few launch shapes, each with the GB/s of the K/V it must
+read and its max |diff| from the fp32-softmax maths (--no-attention skips it).
+Then for each decoder variant (engine/rollout/decoder/features.py; PPODECK_DECODE's names)
+it prints:
   - tokens/s and wall ms per decode step (sampling at T=1 as the rollout does; the prefill,
     timed alone, is taken out of the per-step figure), and the first call (graph capture);
   - the step split in the real loop with CUDA events: sampling part vs decode (graph replay)
@@ -48,28 +48,25 @@ for path in (REPO, REPO / "bench"):
 import gpu_bench as gb  # noqa: E402
 import torch  # noqa: E402
 
-from engine.rollout import fast_generate as fg  # noqa: E402
+from engine.rollout.decoder import features, static_decoder  # noqa: E402
+from engine.rollout.decoder import generate as fg  # noqa: E402
+from engine.rollout.decoder import sampling as samplers  # noqa: E402
+from engine.rollout.decoder.kernels import decode_attention  # noqa: E402
+from engine.rollout.decoder.state import DecodeState, Sampling  # noqa: E402
 
 # today's path first, the backend's default next with its candidates beside it (the default
-# without skinny-down and cdf-sampling, with each of them alone, without folded-norms too;
-# with pdl, attn-rope; split-K decode attention and
-# skinny-gemm's GEMMs, both slower on the H200, 2026-12-04), then other decode-attention
-# variants compiled and not (so these fit whatever the budget: the compile, ~20-60 s on a cold
-# inductor cache, is in a variant's first call), then each feature alone and in steps
-BACKEND_DEFAULT = fg.BACKEND_VARIANT
+# without skinny-down and cdf-sampling, with each of them alone, without folded-norms too:
+# then the `compiled` layers run), then other decode-attention variants compiled and not (so
+# these fit whatever the budget: the compile, ~20-60 s on a cold inductor cache, is in a
+# variant's first call), then each feature alone and in steps
+BACKEND_DEFAULT = features.BACKEND_VARIANT
 FOLDED = BACKEND_DEFAULT.replace("+skinny-down", "").replace("+cdf-sampling", "")
-UNFOLDED = FOLDED.replace("+folded-norms", "")
-SPLIT_VARIANT = ("packed+decode-attn+decode-attn-split+graph-sampling+fused-sampling+"
-                 "fused-prefill+compiled")
+UNFOLDED = FOLDED.replace("+folded-norms", "+compiled")
 DEFAULT_VARIANTS = ("ref", BACKEND_DEFAULT, FOLDED, FOLDED + "+skinny-down",
-                    FOLDED + "+cdf-sampling", UNFOLDED, BACKEND_DEFAULT + "+pdl",
-                    UNFOLDED + "+attn-rope",
-                    UNFOLDED + "+two-streams", UNFOLDED + "+skinny-gemm", SPLIT_VARIANT,
-                    "packed+sdpa+window+graph-sampling+compiled",
+                    FOLDED + "+cdf-sampling", UNFOLDED,
                     "packed+decode-attn+graph-sampling+compiled",
-                    "packed+decode-attn+graph-sampling", "packed+sdpa+window+graph-sampling",
-                    "packed+window+graph-sampling", "graph-sampling", "window", "fused",
-                    "packed", "packed+sdpa")
+                    "packed+decode-attn+graph-sampling", "packed+graph-sampling+compiled",
+                    "packed+graph-sampling", "graph-sampling", "fused", "packed")
 PROFILED_STEPS = 20
 START = time.perf_counter()
 
@@ -193,8 +190,6 @@ def kernel_profiler(device: torch.device) -> Any:  # noqa: ANN401
 # kernel tables
 # --------------------------------------------------------------------------------------------
 KINDS = (
-    ("attn-split", ("decode_attention_split",)),  # decode-attn-split's chunks
-    ("attn-merge", ("decode_attention_merge",)),  # ... and their merge
     ("attn-kernel", ("decode_attention",)),  # decode-attn's Triton kernel
     ("compiled", ("triton_",)),  # inductor's fused kernels (`compiled`): norms, RoPE, residuals
     ("sampling", ("exponential", "multinomial", "distribution", "sort", "topk", "cumsum",
@@ -254,15 +249,15 @@ def kernel_table(prof: Any, steps: int, cuda: bool, fig: Figures) -> None:  # no
         print(f"    {ms:8.3f} {calls:6.0f}  {kernel_kind(name):13s} {name[:100]}")
 
 
-def eager_op_table(decoder: fg.StaticDecoder, state: fg.DecodeState, span: int,
-                   sampling: fg.Sampling | None, device: torch.device) -> None:
+def eager_op_table(decoder: static_decoder.StaticDecoder, state: DecodeState, slot: int,
+                   sampling: Sampling | None, device: torch.device) -> None:
     """The decode step run eagerly under the profiler: device time by aten op (which GEMMs
     are attention's bmm and which the weights' mm/addmm)."""
     steps = 3
     with kernel_profiler(device) as prof:
         for _ in range(steps):
-            reset_step(state, span)
-            decoder.decode_step(state, span, sampling)
+            reset_step(state, slot)
+            decoder.decode_step(state, sampling)
         sync(device)
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     rows = []
@@ -275,10 +270,10 @@ def eager_op_table(decoder: fg.StaticDecoder, state: fg.DecodeState, span: int,
         print(f"    {ms:8.3f} {calls:6.0f}  {name[:80]}")
 
 
-def reset_step(state: fg.DecodeState, span: int) -> None:
-    """A valid mid-generation step: the last slot of the span, output column 1 (the
-    graph-sampling graph moves both forward; replayed alone they must stay in range)."""
-    state.index.fill_(span - 1)
+def reset_step(state: DecodeState, slot: int) -> None:
+    """A valid mid-generation step: cache slot `slot`, output column 1 (the graph-sampling
+    graph moves both forward; replayed alone they must stay in range)."""
+    state.index.fill_(slot)
     state.step.fill_(1)
 
 
@@ -289,10 +284,6 @@ def reset_step(state: fg.DecodeState, span: int) -> None:
 # on the H200 (2026-12-04, slots 256 / 383) these four were within 5% of each other (20.4-21.6
 # / 27.4-27.9 us), with no launch first at both; every other one was slower
 ATTENTION_LAUNCHES = ((64, 4, 2), (32, 4, 3), (16, 2, 3), (64, 2, 2))
-# decode-attn-split launches tried: (splits, block, warps, stages); None is split_count's
-# choice, which the decoder runs at (block 64, 4 warps, 2 stages)
-# every one slower than the one-pass kernel on the H200 (2026-12-04): the two nearest kept
-SPLIT_LAUNCHES = ((None, 64, 4, 2), (2, 64, 4, 2))
 # layers' caches attention_cost cycles through (8 x ~100 MB at the 0.6B decode shape: past the
 # H200's 50 MB of L2, as the decoder's 28 layers are)
 ATTENTION_CACHES = 8
@@ -301,14 +292,13 @@ ATTENTION_CACHES = 8
 @dataclass
 class AttentionCase:
     """One layer's q and cache at the step writing slot `index` (rows left-padded as the
-    profile's prompts are), and the bucket a `window` variant attends at that step."""
+    profile's prompts are)."""
 
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
     pad: torch.Tensor
     index: torch.Tensor
-    span: int
 
     @classmethod
     def make(cls, setup: Setup, rows: list[list[int]], slot: int) -> AttentionCase:
@@ -322,9 +312,8 @@ class AttentionCase:
 
         q = randn(setup.batch, heads + kv, d)[:, :heads]  # the packed projection's slice
         pad = fg.left_padded(rows, 0, device)[1]
-        span = min(length, (slot // fg.WINDOW + 1) * fg.WINDOW)
         return cls(q, randn(setup.batch, kv, length, d), randn(setup.batch, kv, length, d), pad,
-                   torch.tensor(slot, device=device), span)
+                   torch.tensor(slot, device=device))
 
     def kernel_args(self) -> dict[str, Any]:
         return dict(q=self.q, cache_k=self.k, cache_v=self.v, pad=self.pad, index=self.index,
@@ -341,27 +330,16 @@ class AttentionCase:
         filled = int((self.index + 1 - self.pad).sum())
         return 2 * filled * self.k.shape[1] * self.k.shape[-1] * self.k.element_size()
 
-    def sdpa(self) -> torch.Tensor:
-        """Today's `sdpa` variant: SDPA over the bucket, mask as a bias in q's dtype."""
-        return self._grouped(attn_mask=True)
-
     def matmul(self) -> torch.Tensor:
-        """The fused path without sdpa: matmul, fp32 scale+bias, softmax, cast, matmul."""
-        return self._grouped(attn_mask=False)
-
-    def _grouped(self, attn_mask: bool) -> torch.Tensor:
+        """The fused path without decode-attn: matmul, fp32 scale+bias, softmax, cast, matmul."""
         b, heads, d = self.q.shape
         kv = self.k.shape[1]
         qg = self.q.reshape(b, kv, heads // kv, d)
-        keys, values = self.k[:, :, :self.span], self.v[:, :, :self.span]
-        slots = torch.arange(self.span, device=self.q.device)
+        keys, values = self.k, self.v
+        slots = torch.arange(self.k.shape[2], device=self.q.device)
         masked = (slots[None, :] < self.pad[:, None]) | (slots[None, :] > self.index)
         bias = torch.zeros(masked.shape, device=self.q.device).masked_fill(
             masked, torch.finfo(torch.float32).min)[:, None, None, :]
-        if attn_mask:
-            bias = bias.clamp(min=torch.finfo(self.q.dtype).min).to(self.q.dtype)
-            return torch.nn.functional.scaled_dot_product_attention(
-                qg, keys, values, attn_mask=bias, scale=d ** -0.5)
         scores = torch.matmul(qg, keys.transpose(-1, -2))
         probs = torch.softmax(torch.add(bias, scores, alpha=d ** -0.5), dim=-1)
         return torch.matmul(probs.to(self.q.dtype), values)
@@ -394,22 +372,6 @@ def per_call_us(fn: Any, device: torch.device, calls: int = 20) -> float:  # noq
     return statistics.median(times) * 1e3 / calls
 
 
-def split_candidates(case: AttentionCase) -> list[tuple[str, Any]]:
-    """(name, call) of each SPLIT_LAUNCHES launch of decode_attention.attend_split."""
-    b, kv, slots = case.k.shape[0], case.k.shape[1], case.k.shape[2]
-    chosen = fg.decode_attention.split_count(
-        b, kv, slots, fg.decode_attention.multiprocessors(case.q.device))
-    out = []
-    for splits, block, warps, stages in SPLIT_LAUNCHES:
-        label = f"{chosen} (auto)" if splits is None else str(splits)
-        out.append((f"decode-attn-split {label} block {block} warps {warps} st {stages}",
-                    lambda splits=splits, block=block, warps=warps, stages=stages, case=case:
-                    fg.decode_attention.attend_split(**case.kernel_args(), splits=splits,
-                                                     block=block, num_warps=warps,
-                                                     num_stages=stages)))
-    return out
-
-
 def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
     """Each attention implementation on one layer, mid-generation and at the last step: us
     per call, the GB/s of the K/V it must read (the filled slots), x layers as ms per step,
@@ -417,29 +379,27 @@ def attention_alone(setup: Setup, rows: list[list[int]]) -> None:
     decoder's launch at the first, middle and last step over caches cycled as the decoder
     reads them (attention_cost)."""
     layers = setup.shape.num_layers
-    usable, why = fg.decode_attention.kernel_status(setup.device)
+    usable, why = decode_attention.kernel_status(setup.device)
     if usable:
         attention_cost(setup, rows)
     else:
         print(f"\n=== decode-attn's per-call cost: not run here ({why}) ===")
     for slot in (setup.prompt + setup.new // 2, setup.prompt + setup.new - 1):
         case = AttentionCase.make(setup, rows, slot)
-        expected = fg.decode_attention.attend_by_matmul(**case.kernel_args()).float()
-        print(f"\n=== attention alone: one layer, step writing slot {slot} (bucket of "
-              f"{case.span} slots), {case.useful_bytes() / 1e6:.1f} MB of filled K/V ===")
-        candidates: list[tuple[str, Any]] = [("sdpa (today's sdpa variant)", case.sdpa),
-                                             ("matmul (fused, no sdpa)", case.matmul)]
+        expected = decode_attention.attend_by_matmul(**case.kernel_args()).float()
+        print(f"\n=== attention alone: one layer, step writing slot {slot}, "
+              f"{case.useful_bytes() / 1e6:.1f} MB of filled K/V ===")
+        candidates: list[tuple[str, Any]] = [("matmul (fused)", case.matmul)]
         if usable:
             candidates += [(f"decode-attn block {block} warps {warps} stages {stages}",
                             lambda block=block, warps=warps, stages=stages, case=case:
-                            fg.decode_attention.attend(**case.kernel_args(), block=block,
+                            decode_attention.attend(**case.kernel_args(), block=block,
                                                        num_warps=warps, num_stages=stages))
                            for block, warps, stages in ATTENTION_LAUNCHES]
             candidates.append((
                 "decode-attn writing the step's k/v (new_kv)",
-                lambda case=case, new=case.new_kv(): fg.decode_attention.attend(
+                lambda case=case, new=case.new_kv(): decode_attention.attend(
                     **case.kernel_args(), new_kv=new)))
-            candidates += split_candidates(case)
         else:
             print(f"  decode-attn kernel not run here: {why}")
         for name, fn in candidates:
@@ -465,7 +425,7 @@ def attention_cost(setup: Setup, rows: list[list[int]]) -> None:
     for slot in slots:
         cases = [AttentionCase.make(setup, rows, slot) for _ in range(ATTENTION_CACHES)]
         launches = [(case.kernel_args(), case.new_kv()) for case in cases]  # no copy timed
-        us = per_call_us(cycling(lambda args, new: fg.decode_attention.attend(
+        us = per_call_us(cycling(lambda args, new: decode_attention.attend(
             **args, new_kv=new), launches), setup.device)
         megabytes = cases[0].useful_bytes() / 1e6
         points.append((megabytes, us))
@@ -509,7 +469,7 @@ class Reference:
     sampled: list[list[int]]
 
 
-def generate(model: Any, rows: list[list[int]], setup: Setup, options: fg.DecodeOptions,  # noqa: ANN401
+def generate(model: Any, rows: list[list[int]], setup: Setup, options: features.DecodeOptions,  # noqa: ANN401
              temperature: float = 1.0, new: int | None = None,
              hook: Any = None) -> tuple[list[list[int]], list[list[float]]]:  # noqa: ANN401
     return fg.fast_generate(model, rows, temperature=temperature, top_p=1.0, top_k=-1,
@@ -517,7 +477,7 @@ def generate(model: Any, rows: list[list[int]], setup: Setup, options: fg.Decode
                             seed=0, options=options, hook=hook)
 
 
-def speed(model: Any, rows: list[list[int]], setup: Setup, options: fg.DecodeOptions,  # noqa: ANN401
+def speed(model: Any, rows: list[list[int]], setup: Setup, options: features.DecodeOptions,  # noqa: ANN401
           fig: Figures) -> float:
     """tokens/s end to end and ms per decode step (prefill taken out); returns the step ms."""
     first = gb.timed(lambda: generate(model, rows, setup, options), setup.device)
@@ -532,7 +492,7 @@ def speed(model: Any, rows: list[list[int]], setup: Setup, options: fg.DecodeOpt
     return step_ms
 
 
-def loop_split(model: Any, rows: list[list[int]], setup: Setup, options: fg.DecodeOptions,  # noqa: ANN401
+def loop_split(model: Any, rows: list[list[int]], setup: Setup, options: features.DecodeOptions,  # noqa: ANN401
                fig: Figures, profile_from: int | None) -> Any:  # noqa: ANN401
     """Phases of the real loop (events); the profiler over PROFILED_STEPS steps if asked."""
     hook = MarkHook(Clock(setup.device), profile_from)
@@ -541,50 +501,46 @@ def loop_split(model: Any, rows: list[list[int]], setup: Setup, options: fg.Deco
     finally:
         hook.stop_profiler()
     phases = hook.phases()
-    if "sample" in phases and not options.sample_in_graph:
+    if "sample" in phases and not options.graph_sampling:
         fig.add("in loop: sampling part", phases["sample"], "ms", "events, median step")
     fig.add("in loop: decode part", phases.get("decode"), "ms",
-            "graph replay" + (" incl. sampling" if options.sample_in_graph else ""))
+            "graph replay" + (" incl. sampling" if options.graph_sampling else ""))
     return hook.profiler
 
 
-def alone(decoder: fg.StaticDecoder, setup: Setup, options: fg.DecodeOptions, fig: Figures,
+def alone(decoder: static_decoder.StaticDecoder, setup: Setup,
+          options: features.DecodeOptions, fig: Figures,
           rows: list[list[int]]) -> tuple[float, float]:
     """(decode ms, sampling ms) each back to back: the graphs (or eager steps), the sampler."""
     clock, repeat = Clock(setup.device), 20
     state = decoder._graph_state or fg._state_for(
         decoder, len(rows), -(-(setup.prompt + setup.new) // fg.CACHE_ROUND) * fg.CACHE_ROUND,
         fg.left_padded(rows, 0, setup.device)[1])
-    sampling = fg.Sampling(1.0, 1.0, -1)
-    in_graph = sampling if options.sample_in_graph else None
-    spans = sorted({decoder.span(slot, state.key_index.shape[0])
-                    for slot in range(setup.prompt, setup.prompt + setup.new - 1)})
-    per_span = []
-    for span in spans:
-        graph = decoder._graphs.get((span, in_graph))
-        times = []
-        for _ in range(repeat):
-            reset_step(state, span)
-            start = clock.now()
-            if graph is not None:
-                graph.replay()
-            else:
-                decoder.decode_step(state, span, in_graph)
-            times.append(clock.ms(start, clock.now()))
-        per_span.append((span, statistics.median(times)))
-    decode_ms = statistics.fmean(ms for _, ms in per_span)  # steps spread evenly over spans
-    fig.add("decode alone (replay)", decode_ms, "ms",
-            "per span: " + ", ".join(f"{s}:{ms:.3f}" for s, ms in per_span))
+    sampling = Sampling(1.0, 1.0, -1)
+    in_graph = sampling if options.graph_sampling else None
+    graph = decoder._graphs.get(in_graph)
+    last = state.key_index.shape[0] - 1  # the cache's last slot: every step reads at most this
+    times = []
+    for _ in range(repeat):
+        reset_step(state, last)
+        start = clock.now()
+        if graph is not None:
+            graph.replay()
+        else:
+            decoder.decode_step(state, in_graph)
+        times.append(clock.ms(start, clock.now()))
+    decode_ms = statistics.median(times)
+    fig.add("decode alone (replay)", decode_ms, "ms", f"at cache slot {last}")
     sample_ms = sampler_alone(state, sampling, options, clock, repeat,
                               decoder.sampling_kernel, decoder.cdf_kernel)
     fig.add("sampling alone", sample_ms, "ms",
             "cdf-sampling's kernels, eager" if decoder.cdf_kernel else
             "fused-sampling's kernels, eager" if decoder.sampling_kernel else
-            "sync-free sampler, eager" if options.sample_in_graph else "torch.multinomial path")
+            "sync-free sampler, eager" if options.graph_sampling else "torch.multinomial path")
     return decode_ms, sample_ms
 
 
-def sampler_alone(state: fg.DecodeState, sampling: fg.Sampling, options: fg.DecodeOptions,
+def sampler_alone(state: DecodeState, sampling: Sampling, options: features.DecodeOptions,
                   clock: Clock, repeat: int, kernel: bool, cdf: bool = False) -> float:
     generator = torch.Generator(device=state.logits.device).manual_seed(0)
     logits = torch.randn(state.logits.shape, generator=None, device=state.logits.device)
@@ -593,11 +549,11 @@ def sampler_alone(state: fg.DecodeState, sampling: fg.Sampling, options: fg.Deco
     for _ in range(repeat):
         start = clock.now()
         if kernel:
-            fg.sample_fused(logits, sampling, generator, cdf)
-        elif options.sample_in_graph:
-            fg.sample_sync_free(logits, sampling, generator)
+            samplers.sample_fused(logits, sampling, generator, cdf)
+        elif options.graph_sampling:
+            samplers.sample_sync_free(logits, sampling, generator)
         else:
-            fg.sample(logits, 1.0, 1.0, -1, generator)
+            samplers.sample(logits, 1.0, 1.0, -1, generator)
         times.append(clock.ms(start, clock.now()))
     return statistics.median(times)
 
@@ -677,7 +633,7 @@ def _fp32_copy(model: Any) -> Any:  # noqa: ANN401
 
 def run_variant(name: str, model: Any, rows: list[list[int]], setup: Setup,  # noqa: ANN401
                 ref: Reference, budget: float) -> Figures:
-    options = fg.parse_variant(name)
+    options = features.parse_variant(name)
     fig = Figures(options.name)
     print(f"\n=== {options.name} ({options}) at {elapsed():.0f} s ===", flush=True)
     step_ms = speed(model, rows, setup, options, fig)
@@ -688,7 +644,7 @@ def run_variant(name: str, model: Any, rows: list[list[int]], setup: Setup,  # n
     profiler = loop_split(model, rows, setup, options, fig, profile_from)
     decoder = fg.decoder_for(model, options)
     decode_ms, sample_ms = alone(decoder, setup, options, fig, rows)
-    extra = 0.0 if options.sample_in_graph else sample_ms
+    extra = 0.0 if options.graph_sampling else sample_ms
     fig.add("host overhead (wall - alone)", step_ms - decode_ms - extra, "ms",
             "GPU idle, waiting for the host")
     greedy = generate(model, rows, setup, options, temperature=0.0)
@@ -702,9 +658,8 @@ def run_variant(name: str, model: Any, rows: list[list[int]], setup: Setup,  # n
         state = decoder._graph_state or fg._state_for(
             decoder, len(rows), -(-(setup.prompt + setup.new) // fg.CACHE_ROUND) * fg.CACHE_ROUND,
             fg.left_padded(rows, 0, setup.device)[1])
-        span = decoder.span(setup.prompt + setup.new // 2, state.key_index.shape[0])
-        eager_op_table(decoder, state, span,
-                       fg.Sampling(1.0, 1.0, -1) if options.sample_in_graph else None,
+        eager_op_table(decoder, state, setup.prompt + setup.new // 2,
+                       Sampling(1.0, 1.0, -1) if options.graph_sampling else None,
                        setup.device)
     return fig
 
@@ -772,8 +727,8 @@ def profile_all(setup: Setup, variants: list[str], budget: float, attention: boo
         except Exception:  # noqa: BLE001 - the variants must still be measured
             traceback.print_exc()
         gb.release_memory()
-    ref = Reference(greedy=generate(model, rows, setup, fg.REFERENCE, temperature=0.0),
-                    sampled=generate(model, rows, setup, fg.REFERENCE)[0])
+    ref = Reference(greedy=generate(model, rows, setup, features.REFERENCE, temperature=0.0),
+                    sampled=generate(model, rows, setup, features.REFERENCE)[0])
     figures = []
     for name in variants:
         if elapsed() > budget:

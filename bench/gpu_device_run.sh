@@ -26,7 +26,7 @@
 #                 puts PPODECK_OVERLAP_MOVES=0 (each train-state move waited on where it starts)
 #                 beside the default (overlapped as the memory plan allows), '--decode VARIANT'
 #                 adds a decoder column
-#   gemm-probe    bench/gpu_gemm_probe.py: each decode-step GEMM, cuBLAS vs skinny-gemm's plan and
+#   gemm-probe    bench/gpu_gemm_probe.py: each decode-step GEMM, cuBLAS vs the skinny GEMM's plan and
 #                 other tilings (GEMM_ARGS, GEMM_TIMEOUT); decode takes DECODE_ARGS/DECODE_TIMEOUT
 #   overlap-probe bench/gpu_overlap_probe.py: does one process's pinned copy run beside another
 #                 process's GEMMs on the GPU (what the move overlap relies on), ~30 s
@@ -371,7 +371,7 @@ PY
       timeout "${DECODE_TIMEOUT:-170}" python3 bench/gpu_decode_profile.py ${DECODE_ARGS:-} \
         > "$OUT/decode_profile.txt" 2>&1
       tail -25 "$OUT/decode_profile.txt" ;;
-    gemm-probe)  # the decode step's GEMMs: cuBLAS vs skinny-gemm's tilings (gpu_gemm_probe.py)
+    gemm-probe)  # the decode step's GEMMs: cuBLAS vs the skinny GEMM's tilings (gpu_gemm_probe.py)
       timeout "${GEMM_TIMEOUT:-200}" python3 bench/gpu_gemm_probe.py ${GEMM_ARGS:-} \
         > "$OUT/gemm_probe.txt" 2>&1
       tail -12 "$OUT/gemm_probe.txt" ;;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The decode step's GEMMs alone: cuBLAS against skinny-gemm's Triton kernel, and its tilings.
+"""The decode step's GEMMs alone: cuBLAS against the skinny Triton GEMM, and its tilings.
 
     PYTHONPATH=/tmp/site:$PWD python3 bench/gpu_gemm_probe.py        # on the H200 (~1-2 min)
     TRITON_INTERPRET=1 .venv/bin/python bench/gpu_gemm_probe.py --smoke   # CPU: the plumbing
@@ -10,10 +10,10 @@ one run, each timed as a CUDA graph of REPEAT calls (the decode step replays a g
 cost is not what is measured) that cycle through copies of the weight filling --cold-mb (256 MB,
 past the H200's L2: in the decoder each layer's weights come from HBM, not L2):
   cublas        F.linear (and addmm_ into a residual where the decoder adds one);
-  skinny plan   engine/rollout/skinny_gemm.py with `plan`'s tiles (what the decoder runs);
+  skinny plan   engine/rollout/decoder/kernels/skinny_gemm.py with `plan`'s tiles;
   skinny sweep  other (BLOCK_N, SPLIT_K) tilings, then warps and stages around the best one.
 The last table gives, per shape, the best tiling and its time against cuBLAS's, and the sum over
-one decode step (28 layers + the lm head): what skinny-gemm can save at most, and what `plan`
+one decode step (28 layers + the lm head): what the skinny GEMM can save at most, and what `plan`
 saves as it stands.
 """
 
@@ -36,7 +36,7 @@ for path in (REPO, REPO / "bench"):
 
 from gpu_decode_profile import cycling, per_call_us  # noqa: E402
 
-from engine.rollout import skinny_gemm  # noqa: E402
+from engine.rollout.decoder.kernels import skinny_gemm  # noqa: E402
 
 # (name, N, K, calls per decode step, adds a residual): Qwen3-0.6B's packed projections
 H200_SHAPES = (("qkv", 4096, 1024, 28, False), ("o", 1024, 2048, 28, True),
@@ -54,7 +54,7 @@ class Timing:
     us: float
     gbps: float
     max_diff: float
-    tiles: tuple[int, int, int] | None = None  # skinny-gemm's (BLOCK_N, BLOCK_K, SPLIT_K)
+    tiles: tuple[int, int, int] | None = None  # the skinny GEMM's (BLOCK_N, BLOCK_K, SPLIT_K)
 
 
 def main(argv: list[str] | None = None) -> int:

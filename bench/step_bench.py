@@ -7,7 +7,7 @@ decoder's variants) side by side in one run.
     (also `python3 bench/gpu_bench.py --only step`; bench/gpu_device_run.sh sync runs it)
 
 Two `ppodeck run`s of the same preset, one with the default path choice (CUDA IPC where the
-actor and the hf rollout share the GPU: engine/train/ipc_sync.py) and one with
+actor and the hf rollout share the GPU: engine/model/ipc_sync.py) and one with
 PPODECK_WEIGHT_SYNC=packed (host bytes through Ray, today's path elsewhere). From each run's
 events: the phase seconds averaged over the rollouts after the first two (rollout 0 is
 critic-only, the first actor/critic phases compile), the wall time per rollout (one rollout's

@@ -56,7 +56,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PPODECK_ATTENTION", "switch", "(the engine's SDPA attention)",
            "unfused: Megatron-core's stock local attention instead of the engine's"),
     EnvVar("PPODECK_DECODE", "switch", "the measured default variant",
-           "the hf backend's CUDA decoder: a `+`-joined feature list, e.g. packed+decode-attn"),
+           "the hf backend's CUDA decoder: `ref` or a `+`-joined feature list, e.g. "
+           "packed+decode-attn (the features, their status and figures: "
+           "engine/rollout/decoder/features.py)"),
     EnvVar("PPODECK_FAST_GENERATE", "switch", "1",
            "0: the hf backend decodes with transformers' generate on CUDA, not the static-cache "
            "decoder"),

@@ -110,9 +110,9 @@ TRAINER_RUNTIME_GIB = 2.15
 ACTOR_KEPT_BYTES_PER_LOGIT = 3
 # the hf fast decoder's sampling: fp32 softmax, exponential noise and log-softmax over
 # [batch, vocab], once in the CUDA-graph pool and once for the eager first token, plus the
-# bf16 logits buffer (engine/rollout/fast_generate.py sample_sync_free, DecodeState.logits)
+# bf16 logits buffer (engine/rollout/decoder/sampling.py sample_sync_free, DecodeState.logits)
 SAMPLING_BYTES_PER_LOGIT = 2 * 3 * 4 + 2
-KV_CACHE_ROUND = 64  # fast_generate.CACHE_ROUND: the static cache's length granularity
+KV_CACHE_ROUND = 64  # decoder.generate.CACHE_ROUND: the static cache's length granularity
 DECODE_VARIANT_ENV = "PPODECK_DECODE"  # `packed` copies q/k/v and gate/up side by side
 PHASES = (Phase.GENERATE, Phase.CRITIC_TRAIN, Phase.ACTOR_TRAIN)  # those the estimate covers
 ROLES = ("actor", "critic", "rollout", "total")
@@ -249,7 +249,7 @@ def _train_state_gib(r: Mapping[str, Any], params: int, dp: int, role: str) -> f
         acts = local_layers * working
     logits = 6 * tokens * r["vocab_size"] / tp if role == "actor" else 0.0
     # after its step the actor exports while awake: the converted HF tensors and the flat
-    # buffer the rollout maps (engine/train/ipc_sync.py), 2 B/param each; activations are
+    # buffer the rollout maps (engine/model/ipc_sync.py), 2 B/param each; activations are
     # gone by then, so the larger of the two is the peak
     export = 4 * shard if role == "actor" and _ipc_export(r) else 0.0
     peak_work = max(acts + logits, export)
@@ -292,7 +292,7 @@ def _rollout_gib(r: Mapping[str, Any], params: int, packed: bool) -> float:
     layers, hidden = r["num_layers"], r["hidden_size"]
     heads, kv = r["num_attention_heads"], r["kv_channels"] or hidden // r["num_attention_heads"]
     groups = r["num_query_groups"] or heads
-    # the static KV cache: k and v, bf16, [layers, rows, groups, length, kv] (fast_generate)
+    # the static KV cache: k and v, bf16, [layers, rows, groups, length, kv] (rollout/decoder)
     kv_cache = 2 * 2 * layers * rows * groups * _cache_length(r) * kv / per_engine
     sampling = SAMPLING_BYTES_PER_LOGIT * rows * r["vocab_size"]
     # `packed`: each layer's q/k/v and gate/up weights copied side by side, bf16
@@ -322,7 +322,7 @@ def _cache_length(r: Mapping[str, Any]) -> int:
 
 
 def packed_decoder(env: Mapping[str, str]) -> bool:
-    """PPODECK_DECODE names the `packed` feature (fast_generate.parse_variant's syntax)."""
+    """PPODECK_DECODE names the `packed` feature (decoder.features.parse_variant's syntax)."""
     return "packed" in (part.strip().lower() for part in env.get(DECODE_VARIANT_ENV, "").split("+"))
 
 
@@ -358,11 +358,11 @@ def memory_estimate(r: Mapping[str, Any], params: int | None,
 
 
 # ---- host memory under --offload-train (engine.host_memory) --------------------------------
-# What the offload keeps in pinned host memory per GPU (engine/train/offload.py
+# What the offload keeps in pinned host memory per GPU (engine/model/offload.py
 # train_state_tensors: bf16 params, fp32 master weights and Adam m, v; grads are freed, not
 # copied), the actor's pinned reference and swap copies under --use-kl-loss
 # (engine/train/worker.py: weights.backup), and the hf rollout's offloaded bf16 weights. Each is
-# pinned at exactly its size (engine/train/pinned.py; torch's own pinned allocator would round
+# pinned at exactly its size (engine/model/pinned.py; torch's own pinned allocator would round
 # every tensor up to a power of two: 1.34x at 1.7B).
 HOST_USABLE_FRACTION = 0.9  # the rest: the OS and its page cache
 # each process of the run besides its pinned state (process-tree RSS, the gpu events'

@@ -3,7 +3,7 @@
 check() compares them with the run's flags (rules_engine): a RoPE base, q/k/v biases or rope
 scaling that differ from the checkpoint's change no tensor shape, so nothing downstream would
 notice, and the trainer (built from the flags) and an SGLang rollout (built from this file)
-would run different networks. engine/train/convert.py's shape_from_hf_config reads the same
+would run different networks. engine/model/convert.py's shape_from_hf_config reads the same
 fields through transformers at run time; this reader serves the keystroke-fast check.
 """
 
@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-# the model types engine/train/convert.py converts
+# the model types engine/model/convert.py converts
 MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 

@@ -48,7 +48,7 @@ def load_tokenizer(path: str | Path):  # noqa: ANN201
     """AutoTokenizer from an HF directory, a .gguf file (or a dir with one), or a Hub id."""
     from transformers import AutoTokenizer
 
-    from engine.train.convert import gguf_file_of
+    from engine.model.convert import gguf_file_of
 
     local = Path(path).expanduser()
     if local.exists():

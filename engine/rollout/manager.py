@@ -65,6 +65,8 @@ class RolloutManager:
         `warm_up`: the driver starts the trainers alongside (engine/driver/roles.py plan_init),
         so the first rollout's decoder compile is done here, hidden behind them."""
         clock = PartClock()
+        from engine.model.convert import arch_for
+        from engine.model.shape import ModelShape
         from engine.rollout.data import (
             PromptOptions,
             PromptSource,
@@ -72,8 +74,6 @@ class RolloutManager:
             load_records,
             load_tokenizer,
         )
-        from engine.train.convert import arch_for
-        from engine.train.model import ModelShape
 
         clock.done("imports")
         self._check_required()
@@ -444,8 +444,8 @@ class RolloutManager:
     # ---- weights and memory -------------------------------------------------------------
     def update_weights(self, hf_weights: Any) -> dict[str, Any]:  # noqa: ANN401
         """Load the actor's HF weights: a state dict, or the packed buffer the driver passes."""
-        from engine.train.ipc_sync import TorchIpcWeights, open_state, sync_path_of
-        from engine.train.weight_transfer import as_loadable
+        from engine.model.ipc_sync import TorchIpcWeights, open_state, sync_path_of
+        from engine.model.weight_transfer import as_loadable
 
         start = time.perf_counter()
         # a torch IPC handle maps the actor's device buffer: views copied in place below

@@ -44,8 +44,8 @@ from typing import Any, Protocol
 
 import torch
 
+from engine.model.weight_transfer import IpcWeights
 from engine.rollout.types import GenOut
-from engine.train.weight_transfer import IpcWeights
 
 NamedTensors = list[tuple[str, torch.Tensor]]
 # miles: actor 0.4 + critic 0.4 + one SGLang engine 0.2 of each colocated GPU
@@ -591,7 +591,7 @@ class SGLangGenerator:
 
     # ---- weights ------------------------------------------------------------------------
     def load_weights(self, hf_state_dict: Mapping[str, torch.Tensor] | IpcWeights) -> int:
-        """Push HF-named tensors (engine/train/convert.py names) into every engine; CUDA IPC
+        """Push HF-named tensors (engine/model/convert.py names) into every engine; CUDA IPC
         handles of the actor's flattened bucket (colocated) go to the engine as they are."""
         if isinstance(hf_state_dict, IpcWeights):
             payloads = [hf_state_dict.payload] * self.layout.tp_size
@@ -764,7 +764,7 @@ def model_dir(shape: Any, arch: str, args: Mapping[str, Any]) -> tuple[str, bool
     """
     if args.get("hf_checkpoint") and args.get("model_init") != "random":
         return str(args["hf_checkpoint"]), False
-    from engine.train.convert import save_hf_config
+    from engine.model.convert import save_hf_config
 
     root = Path(args.get("run_dir") or Path.cwd()) / "sglang_model"
     root.mkdir(parents=True, exist_ok=True)

@@ -199,7 +199,7 @@ def _dropout_rng(config: TransformerConfig, dropout_p: float):  # noqa: ANN202
 def local_spec_with_sdpa(shape: Any):  # noqa: ANN201, ANN401
     """Megatron's local GPT layer spec with core_attention = SDPADotProductAttention.
 
-    `shape` is an engine.train.model.ModelShape (qk_layernorm and normalization are read).
+    `shape` is an engine.model.shape.ModelShape (qk_layernorm and normalization are read).
     """
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 

@@ -2,7 +2,7 @@
 
 Megatron-Bridge is optional and not installed on the project's machines, so this path has never
 run here; it is written against Megatron-Bridge's documented AutoBridge API
-(`from_hf_pretrained`, `load_hf_weights`, `export_hf_weights`). `raw` mode (engine/train/convert.py)
+(`from_hf_pretrained`, `load_hf_weights`, `export_hf_weights`). `raw` mode (engine/model/convert.py)
 is the tested default. The critic's value head has no HF counterpart in either mode: it keeps its
 fresh initialization, and the worker says so.
 """

@@ -714,7 +714,7 @@ def convert_hf_to_torch_dist(hf_path: str | os.PathLike[str], out_dir: str | os.
     if read_tracker(out) == RELEASE:
         log(f"{out} already holds a converted checkpoint ({TRACKER} says release); skipped")
         return out
-    from engine.train.convert import load_hf_checkpoint
+    from engine.model.convert import load_hf_checkpoint
 
     log(f"reading the HF checkpoint {hf_path}")
     hf_config, hf_state = load_hf_checkpoint(hf_path)
@@ -742,7 +742,7 @@ def convert_hf_to_torch_dist(hf_path: str | os.PathLike[str], out_dir: str | os.
 
 
 def _shape_for(hf_config: Any, args: Mapping[str, Any] | None) -> Any:  # noqa: ANN401
-    from engine.train.convert import ConversionError, shape_from_hf_config
+    from engine.model.convert import ConversionError, shape_from_hf_config
 
     shape = shape_from_hf_config(hf_config)
     for dest, flag in _SHAPE_FLAGS.items():
@@ -784,7 +784,7 @@ def _ensure_single_rank_world() -> bool:
 
 
 def _build_converted_model(shape: Any, hf_state: dict[str, torch.Tensor]) -> Any:  # noqa: ANN401
-    from engine.train.convert import arch_for, hf_to_mcore
+    from engine.model.convert import arch_for, hf_to_mcore
     from engine.train.model import build_gpt, transformer_config
     from engine.train.platform import Parallelism, device
 
@@ -797,7 +797,7 @@ def _build_converted_model(shape: Any, hf_state: dict[str, torch.Tensor]) -> Any
         missing, unexpected = model.load_state_dict(mcore_state, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
-        from engine.train.convert import ConversionError
+        from engine.model.convert import ConversionError
 
         raise ConversionError(f"converted weights do not fit the model: missing {missing[:3]}, "
                               f"unexpected {unexpected[:3]}")
@@ -816,8 +816,8 @@ def convert_torch_dist_to_hf(ckpt_dir: str | os.PathLike[str], out_dir: str | os
     convert_hf_to_torch_dist."""
     from safetensors.torch import save_file
 
-    from engine.train.convert import arch_for, mcore_to_hf, save_hf_config
-    from engine.train.model import ModelShape
+    from engine.model.convert import arch_for, mcore_to_hf, save_hf_config
+    from engine.model.shape import ModelShape
 
     shape = ModelShape.from_args(args)
     out = Path(out_dir)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
-from engine.train.offload import inner_optimizers
+from engine.model.offload import inner_optimizers
 from engine.train.platform import fused_enabled
 
 

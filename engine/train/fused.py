@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from engine.model.compile_budget import own_recompile_budget, raise_global_recompile_limit
 from engine.train.platform import FUSED_ENV, fused_enabled
 
 if TYPE_CHECKING:
@@ -56,8 +57,6 @@ __all__ = [
 # Round every intermediate to the tensor's dtype like eager does (inductor otherwise keeps bf16
 # intermediates in fp32): with it, fused RoPE equals Megatron's eager bf16 result bit-for-bit.
 _ROPE_OPTIONS = {"emulate_precision_casts": True}
-# graphs per op: widths x ranks x strides x dtypes x grad modes (see CompiledOrEager)
-RECOMPILE_LIMIT = 32
 
 
 class CompiledOrEager:
@@ -90,7 +89,7 @@ class CompiledOrEager:
             raise_global_recompile_limit()
             self.compiled = torch.compile(self.eager, fullgraph=True,
                                           dynamic=True if self.all_dynamic else None,
-                                          options=self.options, **_own_recompile_budget())
+                                          options=self.options, **own_recompile_budget())
         if not self.all_dynamic:
             for arg in args:
                 if isinstance(arg, Tensor) and not isinstance(arg, torch.nn.Parameter):
@@ -114,31 +113,6 @@ class CompiledOrEager:
                           f"{str(err)[:300]}); using the eager maths from now on",
                           stacklevel=3)
             return out
-
-
-def raise_global_recompile_limit() -> None:
-    """Where torch.compile takes no per-function budget (torch < 2.13, e.g. the H200's 2.11),
-    dynamo's global limit of 8 graphs per function applies; once hit, every later call pays
-    for a failed guard check and a warning (seen: ~7 ms per norm call). Our inputs are
-    canonicalized to ~4 graphs per op; the headroom covers dtypes and grad modes."""
-    import torch._dynamo
-
-    config = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(config, name):
-            setattr(config, name, max(int(getattr(config, name)), RECOMPILE_LIMIT))
-            return
-
-
-@functools.cache
-def _own_recompile_budget() -> dict[str, Any]:
-    """Where torch.compile takes them (torch >= 2.13): a budget of graphs of our own per op,
-    not shared with other compiles of the function and above the global default of 8."""
-    import inspect
-
-    accepted = inspect.signature(torch.compile).parameters
-    wanted = {"recompile_limit": RECOMPILE_LIMIT, "isolate_recompiles": True}
-    return {name: value for name, value in wanted.items() if name in accepted}
 
 
 def _mark_rows_dynamic(t: Tensor) -> None:

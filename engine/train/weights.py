@@ -1,7 +1,7 @@
 """Weights independent of the parallel layout: global names, TP shards, init, gather, backup.
 
 A "full" state dict is the TP=1, PP=1 layout with Megatron names and global layer numbers (what
-engine.train.convert reads and writes). Each TP-partitioned parameter carries megatron's
+engine.model.convert reads and writes). Each TP-partitioned parameter carries megatron's
 `partition_dim` and `partition_stride`: the full tensor is split into tp*stride chunks along
 that dim and TP rank r holds chunks r, r+tp, ... concatenated. That one rule covers the fused
 QKV (stride 1, whole query groups per rank) and SwiGLU's [gate; up] fc1 (stride 2: each rank
@@ -206,8 +206,8 @@ def backup(model: torch.nn.Module,
     if not pin:
         for name in missing:
             out[name] = torch.empty(params[name].shape, dtype=params[name].dtype, device="cpu")
-    elif missing:  # exactly sized, in one page-locked slab (engine/train/pinned.py)
-        from engine.train.pinned import pinned_like
+    elif missing:  # exactly sized, in one page-locked slab (engine/model/pinned.py)
+        from engine.model.pinned import pinned_like
 
         hosts, _ = pinned_like([params[name] for name in missing])
         out.update(zip(missing, hosts, strict=True))

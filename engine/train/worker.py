@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from engine.model.shape import ModelShape
 from engine.part_clock import PartClock
 from engine.train import weights
 from engine.train.batching import (
@@ -46,7 +47,7 @@ from engine.train.batching import (
     unpad_rows,
 )
 from engine.train.context_parallel import CPLayout
-from engine.train.model import ModelShape, build_gpt, describe_layer_spec, transformer_config
+from engine.train.model import build_gpt, describe_layer_spec, transformer_config
 from engine.train.platform import (
     Parallelism,
     device,
@@ -245,7 +246,7 @@ class TrainWorker:
             weights.init_weights(model, config, s.seed, self.role, self._tp_rank, s.tp)
 
     def _load_hf(self, model: torch.nn.Module, path: str) -> None:
-        from engine.train.convert import (
+        from engine.model.convert import (
             arch_for,
             check_shape_matches,
             hf_to_mcore,
@@ -594,7 +595,7 @@ class TrainWorker:
     # ----------------------------------------------------------------------------------------
     def sleep(self) -> dict:
         """Params, master weights and optimizer state to host memory; grads freed."""
-        from engine.train.offload import (
+        from engine.model.offload import (
             StorageOffloader,
             adam_state_bytes,
             noop_report,
@@ -619,7 +620,7 @@ class TrainWorker:
         return report
 
     def wake_up(self) -> dict:
-        from engine.train.offload import StorageOffloader, noop_report, train_state_tensors
+        from engine.model.offload import StorageOffloader, noop_report, train_state_tensors
 
         if not has_cuda():
             held = StorageOffloader.for_tensors(*train_state_tensors(self.ddp, self.optimizer),
@@ -660,7 +661,7 @@ class TrainWorker:
         state = self.gather_full_state_dict(device)
         if state is None:
             return None
-        from engine.train.convert import arch_for, mcore_to_hf
+        from engine.model.convert import arch_for, mcore_to_hf
 
         gathered = time.perf_counter()
         hf = mcore_to_hf(state, self.shape, arch_for(self.shape))
@@ -670,9 +671,9 @@ class TrainWorker:
         return hf
 
     def export_hf_weights_packed(self) -> Any:  # noqa: ANN401
-        """export_hf_weights() as one flat buffer for Ray (engine/train/weight_transfer.py)."""
-        from engine.train.ipc_sync import CUDA_IPC, pack_torch_ipc, weight_sync_path
-        from engine.train.weight_transfer import pack, pack_cuda_ipc
+        """export_hf_weights() as one flat buffer for Ray (engine/model/weight_transfer.py)."""
+        from engine.model.ipc_sync import CUDA_IPC, pack_torch_ipc, weight_sync_path
+        from engine.model.weight_transfer import pack, pack_cuda_ipc
 
         path = weight_sync_path(self.args, has_cuda(), importlib.util.find_spec("sglang")
                                 is not None)

@@ -1,8 +1,9 @@
 """Light modules never import the heavy stack (or textual): checked in a fresh interpreter.
 
 The line is drawn by package, not by a list: every module directly under engine/, all of
-engine.config and all of app.cli are light; engine.driver, engine.train, engine.rollout and
-engine.algo are the heavy side, which only the driver process (and the prepare worker) load.
+engine.config and all of app.cli are light; engine.driver, engine.model, engine.train,
+engine.rollout and engine.algo are the heavy side, which only the driver process (and the
+prepare worker) load.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ["torch", "ray", "megatron", "sglang", "transformers", "datasets", "textual"]
-HEAVY_PACKAGES = ["engine.driver", "engine.train", "engine.rollout", "engine.algo"]
+HEAVY_PACKAGES = ["engine.driver", "engine.model", "engine.train", "engine.rollout",
+                  "engine.algo"]
 LIGHT_PACKAGES = ["engine.config", "app.cli"]
 
 PROBE = """

@@ -1,8 +1,10 @@
 """The layers of the project, checked on its import graph (tests/contracts/import_graph.py).
 
 Bottom: engine.vocabulary, engine.config, engine.algo (and the two probes config consults)
-import nothing of the project above them. Nothing in engine/ imports app/. engine.train never
-imports engine.rollout. No import cycle at module level; lazy imports that close a cycle are
+import nothing of the project above them. Nothing in engine/ imports app/. engine.model (what
+trainer and rollout share: model shape, conversion, weight transfer, offload) imports neither
+engine.train nor engine.rollout; engine.train never imports engine.rollout, nor engine.rollout
+engine.train. No import cycle at module level; lazy imports that close a cycle are
 listed below and the list may only shrink. That the TUI never imports torch or ray at import
 time is checked in a subprocess (tests/tui/test_import_hygiene.py, tests/contracts/
 test_import_hygiene.py), not here.
@@ -66,6 +68,24 @@ def test_train_never_imports_rollout(edges: list[Edge]) -> None:
     assert not new, f"engine.train imports engine.rollout:\n{_shown(new)}"
     gone = set(KNOWN_TRAIN_TO_ROLLOUT) - found
     assert not gone, f"fixed, remove from KNOWN_TRAIN_TO_ROLLOUT: {sorted(gone)}"
+
+
+def _arrows(edges: list[Edge], source: str, *targets: str) -> list[Edge]:
+    return [e for e in edges if in_package(e.source, source)
+            and any(in_package(e.target, target) for target in targets)]
+
+
+def test_rollout_never_imports_train(edges: list[Edge]) -> None:
+    assert any(in_package(e.source, "engine.rollout") for e in edges)
+    arrows = _arrows(edges, "engine.rollout", "engine.train")
+    assert not arrows, (f"engine.rollout imports engine.train (what both need belongs in "
+                        f"engine.model):\n{_shown(arrows)}")
+
+
+def test_the_model_layer_imports_neither_train_nor_rollout(edges: list[Edge]) -> None:
+    assert {"engine.model.convert", "engine.model.ipc_sync"} <= {e.source for e in edges}
+    arrows = _arrows(edges, "engine.model", "engine.train", "engine.rollout")
+    assert not arrows, f"engine.model imports the layers above it:\n{_shown(arrows)}"
 
 
 def test_no_import_cycle_at_module_level(edges: list[Edge]) -> None:

@@ -1,7 +1,8 @@
 """decode-attn on the GPU (`python -m pytest tests/gpu/test_decode_attention_gpu.py -m gpu -q`):
 the Triton kernel compiled for the device against the fp32-softmax matmul maths at the
-Qwen3-0.6B decode shape, replayed from a CUDA graph, the same for split-K (decode-attn-split),
-and fast_generate's decode-attn variants (split-K's among them) against today's path."""
+Qwen3-0.6B decode shape, replayed from a CUDA graph; folded-norms' and the sampling kernels;
+and the decoder's decode-attn variants (the backend's default among them) against today's path
+and transformers.generate."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def _case(dtype: torch.dtype, b: int = 64, heads: int = 16, kv: int = 8, slots: 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_kernel_is_the_matmul_maths_at_the_decode_shape(dtype) -> None:  # noqa: ANN001
-    from engine.rollout import decode_attention as da
+    from engine.rollout.decoder.kernels import decode_attention as da
 
     assert da.kernel_status(torch.device("cuda")) == (True, "ok")
     case = _case(dtype)
@@ -46,7 +47,7 @@ def test_kernel_is_the_matmul_maths_at_the_decode_shape(dtype) -> None:  # noqa:
 def test_kernel_writes_the_steps_kv_at_the_decode_shape() -> None:
     """new_kv (bf16, batch 64): the kernel writes the step's k/v into slot `index` and
     attends them from registers: the matmul maths' output, and the cache holds them after."""
-    from engine.rollout import decode_attention as da
+    from engine.rollout.decoder.kernels import decode_attention as da
 
     case = _case(torch.bfloat16)
     expected = da.attend_by_matmul(**case).float()
@@ -61,7 +62,7 @@ def test_kernel_writes_the_steps_kv_at_the_decode_shape() -> None:
 
 
 def test_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
-    from engine.rollout import decode_attention as da
+    from engine.rollout.decoder.kernels import decode_attention as da
 
     case = _case(torch.bfloat16)
     da.attend(**case)  # compile outside the capture
@@ -76,71 +77,17 @@ def test_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
         torch.testing.assert_close(out, da.attend(**case), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_split_kernel_is_the_matmul_maths_at_the_decode_shape(dtype) -> None:  # noqa: ANN001
-    """decode-attn-split at the 0.6B decode shape (64 x 16 heads x 8 KV heads x 320 slots x
-    128), mid-generation and at the cache's last slot: split_count's choice and fixed counts
-    (1, more chunks than the short rows' slots), then NaN outside the filled slots."""
-    from engine.rollout import decode_attention as da
-
-    atol = 1.6e-2 if dtype == torch.bfloat16 else 1e-5
-    assert da.split_count(64, 8, 320, da.multiprocessors(torch.device("cuda"))) > 1
-    for index in (200, 319):
-        case = _case(dtype, slots=320, index=index)
-        case["pad"][1] = index  # a row of one slot: its later chunks are empty
-        expected = da.attend_by_matmul(**case).float()
-        for splits, block in ((None, 64), (1, 64), (2, 64), (4, 32), (16, 32)):
-            out = da.attend_split(**case, splits=splits, block=block)
-            torch.testing.assert_close(out.float(), expected, rtol=0, atol=atol,
-                                       msg=lambda m, s=splits, i=index: f"{i} {s}: {m}")
-        slots = torch.arange(320, device="cuda")
-        outside = (slots[None, :] < case["pad"][:, None]) | (slots[None, :] > case["index"])
-        for name in ("cache_k", "cache_v"):
-            case[name] = case[name].masked_fill(outside[:, None, :, None], float("nan"))
-        torch.testing.assert_close(da.attend_split(**case).float(), expected, rtol=0,
-                                   atol=atol)
-
-
-def test_split_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
-    from engine.rollout import decode_attention as da
-
-    case = _case(torch.bfloat16, slots=320)
-    da.attend_split(**case)  # compile outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = da.attend_split(**case)
-    for index, shift in ((130, 0), (319, 3), (200, 5)):
-        case["index"].fill_(index)
-        case["pad"].copy_((torch.arange(64, device="cuda") * shift) % 100)
-        graph.replay()
-        torch.testing.assert_close(out, da.attend_split(**case), rtol=0, atol=0)
-        expected = da.attend_by_matmul(**case).float()
-        torch.testing.assert_close(out.float(), expected, rtol=0, atol=1.6e-2)
-
-
 @pytest.mark.parametrize("features", [
-    dict(packed=True, decode_attn=True, sample_in_graph=True),
-    dict(packed=True, decode_attn_split=True, sample_in_graph=True, fused_sampling=True,
+    dict(packed=True, decode_attn=True, graph_sampling=True),
+    dict(packed=True, decode_attn=True, graph_sampling=True, compiled=True),
+    dict(packed=True, decode_attn=True, graph_sampling=True, fused_sampling=True,
          fused_prefill=True, compiled=True),
-    dict(packed=True, decode_attn=True, sample_in_graph=True, compiled=True),
-    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
-         fused_prefill=True, compiled=True),
-    dict(decode_attn=True, window=16),
-    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
-         fused_prefill=True, compiled=True, row_streams=2),
-    dict(packed=True, decode_attn=True, sample_in_graph=True, row_streams=4),
-    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
-         fused_prefill=True, compiled=True, attn_rope=True),
-    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
-         fused_prefill=True, compiled=True, attn_rope=True, folded_norms=True),
-    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
-         fused_prefill=True, compiled=True, folded_norms=True),
-    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
-         fused_prefill=True, compiled=True, folded_norms=True, pdl=True),
-    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+    dict(decode_attn=True),
+    dict(packed=True, decode_attn=True, graph_sampling=True, fused_sampling=True,
+         fused_prefill=True, folded_norms=True),
+    dict(packed=True, decode_attn=True, graph_sampling=True, fused_sampling=True,
          fused_prefill=True, compiled=True, folded_norms=True, skinny_down=True),
-    dict(packed=True, decode_attn=True, sample_in_graph=True, fused_sampling=True,
+    dict(packed=True, decode_attn=True, graph_sampling=True, fused_sampling=True,
          fused_prefill=True, compiled=True, folded_norms=True, skinny_down=True,
          cdf_sampling=True),
 ])
@@ -151,11 +98,12 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
     log-prob within 5e-2: a near-tie of the random-init model, not a wrong kernel. (A share of
     equal tokens is no measure: one near-tie changes every later token of its row; 789 of 840
     on the H200 for the fused-sampling variant.)"""
-    from engine.rollout import fast_generate as fg
+    from engine.rollout.decoder import generate as fg
+    from engine.rollout.decoder.features import REFERENCE, DecodeOptions
     from tests.gpu.test_gpu_smoke import _small_qwen3_bf16
 
     model = _small_qwen3_bf16()
-    options = fg.DecodeOptions(**features)
+    options = DecodeOptions(**features)
     rows = [[5 + i, 6 + 2 * i, 7 + 3 * i][: 1 + i % 3] for i in range(12)]
     kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=70, eos_token_id=None, pad_token_id=0,
                   seed=3, options=options)
@@ -163,8 +111,8 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
         graph = fg.fast_generate(model, rows, temperature=temperature, **kwargs)
         decoder = fg.decoder_for(model, options)
         assert decoder.attention_kernel and decoder._graphs, "kernel or graph missing"
-        assert decoder.projection_kernel == options.attn_rope
-        assert decoder.folded == options.folded_norms and decoder.pdl == options.pdl
+        assert decoder.folded == options.folded_norms
+        assert decoder.down_kernel == options.skinny_down
         assert decoder.sampling_kernel == options.fused_sampling
         assert decoder.cdf_kernel == options.cdf_sampling
         fg.release_decoders()
@@ -174,7 +122,7 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
         torch.testing.assert_close(torch.tensor(graph[1]), torch.tensor(eager[1]))
     tokens, log_probs = fg.fast_generate(model, rows, temperature=0.0, **kwargs)
     ref_tokens, ref_log_probs = fg.fast_generate(
-        model, rows, temperature=0.0, **{**kwargs, "options": fg.REFERENCE})
+        model, rows, temperature=0.0, **{**kwargs, "options": REFERENCE})
     parted = 0
     for ours, ref, lp, ref_lp in zip(tokens, ref_tokens, log_probs, ref_log_probs, strict=True):
         same = next((i for i, (a, b) in enumerate(zip(ours, ref, strict=True)) if a != b),
@@ -188,10 +136,11 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
 
 
 def test_projection_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
-    """attn-rope's kernel (bf16, q/k norms, with and without folded-norms' row scale) against
-    projection_by_torch, then the matmul maths: k/v written within two bf16 ulps of RoPE's
-    terms, the output within the one-pass kernel's tolerance; project_heads' q/k/v too."""
-    from engine.rollout import decode_attention as da
+    """folded-norms' project_heads (bf16, q/k norms, with and without the row scale) against
+    projection_by_torch, then decode-attn's kernel with its k/v as new_kv against the matmul
+    maths: k/v written within two bf16 ulps of RoPE's terms, the output within the one-pass
+    kernel's tolerance."""
+    from engine.rollout.decoder.kernels import decode_attention as da
 
     case = _case(torch.bfloat16)
     del case["q"]
@@ -205,23 +154,23 @@ def test_projection_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
     norm = (torch.rand(heads + kv, d, generator=gen, device="cuda") + 0.5).bfloat16()
     for x in (None, torch.randn(b, 1024, generator=gen, device="cuda").bfloat16()):
         keys, values = case["cache_k"].clone(), case["cache_v"].clone()
-        out = da.attend_projection(qkv, keys, values, case["pad"], case["index"],
-                                   case["scale"], rope, norm, 1e-6, heads, x=x)
+        projected = da.project_heads(qkv, rope, norm, 1e-6, heads, kv, x=x)
+        out = da.attend(projected[0], keys, values, case["pad"], case["index"], case["scale"],
+                        new_kv=projected[1:])
         q, k, v = da.projection_by_torch(qkv, rope, norm, 1e-6, heads, kv, x=x)
         torch.testing.assert_close(keys[:, :, index].float(), k.float(), rtol=0, atol=6.3e-2)
         torch.testing.assert_close(values[:, :, index].float(), v.float(), rtol=0, atol=6.3e-2)
         expected = da.attend_by_matmul(q, keys, values, case["pad"], case["index"],
                                        case["scale"])
         torch.testing.assert_close(out.float(), expected.float(), rtol=0, atol=3.2e-2)
-        for ours, theirs in zip(da.project_heads(qkv, rope, norm, 1e-6, heads, kv, x=x),
-                                (q, k, v), strict=True):
+        for ours, theirs in zip(projected, (q, k, v), strict=True):
             torch.testing.assert_close(ours.float(), theirs.float(), rtol=0, atol=6.3e-2)
 
 
 def test_gated_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
     """folded-norms' SiLU kernel at batch 64 x 3072 (bf16): SiLU's tail turns a one-ulp
     difference of the scaled gate into 1 + |gate| ulps."""
-    from engine.rollout import folded_norms
+    from engine.rollout.decoder.kernels import folded_norms
 
     gen = torch.Generator(device="cuda").manual_seed(2)
     gate_up = (torch.randn(64, 6144, generator=gen, device="cuda") * 4).bfloat16()
@@ -232,16 +181,16 @@ def test_gated_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
 
 
 def _with_features(variant: str, extra: str) -> object:
-    from engine.rollout import fast_generate as fg
+    from engine.rollout.decoder.features import parse_variant
 
     parts = variant.split("+") + [p for p in extra.split("+") if p and p != "default"]
-    return fg.parse_variant("+".join(dict.fromkeys(parts)))
+    return parse_variant("+".join(dict.fromkeys(parts)))
 
 
 def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> None:
     """fused-sampling's kernels at batch 64 x 151,936 (bf16 logits): the tokens of
     argmax(softmax / noise), the log-softmax of each within 1e-5."""
-    from engine.rollout import sampling_kernel as sk
+    from engine.rollout.decoder.kernels import sampling_kernel as sk
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     logits = (torch.randn(64, 151_936, generator=gen, device="cuda") * 4).to(torch.bfloat16)
@@ -258,7 +207,7 @@ def test_cdf_sampling_draws_the_inverse_cdf_token_at_the_vocab_size() -> None:
     """sample_cdf at the decode shape (64 rows x 151,936, bf16) against one fp32 cumulative
     sum over the vocabulary: the same tokens, log-softmax of each; then 4,096 draws of one
     row, each heavy token's share within 4.5 sigma of its probability."""
-    from engine.rollout import sampling_kernel as sk
+    from engine.rollout.decoder.kernels import sampling_kernel as sk
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     logits = (torch.randn(64, 151_936, generator=gen, device="cuda") * 4).to(torch.bfloat16)
@@ -280,16 +229,15 @@ def test_cdf_sampling_draws_the_inverse_cdf_token_at_the_vocab_size() -> None:
         assert abs(counts[token].item() / draws - p) <= 4.5 * (p * (1 - p) / draws) ** 0.5
 
 
-@pytest.mark.parametrize("variant", ["default", "+attn-rope", "+attn-rope+folded-norms",
-                                     "+folded-norms", "+folded-norms+pdl",
-                                     "+folded-norms+skinny-down"])
+@pytest.mark.parametrize("variant", ["default", "+folded-norms", "+folded-norms+skinny-down"])
 def test_the_backend_default_follows_transformers_generate(variant) -> None:  # noqa: ANN001
-    """The hf backend's CUDA default (fast_generate.BACKEND_VARIANT; with attn-rope and
-    folded-norms added, where not in it already) against
+    """The hf backend's CUDA default (features.BACKEND_VARIANT; with features added, where not
+    in it already) against
     transformers.generate, greedy in bf16: the same tokens up to each row's first difference,
     and there a near-tie by transformers' own log-probs (teacher-forced, within 5e-2 of the
     token it picked), not a wrong kernel."""
-    from engine.rollout import fast_generate as fg
+    from engine.rollout.decoder import generate as fg
+    from engine.rollout.decoder.features import BACKEND_VARIANT
     from engine.rollout.hf_backend import left_pad
     from tests.gpu.test_gpu_smoke import _small_qwen3_bf16
 
@@ -298,7 +246,7 @@ def test_the_backend_default_follows_transformers_generate(variant) -> None:  # 
     new = 48
     tokens, _ = fg.fast_generate(model, rows, temperature=0.0, top_p=1.0, top_k=-1,
                                  max_new_tokens=new, eos_token_id=None, pad_token_id=0, seed=0,
-                                 options=_with_features(fg.BACKEND_VARIANT, variant))
+                                 options=_with_features(BACKEND_VARIANT, variant))
     ids, mask = left_pad(rows, 0, torch.device("cuda"))
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,

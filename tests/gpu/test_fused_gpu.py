@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
 
 
 def _shape():  # noqa: ANN202
-    from engine.train.model import ModelShape
+    from engine.model.shape import ModelShape
 
     return ModelShape(num_layers=2, hidden_size=256, ffn_hidden_size=512,
                       num_attention_heads=4, num_query_groups=2, kv_channels=64,

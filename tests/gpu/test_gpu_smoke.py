@@ -27,7 +27,8 @@ def _close(mine: torch.Tensor, theirs: torch.Tensor, rel: float, what: str) -> N
 
 
 def _config(heads: int = 16, groups: int = 8, head_dim: int = 128):  # noqa: ANN202
-    from engine.train.model import ModelShape, transformer_config
+    from engine.model.shape import ModelShape
+    from engine.train.model import transformer_config
     from engine.train.platform import Parallelism
 
     shape = ModelShape(num_layers=2, hidden_size=1024, ffn_hidden_size=3072,
@@ -96,9 +97,9 @@ def test_gpt_logits_with_sdpa_match_stock_in_bf16(megatron, monkeypatch) -> None
 def test_fast_generate_graph_replays_the_eager_loop() -> None:
     from transformers import AutoModelForCausalLM
 
-    from engine.rollout import fast_generate as fg
-    from engine.train.convert import hf_config
-    from engine.train.model import ModelShape
+    from engine.model.convert import hf_config
+    from engine.model.shape import ModelShape
+    from engine.rollout.decoder import generate as fg
 
     shape = ModelShape(num_layers=4, hidden_size=256, ffn_hidden_size=512,
                        num_attention_heads=8, num_query_groups=4, kv_channels=32,
@@ -113,7 +114,7 @@ def test_fast_generate_graph_replays_the_eager_loop() -> None:
                   pad_token_id=0, seed=0)
     graph_tokens, graph_lps = fg.fast_generate(model, rows, use_cuda_graph=True, **kwargs)
     assert fg.decoder_for(model)._graphs, "no CUDA graph was captured"
-    fg._DECODERS.clear()
+    fg.release_decoders()
     eager_tokens, eager_lps = fg.fast_generate(model, rows, use_cuda_graph=False, **kwargs)
     assert graph_tokens == eager_tokens
     torch.testing.assert_close(torch.tensor(graph_lps), torch.tensor(eager_lps))
@@ -124,8 +125,8 @@ def test_fast_generate_graph_replays_the_eager_loop() -> None:
 def _small_qwen3_bf16():  # noqa: ANN202
     from transformers import AutoModelForCausalLM
 
-    from engine.train.convert import hf_config
-    from engine.train.model import ModelShape
+    from engine.model.convert import hf_config
+    from engine.model.shape import ModelShape
 
     shape = ModelShape(num_layers=4, hidden_size=256, ffn_hidden_size=512,
                        num_attention_heads=8, num_query_groups=4, kv_channels=32,
@@ -138,20 +139,20 @@ def _small_qwen3_bf16():  # noqa: ANN202
 
 
 @pytest.mark.parametrize("features", [
-    dict(sample_in_graph=True),  # today's layers: tokens must equal torch.multinomial's
-    dict(fused=True, window=16),
-    dict(packed=True, window=16, sample_in_graph=True),
-    dict(packed=True, sdpa=True, window=16, sample_in_graph=True),
-    dict(packed=True, sdpa=True, window=16, sample_in_graph=True, compiled=True),
+    dict(graph_sampling=True),  # today's layers: tokens must equal torch.multinomial's
+    dict(fused=True),
+    dict(packed=True, graph_sampling=True),
+    dict(packed=True, graph_sampling=True, compiled=True),
 ])
 def test_fast_generate_variant_graphs_replay_their_eager_loop(features) -> None:
-    """Each decoder variant (issue 20): its CUDA graphs (one per 16-slot bucket, sampling
-    inside for graph-sampling, the generator registered with them) replay exactly its eager
+    """Each decoder variant (issue 20): its CUDA graph (sampling inside for graph-sampling,
+    the generator registered with it) replays exactly its eager
     loop, greedy and sampled; graph-sampling on today's layers draws today's tokens."""
-    from engine.rollout import fast_generate as fg
+    from engine.rollout.decoder import generate as fg
+    from engine.rollout.decoder.features import REFERENCE, DecodeOptions
 
     model = _small_qwen3_bf16()
-    options = fg.DecodeOptions(**features)
+    options = DecodeOptions(**features)
     rows = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]] * 4
     for temperature in (0.0, 1.0):
         kwargs = dict(temperature=temperature, top_p=1.0, top_k=-1, max_new_tokens=40,
@@ -162,30 +163,31 @@ def test_fast_generate_variant_graphs_replay_their_eager_loop(features) -> None:
         eager = fg.fast_generate(model, rows, use_cuda_graph=False, **kwargs)
         assert graph[0] == eager[0], f"T={temperature}"
         torch.testing.assert_close(torch.tensor(graph[1]), torch.tensor(eager[1]))
-        if options == fg.DecodeOptions(sample_in_graph=True):
-            reference = fg.fast_generate(model, rows, **{**kwargs, "options": fg.REFERENCE})
+        if options == DecodeOptions(graph_sampling=True):
+            reference = fg.fast_generate(model, rows, **{**kwargs, "options": REFERENCE})
             assert graph[0] == reference[0], f"T={temperature}"
 
 
 def test_compiled_decoder_greedy_tokens_match_the_reference() -> None:
-    """`compiled` (inductor kernels captured in our CUDA graphs, one graph per 16-slot bucket)
-    against today's path, greedy, bf16: inductor computes a fused chain in fp32 and rounds
-    once (emulate_precision_casts rounds like eager, but the residual adds are no longer inside
-    the GEMM epilogue), so the tolerance of the fused/sdpa logits checks above applies: >= 95%
+    """`compiled` (inductor kernels captured in our CUDA graph) against today's path, greedy,
+    bf16: inductor computes a fused chain in fp32 and rounds once (emulate_precision_casts
+    rounds like eager, but the residual adds are no longer inside the GEMM epilogue), so the
+    tolerance of the fused/sdpa logits checks above applies: >= 95%
     of the tokens equal, log-probs within 5e-2 on each row's common prefix."""
-    from engine.rollout import fast_generate as fg
+    from engine.rollout.decoder import generate as fg
+    from engine.rollout.decoder import layers
+    from engine.rollout.decoder.features import REFERENCE, DecodeOptions
 
     model = _small_qwen3_bf16()
     rows = [[5 + i, 6 + 2 * i, 7 + 3 * i][: 1 + i % 3] for i in range(12)]
     kwargs = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=40, eos_token_id=None,
                   pad_token_id=0, seed=0)
-    options = fg.DecodeOptions(packed=True, sdpa=True, window=16, sample_in_graph=True,
-                               compiled=True)
+    options = DecodeOptions(packed=True, graph_sampling=True, compiled=True)
     tokens, log_probs = fg.fast_generate(model, rows, options=options, **kwargs)
     assert fg.decoder_for(model, options)._graphs, "no CUDA graph was captured"
-    assert fg._COMPILED, "the compiled functions were not built"
+    assert layers._COMPILED, "the compiled functions were not built"
     fg.release_decoders()
-    ref_tokens, ref_log_probs = fg.fast_generate(model, rows, options=fg.REFERENCE, **kwargs)
+    ref_tokens, ref_log_probs = fg.fast_generate(model, rows, options=REFERENCE, **kwargs)
     pairs = [(a, b) for ra, rb in zip(tokens, ref_tokens, strict=True)
              for a, b in zip(ra, rb, strict=True)]
     assert sum(a == b for a, b in pairs) / len(pairs) >= 0.95
@@ -199,8 +201,8 @@ def test_compiled_decoder_greedy_tokens_match_the_reference() -> None:
 def test_hf_rollout_offload_frees_the_gpu_and_generates_the_same_after() -> None:
     """The rollout offload on CUDA: weights to pinned host at copy speed, KV cache and graphs
     freed, and greedy generation identical after onload (the graphs are recaptured)."""
+    from engine.model.shape import ModelShape
     from engine.rollout.hf_backend import HFGenerator
-    from engine.train.model import ModelShape
 
     shape = ModelShape(num_layers=4, hidden_size=512, ffn_hidden_size=1024,
                        num_attention_heads=8, num_query_groups=4, kv_channels=64,

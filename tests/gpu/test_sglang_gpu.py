@@ -5,7 +5,7 @@ bench/gpu_device_run.sh's sglang step).
 One engine for the module (its start captures CUDA graphs), started exactly as the backend
 starts it (engine_kwargs: triton attention, memory saver, dummy weights). Every test pushes the
 weights it needs first. The reference "actor" is the hf backend's transformers model with the
-same HF-named weights the actor's export produces (engine/train/convert.py mcore_to_hf).
+same HF-named weights the actor's export produces (engine/model/convert.py mcore_to_hf).
 
 Greedy tokens of two bf16 implementations can differ where two logits tie within rounding,
 so agreement is judged by teacher forcing: each SGLang greedy token must be the reference's
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.train.model import ModelShape
+from engine.model.shape import ModelShape
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
@@ -124,7 +124,7 @@ def test_generate_returns_tokens_and_log_probs(sglang_gen) -> None:
 
 
 def test_weight_push_changes_outputs_and_reproduces_the_actor(sglang_gen) -> None:
-    from engine.train.weight_transfer import pack_cuda_ipc
+    from engine.model.weight_transfer import pack_cuda_ipc
 
     rows = prompts(1)
     first, second = hf_actor(11), hf_actor(12)

@@ -1,6 +1,7 @@
-"""skinny-gemm on the GPU (`python -m pytest tests/gpu/test_skinny_gemm_gpu.py -m gpu -q`): the
-Triton GEMM at the Qwen3-0.6B decode shapes (64 rows) against fp32 maths, no further from them
-than cuBLAS's bf16 GEMM is; the residual and `out` forms; and replayed from a CUDA graph with new
+"""skinny_gemm (skinny-down's GEMM) on the GPU
+(`python -m pytest tests/gpu/test_skinny_gemm_gpu.py -m gpu -q`): the Triton GEMM at the
+Qwen3-0.6B decode shapes (64 rows) against fp32 maths, no further from them than cuBLAS's bf16
+GEMM is; the residual and `out` forms; and replayed from a CUDA graph with new
 inputs, as the decode step replays it."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _error(got: torch.Tensor, exact: torch.Tensor) -> float:
 
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 def test_as_close_to_fp32_maths_as_cublas(n: int, k: int) -> None:
-    from engine.rollout import skinny_gemm
+    from engine.rollout.decoder.kernels import skinny_gemm
 
     assert skinny_gemm.kernel_status(torch.device("cuda")) == (True, "ok")
     x, weight = _inputs(n, k)
@@ -46,7 +47,7 @@ def test_as_close_to_fp32_maths_as_cublas(n: int, k: int) -> None:
 
 
 def test_replays_from_a_cuda_graph_with_new_inputs() -> None:
-    from engine.rollout import skinny_gemm
+    from engine.rollout.decoder.kernels import skinny_gemm
 
     n, k = SHAPES[3]  # down: the deepest split-K
     x, weight = _inputs(n, k)

@@ -10,9 +10,11 @@ import os
 import pytest
 import torch
 
-from engine.rollout import decode_attention as da
-from engine.rollout import fast_generate as fg
-from engine.rollout import sampling_kernel as sk
+from engine.rollout.decoder import generate as fg
+from engine.rollout.decoder.features import BACKEND_VARIANT, REFERENCE, DecodeOptions, parse_variant
+from engine.rollout.decoder.kernels import decode_attention as da
+from engine.rollout.decoder.kernels import sampling_kernel as sk
+from engine.rollout.decoder.static_decoder import StaticDecoder
 from tests.rollout.test_decode_attention import SHAPES, cache_case
 from tests.rollout.test_fast_generate import (
     PAD,
@@ -23,10 +25,6 @@ from tests.rollout.test_fast_generate import (
     teacher_forced_log_probs,
     tiny_model,
 )
-
-# Opt-in features measured slower on the H200 than the default decoder (decode-attn-split,
-# two-streams, attn-rope; docs/performance.md): their interpreter checks run under -m slow.
-SLOWER_OPT_IN = pytest.mark.slow
 
 
 @pytest.fixture
@@ -110,11 +108,11 @@ def test_kernel_launch_options_give_the_same_result(interpreted) -> None:  # noq
                                    rtol=0, atol=1e-5)
 
 
-def assert_long_rows_follow_reference(arch: str, options: fg.DecodeOptions) -> None:
+def assert_long_rows_follow_reference(arch: str, options: DecodeOptions) -> None:
     """With the attention kernel in every layer, greedy and sampled tokens equal today's path,
     log-probs within 1e-5; the steps cross a 64-slot block (left pads of 0-3)."""
     model = tiny_model(arch)
-    assert fg.StaticDecoder(model, options).attention_kernel
+    assert StaticDecoder(model, options).attention_kernel
     rows = [ROWS[0] * 15, ROWS[1] * 15, ROWS[2] * 20, ROWS[3] * 30]  # 60, 15, 60, 60 tokens
     for sampling in SAMPLINGS:
         assert_follows_reference(model, options, 1e-5, rows, **settings(6, **sampling))
@@ -122,10 +120,10 @@ def assert_long_rows_follow_reference(arch: str, options: fg.DecodeOptions) -> N
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_decode_attn_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
-    """fast_generate with the kernel in every layer (fp32): greedy and sampled tokens equal
+    """The decoder with the kernel in every layer (fp32): greedy and sampled tokens equal
     today's path, log-probs within 1e-5; the steps cross a 64-slot block (left pads of 0-3)."""
     assert_long_rows_follow_reference(
-        arch, fg.DecodeOptions(packed=True, decode_attn=True, sample_in_graph=True))
+        arch, DecodeOptions(packed=True, decode_attn=True, graph_sampling=True))
 
 
 @pytest.mark.parametrize(("dtype", "rows", "vocab"), [
@@ -198,8 +196,8 @@ def test_cdf_sampling_variant_samples_consistently(interpreted) -> None:  # noqa
     log-softmax of the tokens it drew, the same seed draws the same tokens, another seed
     others; greedy and T=0.7 with filters (graph-sampling's torch ops) are today's path."""
     model = tiny_model("qwen3")
-    options = fg.parse_variant("packed+decode-attn+graph-sampling+fused-sampling+cdf-sampling")
-    assert fg.StaticDecoder(model, options).cdf_kernel
+    options = parse_variant("packed+decode-attn+graph-sampling+fused-sampling+cdf-sampling")
+    assert StaticDecoder(model, options).cdf_kernel
     kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=8, eos_token_id=None, pad_token_id=PAD)
     tokens, log_probs = fg.fast_generate(model, ROWS, options=options, temperature=1.0,
                                          seed=5, **kwargs)
@@ -210,7 +208,7 @@ def test_cdf_sampling_variant_samples_consistently(interpreted) -> None:  # noqa
     torch.testing.assert_close(torch.tensor(log_probs), forced, rtol=0, atol=1e-5)
     for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
         ours = fg.fast_generate(model, ROWS, options=options, seed=5, **(kwargs | sampling))
-        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, seed=5, **(kwargs | sampling))
+        ref = fg.fast_generate(model, ROWS, options=REFERENCE, seed=5, **(kwargs | sampling))
         assert ours[0] == ref[0], sampling
 
 
@@ -218,104 +216,17 @@ def test_fused_sampling_variant_draws_todays_tokens(interpreted) -> None:  # noq
     """Both kernels in fast_generate: T=1 by the sampling kernels, T=0.7 with filters by
     graph-sampling's torch ops; tokens equal today's path, log-probs within 1e-5."""
     model = tiny_model("qwen3")
-    options = fg.parse_variant("packed+decode-attn+graph-sampling+fused-sampling")
-    decoder = fg.StaticDecoder(model, options)
+    options = parse_variant("packed+decode-attn+graph-sampling+fused-sampling")
+    decoder = StaticDecoder(model, options)
     assert decoder.attention_kernel and decoder.sampling_kernel
     for sampling in (dict(temperature=1.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
         kwargs = dict(top_p=1.0, top_k=-1, max_new_tokens=8, eos_token_id=None,
                       pad_token_id=PAD, seed=5) | sampling
         ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
-        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+        ref = fg.fast_generate(model, ROWS, options=REFERENCE, **kwargs)
         assert ours[0] == ref[0], sampling
         torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
                                    atol=1e-5)
-
-
-# ---- split-K (decode-attn-split) ------------------------------------------------------------
-@SLOWER_OPT_IN
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_split_kernel_is_the_matmul_maths(interpreted, dtype) -> None:  # noqa: ANN001
-    """GQA groups 2, 3 and 1 (SHAPES), split counts from 1 to more chunks than some rows have
-    slots, and split_count's own choice."""
-    atol = 1e-5 if dtype == torch.float32 else 1.6e-2
-    for shape in SHAPES:
-        case = cache_case(shape, dtype)
-        expected = da.attend_by_matmul(**case).float()
-        for splits in (1, 2, 3, 7, None):
-            out = da.attend_split(**case, splits=splits)
-            assert out.dtype == dtype and out.shape == case["q"].shape
-            torch.testing.assert_close(out.float(), expected, rtol=0, atol=atol,
-                                       msg=lambda m, s=splits, sh=shape: f"{sh} {s}: {m}")
-
-
-def uneven_rows_case(dtype: torch.dtype, shape: tuple[int, ...]) -> dict:
-    """Rows of very different filled lengths, NaN in every slot outside them: row 0 every
-    slot, row 1 one slot (the last), row 2 three slots, row 3 from the middle."""
-    b, _, _, slots, _ = shape
-    assert b == 4
-    case = cache_case(shape, dtype)
-    case["index"] = torch.tensor(slots - 1)
-    case["pad"] = torch.tensor([0, slots - 1, slots - 3, slots // 2])
-    positions = torch.arange(slots)
-    outside = (positions[None, :] < case["pad"][:, None]) | (positions[None, :] > case["index"])
-    for name in ("cache_k", "cache_v"):
-        case[name] = case[name].masked_fill(outside[:, None, :, None], float("nan"))
-    return case
-
-
-@SLOWER_OPT_IN
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("heads_kv", [(2, 2), (4, 2), (6, 2)])  # GQA groups of 1, 2, 3
-def test_split_kernel_over_rows_of_very_different_lengths(interpreted, dtype,  # noqa: ANN001
-                                                          heads_kv) -> None:
-    """Chunks empty for the short rows (one slot in 4 or 8 chunks) must weigh nothing in the
-    merge, and nothing outside a row's slots (NaN there) may be read."""
-    heads, kv = heads_kv
-    case = uneven_rows_case(dtype, (4, heads, kv, 40, 16))
-    clean = {**case, **{name: torch.nan_to_num(case[name]) for name in ("cache_k", "cache_v")}}
-    expected = da.attend_by_matmul(**clean).float()
-    atol = 1e-5 if dtype == torch.float32 else 1.6e-2
-    for splits in (1, 4, 8):
-        out = da.attend_split(**case, splits=splits, block=16).float()
-        assert not out.isnan().any(), splits
-        torch.testing.assert_close(out, expected, rtol=0, atol=atol)
-
-
-@SLOWER_OPT_IN
-def test_split_kernel_gives_zeros_for_a_row_without_slots(interpreted) -> None:  # noqa: ANN001
-    """A capture warm-up's step can have index < pad: every chunk empty (max -inf, sum 0), the
-    merge writes zeros there as the one-pass kernel does, the other rows are unharmed."""
-    case = cache_case((3, 4, 2, 20, 16), torch.float32)
-    case["index"] = torch.tensor(10)
-    case["pad"] = torch.tensor([0, 15, 4])
-    one_pass = da.attend(**case)
-    assert one_pass[1].eq(0).all()
-    for splits in (1, 3):
-        torch.testing.assert_close(da.attend_split(**case, splits=splits), one_pass, rtol=0,
-                                   atol=1e-5)
-
-
-@SLOWER_OPT_IN
-@pytest.mark.parametrize("arch", ["qwen3", "llama"])
-def test_decode_attn_split_variant_is_the_reference_path(interpreted, arch,  # noqa: ANN001
-                                                         monkeypatch) -> None:
-    """fast_generate with split-K in every layer (fp32; split_count's choice here is several
-    chunks a row): greedy and sampled tokens equal today's path, log-probs within 1e-5."""
-    chosen = []
-    real = da.split_count
-    monkeypatch.setattr(da, "split_count", lambda *shape: chosen.append(real(*shape)) or
-                        chosen[-1])
-    assert_long_rows_follow_reference(arch,
-                                      fg.parse_variant("packed+decode-attn-split+graph-sampling"))
-    assert chosen and min(chosen) > 1, chosen
-
-
-@SLOWER_OPT_IN
-def test_two_streams_with_the_kernel_is_the_reference_path(interpreted) -> None:  # noqa: ANN001
-    """two-streams with the attention kernel: each half's kernel reads its own rows' pads
-    (views of the batch's), so the tokens still equal today's path."""
-    assert_long_rows_follow_reference(
-        "qwen3", fg.parse_variant("packed+decode-attn+graph-sampling+two-streams"))
 
 
 def projection_case(dtype: torch.dtype, norm: bool, row_scale: bool, seed: int = 0) -> dict:
@@ -339,12 +250,13 @@ def projection_case(dtype: torch.dtype, norm: bool, row_scale: bool, seed: int =
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("norm", "row_scale"), [(True, True), (True, False), (False, False)])
-def test_projection_kernel_is_the_torch_maths_then_attention(interpreted, dtype, norm,  # noqa: ANN001
-                                                             row_scale) -> None:
-    """attend_projection: the step's k/v written into its slot are projection_by_torch's
-    (row scale, q/k norms, RoPE), the output is attention of its q over the cache with them
-    (bf16: within two ulps of RoPE's terms, below 8: the two round the same ops in the same
-    order, but an ulp apart before the norm stays apart after it)."""
+def test_project_heads_then_attend_is_the_torch_maths(interpreted, dtype, norm,  # noqa: ANN001
+                                                      row_scale) -> None:
+    """folded-norms' two kernels as the decoder runs them: project_heads, then attend with its
+    k/v as new_kv: the step's k/v written into their slot are projection_by_torch's (row
+    scale, q/k norms, RoPE), the output is attention of its q over the cache with them (bf16:
+    within two ulps of RoPE's terms, below 8: the two round the same ops in the same order,
+    but an ulp apart before the norm stays apart after it)."""
     case = projection_case(dtype, norm, row_scale)
     index, kv = int(case["index"]), case["cache_k"].shape[1]
     expected_k, expected_v = case["cache_k"].clone(), case["cache_v"].clone()
@@ -353,7 +265,10 @@ def test_projection_kernel_is_the_torch_maths_then_attention(interpreted, dtype,
     expected_k[:, :, index], expected_v[:, :, index] = k, v
     case["cache_k"][:, :, index] = float("nan")  # the kernel writes the slot before reading
     case["cache_v"][:, :, index] = float("nan")
-    out = da.attend_projection(**case)
+    q_ours, k_ours, v_ours = da.project_heads(case["qkv"], case["rope"], case["norm"],
+                                              case["eps"], case["heads"], kv, x=case["x"])
+    out = da.attend(q_ours, case["cache_k"], case["cache_v"], case["pad"], case["index"],
+                    q.shape[-1] ** -0.5, new_kv=(k_ours, v_ours))
     expected = da.attend_by_matmul(q, expected_k, expected_v, case["pad"], case["index"],
                                    q.shape[-1] ** -0.5)
     atol = 1e-5 if dtype == torch.float32 else 6.3e-2
@@ -365,8 +280,8 @@ def test_projection_kernel_is_the_torch_maths_then_attention(interpreted, dtype,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("norm", "row_scale"), [(True, True), (False, True), (True, False)])
 def test_project_heads_is_the_torch_maths(interpreted, dtype, norm, row_scale) -> None:  # noqa: ANN001
-    """folded-norms' kernel before attention (without attn-rope): q, k, v as
-    projection_by_torch gives them (bf16: attend_projection's tolerance, the same code)."""
+    """folded-norms' kernel before attention: q, k, v as projection_by_torch gives them (bf16:
+    the tolerance above)."""
     case = projection_case(dtype, norm, row_scale)
     kv = case["cache_k"].shape[1]
     args = (case["qkv"], case["rope"], case["norm"], case["eps"], case["heads"], kv)
@@ -381,7 +296,7 @@ def test_project_heads_is_the_torch_maths(interpreted, dtype, norm, row_scale) -
 def test_gated_kernel_is_the_torch_maths(interpreted, dtype) -> None:  # noqa: ANN001
     """folded_norms.gated over a width that is not a whole number of column blocks (bf16: the
     scaled gate may round one ulp apart, which SiLU's tail turns into 1 + |gate| ulps)."""
-    from engine.rollout import folded_norms
+    from engine.rollout.decoder.kernels import folded_norms
 
     gen = torch.Generator().manual_seed(3)
     ffn = folded_norms.BLOCK_F + 40
@@ -393,32 +308,37 @@ def test_gated_kernel_is_the_torch_maths(interpreted, dtype) -> None:  # noqa: A
                                **tolerance)
 
 
-@SLOWER_OPT_IN
-@pytest.mark.parametrize("arch", ["qwen3", "llama"])
-def test_attn_rope_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
-    """attn-rope (q/k norms and RoPE in the kernel; llama: no q/k norms), fp32: tokens equal
-    today's path, log-probs within 1e-5."""
-    options = fg.parse_variant("packed+decode-attn+graph-sampling+fused-prefill+attn-rope")
-    assert fg.StaticDecoder(tiny_model(arch), options).projection_kernel
-    assert_long_rows_follow_reference(arch, options)
-
-
-@pytest.mark.parametrize("arch", ["qwen3", "llama"])
-@pytest.mark.parametrize("with_attn_rope", [True, False])
-def test_folded_norms_variant_is_the_reference_path(interpreted, arch,  # noqa: ANN001
-                                                    with_attn_rope) -> None:  # noqa: ANN001
-    """folded-norms (the norms' weights in the packed weights, the row scales in the kernels:
-    attn-rope's attention kernel, or project_heads before decode-attn's; the fused prefill on
-    the folded weights), fp32: tokens equal today's path, log-probs within 1e-5 (in bf16 the
-    rounding order differs: the GPU test's tolerance)."""
-    options = fg.parse_variant("packed+decode-attn+graph-sampling+fused-prefill+folded-norms"
-                               + ("+attn-rope" if with_attn_rope else ""))
+def folded_model(arch: str):  # noqa: ANN201
+    """tiny_model with its norm weights away from 1, so a missed or doubled fold shows."""
     model = tiny_model(arch)
-    with torch.no_grad():  # norm weights away from 1, so a missed or doubled fold shows
+    with torch.no_grad():
         for layer in model.model.layers:
             for norm in (layer.input_layernorm, layer.post_attention_layernorm):
                 norm.weight.uniform_(0.5, 1.5)
-    assert fg.StaticDecoder(model, options).folded
+    return model
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_folded_norms_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
+    """folded-norms (the norms' weights in the packed weights, the row scales in project_heads
+    before decode-attn's kernel and in folded_norms.gated; the fused prefill on the folded
+    weights), fp32: tokens equal today's path, log-probs within 1e-5 (in bf16 the rounding
+    order differs: the GPU test's tolerance)."""
+    options = parse_variant("packed+decode-attn+graph-sampling+fused-prefill+folded-norms")
+    model = folded_model(arch)
+    assert StaticDecoder(model, options).folded
     rows = [ROWS[0] * 15, ROWS[1] * 15, ROWS[2] * 20, ROWS[3] * 30]
     for sampling in SAMPLINGS:
         assert_follows_reference(model, options, 1e-5, rows, **settings(6, **sampling))
+
+
+def test_the_backend_default_is_the_reference_path_greedy(interpreted) -> None:  # noqa: ANN001
+    """BACKEND_VARIANT with every kernel it names (decode-attn, folded-norms' two, skinny-down's
+    GEMM, fused/cdf-sampling's), fp32, greedy: tokens equal today's path, log-probs within
+    1e-5 (cdf-sampling's draws are not torch.multinomial's: sampled tokens differ by design)."""
+    options = parse_variant(BACKEND_VARIANT)
+    model = folded_model("qwen3")
+    decoder = StaticDecoder(model, options)
+    assert decoder.folded and decoder.down_kernel and decoder.cdf_kernel
+    rows = [ROWS[0] * 15, ROWS[1] * 15, ROWS[2] * 20, ROWS[3] * 30]
+    assert_follows_reference(model, options, 1e-5, rows, **settings(6, temperature=0.0))

@@ -11,8 +11,9 @@ import os
 import pytest
 import torch
 
-from engine.rollout import fast_generate as fg
-from engine.rollout import skinny_gemm as sg
+from engine.rollout.decoder.features import parse_variant
+from engine.rollout.decoder.kernels import skinny_gemm as sg
+from engine.rollout.decoder.static_decoder import StaticDecoder
 from tests.rollout.test_fast_generate import (
     ROWS,
     SAMPLINGS,
@@ -70,22 +71,6 @@ def test_plans_tiles_and_a_deterministic_split(interpreted) -> None:  # noqa: AN
     assert torch.equal(run(x, w, r, "residual", None), first)
 
 
-@pytest.mark.parametrize(("arch", "variant"), [("qwen3", "packed+graph-sampling+skinny-gemm"),
-                                               ("llama", "compiled+skinny-gemm")])
-def test_skinny_gemm_variant_is_the_reference_path(interpreted, arch, variant) -> None:  # noqa: ANN001
-    """fast_generate with the kernels for every decode-step GEMM (fp32; packed qkv/gate_up,
-    in-place o/down residuals, the logits buffer; `compiled`'s functions eagerly, through the
-    custom op): greedy (and on qwen3 sampled) tokens equal today's path, log-probs within
-    1e-5."""
-    model = tiny_model(arch)
-    options = fg.parse_variant(variant)
-    assert fg.StaticDecoder(model, options).gemm_kernel
-    samplings = SAMPLINGS if arch == "qwen3" else SAMPLINGS[:1]
-    with torch.compiler.set_stance("force_eager"):
-        for sampling in samplings:
-            assert_follows_reference(model, options, 1e-5, ROWS, **settings(6, **sampling))
-
-
 @pytest.mark.parametrize("variant", [
     "packed+decode-attn+graph-sampling+fused-prefill+folded-norms+skinny-down",
     "packed+graph-sampling+skinny-down"])
@@ -93,18 +78,8 @@ def test_skinny_down_variant_is_the_reference_path(interpreted, variant) -> None
     """skinny-down: only the down projection by the kernel (with folded-norms' kernels, or on
     the plain fused path), fp32: tokens equal today's path, log-probs within 1e-5."""
     model = tiny_model("qwen3")
-    decoder = fg.StaticDecoder(model, fg.parse_variant(variant))
-    assert decoder.down_kernel and not decoder.gemm_kernel
+    decoder = StaticDecoder(model, parse_variant(variant))
+    assert decoder.down_kernel
     for sampling in SAMPLINGS:
-        assert_follows_reference(model, fg.parse_variant(variant), 1e-5, ROWS,
+        assert_follows_reference(model, parse_variant(variant), 1e-5, ROWS,
                                  **settings(6, **sampling))
-
-
-def test_compiled_layer_mlp_traces_in_one_graph(interpreted) -> None:  # noqa: ANN001
-    """dynamo takes the custom op whole (fullgraph: no break at the Triton launches); the
-    result is the cuBLAS layer_mlp's."""
-    x, gate_up, norm = torch.randn(5, 64), torch.randn(192, 64) / 8, torch.ones(64)
-    args = (x, norm, (gate_up,), 1e-6)
-    mlp = torch.compile(fg.layer_mlp, fullgraph=True, backend="aot_eager")
-    torch.testing.assert_close(mlp(*args, True), fg.layer_mlp(*args, False), rtol=1e-5,
-                               atol=1e-4)

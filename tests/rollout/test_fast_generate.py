@@ -1,12 +1,19 @@
-"""fast_generate (static cache decoder) == transformers on the same weights (CPU, fp32)."""
+"""The hf decoder (engine/rollout/decoder: static cache, CUDA graph) == transformers on the same
+weights (CPU, fp32), each variant == the reference path, and the feature table is the single
+source of the variants' names."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engine.rollout import fast_generate as fg
-from engine.train.model import ModelShape
+from engine.model.shape import ModelShape
+from engine.rollout.decoder import features, kernels, layers, static_decoder
+from engine.rollout.decoder import generate as fg
+from engine.rollout.decoder import sampling as samplers
+from engine.rollout.decoder.features import REFERENCE, DecodeOptions, parse_variant
+from engine.rollout.decoder.kernels import decode_attention
+from engine.rollout.decoder.state import Sampling
 
 PAD, EOS = 0, 5
 ROWS = [[3, 9, 4, 11], [7], [12, 2, 8], [6, 6]]  # ragged: left padding and positions matter
@@ -15,7 +22,7 @@ ROWS = [[3, 9, 4, 11], [7], [12, 2, 8], [6, 6]]  # ragged: left padding and posi
 def tiny_model(arch: str):  # noqa: ANN201
     from transformers import AutoModelForCausalLM
 
-    from engine.train.convert import hf_config
+    from engine.model.convert import hf_config
 
     shape = ModelShape(num_layers=2, hidden_size=64, ffn_hidden_size=96, num_attention_heads=4,
                        num_query_groups=2, kv_channels=16, vocab_size=48,
@@ -41,7 +48,7 @@ def assert_follows_reference(model, options, atol: float | None = None,  # noqa:
     """The variant's tokens equal today's path's (REFERENCE) for these sampling settings; with
     `atol`, its log-probs too."""
     ours = fg.fast_generate(model, rows, options=options, **kwargs)
-    ref = fg.fast_generate(model, rows, options=fg.REFERENCE, **kwargs)
+    ref = fg.fast_generate(model, rows, options=REFERENCE, **kwargs)
     assert ours[0] == ref[0], kwargs
     if atol is not None:
         torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
@@ -115,14 +122,14 @@ def test_weights_loaded_later_are_seen() -> None:
 
 def test_early_stop_once_every_row_ended() -> None:
     model = tiny_model("qwen3")
-    decoder = fg.decoder_for(model, fg.REFERENCE)  # its logits() is patched below
+    decoder = fg.decoder_for(model, REFERENCE)  # its logits() is patched below
     real = decoder.logits
     bias = torch.full((48,), -1e4)
     bias[EOS] = 0.0
     decoder.logits = lambda x: real(x) + bias  # every row samples EOS at once
     tokens, _ = fg.fast_generate(model, ROWS, temperature=1.0, top_p=1.0, top_k=-1,
                                  max_new_tokens=100, eos_token_id=EOS, pad_token_id=PAD, seed=0,
-                                 options=fg.REFERENCE)
+                                 options=REFERENCE)
     assert all(len(t) == fg.EARLY_STOP_EVERY for t in tokens)
 
 
@@ -134,7 +141,7 @@ def test_filter_logits_like_transformers() -> None:
     )
 
     logits = torch.randn(3, 40, generator=torch.Generator().manual_seed(0))
-    ours = fg.filter_logits(logits, 0.8, 0.7, 10)
+    ours = samplers.filter_logits(logits, 0.8, 0.7, 10)
     theirs = logits.clone()
     for warper in (TemperatureLogitsWarper(0.8), TopKLogitsWarper(10), TopPLogitsWarper(0.7)):
         theirs = warper(None, theirs)
@@ -166,14 +173,10 @@ def test_moving_the_model_rebuilds_the_decoder() -> None:
 
 # ---- decoder variants (issue 20): each must be today's path, token for token ----------------
 VARIANTS = {
-    "fused": fg.DecodeOptions(fused=True),
-    "window": fg.DecodeOptions(window=4),  # small buckets: the 9 steps cross three of them
-    "graph-sampling": fg.DecodeOptions(sample_in_graph=True),
-    "packed": fg.DecodeOptions(packed=True),
-    "sdpa": fg.DecodeOptions(sdpa=True, window=4),
-    "all": fg.DecodeOptions(fused=True, packed=True, sdpa=True, window=4, sample_in_graph=True),
-    "two-streams": fg.DecodeOptions(packed=True, sample_in_graph=True, row_streams=2),
-    "four-streams": fg.DecodeOptions(sdpa=True, window=4, row_streams=4),  # a row per group
+    "fused": DecodeOptions(fused=True),
+    "graph-sampling": DecodeOptions(graph_sampling=True),
+    "packed": DecodeOptions(packed=True),
+    "all": DecodeOptions(fused=True, packed=True, graph_sampling=True),
 }
 
 
@@ -187,7 +190,7 @@ def test_variant_is_the_reference_path(name) -> None:
     greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=9, eos_token_id=None,
                   pad_token_id=PAD, seed=1)
     tokens, log_probs = fg.fast_generate(model, ROWS, options=options, **greedy)
-    ref_tokens, ref_log_probs = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **greedy)
+    ref_tokens, ref_log_probs = fg.fast_generate(model, ROWS, options=REFERENCE, **greedy)
     assert tokens == ref_tokens
     torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(ref_log_probs),
                                rtol=0, atol=1e-5)
@@ -198,12 +201,12 @@ def test_variant_is_the_reference_path(name) -> None:
 def test_packed_weights_follow_loads_and_llama() -> None:
     """Packed weights are copied at every call (a load between rollouts is seen); a model
     without q/k norms (llama) takes the same path."""
-    options = fg.DecodeOptions(packed=True, sample_in_graph=True)
+    options = DecodeOptions(packed=True, graph_sampling=True)
     kwargs = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=5, eos_token_id=None,
                   pad_token_id=PAD, seed=0)
     llama = tiny_model("llama")
     assert fg.fast_generate(llama, ROWS, options=options, **kwargs)[0] == \
-        fg.fast_generate(llama, ROWS, options=fg.REFERENCE, **kwargs)[0]
+        fg.fast_generate(llama, ROWS, options=REFERENCE, **kwargs)[0]
     model = tiny_model("qwen3")
     first, _ = fg.fast_generate(model, ROWS, options=options, **kwargs)
     with torch.no_grad():
@@ -211,75 +214,46 @@ def test_packed_weights_follow_loads_and_llama() -> None:
             p.mul_(1.5)
     second, _ = fg.fast_generate(model, ROWS, options=options, **kwargs)
     assert second != first
-    assert second == fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)[0]
+    assert second == fg.fast_generate(model, ROWS, options=REFERENCE, **kwargs)[0]
 
 
 def test_graph_sampling_stops_early_like_the_reference(monkeypatch) -> None:
     model = tiny_model("qwen3")
-    real = fg.sample_sync_free
+    real = samplers.sample_sync_free
 
-    def always_eos(logits, sampling, generator):  # noqa: ANN001, ANN202
-        tokens, log_probs = real(logits, sampling, generator)
+    def always_eos(logits, settings, generator):  # noqa: ANN001, ANN202
+        tokens, log_probs = real(logits, settings, generator)
         return torch.full_like(tokens, EOS), log_probs
 
-    monkeypatch.setattr(fg, "sample_sync_free", always_eos)
+    monkeypatch.setattr(samplers, "sample_sync_free", always_eos)
     tokens, _ = fg.fast_generate(model, ROWS, temperature=1.0, top_p=1.0, top_k=-1,
                                  max_new_tokens=100, eos_token_id=EOS, pad_token_id=PAD, seed=0,
-                                 options=fg.DecodeOptions(sample_in_graph=True))
+                                 options=DecodeOptions(graph_sampling=True))
     assert [len(t) for t in tokens] == [fg.EARLY_STOP_EVERY] * len(ROWS)
     assert all(t == [EOS] * fg.EARLY_STOP_EVERY for t in tokens)
 
 
 def test_variant_names_round_trip(monkeypatch) -> None:
-    for options in (fg.REFERENCE, *VARIANTS.values()):
-        if options.window in (0, fg.WINDOW):
-            assert fg.parse_variant(options.name) == options
-    assert fg.parse_variant("fused+window").window == fg.WINDOW
-    assert fg.parse_variant("packed+compiled") == fg.DecodeOptions(packed=True, compiled=True)
+    for options in (REFERENCE, *VARIANTS.values()):
+        assert parse_variant(options.name) == options
+    assert parse_variant("packed+compiled") == DecodeOptions(packed=True, compiled=True)
     with pytest.raises(ValueError, match="unknown decoder feature"):
-        fg.parse_variant("fused+turbo")
-    monkeypatch.delenv(fg.VARIANT_ENV, raising=False)
-    backend_default = fg.parse_variant(fg.BACKEND_VARIANT)
-    assert backend_default.compiled and backend_default.sample_in_graph
+        parse_variant("fused+turbo")
+    monkeypatch.delenv(features.VARIANT_ENV, raising=False)
+    backend_default = parse_variant(features.BACKEND_VARIANT)
+    assert backend_default.graph_sampling and backend_default.folded_norms
     options, note = fg.options_from_env()
     assert options == backend_default
     # unset, a note only where its Triton kernels cannot run (then it names the fallback)
-    triton_runs = fg.decode_attention.kernel_status(torch.device("cuda"))[0]
+    triton_runs = decode_attention.kernel_status(torch.device("cuda"))[0]
     assert (note is None) == triton_runs
     assert triton_runs or ("default variant" in note and "batched matmuls" in note)
-    monkeypatch.setenv(fg.VARIANT_ENV, "graph-sampling")
+    monkeypatch.setenv(features.VARIANT_ENV, "graph-sampling")
     options, note = fg.options_from_env()
-    assert options.sample_in_graph and "graph-sampling" in note
-    monkeypatch.setenv(fg.VARIANT_ENV, "nope")
+    assert options.graph_sampling and "graph-sampling" in note
+    monkeypatch.setenv(features.VARIANT_ENV, "nope")
     options, note = fg.options_from_env()
-    assert options == backend_default and "ignored" in note and fg.BACKEND_VARIANT in note
-
-
-def test_row_groups_cover_the_batch_in_order() -> None:
-    assert fg.row_groups(64, 2) == [slice(0, 32), slice(32, 64)]
-    assert fg.row_groups(5, 2) == [slice(0, 2), slice(2, 5)]
-    assert fg.row_groups(3, 4) == [slice(0, 1), slice(1, 2), slice(2, 3)]  # no empty group
-    assert fg.row_groups(7, 1) == [slice(0, 7)]
-
-
-def test_row_stream_variants_parse_and_refuse_both() -> None:
-    options = fg.parse_variant("packed+compiled+two-streams")
-    assert options.row_streams == 2 and options.layers_fused
-    assert options.name == "packed+compiled+two-streams"
-    assert fg.parse_variant("fused+four-streams").row_streams == 4
-    with pytest.raises(ValueError, match="name one"):
-        fg.parse_variant("two-streams+four-streams")
-    with pytest.raises(ValueError, match="row_streams"):
-        fg.DecodeOptions(row_streams=3)
-
-
-def test_compiled_two_streams_is_the_reference_path() -> None:
-    """The compiled layer functions over half the rows each (force_eager: the maths, not
-    inductor): tokens equal today's path, log-probs within 1e-5."""
-    with torch.compiler.set_stance("force_eager"):
-        assert_follows_reference(tiny_model("qwen3"), fg.parse_variant(
-            "packed+graph-sampling+compiled+two-streams"), 1e-5,
-            **settings(6, temperature=0.7, top_p=0.9, top_k=20))
+    assert options == backend_default and "ignored" in note and features.BACKEND_VARIANT in note
 
 
 def test_decode_profile_smoke_runs(capsys) -> None:
@@ -292,12 +266,11 @@ def test_decode_profile_smoke_runs(capsys) -> None:
     import gpu_decode_profile as profile
 
     assert profile.main(["--smoke", "--variant", "ref", "--variant",
-                         "packed+sdpa+window+graph-sampling", "--variant",
-                         "packed+decode-attn+graph-sampling+fused-sampling", "--variant",
-                         "packed+decode-attn-split+graph-sampling"]) == 0
+                         "packed+graph-sampling", "--variant",
+                         "packed+decode-attn+graph-sampling+fused-sampling"]) == 0
     out = capsys.readouterr().out
     assert "FAILED" not in out and "Traceback" not in out
-    assert "=== attention alone" in out and "matmul (fused, no sdpa)" in out
+    assert "=== attention alone" in out and "matmul (fused)" in out
     assert "=== decode-attn's per-call cost" in out  # the fit where Triton runs (the GPU)
     summary = out[out.index("=== summary"):]
     for row in ("tokens/s", "decode alone (replay)", "kernels/step", "greedy tokens = ref",
@@ -305,24 +278,23 @@ def test_decode_profile_smoke_runs(capsys) -> None:
         assert row in summary
     greedy_row = next(line for line in summary.splitlines()
                       if line.startswith("greedy tokens = ref"))
-    assert "(4) packed+decode-attn+decode-attn-split+graph-sampling" in summary
-    assert greedy_row.split()[-4:] == ["1", "1", "1", "1"]  # every variant: each greedy token
+    assert "(3) packed+decode-attn+graph-sampling+fused-sampling" in summary
+    assert greedy_row.split()[-3:] == ["1", "1", "1"]  # every variant: each greedy token
 
 
 
-COMPILED_ALL = "packed+sdpa+window+graph-sampling+compiled"
+COMPILED_ALL = "packed+graph-sampling+compiled"
 
 
 def assert_compiled_is_the_reference_path(model) -> None:  # noqa: ANN001
     """Greedy and sampled (same seed) tokens equal today's path, log-probs within 1e-4."""
-    options = fg.parse_variant(COMPILED_ALL)
-    options = fg.DecodeOptions(**{**options.__dict__, "window": 4})  # the steps cross buckets
+    options = parse_variant(COMPILED_ALL)
     assert options.compiled and options.name == COMPILED_ALL
     for sampling in (dict(temperature=0.0), dict(temperature=0.7, top_p=0.9, top_k=20)):
         kwargs = {**dict(top_p=1.0, top_k=-1, max_new_tokens=9, eos_token_id=None,
                          pad_token_id=PAD, seed=3), **sampling}
         ours = fg.fast_generate(model, ROWS, options=options, **kwargs)
-        ref = fg.fast_generate(model, ROWS, options=fg.REFERENCE, **kwargs)
+        ref = fg.fast_generate(model, ROWS, options=REFERENCE, **kwargs)
         assert ours[0] == ref[0], sampling
         torch.testing.assert_close(torch.tensor(ours[1]), torch.tensor(ref[1]), rtol=0,
                                    atol=1e-4)
@@ -334,17 +306,18 @@ def test_compiled_layer_functions_are_the_reference_path(monkeypatch) -> None:
     force_eager stance: no inductor, ~1 s), on both q/k-norm layouts; the inductor build itself
     is the slow test below."""
     calls = []
-    monkeypatch.setattr(fg, "_COMPILED", {})
-    real = fg.compiled
-    monkeypatch.setattr(fg, "compiled", lambda fn: calls.append(fn.__name__) or real(fn))
+    monkeypatch.setattr(layers, "_COMPILED", {})
+    real = layers.compiled
+    monkeypatch.setattr(static_decoder, "compiled",
+                        lambda fn: calls.append(fn.__name__) or real(fn))
     with torch.compiler.set_stance("force_eager"):
         assert_compiled_is_the_reference_path(tiny_model("qwen3"))
-        options = fg.DecodeOptions(compiled=True)  # unpacked weights, llama: no q/k norms
+        options = DecodeOptions(compiled=True)  # unpacked weights, llama: no q/k norms
         greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=6,
                       eos_token_id=None, pad_token_id=PAD, seed=0)
         llama = tiny_model("llama")
         assert fg.fast_generate(llama, ROWS, options=options, **greedy)[0] == \
-            fg.fast_generate(llama, ROWS, options=fg.REFERENCE, **greedy)[0]
+            fg.fast_generate(llama, ROWS, options=REFERENCE, **greedy)[0]
     assert {"layer_head", "layer_mlp"} <= set(calls)
 
 
@@ -353,7 +326,7 @@ def test_compiled_variant_is_the_reference_path() -> None:
     """The same with inductor's C++ backend (CPU, fp32): ~32 s with a cold inductor cache on
     2 cores, ~11 s warm."""
     assert_compiled_is_the_reference_path(tiny_model("qwen3"))
-    assert fg._COMPILED, "the compiled functions were not built"
+    assert layers._COMPILED, "the compiled functions were not built"
 
 
 def test_compile_failure_falls_back_to_eager_and_says_so(monkeypatch) -> None:
@@ -362,61 +335,97 @@ def test_compile_failure_falls_back_to_eager_and_says_so(monkeypatch) -> None:
             raise RuntimeError("no C compiler")
         return fails
 
-    monkeypatch.setattr(fg, "_COMPILED", {})
+    monkeypatch.setattr(layers, "_COMPILED", {})
     monkeypatch.setattr(torch, "compile", broken)
     model = tiny_model("qwen3")
     greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=5, eos_token_id=None,
                   pad_token_id=PAD, seed=0)
     with pytest.warns(UserWarning, match="no C compiler"):
-        tokens, _ = fg.fast_generate(model, ROWS, options=fg.DecodeOptions(compiled=True),
+        tokens, _ = fg.fast_generate(model, ROWS, options=DecodeOptions(compiled=True),
                                      **greedy)
-    assert tokens == fg.fast_generate(model, ROWS, options=fg.REFERENCE, **greedy)[0]
-    assert all(f.failed for f in fg._COMPILED.values())
+    assert tokens == fg.fast_generate(model, ROWS, options=REFERENCE, **greedy)[0]
+    assert all(f.failed for f in layers._COMPILED.values())
 
 
-def test_skinny_gemm_variant_parses_and_implies_the_fused_layers() -> None:
-    options = fg.parse_variant("packed+graph-sampling+skinny-gemm")
-    assert options == fg.DecodeOptions(packed=True, sample_in_graph=True, skinny_gemm=True)
-    assert options.name == "packed+graph-sampling+skinny-gemm" and options.layers_fused
-    assert fg.parse_variant("skinny-gemm").layers_fused
-    assert fg.kernel_features(options) == ["skinny-gemm"]
-    assert not fg.parse_variant(fg.BACKEND_VARIANT).skinny_gemm  # the measured default stays
-
-
-def test_skinny_gemm_falls_back_on_cpu_with_its_note(monkeypatch) -> None:
-    """Without CUDA (no interpreter) the decode step's GEMMs stay cuBLAS, said in the note;
-    tokens and log-probs are today's path's (fused and compiled layer code)."""
-    from engine.rollout import skinny_gemm
-
+def test_skinny_down_falls_back_on_cpu_with_its_note(monkeypatch) -> None:
+    """Without CUDA (no interpreter) the down projection stays cuBLAS, said in the note;
+    tokens and log-probs are the reference path's."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    note = fg.kernel_note("skinny-gemm", torch.device("cpu"))
-    assert note.startswith("skinny-gemm: its Triton kernels need CUDA") and "cuBLAS" in note
-    monkeypatch.setenv(fg.VARIANT_ENV, "packed+skinny-gemm")
+    note = fg.kernel_note("skinny-down", torch.device("cpu"))
+    assert note.startswith("skinny-down: its Triton kernels need CUDA") and "cuBLAS" in note
+    monkeypatch.setenv(features.VARIANT_ENV, "packed+graph-sampling+skinny-down")
     options, note = fg.options_from_env()
-    assert options.skinny_gemm and "'packed+skinny-gemm'" in note
-    ok, why = skinny_gemm.kernel_status(torch.device("cuda"))
-    assert ("skinny-gemm: its Triton kernel" in note) == ok
-    assert ok or (why in note and "cuBLAS" in note)
+    assert options.skinny_down and options.layers_fused
+    assert "'packed+graph-sampling+skinny-down'" in note and "skinny-down: " in note
     model = tiny_model("qwen3")
-    assert not fg.StaticDecoder(model, options).gemm_kernel
+    assert not static_decoder.StaticDecoder(model, options).down_kernel
     greedy = dict(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=6, eos_token_id=None,
                   pad_token_id=PAD, seed=0)
-    with torch.compiler.set_stance("force_eager"):
-        for variant in ("packed+graph-sampling+skinny-gemm", "compiled+skinny-gemm"):
-            assert_follows_reference(model, fg.parse_variant(variant), atol=1e-5, **greedy)
-            assert_follows_reference(model, fg.parse_variant(variant), atol=1e-5,
-                                     **{**greedy, "temperature": 0.7, "top_k": 20, "seed": 2})
+    assert_follows_reference(model, options, atol=1e-5, **greedy)
+    assert_follows_reference(model, options, atol=1e-5,
+                             **{**greedy, "temperature": 0.7, "top_k": 20, "seed": 2})
 
 
 def test_each_feature_notes_its_own_kernels_fallback(monkeypatch) -> None:
     """The default variant's note names the features whose kernel cannot run, each by its own
-    kernel_status (skinny_gemm's here, decode_attention's for the others)."""
-    monkeypatch.setitem(fg.KERNEL_STATUS, "skinny-gemm", lambda device: (False, "no GEMM"))
-    monkeypatch.setitem(fg.KERNEL_STATUS, "decode-attn", lambda device: (True, "ok"))
-    monkeypatch.setitem(fg.KERNEL_STATUS, "fused-sampling", lambda device: (True, "ok"))
-    note = fg._fallback_note(fg.parse_variant("packed+decode-attn+skinny-gemm"))
-    assert note is not None and "skinny-gemm: no GEMM, so" in note and "decode-attn:" not in note
-    assert fg._fallback_note(fg.parse_variant("packed+decode-attn")) is None
+    module's kernel_status (skinny_gemm's here, decode_attention's for the others)."""
+    monkeypatch.setitem(kernels._STATUS, "skinny_gemm", lambda device: (False, "no GEMM"))
+    monkeypatch.setitem(kernels._STATUS, "decode_attention", lambda device: (True, "ok"))
+    note = fg._fallback_note(parse_variant("packed+decode-attn+skinny-down"))
+    assert note is not None and "skinny-down: no GEMM, so" in note and "decode-attn:" not in note
+    assert fg._fallback_note(parse_variant("packed+decode-attn")) is None
+
+
+# ---- the feature table is the single source of the variants ---------------------------------
+def test_every_option_field_has_one_table_row() -> None:
+    assert features.option_fields() == [f.field for f in features.FEATURES]
+    assert len(features.BY_NAME) == len(features.FEATURES)
+    assert not set(features.BY_NAME) & set(features.REMOVED)
+    for feature in features.FEATURES:  # what a row names exists, and a Triton row says its
+        assert set(feature.needs) | set(feature.implies) <= set(features.BY_NAME)  # fallback
+        assert feature.measured and feature.does
+        assert (feature.kernel is None) == (feature.fallback == ""), feature.name
+        assert feature.kernel is None or feature.kernel in kernels._STATUS, feature.name
+
+
+def test_the_backend_default_is_the_tables_defaults() -> None:
+    default = parse_variant(features.BACKEND_VARIANT)
+    assert default.name == features.BACKEND_VARIANT
+    assert {f.name for f in default.features} == \
+        {f.name for f in features.FEATURES if f.default} | {"compiled"}  # folded-norms' fallback
+    assert "compiled" not in features.BACKEND_VARIANT.split("+")  # not named: implied
+    # the name docs/performance.md shows for the default before `compiled` was implied
+    old = ("packed+decode-attn+graph-sampling+fused-sampling+fused-prefill+compiled"
+           "+folded-norms+skinny-down+cdf-sampling")
+    assert parse_variant(old) == default
+
+
+def test_names_derive_from_the_table() -> None:
+    def with_needs(name: str) -> list[str]:
+        return [n for need in features.BY_NAME[name].needs for n in with_needs(need)] + [name]
+
+    for feature in features.FEATURES:  # each feature alone with what it needs round-trips
+        options = parse_variant("+".join(with_needs(feature.name)))
+        assert getattr(options, feature.field)
+        assert parse_variant(options.name) == options
+        assert all(getattr(options, features.BY_NAME[i].field) for i in feature.implies)
+    assert parse_variant("fused+packed").name == "packed"  # implied features go unnamed
+    with pytest.raises(ValueError, match="'cdf-sampling' needs 'fused-sampling'"):
+        parse_variant("graph-sampling+cdf-sampling")
+    with pytest.raises(ValueError, match="'folded-norms' needs 'decode-attn'"):
+        DecodeOptions(packed=True, folded_norms=True)
+
+
+@pytest.mark.parametrize("removed", sorted(features.REMOVED))
+def test_removed_features_say_so_and_what_to_use(removed, monkeypatch) -> None:
+    why, instead = features.REMOVED[removed]
+    with pytest.raises(ValueError, match=f"'{removed}' was removed"):
+        parse_variant(f"packed+{removed}")
+    monkeypatch.setenv(features.VARIANT_ENV, f"packed+{removed}")
+    options, note = fg.options_from_env()
+    assert options == parse_variant(features.BACKEND_VARIANT)
+    assert f"'{removed}' was removed ({why}): use {instead}" in note
+    assert f"decoding with '{features.BACKEND_VARIANT}'" in note
 
 
 def test_rope_tables_rows_are_ropes_values() -> None:
@@ -424,7 +433,7 @@ def test_rope_tables_rows_are_ropes_values() -> None:
     (the same elementwise ops), sin_signed its sin with the first half negated; row i is
     position i - length, so the capture's warm-ups (cache index 0, positions -pad) stay in
     the tables."""
-    decoder = fg.StaticDecoder(tiny_model("qwen3"), fg.parse_variant("packed"))
+    decoder = static_decoder.StaticDecoder(tiny_model("qwen3"), parse_variant("packed"))
     cos_table, sin_table = decoder.rope_tables(40)
     assert cos_table.shape[0] == sin_table.shape[0] == 80
     positions = torch.tensor([-40, -3, 0, 5, 17, 39])
@@ -438,11 +447,11 @@ def test_a_warm_up_step_at_cache_index_0_reads_inside_the_rope_tables() -> None:
     """What the CUDA-graph capture's warm-ups run (index 0, left-padded rows): every gathered
     row index in [0, 2 length), so no out-of-range gather (on the GPU an index assert)."""
     model = tiny_model("qwen3")
-    decoder = fg.StaticDecoder(model, fg.parse_variant("packed+graph-sampling"))
+    decoder = static_decoder.StaticDecoder(model, parse_variant("packed+graph-sampling"))
     rows = [[5, 6, 7], [8]]
     state = fg._state_for(decoder, 2, 64, fg.left_padded(rows, 0, torch.device("cpu"))[1])
     state.index.zero_()
     table_rows = state.index + state.rope_shift
     assert table_rows.min() >= 0 and table_rows.max() < 2 * 64
     with torch.no_grad():
-        decoder.decode_step(state, 64, fg.Sampling(1.0, 1.0, -1))
+        decoder.decode_step(state, Sampling(1.0, 1.0, -1))

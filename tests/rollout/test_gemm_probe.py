@@ -1,5 +1,5 @@
 """bench/gpu_gemm_probe.py --smoke under Triton's CPU interpreter (a fresh process: triton.jit
-reads TRITON_INTERPRET when it decorates): it runs on the H200 to tune skinny-gemm's tiles, so
+reads TRITON_INTERPRET when it decorates): it runs on the H200 to tune the skinny GEMM's tiles, so
 its every part runs here first."""
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 
+from engine.model.shape import ModelShape
 from engine.rollout.hf_backend import (
     HFGenerator,
     cut_at_eos,
@@ -14,7 +15,6 @@ from engine.rollout.hf_backend import (
     model_offloader,
     row_limits,
 )
-from engine.train.model import ModelShape
 
 EOS, PAD = 1, 0
 SHAPE = ModelShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
@@ -203,7 +203,7 @@ def test_decoder_variant_env_is_noted(monkeypatch) -> None:
     CPU backend does not use it); a bad name falls back to 'ref', also noted."""
     monkeypatch.setenv("PPODECK_DECODE", "fused+graph-sampling")
     gen = HFGenerator(SHAPE, "llama", init_seed=5)
-    assert gen.decode_options.fused and gen.decode_options.sample_in_graph
+    assert gen.decode_options.fused and gen.decode_options.graph_sampling
     assert len(gen.notes) == 1 and "fused+graph-sampling" in gen.notes[0]
     assert "CUDA only" in gen.notes[0]
     monkeypatch.setenv("PPODECK_DECODE", "warp")

@@ -23,10 +23,10 @@ import pytest
 import torch
 
 from engine.config.resolve import resolve_values
+from engine.model.shape import ModelShape
 from engine.ports import free_port
 from engine.rollout import sglang_backend as sb
 from engine.rollout.types import GenOut
-from engine.train.model import ModelShape
 
 REPO = Path(__file__).resolve().parents[2]
 EOS = 7
@@ -275,7 +275,7 @@ def test_generate_rejects_missing_logprobs_and_aborts() -> None:
 # --------------------------------------------------------------------------------------------
 def hf_state_dict() -> dict[str, torch.Tensor]:
     """A real Megatron-named actor state dict through the conversion code (HF names out)."""
-    from engine.train.convert import mcore_to_hf
+    from engine.model.convert import mcore_to_hf
 
     sd = {"embedding.word_embeddings.weight": torch.randn(VOCAB, 32),
           "decoder.final_layernorm.weight": torch.ones(32)}
@@ -607,7 +607,7 @@ def test_release_resume_report_what_nvml_saw(monkeypatch) -> None:
 
 
 def test_ipc_weights_travel_as_a_flattened_bucket(servers) -> None:
-    from engine.train.weight_transfer import IpcWeights
+    from engine.model.weight_transfer import IpcWeights
 
     gen = generator(servers, tp=2, rollout_num_gpus_per_engine=2)  # one payload per TP rank
     handles = IpcWeights(payload="c2VyaWFsaXplZA==", nbytes=1234, count=3, flatten_seconds=0.0)

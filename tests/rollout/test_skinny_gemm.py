@@ -1,5 +1,5 @@
-"""skinny_gemm (fast_generate's `skinny-gemm`): `plan`'s tiles on the Qwen3-0.6B shapes, the torch
-contract, the variant without Triton; the Triton kernels themselves run under Triton's CPU
+"""skinny_gemm (the decoder's `skinny-down` GEMM): `plan`'s tiles on the Qwen3-0.6B shapes, the
+torch contract, no kernel without Triton; the Triton kernels themselves run under Triton's CPU
 interpreter in a fresh process (interpreted_skinny_gemm.py; skipped where Triton is not
 installed) and through Triton's compiler for sm_90."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.rollout import skinny_gemm as sg
+from engine.rollout.decoder.kernels import skinny_gemm as sg
 from tests.rollout.interpreter import assert_interpreted_file_passes
 
 SMS = 132  # the H200
@@ -107,7 +107,7 @@ def test_without_cuda_or_the_interpreter_the_kernels_are_unusable(monkeypatch) -
 def test_the_kernels_under_the_triton_interpreter() -> None:
     """interpreted_skinny_gemm.py in a fresh process with TRITON_INTERPRET=1: the kernels
     against torch matmul (fp32, bf16; M 1/5/64, N 16/40/96, K 32/80; split-K 1 and 3; new
-    tensor, out=, residual=) and fast_generate's skinny-gemm variant against today's path."""
+    tensor, out=, residual=) and the decoder's skinny-down variants against today's path."""
     pytest.importorskip("triton")
     assert_interpreted_file_passes(Path(__file__).with_name("interpreted_skinny_gemm.py"))
 

@@ -195,6 +195,7 @@ def test_tis_weights_clip_and_multiply_the_policy_loss(results: dict) -> None:
 
 
 def test_rollout_logprobs_become_pi_old(results: dict) -> None:
+    """--use-rollout-logprobs: pi_old is the rollout's log-probs, not the trainer's."""
     offsets = results["offsets"]
     first = results["rollout_logprobs"]["step_metrics"][0]
     # ppo_kl = old - logp = (train - offset) - train at the first step
@@ -217,6 +218,7 @@ def test_ref_update_interval_copies_the_actor_into_the_ref(results: dict) -> Non
 
 
 def test_seed_zero_reaches_the_random_init(results: dict) -> None:
+    """--seed picks the random init (0 included): same seed, same weights."""
     assert results["settings_seed_6"] == results["settings_seed_7"] == 0
     assert results["same_seed_equal"] and not results["other_seed_equal"]
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.train.model import ModelShape
+from engine.model.shape import ModelShape
 
 TOL = 1e-5  # of each tensor's largest entry: fp32 sums of O(10) gradients differ by ulps
 

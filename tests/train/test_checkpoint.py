@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from engine.driver.cluster import free_port
+from engine.model.shape import ModelShape
 from engine.train.checkpoint import (
     CRITIC_HEAD_NOTE,
     RELEASE,
@@ -26,7 +27,6 @@ from engine.train.checkpoint import (
     read_tracker,
     save_checkpoint,
 )
-from engine.train.model import ModelShape
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPE = ModelShape(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
@@ -391,7 +391,7 @@ def tiny_hf_dir(path: Path, *, tied: bool) -> Path:
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_convert_hf_writes_release_and_skips_rerun(megatron, tmp_path: Path,
                                                    tied: bool) -> None:
-    from engine.train.convert import (
+    from engine.model.convert import (
         arch_for,
         hf_to_mcore,
         load_hf_checkpoint,
@@ -425,7 +425,7 @@ def test_convert_hf_writes_release_and_skips_rerun(megatron, tmp_path: Path,
 
 
 def test_convert_checks_the_run_flags(megatron, tmp_path: Path) -> None:
-    from engine.train.convert import ConversionError
+    from engine.model.convert import ConversionError
 
     hf_dir = tiny_hf_dir(tmp_path / "hf", tied=True)
     with pytest.raises(ConversionError, match="--num-layers 36"):

@@ -349,7 +349,8 @@ def test_sequence_parallel_norm_marks_its_weight_for_the_tp_sum() -> None:
 def test_transformer_config_carries_cp_communication_and_sequence_parallelism() -> None:
     """transformer-engine's CP attention (PPODECK_TE=1) reads cp_comm_type from the config:
     --allgather-cp picks all_gather, else p2p; sequence parallelism only with TP > 1."""
-    from engine.train.model import ModelShape, transformer_config
+    from engine.model.shape import ModelShape
+    from engine.train.model import transformer_config
     from engine.train.platform import Parallelism
 
     shape = ModelShape.from_args(tiny_args())

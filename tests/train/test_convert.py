@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.train.convert import (
+from engine.model.convert import (
     CRITIC_HEAD_NOTE,
     ConversionError,
     arch_for,
@@ -18,7 +18,7 @@ from engine.train.convert import (
     mcore_to_hf,
     shape_from_hf_config,
 )
-from engine.train.model import ModelShape
+from engine.model.shape import ModelShape
 
 TOL = 1e-4
 

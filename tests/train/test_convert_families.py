@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.train.convert import (
+from engine.model.convert import (
     ConversionError,
     arch_for,
     check_shape_matches,
@@ -19,7 +19,7 @@ from engine.train.convert import (
     save_hf_config,
     shape_from_hf_config,
 )
-from engine.train.model import ModelShape
+from engine.model.shape import ModelShape
 from tests.train.test_convert import build_mcore, load_strict, mcore_logits
 
 TOL = 1e-4

@@ -124,8 +124,9 @@ def test_grad_kernels_install_and_turn_off(monkeypatch) -> None:
 def test_batch_first_output_layer_gives_the_same_logits_and_grads(monkeypatch) -> None:
     from megatron.core.tensor_parallel import ColumnParallelLinear
 
+    from engine.model.shape import ModelShape
     from engine.train.fastpaths import batch_first_output_layer
-    from engine.train.model import ModelShape, build_gpt, transformer_config
+    from engine.train.model import build_gpt, transformer_config
     from engine.train.platform import Parallelism, device, device_scope
 
     shape = ModelShape(num_layers=1, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
@@ -177,8 +178,9 @@ def test_fuse_adam_switches_cuda_adamw_groups() -> None:
 def test_direct_linears_give_megatrons_outputs_and_grads(monkeypatch) -> None:
     from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
+    from engine.model.shape import ModelShape
     from engine.train.fastpaths import DirectColumnLinear, DirectRowLinear, describe
-    from engine.train.model import ModelShape, build_gpt, transformer_config
+    from engine.train.model import build_gpt, transformer_config
     from engine.train.platform import Parallelism, device, device_scope
 
     shape = ModelShape(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from engine.train.model import ModelShape
+from engine.model.shape import ModelShape
 
 # Reference tests on CPU, against Megatron's eager maths under the pinned torch (2.13). On a
 # CUDA machine transformer_config() turns the fused ops on by itself and models are built on

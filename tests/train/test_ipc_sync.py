@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.rollout.hf_backend import HFGenerator
-from engine.train.ipc_sync import (
+from engine.model.ipc_sync import (
     CUDA_IPC,
     PACKED_HOST,
     TorchIpcWeights,
@@ -23,8 +22,9 @@ from engine.train.ipc_sync import (
     views,
     weight_sync_path,
 )
-from engine.train.model import ModelShape
-from engine.train.weight_transfer import IpcWeights, pack
+from engine.model.shape import ModelShape
+from engine.model.weight_transfer import IpcWeights, pack
+from engine.rollout.hf_backend import HFGenerator
 
 ONE_GPU = {"colocate": True, "actor_num_nodes": 1, "actor_num_gpus_per_node": 1,
            "rollout_backend": "hf"}
@@ -141,7 +141,7 @@ def test_rollout_manager_loads_ipc_handles_and_reports_the_path(
              if k != "lm_head.weight"}
     handle, _flat = pack_torch_ipc(state, torch.device("cpu"), share=_fake_share,
                                    uuid=lambda _: "GPU-0", synchronize=lambda _: None)
-    monkeypatch.setattr("engine.train.ipc_sync.visible_uuids", lambda: ["GPU-0"])
+    monkeypatch.setattr("engine.model.ipc_sync.visible_uuids", lambda: ["GPU-0"])
     report = mgr.update_weights(handle)
     assert report["path"] == CUDA_IPC and report["bytes"] == sum(t.nbytes for t in state.values())
     assert torch.equal(model.model.embed_tokens.weight, state["model.embed_tokens.weight"])

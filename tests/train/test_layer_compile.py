@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("megatron")
 
 
 def _shape():  # noqa: ANN202
-    from engine.train.model import ModelShape
+    from engine.model.shape import ModelShape
 
     return ModelShape(num_layers=3, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
                       num_query_groups=2, kv_channels=16, vocab_size=128,

@@ -1,4 +1,4 @@
-"""Exactly sized page-locked host buffers (engine/train/pinned.py). CUDA's cudaHostRegister is
+"""Exactly sized page-locked host buffers (engine/model/pinned.py). CUDA's cudaHostRegister is
 faked on the CPU: what is checked is the slab's layout, the one registration of a page-aligned
 range inside our own allocation, its release, and the fallback's accounting.
 tests/gpu/test_pinned_gpu.py runs the real thing."""
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine.train import pinned
-from engine.train.pinned import ALIGN, PAGE, layout, pinned_buffers, pinned_like, power_of_two_ceil
+from engine.model import pinned
+from engine.model.pinned import ALIGN, PAGE, layout, pinned_buffers, pinned_like, power_of_two_ceil
 
 
 class FakeCudart:

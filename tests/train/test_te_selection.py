@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.model.shape import ModelShape
 from engine.train import platform
 
 
@@ -67,7 +68,7 @@ def test_a_failing_te_spec_gives_the_local_spec_and_a_reason(
     monkeypatch.setattr(gpt_layer_specs, "get_gpt_layer_with_transformer_engine_spec",
                         broken_te_spec)
     monkeypatch.setattr(platform, "has_cuda", lambda: False)  # the local spec as on CPU
-    spec = model.layer_spec(model.ModelShape(**SHAPE_ARGS))
+    spec = model.layer_spec(ModelShape(**SHAPE_ARGS))
     assert spec.submodules.self_attention.submodules.core_attention.__name__ == \
         "SDPADotProductAttention"
     assert platform._te_given_up == "its layer spec failed (AssertionError: megatron found no " \
@@ -96,7 +97,7 @@ def test_a_te_model_that_fails_to_build_is_built_with_the_local_spec(
     monkeypatch.setattr(model, "has_transformer_engine", lambda: platform._te_given_up is None)
     monkeypatch.setattr(platform, "has_cuda", lambda: False)  # the local spec as on CPU
     monkeypatch.setenv("PPODECK_FUSED", "0")
-    shape = model.ModelShape(**SHAPE_ARGS)
+    shape = ModelShape(**SHAPE_ARGS)
     with device_scope():
         config = model.transformer_config(shape, Parallelism(), bf16=False)
         gpt = model.build_gpt(shape, "actor", config, seed=3)

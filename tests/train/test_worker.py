@@ -164,8 +164,8 @@ def _from_hf(rank: int, world: int, ports: list[int], hf_dir: str) -> dict:
 def _write_hf_checkpoint(path: Path) -> dict[str, torch.Tensor]:
     from transformers import LlamaForCausalLM
 
-    from engine.train.convert import hf_config
-    from engine.train.model import ModelShape
+    from engine.model.convert import hf_config
+    from engine.model.shape import ModelShape
 
     shape = ModelShape.from_args(tiny_args(untie_embeddings_and_output_weights=True))
     torch.manual_seed(3)
@@ -280,7 +280,7 @@ def test_critic_values_cover_every_response_token(one_rank: dict) -> None:
 
 
 def test_num_params_counts_the_model(one_rank: dict) -> None:
-    from engine.train.model import ModelShape
+    from engine.model.shape import ModelShape
 
     shape = ModelShape.from_args(tiny_args())
     assert one_rank["actor_init"]["num_params"] == shape.num_params()
@@ -334,6 +334,7 @@ def test_dynamic_batch_matches_fixed_micro_batches(one_rank: dict, learning: dic
 # two ranks
 # --------------------------------------------------------------------------------------------
 def test_tp2_matches_one_rank(one_rank: dict, tp2: list[dict]) -> None:
+    """--tensor-model-parallel-size 2: the layers split over two ranks, same numbers."""
     _assert_first_steps_match(one_rank, _logging_rank(tp2), TP_TOL)
     assert tp2[1]["critic"]["values"] == {}  # TP rank 1 does not ship values
     _assert_values_match(one_rank["critic"]["values"], _merged_values(tp2), TP_TOL)
@@ -356,6 +357,7 @@ def test_dp2_matches_one_rank(one_rank: dict, dp2: list[dict]) -> None:
 
 
 def test_pp2_values_and_losses_match_one_rank(one_rank: dict, pp2: list[dict]) -> None:
+    """--pipeline-model-parallel-size 2: two stages, the last one holds the values."""
     assert pp2[0]["critic"]["values"] == {}  # only the last stage has values
     _assert_values_match(one_rank["critic"]["values"], pp2[1]["critic"]["values"], 1e-5)
     _assert_first_steps_match(one_rank, _logging_rank(pp2), 1e-5)

@@ -19,7 +19,7 @@ from engine.rollout.types import RolloutBatch
 _PRELOAD = ["torch", "torch.distributed", "megatron.core", "megatron.core.models.gpt",
             "megatron.core.optimizer", "megatron.core.pipeline_parallel",
             "megatron.core.distributed", "engine.train.worker", "engine.algo",
-            "engine.train.convert", "tests.train.worker_harness"]
+            "engine.model.convert", "tests.train.worker_harness"]
 
 
 def tiny_args(**overrides: Any) -> dict[str, Any]:  # noqa: ANN401

@@ -9,7 +9,7 @@ Megatron fuses what HF keeps apart, so the mapping is more than renaming:
 - Qwen3's per-head RMSNorms: q_norm/k_norm <-> q_layernorm/k_layernorm;
 - Qwen2's q/k/v biases (`--add-qkv-bias`) <-> `linear_qkv.bias`, fused like the weight rows;
 - Llama 3 rope scaling (`--use-rope-scaling`) <-> rope_parameters {rope_type: llama3, ...}: a
-  config matter only (no tensor), Megatron's fixed factors (model.LLAMA3_ROPE) on both sides;
+  config matter only (no tensor), Megatron's fixed factors (shape.LLAMA3_ROPE) on both sides;
 - the critic's value head (output_layer, [1, hidden] + bias) has no HF counterpart.
 
 Both of Megatron's layer specs are understood: the local spec (separate norm modules) and the
@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import torch
 
-from engine.train.model import LLAMA3_ROPE, ModelShape
+from engine.model.shape import LLAMA3_ROPE, ModelShape
 
 Arch = Literal["llama", "qwen2", "qwen3"]
 ARCHITECTURES: dict[str, str] = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",

@@ -1,6 +1,6 @@
 """The colocated hf rollout's weight sync through CUDA IPC, without SGLang.
 
-The packed path (engine/train/weight_transfer.py: pack/unpack) copies the actor's 1.19 GB of
+The packed path (engine/model/weight_transfer.py: pack/unpack) copies the actor's 1.19 GB of
 HF tensors to the host, through Ray's object store and back to the same GPU: 1.54 s on the
 H200 for Qwen3-0.6B. When the hf generator shares the actor's one GPU, the actor instead copies
 its HF tensors into one flat device buffer and sends only the CUDA IPC handle of that buffer
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from engine.train.weight_transfer import Entry, IpcWeights, copy_in, layout, views
+from engine.model.weight_transfer import Entry, IpcWeights, copy_in, layout, views
 
 CUDA_IPC = "cuda_ipc"
 PACKED_HOST = "packed_host"

@@ -1,8 +1,8 @@
 """decode_attention's Triton kernels, and folded_norms' SiLU kernel, which shares their helpers
 (imported at first use: Triton is optional; it is imported here at module level, so the
-kernels are decorated once, as TRITON_INTERPRET says at this import). The one-pass kernel and
-split-K's split kernel share the query tile and the online-softmax loop (Triton inlines them);
-decode_attention.py says what each does."""
+kernels are decorated once, as TRITON_INTERPRET says at this import). Helpers are
+@triton.jit functions that Triton inlines into the kernels; decode_attention.py says what each
+kernel does."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def decode_attention_kernel(
         k_new_stride_b, k_new_stride_h, v_new_stride_b, v_new_stride_h,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-        UPCAST: tl.constexpr, WRITE: tl.constexpr, PDL: tl.constexpr):
+        UPCAST: tl.constexpr, WRITE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # row x stride passes 2**31 in large caches
     kv = tl.program_id(1).to(tl.int64)
     g = tl.arange(0, BLOCK_G)
@@ -126,8 +126,6 @@ def decode_attention_kernel(
     d_ok = d < HEAD_DIM
     head_ok = (g < GROUP)[:, None] & d_ok[None, :]
     heads = kv * GROUP + g
-    if PDL:  # launched before the kernel that writes q/k/v has finished: wait for it here
-        tl.extra.cuda.gdc_wait()
     q = group_query(q_ptr, row, heads, q_stride_b, q_stride_h, GROUP, HEAD_DIM, BLOCK_G,
                     BLOCK_D, UPCAST)
     first = tl.load(pad_ptr + row)  # left padding: slots before it are not the row's
@@ -213,82 +211,15 @@ def rms_scale(x_row, eps, HIDDEN: tl.constexpr, BLOCK_X: tl.constexpr):
 
 
 @triton.jit
-def project_group(row_ptr, kv, norm_ptr, cos, sin, row_scale, eps, HEADS: tl.constexpr,
-                  KV_HEADS: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
-                  BLOCK_D: tl.constexpr, NORM: tl.constexpr, ROW_SCALE: tl.constexpr):
-    # KV head kv's part of one row's raw packed projection q|k|v -> its group's q heads
-    # [BLOCK_G, BLOCK_D] fp32 (rows past the group: zeros), its k and v [BLOCK_D] in the
-    # projection's dtype: normed and rotated as projected_heads says
-    GROUP: tl.constexpr = HEADS // KV_HEADS
-    dtype: tl.constexpr = row_ptr.dtype.element_ty
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, BLOCK_D)
-    d_ok = d < HEAD_DIM
-    head_ok = (g < GROUP)[:, None] & d_ok[None, :]
-    q = projected_heads(row_ptr, kv * GROUP + g, head_ok, norm_ptr, cos, sin, row_scale, eps,
-                        HEAD_DIM, BLOCK_D, NORM, ROW_SCALE)
-    k_head = tl.full([1], HEADS, tl.int64) + kv
-    k = projected_heads(row_ptr, k_head, d_ok[None, :], norm_ptr, cos, sin, row_scale, eps,
-                        HEAD_DIM, BLOCK_D, NORM, ROW_SCALE)
-    k = tl.reshape(k, [BLOCK_D]).to(dtype)
-    v = load_scaled(row_ptr + (HEADS + KV_HEADS + kv) * HEAD_DIM + d, d_ok, row_scale, dtype,
-                    ROW_SCALE).to(dtype)
-    return q, k, v
-
-
-@triton.jit
-def decode_attention_qkv_kernel(
-        qkv_ptr, norm_ptr, cos_ptr, sin_ptr, x_ptr, k_ptr, v_ptr, out_ptr, pad_ptr, index_ptr,
-        scale, eps, qkv_stride_b, cos_stride_b, sin_stride_b, x_stride_b,
-        k_stride_b, k_stride_h, k_stride_s, v_stride_b, v_stride_h, v_stride_s,
-        out_stride_b, out_stride_h,
-        HEADS: tl.constexpr, KV_HEADS: tl.constexpr, BLOCK_G: tl.constexpr,
-        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HIDDEN: tl.constexpr,
-        BLOCK_X: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-        UPCAST: tl.constexpr, NORM: tl.constexpr, ROW_SCALE: tl.constexpr):
-    # the one-pass kernel (WRITE) from the step's raw packed projection q|k|v: the q/k norms
-    # and RoPE done here on the heads this program reads (no kernel of their own), and under
-    # ROW_SCALE the input RMSNorm's row scale, from the residual stream x (its weight folded
-    # into the projection's)
-    GROUP: tl.constexpr = HEADS // KV_HEADS
-    row = tl.program_id(0).to(tl.int64)
-    kv = tl.program_id(1).to(tl.int64)
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, BLOCK_D)
-    head_ok = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
-    cos, sin, row_scale = row_inputs(cos_ptr, sin_ptr, x_ptr, row, cos_stride_b, sin_stride_b,
-                                     x_stride_b, eps, HEAD_DIM, BLOCK_D, HIDDEN, BLOCK_X,
-                                     ROW_SCALE)
-    q, k_new, v_new = project_group(qkv_ptr + row * qkv_stride_b, kv, norm_ptr, cos, sin,
-                                    row_scale, eps, HEADS, KV_HEADS, BLOCK_G, HEAD_DIM, BLOCK_D,
-                                    NORM, ROW_SCALE)
-    q = q.to(qkv_ptr.dtype.element_ty)
-    if UPCAST:
-        q = q.to(tl.float32)
-    first = tl.load(pad_ptr + row)
-    index = tl.load(index_ptr)
-    k_row = k_ptr + row * k_stride_b + kv * k_stride_h
-    v_row = v_ptr + row * v_stride_b + kv * v_stride_h
-    total, acc = attend_with_new_slot(q, k_row, v_row, k_new, v_new, first, index, scale,
-                                      k_stride_s, v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK,
-                                      PRECISION, UPCAST)
-    store_heads(out_ptr, row, kv * GROUP + g, head_ok, total, acc, out_stride_b, out_stride_h,
-                BLOCK_D)
-
-
-@triton.jit
 def project_heads_kernel(
         qkv_ptr, norm_ptr, cos_ptr, sin_ptr, x_ptr, out_ptr, eps, qkv_stride_b, cos_stride_b,
         sin_stride_b, x_stride_b, out_stride_b,
         HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_D: tl.constexpr, HIDDEN: tl.constexpr, BLOCK_X: tl.constexpr,
-        NORM: tl.constexpr, ROW_SCALE: tl.constexpr, PDL: tl.constexpr):
-    # decode_attention_qkv_kernel's work before attention on its own, one program per (row,
+        NORM: tl.constexpr, ROW_SCALE: tl.constexpr):
+    # folded-norms' work between the packed q/k/v GEMM and attention, one program per (row,
     # head of q|k|v): out [B, H + 2 KV, d] (contiguous) gets the head normed and rotated (q, k)
-    # or scaled (v). PDL: the next kernel (decode-attn's, launched programmatically
-    # dependent) may launch at once
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
+    # or scaled (v)
     dtype: tl.constexpr = qkv_ptr.dtype.element_ty
     row = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
@@ -326,64 +257,3 @@ def scaled_gated_kernel(gate_up_ptr, x_ptr, out_ptr, eps, gate_up_stride, x_stri
     silu = rounded(gate / (1.0 + tl.exp(-gate)), dtype)
     tl.store(out_ptr + row * out_stride + cols, (silu * up).to(dtype), mask=ok)
 
-
-@triton.jit
-def decode_attention_split_kernel(
-        q_ptr, k_ptr, v_ptr, part_out_ptr, part_max_ptr, part_sum_ptr, pad_ptr, index_ptr,
-        scale, heads_total, q_stride_b, q_stride_h, k_stride_b, k_stride_h, k_stride_s,
-        v_stride_b, v_stride_h, v_stride_s,
-        SPLITS: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
-        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK: tl.constexpr,
-        PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    kv = tl.program_id(1).to(tl.int64)
-    split = tl.program_id(2).to(tl.int64)
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, BLOCK_D)
-    group_ok = g < GROUP
-    heads = kv * GROUP + g
-    q = group_query(q_ptr, row, heads, q_stride_b, q_stride_h, GROUP, HEAD_DIM, BLOCK_G,
-                    BLOCK_D, UPCAST)
-    first = tl.load(pad_ptr + row)
-    end = tl.load(index_ptr) + 1
-    # the row's filled slots [first, end) in SPLITS equal chunks: this program's is
-    # [lo, hi), empty once the chunks before it have covered the row
-    chunk = (tl.maximum(end - first, 0) + SPLITS - 1) // SPLITS
-    lo = first + split * chunk
-    hi = tl.minimum(lo + chunk, end)
-    k_row = k_ptr + row * k_stride_b + kv * k_stride_h
-    v_row = v_ptr + row * v_stride_b + kv * v_stride_h
-    best, total, acc = online_softmax(q, k_row, v_row, lo, hi, scale, k_stride_s,
-                                      v_stride_s, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK,
-                                      PRECISION, UPCAST)
-    part = (row * heads_total + heads) * SPLITS + split  # [BLOCK_G]
-    tl.store(part_max_ptr + part, best, mask=group_ok)
-    tl.store(part_sum_ptr + part, total, mask=group_ok)
-    tl.store(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :], acc,
-             mask=group_ok[:, None] & (d < HEAD_DIM)[None, :])
-
-
-@triton.jit
-def decode_attention_merge_kernel(
-        part_out_ptr, part_max_ptr, part_sum_ptr, out_ptr, heads_total, out_stride_b,
-        out_stride_h, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, HEAD_DIM: tl.constexpr,
-        BLOCK_D: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    head = tl.program_id(1).to(tl.int64)
-    s = tl.arange(0, BLOCK_S)
-    d = tl.arange(0, BLOCK_D)
-    split_ok = s < SPLITS
-    part = (row * heads_total + head) * SPLITS + s
-    maxes = tl.load(part_max_ptr + part, mask=split_ok, other=float("-inf"))
-    sums = tl.load(part_sum_ptr + part, mask=split_ok, other=0.0)
-    outs = tl.load(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :],
-                   mask=split_ok[:, None] & (d < HEAD_DIM)[None, :], other=0.0)
-    best = tl.max(maxes, 0)
-    # each chunk weighed by exp(its max - the row's): an empty one (max -inf) by 0; a row
-    # without slots (every max -inf) subtracts 0, not -inf (no -inf - -inf = NaN)
-    weight = tl.exp(maxes - tl.where(best > float("-inf"), best, 0.0))
-    total = tl.sum(weight * sums, 0)
-    total = tl.where(total > 0, total, 1.0)  # no valid slot (a capture warm-up): zeros
-    out = tl.sum(weight[:, None] * outs, 0) / total
-    tl.store(out_ptr + row * out_stride_b + head * out_stride_h + d,
-             out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)

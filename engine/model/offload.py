@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.train.pinned import PinnedBatch, pinned_buffers
+from engine.model.pinned import PinnedBatch, pinned_buffers
 
 
 @dataclass
@@ -41,7 +41,7 @@ class StorageOffloader:
     # host buffers pinned ahead, by size, for storages not tracked yet (reserve_host)
     _reserving: Future[_Reserved] | None = None
     prepinned_bytes: int = 0  # of the last offload's new host buffers, reserved ahead
-    pinned_bytes: int = 0  # page-locked host bytes behind the copies (engine/train/pinned.py)
+    pinned_bytes: int = 0  # page-locked host bytes behind the copies (engine/model/pinned.py)
     pinned_rounded: bool = False  # torch's power-of-two allocator had to be used
 
     @classmethod

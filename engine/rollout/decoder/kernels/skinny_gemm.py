@@ -1,4 +1,8 @@
-"""GEMM for few rows against a big weight (fast_generate's `skinny-gemm`): x [M, K] @ W[N, K]^T.
+"""GEMM for few rows against a big weight (the decoder's `skinny-down`): x [M, K] @ W[N, K]^T.
+
+The decoder runs it for the down projection only, at its measured tiling (TUNED): run for every
+projection of the decode step (the removed `skinny-gemm` variant) it was slower than cuBLAS
+(docs/performance.md); bench/gpu_gemm_probe.py times it against cuBLAS per shape.
 
 At batch 64 the decode step's projections are [64, K] x [K, N]: cuBLAS tiles of 128 columns
 give o_proj ([64, 2048] x [2048, 1024]) 8 programs on the H200's 132 SMs, so the weights (the
@@ -26,7 +30,7 @@ from typing import Any
 
 import torch
 
-from engine.rollout.decode_attention import multiprocessors
+from engine.rollout.decoder.kernels.decode_attention import multiprocessors
 
 MAX_M = 128  # one row tile covers all of M: the decode batch
 MIN_DOT = 16  # tl.dot's smallest tile side
@@ -241,14 +245,3 @@ def _cdiv(a: int, b: int) -> int:
 def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
-
-@torch.library.custom_op("ppodeck::skinny_linear", mutates_args=())
-def linear_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """`linear` into a new tensor as one opaque op, for torch.compile'd code (dynamo would
-    otherwise trace into the launches and the partial-buffer cache)."""
-    return linear(x, weight)
-
-
-@linear_op.register_fake
-def _linear_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return x.new_empty((x.shape[0], weight.shape[0]))

@@ -47,7 +47,7 @@ class PackedWeights:
 
 def layout(state: Mapping[str, torch.Tensor]) -> tuple[tuple[Entry, ...], int]:
     """Where each tensor sits in one aligned byte buffer, and the buffer's size (the packed
-    host path and the CUDA IPC path of engine/train/ipc_sync.py share it)."""
+    host path and the CUDA IPC path of engine/model/ipc_sync.py share it)."""
     entries, offset = [], 0
     for name, tensor in state.items():
         nbytes = tensor.numel() * tensor.element_size()

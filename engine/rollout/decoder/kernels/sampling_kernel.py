@@ -1,4 +1,4 @@
-"""The graph-sampling draw at T=1 in two Triton kernels (fast_generate's `fused-sampling`).
+"""The graph-sampling draw at T=1 in two Triton kernels (the decoder's `fused-sampling`).
 
 Issue 20's H200 profile: sampling took 0.17 ms of a decode step at batch 64 over a 151,936-token
 vocabulary: an fp32 softmax and an fp32 log-softmax of the logits, each written out in full
@@ -25,7 +25,7 @@ instead of a [B, V] fp32 noise tensor (the H200 profile: drawing that noise took
 The tokens follow the distribution torch.multinomial samples, not its draws.
 
 `sample_plain(logits, noise)` and `sample_cdf(logits, uniform)` run them. `record` writes a
-step's draw into the decode state in one kernel (what fast_generate.record and the cache
+step's draw into the decode state in one kernel (what decoder.sampling.record and the cache
 index's += 1 did in seven small ones). `kernel_status` is decode_attention's.
 """
 
@@ -212,7 +212,7 @@ def record(tokens: torch.Tensor, log_probs: torch.Tensor, token: torch.Tensor,
            step: torch.Tensor, index: torch.Tensor, eos: torch.Tensor) -> None:
     """A step's draw into the decode state, in place, one launch: out_tokens[:, step] and
     out_log_probs[:, step] <- tokens, log_probs; finished |= tokens == eos; token <- tokens;
-    step += 1; index += 1 (fast_generate's record + the cache index's move, same contract).
+    step += 1; index += 1 (decoder.sampling.record + the cache index's move, same contract).
     Long tokens, fp32 log-probs, bool finished, 0-d long step/index/eos, outputs rows with a
     unit last stride."""
     rows = tokens.shape[0]

@@ -1,4 +1,4 @@
-"""RMSNorm weights folded into the packed projections (fast_generate's `folded-norms`).
+"""RMSNorm weights folded into the packed projections (the decoder's `folded-norms`).
 
 Issue 20's H200 profile: at batch 64 the decode step's kernels are at their latency floors
 (GEMMs 5-7 us, small kernels about 1.5 us), so what is left to win is kernels. Each layer ran
@@ -7,7 +7,7 @@ RMSNorm(x) W^T = diag(r) x (W diag(g))^T, with r = rsqrt(mean(x^2) + eps) per ro
 norm's weight: the weight goes into the packed weight once per refresh (rounded to its dtype),
 the GEMM reads the residual stream itself, and the row scale r is applied by the kernel that
 already reads the GEMM's output:
-  - before attention, decode_attention.attend_projection (ROW_SCALE);
+  - before attention, decode_attention.project_heads (ROW_SCALE);
   - before the down projection, `gated` here: one program per (row, column block) takes r from
     the row of x, then SiLU(gate * r) * (up * r) (each product rounded to the dtype, as eager).
 Rounding differs from eager's order (the weight rounded into W, the row scale after the GEMM):
@@ -40,7 +40,7 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
     """The jitted kernel, at first use (`interpret` keys the cache, as sampling_kernel's); it
     lives beside decode_attention's kernels, whose row-scale and rounding helpers it shares."""
     del interpret
-    from engine.rollout import decode_attention_triton as kernels
+    from engine.rollout.decoder.kernels import decode_attention_triton as kernels
 
     return kernels.scaled_gated_kernel
 
