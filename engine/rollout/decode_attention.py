@@ -95,7 +95,7 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
     """The jitted one-pass kernel (Triton imported at first use; `interpret` keys the cache as
     sampling_kernel's: the module's kernels were decorated as TRITON_INTERPRET said at import)."""
     del interpret
-    from engine.rollout import decode_attention_triton as kernels
+    from ppodeck.engine.rollout import decode_attention_triton as kernels
 
     return kernels.decode_attention_kernel
 
@@ -105,7 +105,7 @@ def _qkv_kernel(interpret: bool) -> Any:  # noqa: ANN401
     """The jitted one-pass kernel that starts from the raw packed projection (`_kernel`'s
     cache key)."""
     del interpret
-    from engine.rollout import decode_attention_triton as kernels
+    from ppodeck.engine.rollout import decode_attention_triton as kernels
 
     return kernels.decode_attention_qkv_kernel
 
@@ -114,7 +114,7 @@ def _qkv_kernel(interpret: bool) -> Any:  # noqa: ANN401
 def _project_kernel(interpret: bool) -> Any:  # noqa: ANN401
     """The jitted projection kernel of project_heads (`_kernel`'s cache key)."""
     del interpret
-    from engine.rollout import decode_attention_triton as kernels
+    from ppodeck.engine.rollout import decode_attention_triton as kernels
 
     return kernels.project_heads_kernel
 
@@ -124,7 +124,7 @@ def _split_kernels(interpret: bool) -> tuple[Any, Any]:
     """(split, merge): split-K's two jitted kernels. The partials are contiguous fp32
     [B, H, SPLITS(, HEAD_DIM)]: (row, head, split) at (row * heads + head) * SPLITS + split."""
     del interpret
-    from engine.rollout import decode_attention_triton as kernels
+    from ppodeck.engine.rollout import decode_attention_triton as kernels
 
     return kernels.decode_attention_split_kernel, kernels.decode_attention_merge_kernel
 

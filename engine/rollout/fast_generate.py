@@ -136,7 +136,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from engine.rollout import decode_attention, folded_norms, sampling_kernel, skinny_gemm
+from ppodeck.engine.rollout import decode_attention, folded_norms, sampling_kernel, skinny_gemm
 
 SUPPORTED = ("llama", "qwen3")
 EARLY_STOP_EVERY = 16  # steps between EOS checks (each is a host sync)
@@ -476,7 +476,7 @@ class CompiledOrEager:
     caught (the capture's warm-ups compiled it: an error there is a real one)."""
 
     def __init__(self, fn: Any) -> None:  # noqa: ANN401
-        from engine.train.fused import _own_recompile_budget, raise_global_recompile_limit
+        from ppodeck.engine.train.fused import _own_recompile_budget, raise_global_recompile_limit
 
         raise_global_recompile_limit()
         self.eager = fn

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from engine.rollout.decode_attention import multiprocessors
+from ppodeck.engine.rollout.decode_attention import multiprocessors
 
 MAX_M = 128  # one row tile covers all of M: the decode batch
 MIN_DOT = 16  # tl.dot's smallest tile side

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from engine.train.platform import FUSED_ENV, fused_enabled
+from ppodeck.engine.train.platform import FUSED_ENV, fused_enabled
 
 if TYPE_CHECKING:
     from megatron.core.transformer.spec_utils import ModuleSpec

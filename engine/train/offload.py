@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.train.pinned import PinnedBatch, pinned_buffers
+from ppodeck.engine.train.pinned import PinnedBatch, pinned_buffers
 
 
 @dataclass

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.rollout.hf_backend import HFGenerator
-from engine.train.model import ModelShape
+from ppodeck.engine.rollout.hf_backend import HFGenerator
+from ppodeck.engine.train.model import ModelShape
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

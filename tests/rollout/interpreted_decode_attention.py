@@ -10,9 +10,9 @@ import os
 import pytest
 import torch
 
-from engine.rollout import decode_attention as da
-from engine.rollout import fast_generate as fg
-from engine.rollout import sampling_kernel as sk
+from ppodeck.engine.rollout import decode_attention as da
+from ppodeck.engine.rollout import fast_generate as fg
+from ppodeck.engine.rollout import sampling_kernel as sk
 from tests.rollout.test_decode_attention import SHAPES, cache_case
 from tests.rollout.test_fast_generate import (
     PAD,
@@ -381,7 +381,7 @@ def test_project_heads_is_the_torch_maths(interpreted, dtype, norm, row_scale) -
 def test_gated_kernel_is_the_torch_maths(interpreted, dtype) -> None:  # noqa: ANN001
     """folded_norms.gated over a width that is not a whole number of column blocks (bf16: the
     scaled gate may round one ulp apart, which SiLU's tail turns into 1 + |gate| ulps)."""
-    from engine.rollout import folded_norms
+    from ppodeck.engine.rollout import folded_norms
 
     gen = torch.Generator().manual_seed(3)
     ffn = folded_norms.BLOCK_F + 40

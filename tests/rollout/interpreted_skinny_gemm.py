@@ -11,8 +11,8 @@ import os
 import pytest
 import torch
 
-from engine.rollout import fast_generate as fg
-from engine.rollout import skinny_gemm as sg
+from ppodeck.engine.rollout import fast_generate as fg
+from ppodeck.engine.rollout import skinny_gemm as sg
 from tests.rollout.test_fast_generate import (
     ROWS,
     SAMPLINGS,

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.rollout import decode_attention as da
-from engine.rollout import fast_generate as fg
+from ppodeck.engine.rollout import decode_attention as da
+from ppodeck.engine.rollout import fast_generate as fg
 from tests.rollout.interpreter import assert_interpreted_file_passes
 from tests.rollout.test_fast_generate import PAD, assert_follows_reference, tiny_model
 
@@ -212,8 +212,8 @@ def test_the_kernels_compile_for_hopper() -> None:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from engine.rollout import folded_norms
-    from engine.rollout import sampling_kernel as sk
+    from ppodeck.engine.rollout import folded_norms
+    from ppodeck.engine.rollout import sampling_kernel as sk
 
     target = GPUTarget("cuda", 90, 32)
     kernel = da._kernel(False)

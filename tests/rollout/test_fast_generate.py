@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.rollout import fast_generate as fg
-from engine.train.model import ModelShape
+from ppodeck.engine.rollout import fast_generate as fg
+from ppodeck.engine.train.model import ModelShape
 
 PAD, EOS = 0, 5
 ROWS = [[3, 9, 4, 11], [7], [12, 2, 8], [6, 6]]  # ragged: left padding and positions matter
@@ -15,7 +15,7 @@ ROWS = [[3, 9, 4, 11], [7], [12, 2, 8], [6, 6]]  # ragged: left padding and posi
 def tiny_model(arch: str):  # noqa: ANN201
     from transformers import AutoModelForCausalLM
 
-    from engine.train.convert import hf_config
+    from ppodeck.engine.train.convert import hf_config
 
     shape = ModelShape(num_layers=2, hidden_size=64, ffn_hidden_size=96, num_attention_heads=4,
                        num_query_groups=2, kv_channels=16, vocab_size=48,
@@ -49,7 +49,7 @@ def assert_follows_reference(model, options, atol: float | None = None,  # noqa:
 
 
 def hf_greedy(model, rows: list[list[int]], new: int) -> list[list[int]]:  # noqa: ANN001
-    from engine.rollout.hf_backend import left_pad
+    from ppodeck.engine.rollout.hf_backend import left_pad
 
     ids, mask = left_pad(rows, PAD, torch.device("cpu"))
     with torch.no_grad():
@@ -61,7 +61,7 @@ def hf_greedy(model, rows: list[list[int]], new: int) -> list[list[int]]:  # noq
 
 def teacher_forced_log_probs(model, rows, tokens, temperature):  # noqa: ANN001, ANN201
     """log-softmax(logits / T) of `tokens` given prompt + earlier tokens, by transformers."""
-    from engine.rollout.hf_backend import left_pad
+    from ppodeck.engine.rollout.hf_backend import left_pad
 
     full = [r + t for r, t in zip(rows, tokens, strict=True)]
     ids, mask = left_pad(full, PAD, torch.device("cpu"))
@@ -386,7 +386,7 @@ def test_skinny_gemm_variant_parses_and_implies_the_fused_layers() -> None:
 def test_skinny_gemm_falls_back_on_cpu_with_its_note(monkeypatch) -> None:
     """Without CUDA (no interpreter) the decode step's GEMMs stay cuBLAS, said in the note;
     tokens and log-probs are today's path's (fused and compiled layer code)."""
-    from engine.rollout import skinny_gemm
+    from ppodeck.engine.rollout import skinny_gemm
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     note = fg.kernel_note("skinny-gemm", torch.device("cpu"))

@@ -7,14 +7,14 @@ import time
 import pytest
 import torch
 
-from engine.rollout.hf_backend import (
+from ppodeck.engine.rollout.hf_backend import (
     HFGenerator,
     cut_at_eos,
     left_pad,
     model_offloader,
     row_limits,
 )
-from engine.train.model import ModelShape
+from ppodeck.engine.train.model import ModelShape
 
 EOS, PAD = 1, 0
 SHAPE = ModelShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,

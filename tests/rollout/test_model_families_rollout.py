@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.rollout import fast_generate as fg
-from engine.rollout.hf_backend import HFGenerator
-from engine.train.convert import arch_for, hf_to_mcore, mcore_to_hf, shape_from_hf_config
+from ppodeck.engine.rollout import fast_generate as fg
+from ppodeck.engine.rollout.hf_backend import HFGenerator
+from ppodeck.engine.train.convert import arch_for, hf_to_mcore, mcore_to_hf, shape_from_hf_config
 from tests.rollout.test_fast_generate import PAD, ROWS, hf_greedy
 from tests.train.test_convert_families import tiny_family
 

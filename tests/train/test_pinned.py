@@ -11,8 +11,15 @@ from typing import Any
 import pytest
 import torch
 
-from engine.train import pinned
-from engine.train.pinned import ALIGN, PAGE, layout, pinned_buffers, pinned_like, power_of_two_ceil
+from ppodeck.engine.train import pinned
+from ppodeck.engine.train.pinned import (
+    ALIGN,
+    PAGE,
+    layout,
+    pinned_buffers,
+    pinned_like,
+    power_of_two_ceil,
+)
 
 
 class FakeCudart:
