@@ -1,5 +1,5 @@
 """setuptools' build_py for the wheel: records the commit it was built from (app/BUILD_COMMIT),
-which `ppodeck --version` prints. Used only when a wheel is built (pyproject's cmdclass)."""
+which `ppodeck --version` prints. Used only when a wheel is built (setup.py's cmdclass)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,6 @@ class BuildPy(build_py):
         super().run()
         commit = source_commit(Path(__file__).resolve().parents[1])
         if commit and not self.editable_mode:
-            target = Path(self.build_lib) / "app" / COMMIT_FILE
+            target = Path(self.build_lib) / "ppodeck" / "app" / COMMIT_FILE
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(commit + "\n")

@@ -21,8 +21,8 @@ HELP_GOAL_S = 0.3
 
 
 def bench_check(runs: int) -> float:
-    from engine.config import check
-    from engine.presets import load_preset, resolve_preset
+    from ppodeck.engine.config import check
+    from ppodeck.engine.presets import load_preset, resolve_preset
 
     config = resolve_preset(load_preset("qwen3-4b-ppo"))
     for _ in range(100):  # warm up caches and the filesystem stat cache
@@ -39,7 +39,7 @@ def bench_help(runs: int) -> float:
     samples = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "app", "--help"], cwd=REPO, check=True,
+        subprocess.run([sys.executable, "-m", "ppodeck", "--help"], cwd=REPO, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)

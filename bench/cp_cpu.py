@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from engine.config.resolve import resolve  # noqa: E402
-from engine.presets import load_preset, resolve_preset  # noqa: E402
-from engine.rollout.types import RolloutBatch  # noqa: E402
+from ppodeck.engine.config.resolve import resolve  # noqa: E402
+from ppodeck.engine.presets import load_preset, resolve_preset  # noqa: E402
+from ppodeck.engine.rollout.types import RolloutBatch  # noqa: E402
 from tests.train.worker_harness import all_values, run_ranks  # noqa: E402
 
 ROLES = ("critic", "actor")
@@ -65,7 +65,7 @@ def make_batch(args: dict[str, Any], response_len: int, seed: int) -> RolloutBat
 
 def body(rank: int, world: int, ports: list[int], cp: int, rollouts: int,
          response_len: int) -> dict:
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     args = preset_args(cp, world)
     batches = [make_batch(args, response_len, seed) for seed in range(rollouts + 1)]

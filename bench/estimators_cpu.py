@@ -20,9 +20,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.engine_cpu import run as run_driver  # noqa: E402
-from engine.config import BY_NAME, check, coerce  # noqa: E402
-from engine.presets import load_preset, resolve_preset  # noqa: E402
-from engine.vocabulary import PHASE_START, Kind, Metric, Phase, State, StepKey  # noqa: E402
+from ppodeck.engine.config import BY_NAME, check, coerce  # noqa: E402
+from ppodeck.engine.presets import load_preset, resolve_preset  # noqa: E402
+from ppodeck.engine.vocabulary import PHASE_START, Kind, Metric, Phase, State, StepKey  # noqa: E402
 
 WINDOW = 5  # rollouts averaged at each end
 

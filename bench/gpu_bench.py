@@ -83,7 +83,7 @@ if str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
-from engine.model.shape import ModelShape  # noqa: E402
+from ppodeck.engine.model.shape import ModelShape  # noqa: E402
 
 QWEN3_06B = ModelShape(num_layers=28, hidden_size=1024, ffn_hidden_size=3072,
                        num_attention_heads=16, num_query_groups=8, kv_channels=128,
@@ -203,8 +203,8 @@ def matmul_tflops(plan: Plan) -> float:
 # (a) Megatron train steps
 # --------------------------------------------------------------------------------------------
 def init_megatron() -> None:
-    from engine.ports import free_port
-    from engine.train.platform import Parallelism, init_distributed
+    from ppodeck.engine.ports import free_port
+    from ppodeck.engine.train.platform import Parallelism, init_distributed
 
     init_distributed(0, 1, "127.0.0.1", free_port(), Parallelism(), seed=1234)
 
@@ -242,7 +242,7 @@ LAYER_SPECS = ("local", "te")
 
 
 def te_importable() -> bool:
-    from engine.train.platform import transformer_engine_status
+    from ppodeck.engine.train.platform import transformer_engine_status
 
     with scoped_env({"PPODECK_TE": "1"}):
         return transformer_engine_status()[0]
@@ -287,14 +287,14 @@ def build_trainable(plan: Plan, role: str, variant: str,  # noqa: ANN201
                     batch_dim: str = "static"):
     """(ddp model, optimizer, description) built by the worker's own functions; `batch_dim`
     'static' as for fixed-size micro-batches, 'dynamic' as for token-budget ones."""
-    from engine.train.fastpaths import describe
-    from engine.train.model import build_gpt, transformer_config
-    from engine.train.optimizer import build_optimizer, wrap_ddp
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.train.fastpaths import describe
+    from ppodeck.engine.train.model import build_gpt, transformer_config
+    from ppodeck.engine.train.optimizer import build_optimizer, wrap_ddp
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
     os.environ.update(variant_env(variant))
     if variant == TE_VARIANT:
-        from engine.train.platform import transformer_engine_status
+        from ppodeck.engine.train.platform import transformer_engine_status
 
         used, why = transformer_engine_status()
         if not used:  # never measure the local spec under the te label
@@ -313,7 +313,7 @@ def build_trainable(plan: Plan, role: str, variant: str,  # noqa: ANN201
     kinds = {type(layer.self_attention.core_attention).__name__
              for layer in model.decoder.layers}
     if variant == TE_VARIANT and not any(kind.startswith("TE") for kind in kinds):
-        from engine.train.model import describe_layer_spec
+        from ppodeck.engine.train.model import describe_layer_spec
 
         raise RuntimeError(f"built without TE attention ({kinds}): {describe_layer_spec()}")
     paths = [line.split(":")[0] for line in describe(model, optimizer)]
@@ -323,7 +323,7 @@ def build_trainable(plan: Plan, role: str, variant: str,  # noqa: ANN201
 def step_loss(out: torch.Tensor, ids: torch.Tensor, role: str) -> torch.Tensor:
     """The bench's loss: the actor's mean token log-prob through the PPO actor's own path
     (every position predicts the next token), the critic's squared value."""
-    from engine.train.logprobs import token_log_probs
+    from ppodeck.engine.train.logprobs import token_log_probs
 
     if role != "actor":
         return out.float().pow(2).mean()
@@ -335,7 +335,7 @@ def step_loss(out: torch.Tensor, ids: torch.Tensor, role: str) -> torch.Tensor:
 
 def train_step(ddp, optimizer, role: str, ids: torch.Tensor,  # noqa: ANN001
                positions: torch.Tensor) -> None:
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.platform import device_scope
 
     with device_scope():
         ddp.zero_grad_buffer()
@@ -386,7 +386,7 @@ def offload_bench(plan: Plan, res: Results) -> None:
     ids = torch.randint(0, plan.shape.vocab_size, (1, 32)).to(plan.device)
     train_step(ddp, optimizer, "actor", ids, torch.arange(32, device=plan.device)[None])
     try:
-        from engine.model.offload import StorageOffloader, train_state_tensors
+        from ppodeck.engine.model.offload import StorageOffloader, train_state_tensors
 
         keep, drop = train_state_tensors(ddp, optimizer)
         offloader = StorageOffloader.for_tensors(keep, drop, plan.device.type)
@@ -462,7 +462,7 @@ class PinnedCopyOffloader:
 # (c) rollout generation
 # --------------------------------------------------------------------------------------------
 def rollout_bench(plan: Plan, res: Results) -> None:
-    from engine.rollout.hf_backend import HFGenerator
+    from ppodeck.engine.rollout.hf_backend import HFGenerator
 
     backend = HFGenerator(plan.shape, "qwen3", device=plan.device, dtype=plan.dtype)
     model = backend.model
@@ -489,7 +489,7 @@ def transformers_generate(model, rows, plan: Plan, res: Results,  # noqa: ANN001
     """Plain sampling with transformers' defaults (dynamic cache, no extra processors)."""
     from transformers import GenerationConfig
 
-    from engine.rollout.hf_backend import left_pad
+    from ppodeck.engine.rollout.hf_backend import left_pad
 
     ids, mask = left_pad(rows, 0, plan.device)
 
@@ -524,7 +524,7 @@ def backend_generate(backend, rows, plan: Plan, res: Results, new_tokens: int,  
 
 def fast_path(model, rows, plan: Plan, res: Results,  # noqa: ANN001
               new_tokens: int) -> float:
-    from engine.rollout.decoder import generate as fg
+    from ppodeck.engine.rollout.decoder import generate as fg
 
     def run(graph: bool) -> list[list[int]]:
         tokens, _ = fg.fast_generate(model, rows, temperature=1.0, top_p=1.0, top_k=-1,
@@ -550,8 +550,8 @@ def fast_path(model, rows, plan: Plan, res: Results,  # noqa: ANN001
 
 def logprob_agreement(model, rows, plan: Plan, res: Results) -> None:  # noqa: ANN001
     """fast_generate's log-probs vs transformers' forward on the same tokens (8 rows)."""
-    from engine.rollout.decoder import generate as fg
-    from engine.rollout.hf_backend import left_pad
+    from ppodeck.engine.rollout.decoder import generate as fg
+    from ppodeck.engine.rollout.hf_backend import left_pad
 
     rows = rows[:8]
     greedy, ours = fg.fast_generate(model, rows, temperature=0.0, top_p=1.0, top_k=-1,
@@ -574,7 +574,7 @@ def logprob_agreement(model, rows, plan: Plan, res: Results) -> None:  # noqa: A
 # --------------------------------------------------------------------------------------------
 def sglang_args(plan: Plan, run_dir: str) -> dict:
     """Resolved args of a one-GPU colocated run whose rollout is one batch of the bench."""
-    from engine.config.resolve import resolve_values
+    from ppodeck.engine.config.resolve import resolve_values
 
     return {**resolve_values({}), "bf16": True, "colocate": True, "offload_rollout": True,
             "actor_num_nodes": 1, "actor_num_gpus_per_node": 1, "rollout_num_gpus_per_engine": 1,
@@ -587,8 +587,8 @@ def sglang_args(plan: Plan, run_dir: str) -> dict:
 def sglang_bench(plan: Plan, res: Results) -> None:
     import tempfile
 
-    from engine.rollout import sglang_backend as sb
-    from engine.rollout.hf_backend import HFGenerator
+    from ppodeck.engine.rollout import sglang_backend as sb
+    from ppodeck.engine.rollout.hf_backend import HFGenerator
 
     args = sglang_args(plan, tempfile.mkdtemp(prefix="sglang-bench-"))
     model_path, _ = sb.model_dir(plan.shape, "qwen3", args)
@@ -623,7 +623,7 @@ def sglang_bench(plan: Plan, res: Results) -> None:
 
 def weight_push_bench(gen, state: dict, res: Results) -> None:  # noqa: ANN001
     """The colocated push: CUDA IPC handles of one flattened bucket vs host tensors."""
-    from engine.model.weight_transfer import pack_cuda_ipc
+    from ppodeck.engine.model.weight_transfer import pack_cuda_ipc
 
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
     times, flatten = [], []
@@ -780,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
             step_section(plan, res)
     print("\n" + res.table(), flush=True)
     with contextlib.suppress(Exception):
-        from engine.train.platform import shutdown_distributed
+        from ppodeck.engine.train.platform import shutdown_distributed
 
         shutdown_distributed()
     return 0

@@ -33,7 +33,7 @@ SHAPES = [(30, 272), (27, 272), (4, 272), (30, 250), (1, 49), (16, 300), (8, 102
 
 
 def use_all_dynamic() -> None:
-    from engine.train import layer_compile
+    from ppodeck.engine.train import layer_compile
 
     original = layer_compile.CompiledLayerCall.__init__
 

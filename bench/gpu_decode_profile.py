@@ -48,11 +48,11 @@ for path in (REPO, REPO / "bench"):
 import gpu_bench as gb  # noqa: E402
 import torch  # noqa: E402
 
-from engine.rollout.decoder import features, static_decoder  # noqa: E402
-from engine.rollout.decoder import generate as fg  # noqa: E402
-from engine.rollout.decoder import sampling as samplers  # noqa: E402
-from engine.rollout.decoder.kernels import decode_attention  # noqa: E402
-from engine.rollout.decoder.state import DecodeState, Sampling  # noqa: E402
+from ppodeck.engine.rollout.decoder import features, static_decoder  # noqa: E402
+from ppodeck.engine.rollout.decoder import generate as fg  # noqa: E402
+from ppodeck.engine.rollout.decoder import sampling as samplers  # noqa: E402
+from ppodeck.engine.rollout.decoder.kernels import decode_attention  # noqa: E402
+from ppodeck.engine.rollout.decoder.state import DecodeState, Sampling  # noqa: E402
 
 # today's path first, the backend's default next with its candidates beside it (the default
 # without skinny-down and cdf-sampling, with each of them alone, without folded-norms too:
@@ -609,7 +609,7 @@ def versus_transformers(model: Any, rows: list[list[int]],  # noqa: ANN401
 def _teacher_forced(model: Any, rows: list[list[int]], tokens: list[list[int]],  # noqa: ANN401
                     setup: Setup) -> torch.Tensor:
     """[rows, new] fp32 log-probs of `tokens` after each prompt, by the model's forward."""
-    from engine.rollout.hf_backend import left_pad
+    from ppodeck.engine.rollout.hf_backend import left_pad
 
     full = [r + t for r, t in zip(rows, tokens, strict=True)]
     ids, mask = left_pad(full, 0, setup.device)
@@ -712,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def profile_all(setup: Setup, variants: list[str], budget: float, attention: bool) -> int:
-    from engine.rollout.hf_backend import HFGenerator
+    from ppodeck.engine.rollout.hf_backend import HFGenerator
 
     print(f"decode profile: {setup.batch} rows x {setup.prompt}-token prompts, {setup.new} new "
           f"tokens, {setup.shape.num_layers} layers, hidden {setup.shape.hidden_size}, vocab "

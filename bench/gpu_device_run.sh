@@ -81,7 +81,7 @@ steps=${*:-e2e bench tests}
 e2e_run() {  # NAME ARGS...: one ppodeck run; events, status and the log's tail into $OUT/NAME_*
   local name=$1
   shift
-  timeout "${E2E_TIMEOUT:-420}" python3 -m app run "${PRESET:-qwen3-0.6b-ppo-1gpu}" --yes "$@" 2>&1 \
+  timeout "${E2E_TIMEOUT:-420}" python3 -m ppodeck run "${PRESET:-qwen3-0.6b-ppo-1gpu}" --yes "$@" 2>&1 \
     | tail -40
   run=$(ls -td /tmp/ppodeck-runs/*/ | head -1)
   cp "$run/events.jsonl" "$OUT/${name}events.jsonl" 2>/dev/null
@@ -305,7 +305,7 @@ PY
       grep -E "PASSED|FAILED|ERROR|Timeout|passed|failed|^E " "$OUT/gpu_tests_sglang.log" \
         | head -60 ;;
     e2e)
-      timeout 420 python3 -m app run qwen3-0.6b-ppo-1gpu --yes 2>&1 | tail -40
+      timeout 420 python3 -m ppodeck run qwen3-0.6b-ppo-1gpu --yes 2>&1 | tail -40
       run=$(ls -td /tmp/ppodeck-runs/*/ | head -1)
       cp "$run/events.jsonl" "$run/status.json" "$OUT/" 2>/dev/null
       tail -300 "$run/driver.log" > "$OUT/driver_log_tail.txt" 2>/dev/null

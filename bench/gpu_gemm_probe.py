@@ -36,7 +36,7 @@ for path in (REPO, REPO / "bench"):
 
 from gpu_decode_profile import cycling, per_call_us  # noqa: E402
 
-from engine.rollout.decoder.kernels import skinny_gemm  # noqa: E402
+from ppodeck.engine.rollout.decoder.kernels import skinny_gemm  # noqa: E402
 
 # (name, N, K, calls per decode step, adds a residual): Qwen3-0.6B's packed projections
 H200_SHAPES = (("qkv", 4096, 1024, 28, False), ("o", 1024, 2048, 28, True),

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.config.script_import import import_script  # noqa: E402
+from ppodeck.engine.config.script_import import import_script  # noqa: E402
 
 SHAPE = ("num_layers", "hidden_size", "num_attention_heads")
 SNAPSHOT = Path(__file__).resolve().parents[2] / ".mirror" / "radixark+miles" / "repo"
@@ -114,7 +114,7 @@ def main() -> int:
 
 
 def _argv(report: object) -> list[str]:
-    from engine.config.argv import to_argv
+    from ppodeck.engine.config.argv import to_argv
 
     return to_argv(report.config)  # type: ignore[attr-defined]
 

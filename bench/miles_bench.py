@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DUMP = REPO / "tests" / "data" / "miles_dump"
-PPODECK = [sys.executable, "-m", "app"]
+PPODECK = [sys.executable, "-m", "ppodeck"]
 
 
 def digest(root: Path) -> str:

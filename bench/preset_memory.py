@@ -147,8 +147,8 @@ def process_peaks(events: list[dict], samples: list[tuple[float, dict[int, int]]
 @functools.cache
 def preset_config(preset: str) -> tuple[Any, dict]:
     """The preset's config and its resolved values (read once for every figure here)."""
-    from engine.config.resolve import resolve
-    from engine.presets import load_preset, resolve_preset
+    from ppodeck.engine.config.resolve import resolve
+    from ppodeck.engine.presets import load_preset, resolve_preset
 
     config = resolve_preset(load_preset(preset))
     return config, dict(resolve(config))
@@ -156,8 +156,8 @@ def preset_config(preset: str) -> tuple[Any, dict]:
 
 def estimates(preset: str) -> tuple[dict, dict | None]:
     """check()'s per-phase memory table and the pinned host estimate of the preset."""
-    from engine.config import check
-    from engine.config.derived import count_params, host_offload_gib
+    from ppodeck.engine.config import check
+    from ppodeck.engine.config.derived import count_params, host_offload_gib
 
     config, resolved = preset_config(preset)
     return (dict(check(config).derived.memory_gib),
@@ -234,7 +234,7 @@ def overlap_figures(preset: str, events: list[dict], peaks: dict[str, float]) ->
     totals = [d["total_bytes"] for e in events if e["kind"] == "gpu" for d in e["devices"]]
     if plan in (None, "waited") or not totals or not peaks:
         return None
-    from engine.driver.offload import awake_at_once_gib
+    from ppodeck.engine.driver.offload import awake_at_once_gib
 
     need = awake_at_once_gib(preset_config(preset)[1], min(totals), {})
     if need is None:

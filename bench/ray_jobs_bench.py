@@ -34,8 +34,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.rundir import RunDir, pid_alive, read_status  # noqa: E402
-from engine.vocabulary import FINAL_STATES  # noqa: E402
+from ppodeck.engine.rundir import RunDir, pid_alive, read_status  # noqa: E402
+from ppodeck.engine.vocabulary import FINAL_STATES  # noqa: E402
 
 
 def cli_env(runs: Path) -> dict[str, str]:
@@ -67,7 +67,7 @@ def wait_final(rundir: RunDir, timeout: float = 600) -> str:
 
 def run_cli(args: list[str], env: dict[str, str]) -> None:
     """`ppodeck ARGS --detach`: returns once the run is started; a refusal stops the bench."""
-    out = subprocess.run([sys.executable, "-m", "app", *args], cwd=REPO, env=env,
+    out = subprocess.run([sys.executable, "-m", "ppodeck", *args], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120)
     if out.returncode:
         raise SystemExit(f"ppodeck {' '.join(args)} failed ({out.returncode}):\n{out.stderr}")
@@ -92,7 +92,7 @@ def submitted_run(runs: Path, url: str, rollouts: int, cut_after_s: float | None
     seconds = first_metric_seconds(rundir, started)
     cuts = 0
     if cut_after_s:
-        from engine.jobs import start_follower
+        from ppodeck.engine.jobs import start_follower
 
         time.sleep(cut_after_s)
         follower = read_status(rundir)["pid"]
@@ -130,7 +130,7 @@ def multinode_spread(runs: Path, address: str) -> dict:
 
 def job_run_dir(rundir: RunDir) -> str:
     """Where the job wrote its run directory on the cluster (it says so in its log)."""
-    from engine.jobs import client
+    from ppodeck.engine.jobs import client
 
     log = client(read_status(rundir)["job"]["address"]).get_job_logs(rundir.id)
     marker = "ppodeck: job run directory "

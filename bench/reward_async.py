@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ["PPODECK_CODE_DIR"] = str(ROOT / "bench" / "user_code")
 
-from engine.config.resolve import resolve_values  # noqa: E402
-from engine.rollout.user_rewards import RewardScorer, UserSample  # noqa: E402
+from ppodeck.engine.config.resolve import resolve_values  # noqa: E402
+from ppodeck.engine.rollout.user_rewards import RewardScorer, UserSample  # noqa: E402
 
 WAIT_S = 0.05
 N_PER_PROMPT = 8

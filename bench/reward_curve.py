@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine.vocabulary import INIT_PHASE, Metric  # noqa: E402
+from ppodeck.engine.vocabulary import INIT_PHASE, Metric  # noqa: E402
 
 WINDOW = 3
 

@@ -30,14 +30,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.samples import (  # noqa: E402
+from ppodeck.engine.samples import (  # noqa: E402
     FLOAT_TOKEN_FIELDS,
     format_bytes,
     read_rows,
     read_samples,
     write_rollout,
 )
-from engine.vocabulary import PHASE_END, Kind, StepKey  # noqa: E402
+from ppodeck.engine.vocabulary import PHASE_END, Kind, StepKey  # noqa: E402
 from tests.fixtures.make_samples import make_record  # noqa: E402
 
 GOAL_SHARE = 0.02
@@ -150,8 +150,8 @@ def big_rollout(directory: Path, max_len: int) -> None:
 async def open_in_view(run_dir: Path, repeats: int = 5) -> list[float]:
     from textual.app import App
 
-    from app.tui.screens.samples import SamplesScreen
-    from app.tui.widgets.sample_pane import SamplePane
+    from ppodeck.app.tui.screens.samples import SamplesScreen
+    from ppodeck.app.tui.widgets.sample_pane import SamplePane
 
     times = []
     app = App(css_path=str(Path(__file__).resolve().parents[1] / "app/tui/app.tcss"))
@@ -173,7 +173,7 @@ def gil_latency(directory: Path, repeats: int = 3) -> None:
     rollouts (128 samples of 6 tokens), with the writer's per-sample GIL yield and without."""
     import threading
 
-    import engine.samples as samples
+    import ppodeck.engine.samples as samples
 
     rng = random.Random(0)
     records = [make_record(0, i, rng, max_len=6) for i in range(128)]

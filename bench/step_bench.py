@@ -43,7 +43,7 @@ def run_preset(preset: str, num_rollout: int, env_extra: dict[str, str],
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO)) if p)
     start = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "app", "run", preset, "--yes", "--set",
+        done = subprocess.run([sys.executable, "-m", "ppodeck", "run", preset, "--yes", "--set",
                                f"num-rollout={num_rollout}"], cwd=REPO, env=env, text=True,
                               capture_output=True, timeout=timeout_s, check=False)
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
@@ -52,7 +52,7 @@ def run_preset(preset: str, num_rollout: int, env_extra: dict[str, str],
     wall = time.perf_counter() - start
     found = sorted(runs.glob("*/events.jsonl"))
     for run_dir in (f.parent for f in found):  # a timed-out driver must not hold the GPU
-        subprocess.run([sys.executable, "-m", "app", "stop", run_dir.name, "--force"], cwd=REPO,
+        subprocess.run([sys.executable, "-m", "ppodeck", "stop", run_dir.name, "--force"], cwd=REPO,
                        env=env, capture_output=True, check=False, timeout=60)
     events = ([json.loads(line) for line in found[-1].read_text().splitlines() if line.strip()]
               if found else [])

@@ -86,8 +86,8 @@ def _trees(compare: Path | None) -> list[tuple[str, Path]]:
 PAINT_CHILD = """
 import sys, time, psutil
 start = float(sys.argv[1])  # the parent's clock just before it started this process
-from app.tui.app import PPODeckApp
-from app.tui.screens.presets import PresetPickerScreen
+from ppodeck.app.tui.app import PPODeckApp
+from ppodeck.app.tui.screens.presets import PresetPickerScreen
 
 async def auto_pilot(pilot):
     app = pilot.app
@@ -147,7 +147,7 @@ def _entry_code(tree: Path) -> str:
 
 def _list_painted_mark() -> re.Pattern[bytes]:
     """The last row of the preset table: once it is on the terminal, the list is painted."""
-    from engine.presets import list_presets
+    from ppodeck.engine.presets import list_presets
 
     last = list_presets()[-1]
     return re.compile(re.escape(last.name.encode()) + rb" +" + re.escape(last.source.encode()))
@@ -284,10 +284,10 @@ def _writer(path: Path, rate: int, seconds: float, stop: threading.Event,
 
 def bench_lag(rate: int, seconds: float, flush_s: float | None = None) -> None:
     """`flush_s`: the monitor's batching interval for this run (default: the shipped one)."""
-    from app.tui import screens
-    from app.tui.app import PPODeckApp
-    from app.tui.screens.monitor import MonitorScreen
-    from engine.runstate import RunState
+    from ppodeck.app.tui import screens
+    from ppodeck.app.tui.app import PPODeckApp
+    from ppodeck.app.tui.screens.monitor import MonitorScreen
+    from ppodeck.engine.runstate import RunState
 
     shipped = screens.monitor.FLUSH_S
     screens.monitor.FLUSH_S = shipped if flush_s is None else flush_s
@@ -349,8 +349,8 @@ def bench_lag(rate: int, seconds: float, flush_s: float | None = None) -> None:
 
 MEMORY_CHILD = """
 import sys, time, psutil
-from app.tui.app import PPODeckApp
-from app.tui.screens.monitor import MonitorScreen
+from ppodeck.app.tui.app import PPODeckApp
+from ppodeck.app.tui.screens.monitor import MonitorScreen
 
 async def auto_pilot(pilot):
     app = pilot.app

@@ -78,7 +78,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "seconds a watched miles dump may go unwritten before its run counts as ended "
            "(miles records no final state)"),
     # --- set by PPO Deck for its own processes; not for users to set
-    EnvVar("PPODECK_DRIVER_MODULE", "internal", "engine.driver",
+    EnvVar("PPODECK_DRIVER_MODULE", "internal", "ppodeck.engine.driver",
            "the module the launcher starts as the driver (tests put a stand-in there)"),
     EnvVar("PPODECK_JOB_CONFIG", "internal", "(set at submit)",
            "the resolved config.toml handed to a Ray Job's entrypoint"),
@@ -115,7 +115,7 @@ _SECTIONS = (
 def markdown() -> str:
     """docs/environment.md, whole."""
     lines = [DOC_TITLE, "",
-             "Generated from `engine/env_vars.py` (`python -m engine.env_vars > "
+             "Generated from `engine/env_vars.py` (`python -m ppodeck.engine.env_vars > "
              "docs/environment.md`); a test keeps the two equal.", ""]
     for audience, title in _SECTIONS:
         lines += [f"## {title}", "", "| variable | default | what it does |", "|---|---|---|"]

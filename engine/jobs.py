@@ -7,11 +7,11 @@ Three parts, each a plain function:
   entrypoint, the run id as submission_id, metadata naming the preset and its config hash, and
   a runtime_env carrying the `engine` package (py_modules) and the environment variables. Then
   a local follower process keeps the run directory current; status.json records the job.
-- `python -m engine.jobs run --run-id ID` (the job's entrypoint, on the cluster): writes the
+- `python -m ppodeck.engine.jobs run --run-id ID` (the job's entrypoint, on the cluster): writes the
   config it was given into a run directory there and runs the driver in this process, while a
   thread prints every event line to stdout as `PPODECK_EVENT <seq> <json>`.
-- `python -m engine.jobs follow --run-dir D` (the follower, local): reads the job's log stream
-  (`tail_job_logs`, reconnecting while `get_job_status` is not terminal; after each reconnect
+- `python -m ppodeck.engine.jobs follow --run-dir D` (the follower, local): reads the job's log
+  stream (`tail_job_logs`, reconnecting while `get_job_status` is not terminal; after each reconnect
   the whole log so far is read first) and appends each event exactly once, by its sequence
   number, to the local events.jsonl; the job's final state ends up in status.json.
 
@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.rundir import RunDir, read_status, update_status, write_status
-from engine.vocabulary import FINAL_STATES, Kind, State
+from ppodeck.engine.rundir import RunDir, read_status, update_status, write_status
+from ppodeck.engine.vocabulary import FINAL_STATES, Kind, State
 
 HEADERS_ENV = "PPODECK_RAY_JOB_HEADERS"
 # the cluster's Python for the entrypoint ("python" on the cluster's PATH unless set)
@@ -45,6 +45,8 @@ CONFIG_ENV = "PPODECK_JOB_CONFIG"
 EVENT_PREFIX = "PPODECK_EVENT "
 TERMINAL_JOB = {"SUCCEEDED": State.SUCCEEDED, "FAILED": State.FAILED, "STOPPED": State.STOPPED}
 ENGINE_DIR = Path(__file__).resolve().parent
+# where `import ppodeck` finds PPO Deck: the checkout's root, or site-packages for a wheel
+IMPORT_ROOT = Path(sys.modules["ppodeck"].__file__ or "").resolve().parents[1]
 RECONNECT_S = 1.0
 GIVE_UP_S = 600.0  # the follower stops after this long without an answer from the cluster
 
@@ -84,7 +86,7 @@ def config_hash(text: str) -> str:
 
 def entrypoint(run_id: str, environ: Mapping[str, str] | None = None) -> str:
     python = (os.environ if environ is None else environ).get(SUBMIT_PYTHON_ENV) or "python"
-    return f"{python} -m engine.jobs run --run-id {run_id}"
+    return f"{python} -m ppodeck.engine.jobs run --run-id {run_id}"
 
 
 # PPODECK_* variables that only mean something on this machine (or carry the auth token)
@@ -102,25 +104,35 @@ def forwarded_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
             or k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
 
 
-def runtime_env(config_text: str, env: Mapping[str, str],
-                staging: Path | None = None) -> dict[str, Any]:
+def runtime_env(config_text: str, env: Mapping[str, str], staging: Path) -> dict[str, Any]:
     """The code (the engine package, and the user code the config names: reward functions,
     filters) and the variables the driver needs on the cluster. The Jobs SDK uploads only
-    directories as py_modules (each imported by its own name): a user's package directory goes
-    as it is; a single-file module `m.py` goes as a package `m` whose `__init__.py` is that
-    file, made in `staging` (a fresh directory the caller removes after the upload), so
-    `import m` gives the same code on the cluster (its sibling files do not travel: put them in
-    a package to ship them)."""
-    modules = [str(ENGINE_DIR)]
+    directories as py_modules (each imported by its own name), all made or named in `staging`
+    (a fresh directory the caller removes after the upload):
+    - the engine goes as a `ppodeck` package holding only `ppodeck.engine` (the CLI and TUI
+      stay here);
+    - a user's package directory goes as it is; a single-file module `m.py` goes as a package
+      `m` whose `__init__.py` is that file, so `import m` gives the same code on the cluster
+      (its sibling files do not travel: put them in a package to ship them)."""
+    modules = [_engine_package(staging)]
     for path in user_code_files(config_text):
         modules.append(_as_package(Path(path), staging) if path.endswith(".py") else path)
     return {"py_modules": modules,
             "env_vars": {"PYTHONUNBUFFERED": "1", **env, CONFIG_ENV: config_text}}
 
 
-def _as_package(module_file: Path, staging: Path | None) -> str:
-    if staging is None:
-        raise ValueError(f"{module_file} is a single-file module: it needs a staging directory")
+def _engine_package(staging: Path) -> str:
+    """`ppodeck/` with its `__init__.py` and a copy of the engine this process runs (a
+    checkout's engine/ or a wheel's ppodeck/engine, the built-in presets' link followed)."""
+    package = staging / "ppodeck"
+    package.mkdir()
+    shutil.copy2(IMPORT_ROOT / "ppodeck" / "__init__.py", package / "__init__.py")
+    shutil.copytree(ENGINE_DIR, package / "engine",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return str(package)
+
+
+def _as_package(module_file: Path, staging: Path) -> str:
     package = staging / module_file.stem
     package.mkdir()
     shutil.copy2(module_file, package / "__init__.py")
@@ -131,8 +143,8 @@ def user_code_files(config_text: str) -> list[str]:
     """The modules behind --custom-rm-path and friends, found from this directory and
     PYTHONPATH as the engine finds them (engine/config/code_paths.py): each top-level package
     directory or .py file, so the cluster's workers import them too."""
-    from engine.config.code_paths import ENGINE_CODE_FLAGS, files_to_ship
-    from engine.presets import config_from_toml
+    from ppodeck.engine.config.code_paths import ENGINE_CODE_FLAGS, files_to_ship
+    from ppodeck.engine.presets import config_from_toml
 
     config = config_from_toml(config_text, Path("config.toml"))
     return files_to_ship([config.get(d) for d in ENGINE_CODE_FLAGS if config.get(d)])
@@ -162,8 +174,8 @@ def start_follower(rundir: RunDir) -> subprocess.Popen[bytes]:
     driver in status.json (pid), so `runs ls` sees a run whose follower died as lost."""
     with open(rundir.driver_log, "ab") as log:
         popen = subprocess.Popen(  # an argv list; its own session: closing a terminal is fine
-            [sys.executable, "-m", "engine.jobs", "follow", "--run-dir",
-             str(rundir.path.resolve())], cwd=ENGINE_DIR.parent, stdin=subprocess.DEVNULL,
+            [sys.executable, "-m", "ppodeck.engine.jobs", "follow", "--run-dir",
+             str(rundir.path.resolve())], cwd=IMPORT_ROOT, stdin=subprocess.DEVNULL,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     import socket
 
@@ -217,7 +229,7 @@ def run_job(run_id: str) -> int:
         missing = missing_engine_requirements()
         if missing:  # a named failure in the follower's status, not a traceback in the job log
             return _fail_job(rundir, missing_requirements_message(missing))
-        from engine.driver import ppo as driver
+        from ppodeck.engine.driver import ppo as driver
 
         return driver.run(rundir)
     finally:
@@ -260,7 +272,7 @@ def missing_requirements_message(missing: list[str]) -> str:
 
 
 def _fail_job(rundir: RunDir, detail: str) -> int:
-    from engine.events import EventWriter
+    from ppodeck.engine.events import EventWriter
 
     print(f"ppodeck: {detail}", flush=True)
     with EventWriter(rundir.events_jsonl) as writer:
@@ -434,7 +446,7 @@ def finish(rundir: RunDir, jobs: Any, submission_id: str, job_status: str) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.jobs")
+    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.jobs")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run").add_argument("--run-id", required=True)
     sub.add_parser("follow").add_argument("--run-dir", required=True, type=Path)

@@ -9,7 +9,8 @@ record their command instead of running it, so nothing is downloaded, converted 
 them. Other miles modules come from `--miles-root` when given (else importing one fails and is
 reported). The launcher's own ScriptArgs gets the launcher args; typer is not involved.
 
-    python -m engine.launcher_recorder LAUNCHER OUT.json   (PPODECK_LAUNCHER_ARGS: JSON list)
+    python -m ppodeck.engine.launcher_recorder LAUNCHER OUT.json
+    (PPODECK_LAUNCHER_ARGS: a JSON list)
 
 LIGHT: stdlib only.
 """
@@ -53,7 +54,7 @@ def run_launcher(path: Path, overrides: list[str] | None = None, *,
         roots += [str(miles_root)] if miles_root is not None else []
         child_env["PYTHONPATH"] = os.pathsep.join(
             [*roots, child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        command = [sys.executable, "-m", "engine.launcher_recorder", str(path.resolve()),
+        command = [sys.executable, "-m", "ppodeck.engine.launcher_recorder", str(path.resolve()),
                    str(out)]
         try:
             done = subprocess.run(command, env=child_env, capture_output=True, text=True,

@@ -44,10 +44,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.events import SCHEMA_VERSION, encode_event
-from engine.files import atomic_write
-from engine.rundir import RunDir, create_run_dir, pid_alive, read_status, runs_root, write_status
-from engine.vocabulary import ACTIVE_STATES, FINAL_STATES, Kind, Phase, State, StepKey
+from ppodeck.engine.events import SCHEMA_VERSION, encode_event
+from ppodeck.engine.files import atomic_write
+from ppodeck.engine.rundir import (
+    RunDir,
+    create_run_dir,
+    pid_alive,
+    read_status,
+    runs_root,
+    write_status,
+)
+from ppodeck.engine.vocabulary import ACTIVE_STATES, FINAL_STATES, Kind, Phase, State, StepKey
 
 SOURCE_FILE = "source.json"  # in PPO Deck's run directory: which dump it watches
 SYNC_FILE = "miles_sync.json"  # offsets reached and the translation's state
@@ -145,7 +152,7 @@ def open_dump(dump: Path, root: Path | None = None) -> tuple[RunDir, bool]:
 def find_or_open(name_or_path: str) -> RunDir:
     """A run by id, prefix or path (kept current when it watches a dump), or a miles dump
     opened as a run. Raises RunNotFound or MilesDumpError (str() is the message)."""
-    from engine.rundir import RunNotFound, find_run
+    from ppodeck.engine.rundir import RunNotFound, find_run
 
     try:
         rundir = find_run(name_or_path)
@@ -167,7 +174,7 @@ def read_meta(dump: Path) -> dict[str, Any]:
 
 def known_values(dump: Path) -> dict[str, Any]:
     """The flags a dump's meta.json records (miles keeps a few args there), by schema dest."""
-    from engine.config.schema import BY_DEST
+    from ppodeck.engine.config.schema import BY_DEST
 
     args = read_meta(dump).get("args")
     if not isinstance(args, dict):
@@ -242,7 +249,7 @@ def start_follower(rundir: RunDir) -> subprocess.Popen[bytes]:
     repo = Path(__file__).resolve().parents[1]
     with open(rundir.path / "follower.log", "ab") as log:
         popen = subprocess.Popen(  # an argv list; its own session: closing a terminal is fine
-            [sys.executable, "-m", "engine.miles_run", "follow", "--run-dir",
+            [sys.executable, "-m", "ppodeck.engine.miles_run", "follow", "--run-dir",
              str(rundir.path.resolve())], cwd=repo, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True)
     write_status(rundir, state=State.RUNNING, pid=popen.pid, pgid=popen.pid,
@@ -327,8 +334,8 @@ def _steps_per_rollout(rundir: RunDir) -> int | None:
     if not rundir.config_toml.is_file():
         return None
     try:
-        from engine.config import derive
-        from engine.presets import config_from_toml
+        from ppodeck.engine.config import derive
+        from ppodeck.engine.presets import config_from_toml
 
         config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
         if config.get("use_dynamic_global_batch_size"):
@@ -531,7 +538,7 @@ def map_samples(dump: Path, rundir: RunDir, state: _TranslationState, ended: boo
                          "msg": f"samples of rollout {rollout_id} not shown: {path} could not "
                                 f"be read safely ({type(exc).__name__}: {exc})"})
         else:
-            from engine.samples import write_rollout
+            from ppodeck.engine.samples import write_rollout
 
             write_rollout(rundir.path, rollout_id, records)
         state.samples_done.append(rollout_id)
@@ -549,7 +556,7 @@ def _rollout_files(dump: Path) -> list[tuple[int, Path]]:
 def _sample_records(dump: Path, rollout_id: int, path: Path) -> list[Any]:
     import torch  # only here: a rollout file to read
 
-    from engine.samples import STATUSES, SampleRecord
+    from ppodeck.engine.samples import STATUSES, SampleRecord
 
     payload = torch.load(path, weights_only=True, map_location="cpu")
     columns = _token_columns(dump / "dashboard_columns" / f"rollout_{rollout_id}.parquet")
@@ -649,7 +656,7 @@ def _partitions(directory: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m engine.miles_run")
+    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.miles_run")
     sub = parser.add_subparsers(dest="command", required=True)
     follow_cmd = sub.add_parser("follow", help="sync a watched miles dump while it grows")
     follow_cmd.add_argument("--run-dir", required=True)

@@ -18,7 +18,7 @@ Hub ids live in the preset, next to the paths they fill, as `[provenance.sources
 Flags keep local paths (so the argv stays a valid miles command line); a flag whose path
 already holds the files never needs the hub. LIGHT module: stdlib and engine.config only;
 huggingface_hub is imported when a download really runs, torch/megatron only in the
-conversion subprocess (`python -m engine.train.prepare_worker`).
+conversion subprocess (`python -m ppodeck.engine.train.prepare_worker`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from engine.config.pypi_files import is_pypi_path, missing_message
-from engine.config.resolve import TRACKER
+from ppodeck.engine.config.pypi_files import is_pypi_path, missing_message
+from ppodeck.engine.config.resolve import TRACKER
 
 RELEASE = "release"
 SOURCES_KEY = "sources"  # the sub-table of [provenance]
@@ -134,7 +134,7 @@ def _source(key: str, value: Any, where: str) -> tuple[str, HubSource]:  # noqa:
 
 def preset_sources(preset: Any) -> dict[str, HubSource]:  # noqa: ANN401
     """The hub sources of a preset and its extends chain (a child overrides its parent)."""
-    from engine.presets import extends_chain
+    from ppodeck.engine.presets import extends_chain
 
     sources: dict[str, HubSource] = {}
     for item in extends_chain(preset):
@@ -218,7 +218,7 @@ def missing_inputs(args: Mapping[str, Any] | Any) -> list[str]:  # noqa: ANN401
 def _resolved(args: Mapping[str, Any] | Any) -> Mapping[str, Any]:  # noqa: ANN401
     if isinstance(args, Mapping):
         return args
-    from engine.config.resolve import resolve
+    from ppodeck.engine.config.resolve import resolve
 
     return resolve(args)
 
@@ -345,20 +345,21 @@ def download(step: Step, *, tqdm_class: Any = None) -> Path:  # noqa: ANN401
 def convert(step: Step, args: Mapping[str, Any], *,
             on_message: Callable[[str], None] = lambda _m: None,
             log_path: Path | None = None) -> Path:
-    """Run the HF -> torch_dist conversion in `python -m engine.train.prepare_worker`.
+    """Run the HF -> torch_dist conversion in `python -m ppodeck.engine.train.prepare_worker`.
 
     The worker imports torch and megatron (seconds, GBs) so the CLI never does. Its log
     messages reach `on_message`; its stderr (megatron's warnings, a traceback) goes to
     `log_path` (default ${PPODECK_HOME}/logs/prepare-convert.log), quoted when it crashes.
     """
     if log_path is None:
-        from engine.config.resolve import ppodeck_home
+        from ppodeck.engine.config.resolve import ppodeck_home
 
         log_path = Path(ppodeck_home()) / "logs" / "prepare-convert.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     model_flags = {k: args[k] for k in _MODEL_FLAGS if args.get(k) is not None}
-    cmd = [sys.executable, "-m", "engine.train.prepare_worker", "convert", "--hf-checkpoint",
-           step.source, "--out", str(step.into), "--model-flags", json.dumps(model_flags)]
+    cmd = [sys.executable, "-m", "ppodeck.engine.train.prepare_worker", "convert",
+           "--hf-checkpoint", step.source, "--out", str(step.into), "--model-flags",
+           json.dumps(model_flags)]
     result: dict[str, Any] = {}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.files import atomic_write
-from engine.vocabulary import ACTIVE_STATES, State
+from ppodeck.engine.files import atomic_write
+from ppodeck.engine.vocabulary import ACTIVE_STATES, State
 
 RUNS_DIR_ENV = "PPODECK_RUNS_DIR"
 _ID_ATTEMPTS = 100

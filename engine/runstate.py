@@ -14,7 +14,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from engine.vocabulary import FINAL_STATES, PHASE_START, Kind, State, StepKey, is_eval_reward
+from ppodeck.engine.vocabulary import (
+    FINAL_STATES,
+    PHASE_START,
+    Kind,
+    State,
+    StepKey,
+    is_eval_reward,
+)
 
 
 class SeriesPoints(NamedTuple):

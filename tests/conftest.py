@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config.rules_engine import Machine
+from ppodeck.engine.config.rules_engine import Machine
 
 CPU_MACHINE = Machine(gpus=0, transformer_engine=False, sglang=False, host_memory_bytes=16 << 30)
 GPU_MACHINE = Machine(gpus=4, transformer_engine=True, sglang=True, host_memory_bytes=512 << 30)
@@ -18,7 +18,7 @@ def cpu_machine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     so expected issues do not depend on where tests run; `gpu` tests keep the real probe."""
     if request.node.get_closest_marker("gpu"):
         return Machine(0, False, False)
-    monkeypatch.setattr("engine.config.rules_engine.this_machine", lambda: CPU_MACHINE)
+    monkeypatch.setattr("ppodeck.engine.config.rules_engine.this_machine", lambda: CPU_MACHINE)
     return CPU_MACHINE
 
 
@@ -35,8 +35,8 @@ def megatron():
     """One gloo world of size 1 for the module; left as found (other modules may own one)."""
     import torch.distributed as dist
 
-    from engine.driver.cluster import free_port
-    from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
+    from ppodeck.engine.driver.cluster import free_port
+    from ppodeck.engine.train.platform import Parallelism, init_distributed, shutdown_distributed
 
     owner = not dist.is_initialized()
     if owner:

@@ -13,14 +13,20 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from engine.config import Issue, RunConfig
-from engine.config.argv import suggest
-from engine.config.model import coerce
-from engine.config.schema import BY_NAME
-from engine.presets import Preset, PresetError, UnknownPresetError, load_preset, resolve_preset
+from ppodeck.engine.config import Issue, RunConfig
+from ppodeck.engine.config.argv import suggest
+from ppodeck.engine.config.model import coerce
+from ppodeck.engine.config.schema import BY_NAME
+from ppodeck.engine.presets import (
+    Preset,
+    PresetError,
+    UnknownPresetError,
+    load_preset,
+    resolve_preset,
+)
 
 if TYPE_CHECKING:
-    from engine.rundir import RunDir
+    from ppodeck.engine.rundir import RunDir
 
 EXIT_INVALID, EXIT_USAGE, EXIT_FAILED, EXIT_UNHEALTHY, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
@@ -56,8 +62,8 @@ def import_command_or_fail(source: str, *, miles_root: Path | None, launcher: st
     reason when the launcher args do not fit, or when running was refused or failed."""
     import os
 
-    from engine.config.py_launcher import LauncherError, is_python_launcher
-    from engine.config.script_import import import_script
+    from ppodeck.engine.config.py_launcher import LauncherError, is_python_launcher
+    from ppodeck.engine.config.script_import import import_script
 
     text, path, overrides = read_text(source), script_path(source), launcher_args(launcher)
     if run:
@@ -77,8 +83,8 @@ def _run_launcher_or_fail(path: Path, overrides: list[str] | None, miles_root: P
     """The same consent rule as code named in presets: --trust, or an interactive yes."""
     import os
 
-    from engine.config.launcher_import import import_recorded
-    from engine.launcher_recorder import RecorderError, run_launcher
+    from ppodeck.engine.config.launcher_import import import_recorded
+    from ppodeck.engine.launcher_recorder import RecorderError, run_launcher
 
     err(f"--run-launcher would run {path} (its own code, in a subprocess; miles' helpers are "
         "replaced by recorders, so they download, convert and launch nothing).")
@@ -124,7 +130,7 @@ def find_run_or_fail(run_name: str) -> RunDir:
     A miles --dump-details directory is a run too: it is watched (read-only) through a run
     directory of PPO Deck's own (engine/miles_run.py), registered on first use and synced.
     """
-    from engine.rundir import RunNotFound, find_run
+    from ppodeck.engine.rundir import RunNotFound, find_run
 
     try:
         rundir = find_run(run_name)
@@ -135,7 +141,7 @@ def find_run_or_fail(run_name: str) -> RunDir:
 
 
 def _miles_dump_or_fail(run_name: str, not_found: str) -> RunDir:
-    from engine.miles_run import MilesDumpError, is_miles_dump, open_dump
+    from ppodeck.engine.miles_run import MilesDumpError, is_miles_dump, open_dump
 
     path = Path(run_name).expanduser()
     if not is_miles_dump(path):
@@ -151,7 +157,7 @@ def _miles_dump_or_fail(run_name: str, not_found: str) -> RunDir:
 
 
 def _watch_if_miles(rundir: RunDir) -> None:
-    from engine.miles_run import dump_of, watch
+    from ppodeck.engine.miles_run import dump_of, watch
 
     if dump_of(rundir) is None:
         return

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from app.cli.common import EXIT_INVALID, SetOption, preset_config
-from app.cli.common import fail as _fail
+from ppodeck.app.cli.common import EXIT_INVALID, SetOption, preset_config
+from ppodeck.app.cli.common import fail as _fail
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
-    from engine.prepare import Plan, Step
+    from ppodeck.engine.prepare import Plan, Step
 
 EXIT_PREPARE_FAILED = EXIT_INVALID  # README: 1 (a failed prepare), not a failed run's 3
 
@@ -53,8 +53,8 @@ def prepare(
     """
     from rich.console import Console
 
-    from engine.config.resolve import resolve
-    from engine.prepare import PrepareError, offline_message, offline_reason, plan_prepare
+    from ppodeck.engine.config.resolve import resolve
+    from ppodeck.engine.prepare import PrepareError, offline_message, offline_reason, plan_prepare
 
     console = Console(stderr=True)
     config, loaded = _load(preset, sets)
@@ -87,8 +87,8 @@ def _load(preset: str, sets: list[str] | None) -> tuple[Any, Any]:
 
 
 def _sources(loaded: Any) -> dict[str, Any]:  # noqa: ANN401
-    from engine.prepare import PrepareError, preset_sources
-    from engine.presets import PresetError
+    from ppodeck.engine.prepare import PrepareError, preset_sources
+    from ppodeck.engine.presets import PresetError
 
     try:
         return preset_sources(loaded)
@@ -100,7 +100,7 @@ def _show_plan(console: Console, name: str, plan: Plan) -> None:
     """One line per input: status, flag, source -> destination (paths never wrapped)."""
     from rich.markup import escape
 
-    from engine.prepare import describe
+    from ppodeck.engine.prepare import describe
 
     console.print(f"prepare {name}:")
     for (what, source, into, status), step in zip(describe(plan.steps), plan.steps,
@@ -123,7 +123,7 @@ def _confirm(plan: Plan, yes: bool) -> None:
 
 def _run(console: Console, plan: Plan, args: dict[str, Any]) -> None:
     """Downloads first (the conversion may read what they fetched), each with progress bars."""
-    from engine.prepare import download
+    from ppodeck.engine.prepare import download
 
     for step in plan.downloads:
         console.print(f"Downloading {step.repo_type} {step.source} -> {step.into}")
@@ -135,7 +135,7 @@ def _run(console: Console, plan: Plan, args: dict[str, Any]) -> None:
 
 
 def _convert(console: Console, step: Step, args: dict[str, Any]) -> None:
-    from engine.prepare import convert
+    from ppodeck.engine.prepare import convert
 
     console.print(f"Converting {step.source} -> {step.into} (torch_dist)")
     with _progress(console) as progress:

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.common import (
+from ppodeck.app.cli.common import (
     EXIT_INVALID,
     EXIT_USAGE,
     JsonOption,
@@ -29,9 +29,9 @@ from app.cli.common import (
     load_or_fail,
     resolve_or_fail,
 )
-from app.cli.common import err as _err
-from engine.config import RunConfig, check
-from engine.presets import (
+from ppodeck.app.cli.common import err as _err
+from ppodeck.engine.config import RunConfig, check
+from ppodeck.engine.presets import (
     Preset,
     PresetError,
     config_to_toml,
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _preset_json(preset: Preset) -> dict[str, Any]:
-    from engine.config.schema import BY_DEST
+    from ppodeck.engine.config.schema import BY_DEST
 
     return {
         "name": preset.name, "source": preset.source, "path": str(preset.path),
@@ -124,7 +124,7 @@ def presets_show(
 
 
 def _named_values(config: RunConfig) -> dict[str, Any]:
-    from engine.config.schema import BY_DEST
+    from ppodeck.engine.config.schema import BY_DEST
 
     return {BY_DEST[d].name: list(v) if isinstance(v, tuple) else v
             for d, v in config.values.items() if not BY_DEST[d].secret}
@@ -281,7 +281,7 @@ def _refuse_bad_values(config: RunConfig) -> None:
 
 def annotate_flags(text: str, report: Any) -> str:
     """Each flag of a preset written from a script gets the script's file and line."""
-    from engine.presets import with_flag_comments
+    from ppodeck.engine.presets import with_flag_comments
 
     return with_flag_comments(text, report.flag_comment)
 

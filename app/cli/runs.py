@@ -24,7 +24,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from app.cli.common import (
+from ppodeck.app.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_INVALID,
@@ -36,10 +36,10 @@ from app.cli.common import (
     format_issue,
     preset_config,
 )
-from app.cli.common import err as _err
-from app.cli.common import fail as _fail
-from engine.events import follow, read_events
-from engine.rundir import (
+from ppodeck.app.cli.common import err as _err
+from ppodeck.app.cli.common import fail as _fail
+from ppodeck.engine.events import follow, read_events
+from ppodeck.engine.rundir import (
     RUNS_DIR_ENV,
     RunDir,
     RunInfo,
@@ -49,8 +49,8 @@ from engine.rundir import (
     runs_root,
     write_status,
 )
-from engine.runstate import RunState
-from engine.vocabulary import (
+from ppodeck.engine.runstate import RunState
+from ppodeck.engine.vocabulary import (
     ACTIVE_STATES,
     EVENT_KINDS,
     FINAL_STATES,
@@ -66,8 +66,8 @@ if TYPE_CHECKING:
     import subprocess
     from collections.abc import Callable, Sequence
 
-    from app.cli.health import TailJudge
-    from engine.config import RunConfig
+    from ppodeck.app.cli.health import TailJudge
+    from ppodeck.engine.config import RunConfig
 
 _RUNS_HELP = f"Runs live under ${RUNS_DIR_ENV} (default ./runs)."
 
@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
 
 def _revive_follower(rundir: RunDir) -> None:
     """A submitted run mirrors its Ray job through a local follower; restart it if it died."""
-    from engine.jobs import JobError, revive_follower
+    from ppodeck.engine.jobs import JobError, revive_follower
 
     try:
         if revive_follower(rundir):
@@ -199,7 +199,7 @@ def run(
     else:
         rundir, popen = _launch(config, preset_name, run_dir)
     if resume is None and preset is not None:
-        from app.cli.health import snapshot_preset_health
+        from ppodeck.app.cli.health import snapshot_preset_health
 
         snapshot_preset_health(rundir, preset)
     if detach:
@@ -214,8 +214,13 @@ def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach
                yes: bool, trust: bool, resume: str | None, submit: str | None,
                miles_root: Path | None) -> int:
     """`run --engine miles`: miles' own train.py (engine/miles_launch.py), watched as a run."""
-    from engine.miles_launch import MilesLaunchError, check_miles_root, prepare, start_supervisor
-    from engine.run_secrets import secret_env
+    from ppodeck.engine.miles_launch import (
+        MilesLaunchError,
+        check_miles_root,
+        prepare,
+        start_supervisor,
+    )
+    from ppodeck.engine.run_secrets import secret_env
 
     if resume is not None:
         _fail("--resume is for PPO Deck's engine; miles resumes from --load itself: start a "
@@ -232,7 +237,7 @@ def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach
     _check_inputs_or_exit(config)
     if not trusted:
         _confirm_code_flags(config, yes, trust)
-    from engine.launch import LaunchError, prepare_run
+    from ppodeck.engine.launch import LaunchError, prepare_run
 
     try:
         rundir = prepare_run(config, preset_name, run_dir)
@@ -256,7 +261,7 @@ def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach
     except OSError as exc:
         write_status(rundir, state=State.FAILED, detail=f"supervisor did not start: {exc}")
         _fail(f"could not start run {rundir.id}: {exc}", EXIT_FAILED)
-    from app.cli.health import snapshot_preset_health
+    from ppodeck.app.cli.health import snapshot_preset_health
 
     snapshot_preset_health(rundir, preset)
     if detach:
@@ -278,11 +283,11 @@ def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
 
 def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | None = None
                    ) -> None:
-    from engine.config import check
+    from ppodeck.engine.config import check
 
     machine = None
     if engine == "miles":
-        from engine.miles_launch import launch_machine
+        from ppodeck.engine.miles_launch import launch_machine
 
         machine = launch_machine(submit)
     report = check(config, machine=machine, engine=engine)
@@ -296,7 +301,7 @@ def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | Non
 def _confirm_code_flags(config: RunConfig, yes: bool, trust: bool) -> None:
     """Presets from files or teammates may name code to execute: show exactly what, and run it
     only with consent: an interactive yes, or --trust (--yes alone never suffices)."""
-    from engine.launch import code_to_run
+    from ppodeck.engine.launch import code_to_run
 
     named = code_to_run(config)
     if not named:
@@ -316,7 +321,7 @@ def _confirm_code_flags(config: RunConfig, yes: bool, trust: bool) -> None:
 
 
 def _check_inputs_or_exit(config: RunConfig) -> None:
-    from engine.launch import missing_inputs
+    from ppodeck.engine.launch import missing_inputs
 
     missing = missing_inputs(config)
     if missing:
@@ -327,7 +332,7 @@ def _check_inputs_or_exit(config: RunConfig) -> None:
 
 def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunDir]:
     """The run's own config.toml with --set applied."""
-    from engine.presets import PresetError, config_from_toml
+    from ppodeck.engine.presets import PresetError, config_from_toml
 
     rundir = find_run_or_fail(run_name)
     try:
@@ -339,8 +344,8 @@ def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunD
 
 
 def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
-    from engine.launch import LaunchError, prepare_resume, start_driver
-    from engine.run_secrets import secret_env
+    from ppodeck.engine.launch import LaunchError, prepare_resume, start_driver
+    from ppodeck.engine.run_secrets import secret_env
 
     try:
         start = prepare_resume(rundir, config)
@@ -357,8 +362,8 @@ def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
 def _launch(
     config: RunConfig, preset_name: str, run_dir: Path | None
 ) -> tuple[RunDir, subprocess.Popen[bytes]]:
-    from engine.launch import LaunchError, prepare_run, start_driver
-    from engine.run_secrets import secret_env
+    from ppodeck.engine.launch import LaunchError, prepare_run, start_driver
+    from ppodeck.engine.run_secrets import secret_env
 
     try:
         rundir = prepare_run(config, preset_name, run_dir)
@@ -375,9 +380,9 @@ def _submit(
     config: RunConfig, preset_name: str, run_dir: Path | None, address: str
 ) -> tuple[RunDir, subprocess.Popen[bytes]]:
     """A Ray job on the cluster at `address`; the returned process mirrors it locally."""
-    from engine.jobs import JobError, forwarded_env, submit
-    from engine.launch import LaunchError, prepare_run
-    from engine.run_secrets import secret_env
+    from ppodeck.engine.jobs import JobError, forwarded_env, submit
+    from ppodeck.engine.launch import LaunchError, prepare_run
+    from ppodeck.engine.run_secrets import secret_env
 
     try:
         rundir = prepare_run(config, preset_name, run_dir)
@@ -571,7 +576,7 @@ def _follow_run(rundir: RunDir, popen: subprocess.Popen[bytes], num_rollout: int
 
 
 def _act_on_interrupts(rundir: RunDir, interrupts: _Interrupts, view: _View) -> None:
-    from engine.launch import stop_run
+    from ppodeck.engine.launch import stop_run
 
     while interrupts.handled < interrupts.received:
         interrupts.handled += 1
@@ -654,7 +659,7 @@ def runs_add(
         ppodeck runs add /data/miles/dump-qwen3-4b-ppo
         ppodeck tail /data/miles/dump-qwen3-4b-ppo --kind metrics
     """
-    from engine.miles_run import MilesDumpError, open_dump
+    from ppodeck.engine.miles_run import MilesDumpError, open_dump
 
     try:
         rundir, new = open_dump(dump.expanduser(), root)
@@ -687,7 +692,7 @@ def _job_of(info: RunInfo) -> dict[str, Any] | None:
 
 def _health_of(info: RunInfo) -> str:
     """The worst health finding (`ppodeck health`); judged when the events changed."""
-    from app.cli.health import health_column
+    from ppodeck.app.cli.health import health_column
 
     return health_column(info.path)
 
@@ -732,7 +737,7 @@ def tail(
                   f"(kinds: {', '.join(EVENT_KINDS)})", EXIT_USAGE)
     rundir = find_run_or_fail(run_name)
     _revive_follower(rundir)
-    from app.cli.health import TailJudge
+    from ppodeck.app.cli.health import TailJudge
 
     judge = TailJudge(rundir)  # health findings are shown after the event that fired them
     show = _printer(as_json, set(kinds or ()), judge)
@@ -874,7 +879,7 @@ def _gib(value: Any) -> str:
 
 
 def _format_health(e: dict[str, Any]) -> str:
-    from app.cli.health import format_health
+    from ppodeck.app.cli.health import format_health
 
     return format_health(e)
 
@@ -903,8 +908,8 @@ def stop(
         ppodeck stop 250101-120000-tiny-cpu
         ppodeck stop 250101-120000-tiny-cpu --force
     """
-    from engine.launch import stop_run
-    from engine.miles_run import dump_of, is_driven
+    from ppodeck.engine.launch import stop_run
+    from ppodeck.engine.miles_run import dump_of, is_driven
 
     rundir = find_run_or_fail(run_name)
     if dump_of(rundir) is not None and not is_driven(rundir):
@@ -931,7 +936,7 @@ def attach(run_name: RunArg) -> None:
     rundir = find_run_or_fail(run_name)
     _revive_follower(rundir)
     try:
-        from app.tui.app import run_tui
+        from ppodeck.app.tui.app import run_tui
     except ImportError as exc:
         _fail(f"the TUI monitor is not available ({exc}); follow the run with "
               f"`ppodeck tail {rundir.id} --follow` instead", EXIT_USAGE)

@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from app.cli.common import EXIT_USAGE, JsonOption, RunArg, err, fail, find_run_or_fail
-from engine.samples import (
+from ppodeck.app.cli.common import EXIT_USAGE, JsonOption, RunArg, err, fail, find_run_or_fail
+from ppodeck.engine.samples import (
     FINDING_VIEWS,
     SORTS,
     SampleRow,
@@ -108,7 +108,7 @@ def finding_hint(run_dir: Path, run_id: str, code: str, rollout_id: int | None) 
         return None
     if rollout_id not in list_rollouts(run_dir):
         return None
-    from engine.rundir import RunNotFound, find_run
+    from ppodeck.engine.rundir import RunNotFound, find_run
 
     try:  # the id where it finds this run, else the path
         name = run_id if find_run(run_id).path.resolve() == Path(run_dir).resolve() else None

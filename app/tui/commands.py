@@ -53,8 +53,8 @@ class DeckCommands(Provider):
 
 
 def _scan() -> tuple[list[str], list[tuple[str, str, str]]]:
-    from engine.presets import list_presets
-    from engine.rundir import list_runs
+    from ppodeck.engine.presets import list_presets
+    from ppodeck.engine.rundir import list_runs
 
     presets: list[str] = []
     runs: list[tuple[str, str, str]] = []

@@ -14,7 +14,7 @@ import sys
 
 def main() -> None:
     if len(sys.argv) > 1:
-        from app.cli import main as cli_main
+        from ppodeck.app.cli import main as cli_main
 
         cli_main()
         return
@@ -28,17 +28,20 @@ def open_tui() -> None:
     # freezes what start-up built) once the first screen is painted: PPODeckApp.startup_painted.
     gc.disable()
     try:
-        from app.tui.app import run_tui
+        from ppodeck.app.tui.app import run_tui
 
         run_tui()
     except KeyboardInterrupt:
-        from app.cli.common import EXIT_INTERRUPTED, err  # typer: only once something failed
+        from ppodeck.app.cli.common import (  # typer: only once something failed
+            EXIT_INTERRUPTED,
+            err,
+        )
 
         err("ppodeck: interrupted")
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
-        from app.cli.common import EXIT_INVALID, err
-        from app.tui.errors import write_crash_log
+        from ppodeck.app.cli.common import EXIT_INVALID, err
+        from ppodeck.app.tui.errors import write_crash_log
 
         path = write_crash_log(exc)
         err(f"ppodeck: unexpected error: {type(exc).__name__}: {exc} (details in {path})")

@@ -17,9 +17,9 @@ from textual.dom import DOMNode
 def write_crash_log(error: BaseException) -> str:
     import sys
 
-    from app.tui.drafts import state_dir
-    from engine.files import append_private
-    from engine.run_secrets import scrub_secrets
+    from ppodeck.app.tui.drafts import state_dir
+    from ppodeck.engine.files import append_private
+    from ppodeck.engine.run_secrets import scrub_secrets
 
     try:
         path = state_dir() / "crash.log"

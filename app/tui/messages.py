@@ -53,7 +53,7 @@ class LaunchFailed(Message):
 
 @dataclass
 class RunsListed(Message):
-    """engine.rundir.list_runs() result (RunInfo objects), or an error sentence."""
+    """ppodeck.engine.rundir.list_runs() result (RunInfo objects), or an error sentence."""
 
     runs: list[Any]
     error: str = ""

@@ -6,12 +6,12 @@ when used: its bash reader is the slowest module here to import).
 
 from __future__ import annotations
 
-from engine.config.argv import parse_argv, to_argv
-from engine.config.derived import Derived, derive
-from engine.config.model import RunConfig, coerce
-from engine.config.resolve import resolve
-from engine.config.rules import Issue, Report, check
-from engine.config.schema import BY_DEST, BY_NAME, FLAGS, Flag
+from ppodeck.engine.config.argv import parse_argv, to_argv
+from ppodeck.engine.config.derived import Derived, derive
+from ppodeck.engine.config.model import RunConfig, coerce
+from ppodeck.engine.config.resolve import resolve
+from ppodeck.engine.config.rules import Issue, Report, check
+from ppodeck.engine.config.schema import BY_DEST, BY_NAME, FLAGS, Flag
 
 __all__ = [
     "Flag", "FLAGS", "BY_DEST", "BY_NAME", "RunConfig", "Issue", "Report", "Derived", "check",

@@ -25,8 +25,9 @@ CODE_DIR_ENV = "PPODECK_CODE_DIR"
 
 _MILES_FILTERS = "miles.rollout.filter_hub.dynamic_sampling_filters"
 MILES_BUILTINS = {
-    f"{_MILES_FILTERS}.check_reward_nonzero_std": "engine.rollout.filters.check_reward_nonzero_std",
-    f"{_MILES_FILTERS}.check_no_aborted": "engine.rollout.filters.check_no_aborted",
+    f"{_MILES_FILTERS}.check_reward_nonzero_std":
+        "ppodeck.engine.rollout.filters.check_reward_nonzero_std",
+    f"{_MILES_FILTERS}.check_no_aborted": "ppodeck.engine.rollout.filters.check_no_aborted",
 }
 
 
@@ -192,6 +193,9 @@ ENGINE_CODE_FLAGS = ("custom_rm_path", "custom_reward_post_process_path",
                      "dynamic_sampling_filter_path")
 
 
+OWN_PACKAGE = "ppodeck"
+
+
 def files_to_ship(paths: list[str], code_dir: str | None = None) -> list[str]:
     """What a Ray Job's runtime_env must carry (py_modules) so the cluster imports these
     dotted paths: each one's top-level package directory, or its single .py file. Modules of
@@ -203,6 +207,8 @@ def files_to_ship(paths: list[str], code_dir: str | None = None) -> list[str]:
         if dotted is None:
             continue
         top = dotted[0].split(".")[0]
+        if top == OWN_PACKAGE:  # the job ships PPO Deck's engine itself (engine/jobs.py)
+            continue
         located = _top_level_location(top, search_path(code_dir))
         if located and located not in shipped and not _installed(located):
             shipped.append(located)
@@ -222,7 +228,6 @@ def _installed(location: str) -> bool:
     import sysconfig
 
     here = Path(location).resolve()
-    engine_root = Path(__file__).resolve().parents[1]
     roots = {Path(p).resolve() for key in ("purelib", "platlib", "stdlib", "platstdlib")
              if (p := sysconfig.get_paths().get(key))}
-    return here == engine_root or any(here.is_relative_to(root) for root in roots)
+    return any(here.is_relative_to(root) for root in roots)

@@ -82,9 +82,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.config.model import RunConfig
-from engine.config.resolve import resolve
-from engine.vocabulary import Phase
+from ppodeck.engine.config.model import RunConfig
+from ppodeck.engine.config.resolve import resolve
+from ppodeck.engine.vocabulary import Phase
 
 GIB = float(1 << 30)
 GPU_GIB = 80.0

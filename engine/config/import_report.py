@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.config.issues import Issue
-from engine.config.model import RunConfig
-from engine.config.shell import Origin, Unresolved, Word
+from ppodeck.engine.config.issues import Issue
+from ppodeck.engine.config.model import RunConfig
+from ppodeck.engine.config.shell import Origin, Unresolved, Word
 
 
 @dataclass
@@ -51,7 +51,7 @@ class ImportReport:
 
     def engine_classes(self) -> tuple[list[str], list[str], list[str]]:
         """(command-only, refused, not modelled) flags of the imported config."""
-        from engine.config.schema import BY_DEST, DEFAULTS
+        from ppodeck.engine.config.schema import BY_DEST, DEFAULTS
 
         command_only, refused = [], []
         for dest, value in self.config.values.items():

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.config.derived import Derived
-from engine.config.schema import BY_DEST
+from ppodeck.engine.config.derived import Derived
+from ppodeck.engine.config.schema import BY_DEST
 
 Level = Literal["error", "warning", "info"]
 

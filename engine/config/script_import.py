@@ -13,11 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine.config.argv import parse_argv
-from engine.config.import_report import ImportReport, describe_origin, note_issues, word_origins
-from engine.config.issues import Issue
-from engine.config.model import RunConfig
-from engine.config.shell import Command, ScriptReader, ShellRun, Unresolved, Word
+from ppodeck.engine.config.argv import parse_argv
+from ppodeck.engine.config.import_report import (
+    ImportReport,
+    describe_origin,
+    note_issues,
+    word_origins,
+)
+from ppodeck.engine.config.issues import Issue
+from ppodeck.engine.config.model import RunConfig
+from ppodeck.engine.config.shell import Command, ScriptReader, ShellRun, Unresolved, Word
 
 __all__ = ["ImportReport", "describe_origin", "import_script", "parse_command_line"]
 
@@ -46,12 +51,12 @@ def import_script(text: str, *, env: Mapping[str, str] | None = None,
     `name`: what the report and the flags' origins call pasted text (default <pasted>).
     A miles Python launcher (a .py file, a python shebang, Python text) goes to
     import_launcher; `overrides` are its own options (`--model-name Qwen3-0.6B`)."""
-    from engine.config.miles_models import lookup
-    from engine.config.py_launcher import LauncherError, is_python_launcher
+    from ppodeck.engine.config.miles_models import lookup
+    from ppodeck.engine.config.py_launcher import LauncherError, is_python_launcher
 
     script = path.name if path else (name or "<pasted>")
     if is_python_launcher(text, path or (Path(name) if name else None)):
-        from engine.config.launcher_import import import_launcher
+        from ppodeck.engine.config.launcher_import import import_launcher
 
         return import_launcher(text, script, env=env, miles_root=miles_root,
                                overrides=overrides)

@@ -1,4 +1,4 @@
-"""The driver side: what runs in the driver process (`python -m engine.driver --run-dir D`).
+"""The driver side: what runs in the driver process (`python -m ppodeck.engine.driver --run-dir D`).
 
 HEAVY (ray, psutil, and through the roles torch/megatron): the PPO loop in miles' order
 (ppo.py), the roles and their Ray groups (roles.py), Ray placement (cluster.py), events and

@@ -26,8 +26,8 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from engine.ports import free_port
-from engine.workers import SLOTS_ENV
+from ppodeck.engine.ports import free_port
+from ppodeck.engine.workers import SLOTS_ENV
 
 # per-bundle shares, as miles: actor 0.4 + critic 0.4 + rollout 0.2 = one GPU
 ACTOR_SHARE = 0.4
@@ -71,7 +71,7 @@ def start_ray(address: str | None, num_bundles: int,
         # address=None lets ray.init read RAY_ADDRESS itself, exactly as Ray documents
         ray.init(address=address or None, log_to_driver=True, runtime_env=runtime_env)
         return joined
-    from engine.machine import visible_gpus
+    from ppodeck.engine.machine import visible_gpus
 
     loopback_only()
     gpus = declared_test_gpus() or visible_gpus()

@@ -1,4 +1,4 @@
-"""The PPO driver: `python -m engine.driver --run-dir D`.
+"""The PPO driver: `python -m ppodeck.engine.driver --run-dir D`.
 
 `train()` is the algorithm, in miles' per-rollout order (its train.py):
 generate -> release rollout memory -> critic (values, GAE returns, value steps) -> critic sleeps
@@ -21,17 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.driver.ci_checks import CIChecks
-from engine.driver.compile_cache import apply_compile_caches
-from engine.driver.offload import Moves, sleep, wake
-from engine.driver.samples_keeper import SamplesKeeper
-from engine.driver.telemetry import Telemetry
-from engine.events import EventWriter
-from engine.rundir import RunDir, write_status
-from engine.vocabulary import Phase, State, StepKey
+from ppodeck.engine.driver.ci_checks import CIChecks
+from ppodeck.engine.driver.compile_cache import apply_compile_caches
+from ppodeck.engine.driver.offload import Moves, sleep, wake
+from ppodeck.engine.driver.samples_keeper import SamplesKeeper
+from ppodeck.engine.driver.telemetry import Telemetry
+from ppodeck.engine.events import EventWriter
+from ppodeck.engine.rundir import RunDir, write_status
+from ppodeck.engine.vocabulary import Phase, State, StepKey
 
 if TYPE_CHECKING:
-    from engine.driver.roles import Roles
+    from ppodeck.engine.driver.roles import Roles
 
 
 class StopRequested(Exception):
@@ -311,9 +311,9 @@ def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: 
 
 
 def load_args(rundir: RunDir) -> dict[str, Any]:
-    from engine.config import resolve
-    from engine.presets import config_from_toml
-    from engine.run_secrets import restore_secrets
+    from ppodeck.engine.config import resolve
+    from ppodeck.engine.presets import config_from_toml
+    from ppodeck.engine.run_secrets import restore_secrets
 
     config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
     # run_dir first: resolve() expands ${RUN_DIR} in --save/--load paths from it
@@ -337,14 +337,14 @@ def run(rundir: RunDir) -> int:
         tm.log("info", caches.message(), source="driver")
         args = load_args(rundir)
         tm.status(State.RUNNING, num_rollout=args["num_rollout"])  # replays: N without status.json
-        from engine.driver.preflight import preflight_host, preflight_in_background
+        from ppodeck.engine.driver.preflight import preflight_host, preflight_in_background
 
         preflight_host(args)  # a config the engine cannot take fails here, before Ray starts
         # Megatron's own config checks (a 4-10 s import) run while Ray starts; start_roles
         # waits for them before any model is built
         model_checks = preflight_in_background(args)
         tm.start_tracking(args)
-        from engine.driver.roles import start_roles
+        from ppodeck.engine.driver.roles import start_roles
 
         roles, start_rollout_id = start_roles(args, tm, caches.env, model_checks)
         if start_rollout_id:
@@ -363,7 +363,7 @@ def run(rundir: RunDir) -> int:
                       keeper)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleanup must not be interrupted
-        from engine.driver.roles import stop_roles
+        from ppodeck.engine.driver.roles import stop_roles
 
         stop_roles(roles)
         tm.close()
@@ -401,7 +401,7 @@ def start_reaper(rundir: RunDir) -> subprocess.Popen[bytes] | None:
     read_end, write_end = os.pipe()
     try:
         reaper = subprocess.Popen(  # its own group: a stop sent to ours must not reach it
-            [sys.executable, "-m", "engine.driver.reaper", "--run-dir", str(rundir.path),
+            [sys.executable, "-m", "ppodeck.engine.driver.reaper", "--run-dir", str(rundir.path),
              "--driver-pid", str(os.getpid())],
             stdin=read_end, process_group=0, cwd=Path(__file__).resolve().parents[2],
         )
@@ -417,7 +417,7 @@ def start_reaper(rundir: RunDir) -> subprocess.Popen[bytes] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.driver")
+    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.driver")
     parser.add_argument("--run-dir", required=True, type=Path)
     ns = parser.parse_args(argv)
     return run(RunDir(ns.run_dir))

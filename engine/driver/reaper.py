@@ -1,6 +1,6 @@
 """The driver's reaper: no Ray or worker process outlives the driver, even after a SIGKILL.
 
-`python -m engine.driver.reaper --run-dir D --driver-pid P`, started by the driver
+`python -m ppodeck.engine.driver.reaper --run-dir D --driver-pid P`, started by the driver
 (engine/driver/ppo.py `start_reaper`) with the read end of a pipe on stdin; the driver holds
 the write end until it exits. However the driver ends (return, crash, SIGKILL, OOM killer),
 the kernel closes that end and the reaper wakes up. It then:
@@ -28,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from engine.rundir import RunDir, update_status
-from engine.vocabulary import ACTIVE_STATES, Kind, State
+from ppodeck.engine.rundir import RunDir, update_status
+from ppodeck.engine.vocabulary import ACTIVE_STATES, Kind, State
 
 GRACE_S = 3.0  # SIGTERM -> SIGKILL: lets SGLang/NCCL release GPU memory on their own
 _TAIL_BYTES = 1 << 16  # enough of events.jsonl to find the last phase
@@ -130,7 +130,7 @@ def record_failure(rundir: RunDir, driver_pid: int, swept: int) -> bool:
 
 def append_status_event(path: Path, state: str, detail: str) -> None:
     """Append one status event; a torn last line (killed writer) is closed off first."""
-    from engine.events import SCHEMA_VERSION, encode_event
+    from ppodeck.engine.events import SCHEMA_VERSION, encode_event
 
     event = {"v": SCHEMA_VERSION, "ts": time.time(), "kind": Kind.STATUS, "state": state,
              "detail": detail, "source": "reaper"}
@@ -144,7 +144,7 @@ def append_status_event(path: Path, state: str, detail: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.driver.reaper")
+    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.driver.reaper")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--driver-pid", required=True, type=int)
     ns = parser.parse_args(argv)

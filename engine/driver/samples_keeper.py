@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine.samples import (
+from ppodeck.engine.samples import (
     DECIMALS,
     YIELD_EVERY,
     SampleRecord,
@@ -23,7 +23,7 @@ from engine.samples import (
     status_of,
     yield_gil,
 )
-from engine.vocabulary import Kind
+from ppodeck.engine.vocabulary import Kind
 
 CLOSE_TIMEOUT_S = 120.0
 
@@ -156,7 +156,7 @@ class SamplesKeeper:
     def _load_tokenizer(self) -> Any:  # noqa: ANN401
         if self._tokenizer is None and self.tokenizer_path:
             try:
-                from engine.rollout.data import load_tokenizer
+                from ppodeck.engine.rollout.data import load_tokenizer
 
                 self._tokenizer = load_tokenizer(self.tokenizer_path)
             except Exception as exc:  # noqa: BLE001 - token texts are optional: said, not fatal

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from engine.algo import (
+from ppodeck.engine.algo import (
     approx_kl,
     policy_loss,
     rollout_mismatch,
@@ -28,11 +28,11 @@ from engine.algo import (
     truncated_importance_weights,
     value_loss,
 )
-from engine.train.batching import MicroBatch
-from engine.train.context_parallel import scatter_token_rows
-from engine.train.logprobs import response_values, token_log_probs
-from engine.train.settings import TrainSettings
-from engine.vocabulary import Metric
+from ppodeck.engine.train.batching import MicroBatch
+from ppodeck.engine.train.context_parallel import scatter_token_rows
+from ppodeck.engine.train.logprobs import response_values, token_log_probs
+from ppodeck.engine.train.settings import TrainSettings
+from ppodeck.engine.vocabulary import Metric
 
 LossOut = tuple[torch.Tensor, dict[str, torch.Tensor]]
 

@@ -1,4 +1,4 @@
-"""Heavy half of `ppodeck prepare`: `python -m engine.train.prepare_worker convert ...`.
+"""Heavy half of `ppodeck prepare`: `python -m ppodeck.engine.train.prepare_worker convert ...`.
 
 Speaks JSON lines on stdout so the CLI can draw progress without importing torch:
 {"msg": "..."} per stage, then {"done": "<out dir>"} or {"error": "..."}. Everything else
@@ -19,7 +19,7 @@ def _emit(**event: Any) -> None:  # noqa: ANN401
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from engine.train.checkpoint import convert_hf_to_torch_dist
+    from ppodeck.engine.train.checkpoint import convert_hf_to_torch_dist
 
     model_flags = json.loads(args.model_flags or "{}")
     out = convert_hf_to_torch_dist(args.hf_checkpoint, args.out, model_flags,
@@ -29,7 +29,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.train.prepare_worker")
+    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.train.prepare_worker")
     sub = parser.add_subparsers(dest="command", required=True)
     convert = sub.add_parser("convert", help="HF checkpoint -> Megatron torch_dist (release)")
     convert.add_argument("--hf-checkpoint", required=True)

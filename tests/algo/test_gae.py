@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from engine.algo import compute_gae, discounted_reverse_cumsum
+from ppodeck.engine.algo import compute_gae, discounted_reverse_cumsum
 from tests.algo.helpers import randn, random_mask
 
 

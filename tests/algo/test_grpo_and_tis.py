@@ -8,7 +8,7 @@ import statistics
 import pytest
 import torch
 
-from engine.algo import (
+from ppodeck.engine.algo import (
     group_normalized_rewards,
     grpo_advantages,
     rollout_mismatch,

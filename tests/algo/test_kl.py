@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from engine.algo import KL_KINDS, approx_kl
+from ppodeck.engine.algo import KL_KINDS, approx_kl
 from tests.algo.helpers import positions, randn, random_mask
 
 LN2 = math.log(2.0)

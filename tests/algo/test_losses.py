@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from engine.algo import entropy_from_logits, policy_loss, value_loss
+from ppodeck.engine.algo import entropy_from_logits, policy_loss, value_loss
 from tests.algo.helpers import positions, randn, random_mask
 
 

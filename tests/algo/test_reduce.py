@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from engine.algo import (
+from ppodeck.engine.algo import (
     compute_gae,
     explained_variance,
     normalize_advantages,

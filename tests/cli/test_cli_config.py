@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import app.cli.config as cli_config
-import app.cli.root as cli
-from app.cli import app
+import ppodeck.app.cli.config as cli_config
+import ppodeck.app.cli.root as cli
+from ppodeck.app.cli import app
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
@@ -242,17 +242,17 @@ def test_presets_from_command(isolated_env: Path) -> None:
 
 def test_bare_ppodeck_opens_tui(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict] = []
-    fake = types.ModuleType("app.tui.app")
-    fake.__spec__ = ModuleSpec("app.tui.app", None)
+    fake = types.ModuleType("ppodeck.app.tui.app")
+    fake.__spec__ = ModuleSpec("ppodeck.app.tui.app", None)
     fake.run_tui = lambda **kw: calls.append(kw)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "app.tui.app", fake)
+    monkeypatch.setitem(sys.modules, "ppodeck.app.tui.app", fake)
     assert run().exit_code == 0
     assert run("tui", "tiny-cpu").exit_code == 0
     assert calls == [{}, {"preset": "tiny-cpu"}]
 
 
 def test_tui_missing_is_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "app.tui.app", None)  # importing it raises ImportError
+    monkeypatch.setitem(sys.modules, "ppodeck.app.tui.app", None)  # importing it raises ImportError
     result = run("tui")
     assert result.exit_code == 1 and "TUI is not available" in result.stderr
 
@@ -294,11 +294,11 @@ def test_crash_log_masks_secrets_and_is_private(isolated_env: Path,
 def test_subprocess_help_and_usage_error(isolated_env: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "PPODECK_CONFIG_DIR": str(isolated_env / "c"),
            "HOME": str(isolated_env)}
-    helped = subprocess.run([sys.executable, "-m", "app", "--help"], cwd=REPO, env=env,
+    helped = subprocess.run([sys.executable, "-m", "ppodeck", "--help"], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "validate" in helped.stdout
     assert "PPODECK_PRESET_PATH" in helped.stdout
-    bad = subprocess.run([sys.executable, "-m", "app", "validate", "nope"], cwd=REPO, env=env,
+    bad = subprocess.run([sys.executable, "-m", "ppodeck", "validate", "nope"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "unknown preset 'nope'" in bad.stderr
@@ -319,7 +319,7 @@ def test_presets_help_has_examples(command: str) -> None:
 # --- flags -------------------------------------------------------------------------------------
 
 def test_flags_json_lists_every_flag_with_its_engine_class() -> None:
-    from engine.config.schema import FLAGS
+    from ppodeck.engine.config.schema import FLAGS
 
     result = run("flags", "--json")
     assert result.exit_code == 0

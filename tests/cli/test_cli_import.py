@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import app
+from ppodeck.app.cli import app
 
 runner = CliRunner()
 
@@ -79,8 +79,8 @@ def test_from_command_writes_prepare_downloads_as_sources(tmp_path: Path) -> Non
     result = runner.invoke(app, ["presets", "from-command", str(LAUNCHERS / "prepare_steps.py"),
                                  "--name", "prep", "--save"])
     assert result.exit_code == 0, result.output
-    from engine.prepare import preset_sources
-    from engine.presets import load_preset
+    from ppodeck.engine.prepare import preset_sources
+    from ppodeck.engine.presets import load_preset
 
     sources = preset_sources(load_preset("prep"))
     assert {d: s.repo_id for d, s in sources.items()} == {

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import typer.main
 
-from app.cli.root import app
-from engine.config.schema import FLAGS
+from ppodeck.app.cli.root import app
+from ppodeck.engine.config.schema import FLAGS
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

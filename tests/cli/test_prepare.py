@@ -16,11 +16,16 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app.cli.prepare import register, rich_tqdm
-from engine import prepare
-from engine.config.model import RunConfig
-from engine.config.resolve import resolve
-from engine.prepare import PrepareError, missing_inputs, plan_prepare, sources_from_provenance
+from ppodeck.app.cli.prepare import register, rich_tqdm
+from ppodeck.engine import prepare
+from ppodeck.engine.config.model import RunConfig
+from ppodeck.engine.config.resolve import resolve
+from ppodeck.engine.prepare import (
+    PrepareError,
+    missing_inputs,
+    plan_prepare,
+    sources_from_provenance,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_FLAGS = """

@@ -39,7 +39,7 @@ def two_node_cluster() -> Iterator[TestCluster]:
     from ray._private.utils import get_ray_address_file, write_ray_address
     from ray.cluster_utils import Cluster
 
-    from engine.driver.cluster import free_port, loopback_only
+    from ppodeck.engine.driver.cluster import free_port, loopback_only
 
     loopback_only()  # both nodes and every process on 127.0.0.1, nothing on the network
     address_file = Path(get_ray_address_file(None))

@@ -26,8 +26,8 @@ class EngineStarter:
     """Plays the rollout manager: starts SGLang engines from inside the placement group."""
 
     def start(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        from engine.model.shape import ModelShape
-        from engine.rollout.sglang_backend import EngineLayout, start_engines
+        from ppodeck.engine.model.shape import ModelShape
+        from ppodeck.engine.rollout.sglang_backend import EngineLayout, start_engines
 
         shape = ModelShape.from_args(args)
         self.engines = start_engines(shape, "qwen3", args, EngineLayout.from_args(args))

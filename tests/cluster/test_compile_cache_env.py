@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from engine.driver import cluster
-from engine.driver.compile_cache import CACHE_VARS, compile_caches
+from ppodeck.engine.driver import cluster
+from ppodeck.engine.driver.compile_cache import CACHE_VARS, compile_caches
 
 
 def _cache_env() -> dict[str, str | None]:

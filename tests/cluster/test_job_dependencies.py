@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import jobs
-from engine.rundir import RunDir, read_status
+from ppodeck.engine import jobs
+from ppodeck.engine.rundir import RunDir, read_status
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import threading
 
-from engine import jobs
-from engine.rundir import RunDir, read_status, write_status
+from ppodeck.engine import jobs
+from ppodeck.engine.rundir import RunDir, read_status, write_status
 
 
 def event(i: int, **extra) -> str:
@@ -83,9 +83,9 @@ def test_auth_headers_come_from_the_environment_only():
 
 
 def test_entrypoint_and_environment_forwarding():
-    assert jobs.entrypoint("r1", {}) == "python -m engine.jobs run --run-id r1"
+    assert jobs.entrypoint("r1", {}) == "python -m ppodeck.engine.jobs run --run-id r1"
     assert jobs.entrypoint("r1", {jobs.SUBMIT_PYTHON_ENV: "/opt/py/bin/python"}).startswith(
-        "/opt/py/bin/python -m engine.jobs")
+        "/opt/py/bin/python -m ppodeck.engine.jobs")
     env = jobs.forwarded_env({"PPODECK_FUSED": "0", "PPODECK_RUNS_DIR": "/r", "HOME": "/h",
                               jobs.HEADERS_ENV: "{}", "HF_HUB_OFFLINE": "1"})
     assert env == {"PPODECK_FUSED": "0", "HF_HUB_OFFLINE": "1"}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.rundir import RunDir, read_status
+from ppodeck.engine.rundir import RunDir, read_status
 from tests.cluster.conftest import REPO
 
 pytestmark = pytest.mark.slow  # a job's driver start on the cluster: about a minute on 2 cores
@@ -29,7 +29,7 @@ def test_a_submitted_run_imports_the_reward_module_from_the_launch_directory(
                HF_DATASETS_OFFLINE="1")
     rundir = RunDir(tmp_path / "runs" / "user-code")
     out = subprocess.run(
-        [sys.executable, "-m", "app", "run", "tiny-cpu", "--set", "num-rollout=1", "--set",
+        [sys.executable, "-m", "ppodeck", "run", "tiny-cpu", "--set", "num-rollout=1", "--set",
          "custom-rm-path=next_digit.score", "--submit", ray_cluster.dashboard_url,
          "--run-dir", str(rundir.path), "--yes", "--trust"],
         cwd=USER_CODE, env=env, capture_output=True, text=True, timeout=300)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.rundir import RunDir, pid_alive, read_status
+from ppodeck.engine.rundir import RunDir, pid_alive, read_status
 from tests.cluster.conftest import REPO
 
 # two jobs of a few rollouts, each a driver start on the cluster: about a minute and a half
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 
 def ppodeck(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "ppodeck", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -52,7 +52,7 @@ def test_a_submitted_run_is_followed_to_success(ray_cluster, cli_env):
 
     info = JobSubmissionClient(ray_cluster.dashboard_url).get_job_info(rundir.id)
     assert info.submission_id == rundir.id and info.metadata["ppodeck_preset"] == "tiny-cpu"
-    assert "engine.jobs run --run-id" in info.entrypoint
+    assert "ppodeck.engine.jobs run --run-id" in info.entrypoint
     tail = ppodeck("tail", rundir.id, "--json", env=cli_env)
     events = [json.loads(line) for line in tail.stdout.splitlines()]
     rollouts = [e for e in events if e["kind"] == "metrics" and e["step_key"] == "rollout/step"]

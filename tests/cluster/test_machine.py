@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import machine
+from ppodeck.engine import machine
 
 
 @pytest.mark.parametrize(("cvd", "visible"), [

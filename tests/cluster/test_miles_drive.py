@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from engine.rundir import RunDir, pid_alive, read_status
+from ppodeck.engine.rundir import RunDir, pid_alive, read_status
 from tests.cluster.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ OWN_FLAGS = ("--rollout-backend", "--synthetic-task", "--synthetic-num-prompts",
 
 
 def ppodeck(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "ppodeck", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from engine.config.resolve import resolve_values
-from engine.driver import cluster
-from engine.driver.offload import MovePlan
-from engine.driver.roles import Roles, TrainGroup, torch_reserved_by_device
-from engine.driver.telemetry import Telemetry
-from engine.events import EventWriter, read_events
-from engine.rundir import RunDir
+from ppodeck.engine.config.resolve import resolve_values
+from ppodeck.engine.driver import cluster
+from ppodeck.engine.driver.offload import MovePlan
+from ppodeck.engine.driver.roles import Roles, TrainGroup, torch_reserved_by_device
+from ppodeck.engine.driver.telemetry import Telemetry
+from ppodeck.engine.events import EventWriter, read_events
+from ppodeck.engine.rundir import RunDir
 from tests.cluster.probes import MoveProbe
 from tests.engine.test_driver_estimators import FakeRollout
 
@@ -34,7 +34,7 @@ def run_train(ray, tmp_path: Path, plan: MovePlan,  # noqa: ANN001
     """train() over MoveProbes -> each worker's calls, the events, when each worker answered
     a memory sample; `memory`: sample the trainers' memory at each phase's end, as on a GPU
     (the caller makes nvml_devices report one)."""
-    from engine.driver.ppo import StopFlag, train
+    from ppodeck.engine.driver.ppo import StopFlag, train
 
     args = resolve_values({"advantage_estimator": "ppo", "n_samples_per_prompt": 1,
                            "rollout_batch_size": 1, "global_batch_size": 1, "num_rollout": 3,
@@ -118,7 +118,7 @@ def test_memory_sample_does_not_wait_behind_a_move(joined, tmp_path: Path,
     is still under way, not queued behind it (on the H200 each such wait cost ~0.2 s per
     phase). Ray runs a worker's default-group calls one at a time, so a sample answered inside
     a move's interval on the same worker can only have come from another thread."""
-    from engine.driver import telemetry
+    from ppodeck.engine.driver import telemetry
 
     monkeypatch.setattr(telemetry, "nvml_devices", lambda: [
         {"index": 0, "uuid": "GPU-0", "used_bytes": 1 << 30, "total_bytes": 1 << 34}])

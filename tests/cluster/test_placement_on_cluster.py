@@ -11,16 +11,16 @@ from collections import Counter
 
 import pytest
 
-from engine import workers
-from engine.driver import cluster
-from engine.driver.roles import TrainGroup
-from engine.presets import load_preset, resolve_preset
+from ppodeck.engine import workers
+from ppodeck.engine.driver import cluster
+from ppodeck.engine.driver.roles import TrainGroup
+from ppodeck.engine.presets import load_preset, resolve_preset
 from tests.cluster.conftest import NODE_GPUS
 from tests.cluster.probes import EngineStarter, PlacementProbe
 
 
 def preset_args(name: str, **values) -> dict:
-    from engine.config import resolve
+    from ppodeck.engine.config import resolve
 
     return dict(resolve(resolve_preset(load_preset(name)).with_values(**values)))
 

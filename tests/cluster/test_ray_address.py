@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.driver import cluster
+from ppodeck.engine.driver import cluster
 
 
 @pytest.fixture

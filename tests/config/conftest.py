@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 import pytest
 
-from engine.config import RunConfig
+from ppodeck.engine.config import RunConfig
 from tests.conftest import CPU_MACHINE, GPU_MACHINE  # noqa: F401 - re-exported
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.config import parse_argv, to_argv
-from engine.config.script_import import parse_command_line
+from ppodeck.engine.config import parse_argv, to_argv
+from ppodeck.engine.config.script_import import parse_command_line
 
 from .conftest import make_config
 

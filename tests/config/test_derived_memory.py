@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import check
-from engine.config.derived import (
+from ppodeck.engine.config import check
+from ppodeck.engine.config.derived import (
     CONTEXT_GIB,
     DRIVER_RESERVED_GIB,
     TRAINER_RUNTIME_GIB,
@@ -14,8 +14,8 @@ from engine.config.derived import (
     memory_estimate,
     packed_decoder,
 )
-from engine.config.resolve import resolve
-from engine.presets import load_preset, resolve_preset
+from ppodeck.engine.config.resolve import resolve
+from ppodeck.engine.presets import load_preset, resolve_preset
 
 # torch's peak allocated bytes on the H200, bench/gpu_bench.py, Qwen3-0.6B shape, 8 x 1024 tokens
 # (the preset's --max-tokens-per-gpu), bf16, default fast paths; 2026-12-02

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import check
-from engine.config.rules_engine import Machine
-from engine.machine import meminfo_total
-from engine.presets import load_preset, resolve_preset
+from ppodeck.engine.config import check
+from ppodeck.engine.config.rules_engine import Machine
+from ppodeck.engine.machine import meminfo_total
+from ppodeck.engine.presets import load_preset, resolve_preset
 
 from .conftest import CPU_MACHINE
 

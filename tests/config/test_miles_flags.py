@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config.schema import BY_NAME, FLAGS
+from ppodeck.engine.config.schema import BY_NAME, FLAGS
 
 DATA = "data/miles_flags.txt"
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def uncovered(names: list[str], known: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def listed() -> dict[str, list[str]]:
-    return sections((resources.files("engine.config") / DATA).read_text())
+    return sections((resources.files("ppodeck.engine.config") / DATA).read_text())
 
 
 def test_the_list_reads_as_flag_names(listed: dict[str, list[str]]) -> None:
@@ -76,7 +76,7 @@ def test_no_declared_name_is_another_flags_negation() -> None:
 def test_flags_naming_code_keep_the_consent_check() -> None:
     """A flag that names code was caught as passthrough by launch's consent check before it was
     declared; declared, it must say runs_code so the check still sees it."""
-    from engine.launch import _CODE_PASSTHROUGH
+    from ppodeck.engine.launch import _CODE_PASSTHROUGH
 
     silent = [f.name for f in FLAGS if _CODE_PASSTHROUGH.fullmatch(f.name) and not f.runs_code]
     assert silent == []
@@ -84,6 +84,6 @@ def test_flags_naming_code_keep_the_consent_check() -> None:
 
 def test_the_list_ships_in_the_package() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["engine.config"]
+    patterns = config["tool"]["setuptools"]["package-data"]["ppodeck.engine.config"]
     assert any(fnmatch.fnmatch(DATA, pattern) for pattern in patterns)
     assert (ROOT / "engine" / "config" / DATA).is_file()

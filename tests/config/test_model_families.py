@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import check, parse_argv
-from engine.config.derived import count_params
-from engine.config.miles_models import BUILTIN, DECK_ADDED, lookup
-from engine.config.resolve import resolve
+from ppodeck.engine.config import check, parse_argv
+from ppodeck.engine.config.derived import count_params
+from ppodeck.engine.config.miles_models import BUILTIN, DECK_ADDED, lookup
+from ppodeck.engine.config.resolve import resolve
 
 from .conftest import GPU_MACHINE
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import check, parse_argv, to_argv
-from engine.config.pypi_files import locate
-from engine.presets import (
+from ppodeck.engine.config import check, parse_argv, to_argv
+from ppodeck.engine.config.pypi_files import locate
+from ppodeck.engine.presets import (
     BUILTIN_DIR,
     PresetError,
     UnknownPresetError,

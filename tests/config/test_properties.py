@@ -15,10 +15,10 @@ import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.cli.common import apply_sets
-from engine.config import FLAGS, RunConfig, check
-from engine.config.script_import import parse_command_line
-from engine.presets import PresetError, parse_preset_text, resolve_preset
+from ppodeck.app.cli.common import apply_sets
+from ppodeck.engine.config import FLAGS, RunConfig, check
+from ppodeck.engine.config.script_import import parse_command_line
+from ppodeck.engine.presets import PresetError, parse_preset_text, resolve_preset
 
 QUICK = settings(max_examples=200, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.config.derived import derive
-from engine.config.py_launcher import LauncherError, is_python_launcher
-from engine.config.script_import import import_script
+from ppodeck.engine.config.derived import derive
+from ppodeck.engine.config.py_launcher import LauncherError, is_python_launcher
+from ppodeck.engine.config.script_import import import_script
 
 LAUNCHERS = Path(__file__).parent / "launchers"
 DERIVED = ("world_size", "dp_size", "rollout_engines", "samples_per_rollout",
@@ -26,8 +26,8 @@ def codes(report) -> list[str]:
 
 
 def test_the_seed_launcher_imports_to_the_seed_presets_derived_values() -> None:
-    from app.cli.common import resolve_or_fail
-    from engine.presets import load_preset
+    from ppodeck.app.cli.common import resolve_or_fail
+    from ppodeck.engine.presets import load_preset
 
     report = imported("seed_ppo.py")
     preset = derive(resolve_or_fail(load_preset("qwen3-4b-ppo")))

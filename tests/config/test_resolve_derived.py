@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import derive, resolve
-from engine.config.derived import CONTEXT_GIB, PHASES, ROLES, TRAINER_RUNTIME_GIB
+from ppodeck.engine.config import derive, resolve
+from ppodeck.engine.config.derived import CONTEXT_GIB, PHASES, ROLES, TRAINER_RUNTIME_GIB
 
 from .conftest import make_config
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from engine.config import BY_DEST, RunConfig, check, rules_ppo
-from engine.config import rules as rules_module
+from ppodeck.engine.config import BY_DEST, RunConfig, check, rules_ppo
+from ppodeck.engine.config import rules as rules_module
 
 # A clean PPO config (tiny GPT, colocated on one device): zero errors, zero warnings.
 BASE: dict[str, Any] = dict(

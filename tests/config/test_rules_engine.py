@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from engine.config import check
-from engine.config import rules_engine as rules_engine_module
-from engine.config.rules_engine import RM_TYPES, Machine
-from engine.config.schema import BY_DEST, FLAGS
+from ppodeck.engine.config import check
+from ppodeck.engine.config import rules_engine as rules_engine_module
+from ppodeck.engine.config.rules_engine import RM_TYPES, Machine
+from ppodeck.engine.config.schema import BY_DEST, FLAGS
 
 from .conftest import CPU_MACHINE, GPU_MACHINE
 from .test_rules import config
@@ -170,7 +170,7 @@ def test_engine_errors_are_not_config_errors() -> None:
 
 
 def test_rm_types_match_the_rollout_rewards() -> None:
-    from engine.rollout.rewards import REWARDS
+    from ppodeck.engine.rollout.rewards import REWARDS
 
     assert set(RM_TYPES) == set(REWARDS)
 
@@ -179,7 +179,8 @@ def test_the_live_machine_probe_imports_nothing_heavy() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; from engine.config.rules_engine import this_machine; m = this_machine();"
+    code = ("import sys; from ppodeck.engine.config.rules_engine import this_machine;"
+            " m = this_machine();"
             " heavy = {'torch', 'ray', 'sglang', 'transformer_engine'} & set(sys.modules);"
             " print(m.gpus >= 0, sorted(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from engine.config import check, resolve
-from engine.config.rules_engine import Machine
-from engine.presets import load_preset, resolve_preset
+from ppodeck.engine.config import check, resolve
+from ppodeck.engine.config.rules_engine import Machine
+from ppodeck.engine.presets import load_preset, resolve_preset
 
 GPUS8 = Machine(gpus=8, transformer_engine=True, sglang=True)
 
@@ -68,7 +68,7 @@ def test_miles_needs_the_gpus_here_and_names_ppodeck_own_flags() -> None:
 def test_validate_takes_the_engine() -> None:
     from typer.testing import CliRunner
 
-    from app.cli.root import app
+    from ppodeck.app.cli.root import app
 
     args = ["validate", "tiny-cpu", "--set", "advantage-estimator=grpo", "--set", "kl-coef=0.1",
             "--json"]

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from engine.config import check
-from engine.config import rules_user_code as rules_module
-from engine.config.code_paths import check_code_path, files_to_ship
+from ppodeck.engine.config import check
+from ppodeck.engine.config import rules_user_code as rules_module
+from ppodeck.engine.config.code_paths import check_code_path, files_to_ship
 
 from .conftest import CPU_MACHINE
 from .test_rules import config
@@ -102,7 +102,8 @@ def test_the_module_and_function_are_found_without_running_them() -> None:
                                                 "(module.function)")
     assert check_code_path("no_such.mod.fn").problem.startswith("module 'no_such.mod' is not "
                                                                 "found in the working directory")
-    assert check_code_path(STD).mapped_to == "engine.rollout.filters.check_reward_nonzero_std"
+    assert check_code_path(STD).mapped_to == (
+        "ppodeck.engine.rollout.filters.check_reward_nonzero_std")
 
 
 def test_a_check_with_user_code_stays_fast() -> None:
@@ -118,7 +119,8 @@ def test_a_check_with_user_code_stays_fast() -> None:
 
 def test_a_ray_job_ships_the_user_modules_not_installed_ones(launch_dir: Path) -> None:
     shipped = files_to_ship(["rmpkg.rewards.score", "my_rm.score", STD,
-                             "json.decoder.JSONDecoder", "engine.rollout.filters.check_no_aborted"])
+                             "json.decoder.JSONDecoder",
+                             "ppodeck.engine.rollout.filters.check_no_aborted"])
     assert shipped == [str(launch_dir / "rmpkg"), str(launch_dir / "my_rm.py")]
 
 
@@ -126,13 +128,16 @@ def test_a_ray_jobs_runtime_env_carries_the_reward_module(launch_dir: Path,
                                                           tmp_path: Path) -> None:
     """A package goes in py_modules; a single-file module (which the Jobs SDK does not upload
     as a py_module) goes as a package of the same name whose __init__.py is the file."""
-    from engine import jobs
+    from ppodeck.engine import jobs
 
     text = ('[flags]\ncustom-rm-path = "rmpkg.rewards.score"\n'
             f'dynamic-sampling-filter-path = "{STD}"\n')
-    env = jobs.runtime_env(text, {})
-    assert env["py_modules"] == [str(jobs.ENGINE_DIR), str(launch_dir / "rmpkg")]
     staging = tmp_path / "staging"
+    staging.mkdir()
+    env = jobs.runtime_env(text, {}, staging)
+    assert env["py_modules"] == [str(staging / "ppodeck"), str(launch_dir / "rmpkg")]
+    assert (staging / "ppodeck" / "engine" / "jobs.py").is_file()
+    staging = tmp_path / "staging2"
     staging.mkdir()
     text += 'custom-reward-post-process-path = "my_rm.plain"\n'
     env = jobs.runtime_env(text, {}, staging)

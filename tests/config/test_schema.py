@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import BY_DEST, BY_NAME, FLAGS
-from engine.config.schema import GROUPS
+from ppodeck.engine.config import BY_DEST, BY_NAME, FLAGS
+from ppodeck.engine.config.schema import GROUPS
 
 # Every flag of the miles PPO example and its CI test (examples/ppo/run_qwen3_4b_ppo.py,
 # tests/e2e/megatron/test_qwen3_4B_ppo.py), plus those the seed

@@ -27,7 +27,8 @@ class Edge:
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    """The name a module is imported by: app/ and engine/ live inside the `ppodeck` package."""
+    parts = ["ppodeck", *path.relative_to(ROOT).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import RunConfig, resolve
-from engine.config.resolve import RESOLVED_INTO
-from engine.config.schema import BY_DEST, DEFAULTS, FLAGS, Flag, refused
+from ppodeck.engine.config import RunConfig, resolve
+from ppodeck.engine.config.resolve import RESOLVED_INTO
+from ppodeck.engine.config.schema import BY_DEST, DEFAULTS, FLAGS, Flag, refused
 from tests.contracts import engine_reads as scan
 
 
@@ -85,7 +85,7 @@ KEYS = ("in_tuple_1", "in_tuple_2")
 
 
 def test_the_flags_page_table_is_generated_from_the_schema() -> None:
-    from engine.config.reference import README_BEGIN, README_END, markdown_table
+    from ppodeck.engine.config.reference import README_BEGIN, README_END, markdown_table
 
     readme = (scan.ROOT / "docs" / "flags.md").read_text()
     start, end = readme.index(README_BEGIN), readme.index(README_END) + len(README_END)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from engine.env_vars import BY_NAME, markdown
+from ppodeck.engine.env_vars import BY_NAME, markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"PPODECK_[A-Z0-9_]*")
@@ -34,4 +34,4 @@ def test_every_declared_variable_is_named_by_the_code() -> None:
 
 def test_the_page_is_generated_from_the_declaration() -> None:
     page = (ROOT / "docs" / "environment.md").read_text(encoding="utf-8")
-    assert page == markdown(), "regenerate: python -m engine.env_vars > docs/environment.md"
+    assert page == markdown(), "regenerate: python -m ppodeck.engine.env_vars > docs/environment.md"

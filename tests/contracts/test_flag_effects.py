@@ -14,8 +14,8 @@ import functools
 import re
 from pathlib import Path
 
-from engine.config.resolve import RESOLVED_INTO
-from engine.config.schema import BY_NAME, FLAGS, Flag
+from ppodeck.engine.config.resolve import RESOLVED_INTO
+from ppodeck.engine.config.schema import BY_NAME, FLAGS, Flag
 from tests.contracts.flag_effects import FLAG_EFFECTS, Effect
 
 ROOT = Path(__file__).resolve().parents[2]

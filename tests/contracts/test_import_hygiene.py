@@ -15,9 +15,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ["torch", "ray", "megatron", "sglang", "transformers", "datasets", "textual"]
-HEAVY_PACKAGES = ["engine.driver", "engine.model", "engine.train", "engine.rollout",
-                  "engine.algo"]
-LIGHT_PACKAGES = ["engine.config", "app.cli"]
+HEAVY_PACKAGES = ["ppodeck.engine.driver", "ppodeck.engine.model", "ppodeck.engine.train",
+                  "ppodeck.engine.rollout", "ppodeck.engine.algo"]
+LIGHT_PACKAGES = ["ppodeck.engine.config", "ppodeck.app.cli"]
 
 PROBE = """
 import importlib, json, sys
@@ -33,22 +33,25 @@ print(json.dumps(pulled))
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
+    """app/ and engine/ are imported as ppodeck.app and ppodeck.engine."""
+    parts = ["ppodeck", *path.relative_to(REPO).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def light_modules() -> list[str]:
     """Every module directly under engine/, and every module of the light packages."""
     top = [module_name(p) for p in sorted((REPO / "engine").glob("*.py"))]
-    inside = [module_name(p) for package in LIGHT_PACKAGES
-              for p in sorted((REPO / package.replace(".", "/")).rglob("*.py"))]
+    folders = [REPO / package.removeprefix("ppodeck.").replace(".", "/")
+               for package in LIGHT_PACKAGES]
+    inside = [module_name(p) for folder in folders for p in sorted(folder.rglob("*.py"))]
     return [m for m in top + inside if not m.endswith("__main__")]
 
 
 def test_the_light_side_is_found_by_package() -> None:
     found = light_modules()
-    assert {"engine.prepare", "engine.launch", "engine.jobs", "engine.config.resolve",
-            "app.cli.runs"} <= set(found)
+    assert {"ppodeck.engine.prepare", "ppodeck.engine.launch", "ppodeck.engine.jobs",
+            "ppodeck.engine.config.resolve",
+            "ppodeck.app.cli.runs"} <= set(found)
     assert not any(m.startswith(tuple(HEAVY_PACKAGES)) for m in found)
 
 
@@ -67,7 +70,8 @@ def test_engine_config_is_stdlib_only() -> None:
                          "name.split('.')[0] in heavy")
     result = subprocess.run(
         [sys.executable, "-c", code, json.dumps(["typer", "rich", "tomlkit", "platformdirs",
-                                                 "textual"]), "[]", json.dumps(["engine.config"])],
+                                                 "textual"]), "[]",
+         json.dumps(["ppodeck.engine.config"])],
         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {}

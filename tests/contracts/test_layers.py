@@ -12,12 +12,16 @@ test_import_hygiene.py), not here.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
-from tests.contracts.import_graph import Edge, cycles, import_edges, in_package
+from tests.contracts.import_graph import ROOT, Edge, cycles, import_edges, in_package
 
-BOTTOM = ("engine.vocabulary", "engine.config", "engine.algo",
-          "engine.machine", "engine.tracking_support")  # the last two: leaf probes of check()
+BOTTOM = ("ppodeck.engine.vocabulary", "ppodeck.engine.config", "ppodeck.engine.algo",
+          "ppodeck.engine.machine",  # these two: leaf probes of check()
+          "ppodeck.engine.tracking_support")
 
 # Cycles closed by lazy (function-level) imports today: none since issue 17's steps 2-4. A
 # known debt added here fails the test once it disappears, so the list only shrinks.
@@ -38,7 +42,8 @@ def _shown(edges: list[Edge]) -> str:
 
 def test_the_graph_sees_the_project(edges: list[Edge]) -> None:
     sources = {e.source for e in edges}
-    assert {"app.cli.root", "engine.driver.ppo", "engine.config.rules"} <= sources
+    assert {"ppodeck.app.cli.root", "ppodeck.engine.driver.ppo",
+            "ppodeck.engine.config.rules"} <= sources
     assert any(e.where == "function" for e in edges) and any(e.where == "module" for e in edges)
 
 
@@ -51,21 +56,23 @@ def test_the_bottom_layer_imports_nothing_above_it(edges: list[Edge]) -> None:
 
 
 def test_the_vocabulary_imports_nothing_of_the_project(edges: list[Edge]) -> None:
-    out = [e for e in edges if e.source == "engine.vocabulary"]
+    out = [e for e in edges if e.source == "ppodeck.engine.vocabulary"]
     assert not out, _shown(out)
 
 
 def test_the_engine_never_imports_the_front_ends(edges: list[Edge]) -> None:
-    upward = [e for e in edges if in_package(e.source, "engine") and in_package(e.target, "app")]
+    upward = [e for e in edges
+              if in_package(e.source, "ppodeck.engine") and in_package(e.target, "ppodeck.app")]
     assert not upward, f"engine/ imports app/:\n{_shown(upward)}"
 
 
 def test_train_never_imports_rollout(edges: list[Edge]) -> None:
     arrows = [e for e in edges
-              if in_package(e.source, "engine.train") and in_package(e.target, "engine.rollout")]
+              if in_package(e.source, "ppodeck.engine.train")
+              and in_package(e.target, "ppodeck.engine.rollout")]
     found = {(e.source, e.target) for e in arrows}
     new = [e for e in arrows if (e.source, e.target) not in KNOWN_TRAIN_TO_ROLLOUT]
-    assert not new, f"engine.train imports engine.rollout:\n{_shown(new)}"
+    assert not new, f"ppodeck.engine.train imports engine.rollout:\n{_shown(new)}"
     gone = set(KNOWN_TRAIN_TO_ROLLOUT) - found
     assert not gone, f"fixed, remove from KNOWN_TRAIN_TO_ROLLOUT: {sorted(gone)}"
 
@@ -76,16 +83,18 @@ def _arrows(edges: list[Edge], source: str, *targets: str) -> list[Edge]:
 
 
 def test_rollout_never_imports_train(edges: list[Edge]) -> None:
-    assert any(in_package(e.source, "engine.rollout") for e in edges)
-    arrows = _arrows(edges, "engine.rollout", "engine.train")
-    assert not arrows, (f"engine.rollout imports engine.train (what both need belongs in "
-                        f"engine.model):\n{_shown(arrows)}")
+    assert any(in_package(e.source, "ppodeck.engine.rollout") for e in edges)
+    arrows = _arrows(edges, "ppodeck.engine.rollout", "ppodeck.engine.train")
+    assert not arrows, (f"ppodeck.engine.rollout imports engine.train (what both need belongs in "
+                        f"ppodeck.engine.model):\n{_shown(arrows)}")
 
 
 def test_the_model_layer_imports_neither_train_nor_rollout(edges: list[Edge]) -> None:
-    assert {"engine.model.convert", "engine.model.ipc_sync"} <= {e.source for e in edges}
-    arrows = _arrows(edges, "engine.model", "engine.train", "engine.rollout")
-    assert not arrows, f"engine.model imports the layers above it:\n{_shown(arrows)}"
+    sources = {e.source for e in edges}
+    assert {"ppodeck.engine.model.convert", "ppodeck.engine.model.ipc_sync"} <= sources
+    arrows = _arrows(edges, "ppodeck.engine.model", "ppodeck.engine.train",
+                     "ppodeck.engine.rollout")
+    assert not arrows, f"ppodeck.engine.model imports the layers above it:\n{_shown(arrows)}"
 
 
 def test_no_import_cycle_at_module_level(edges: list[Edge]) -> None:
@@ -101,3 +110,24 @@ def test_lazy_import_cycles_only_shrink(edges: list[Edge]) -> None:
     gone = [group for group in KNOWN_LAZY_CYCLES
             if not any(set(group) & set(f) for f in found)]
     assert not gone, f"these cycles are gone; remove them from KNOWN_LAZY_CYCLES: {gone}"
+
+
+def _bare_imports(path: Path) -> list[str]:
+    """`import engine...` / `from app... import` lines: the names the wheel does not install."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
+            else [])
+        found += [f"{path.relative_to(ROOT)}:{node.lineno}: {name}" for name in names
+                  if name.split(".")[0] in ("app", "engine")]
+    return found
+
+
+def test_the_project_is_imported_by_its_one_name() -> None:
+    """Every import of PPO Deck's code goes through `ppodeck.` (ppodeck/__init__.py): a bare
+    `engine` would fail from a wheel and load a second copy of a module in a checkout."""
+    files = [p for folder in ("app", "engine", "tests", "bench", "ppodeck")
+             for p in sorted((ROOT / folder).rglob("*.py"))]
+    bare = [line for path in files for line in _bare_imports(path)]
+    assert not bare, "import these as ppodeck.app / ppodeck.engine:\n" + "\n".join(bare)

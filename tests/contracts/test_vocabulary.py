@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from engine.vocabulary import (
+from ppodeck.engine.vocabulary import (
     EVENT_KINDS,
     FINAL_STATES,
     PHASE_NAMES,
@@ -33,7 +33,7 @@ def test_no_module_restates_a_metric_step_key_or_phase_name() -> None:
     words = _declared(Metric) | _declared(StepKey) | UNAMBIGUOUS_PHASES
     restated = []
     for module, path in project_modules().items():
-        if module == "engine.vocabulary":
+        if module == "ppodeck.engine.vocabulary":
             continue
         for node in ast.walk(parsed(module)):
             if isinstance(node, ast.Constant) and node.value in words:
@@ -63,7 +63,7 @@ def test_eval_reward_keys() -> None:
 
 
 def test_init_steps_are_their_own_words_with_short_labels() -> None:
-    from engine.vocabulary import INIT_PHASE, INIT_STEPS, InitStep
+    from ppodeck.engine.vocabulary import INIT_PHASE, INIT_STEPS, InitStep
 
     names = [s.name for s in INIT_STEPS]
     assert set(names) == _declared(InitStep) and len(names) == len(set(names))

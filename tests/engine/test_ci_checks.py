@@ -8,8 +8,14 @@ from typing import Any
 
 import pytest
 
-from engine.config.resolve import resolve_values
-from engine.driver.ci_checks import CIChecks, CIFailure, check_grad_norms, check_kl, check_logprobs
+from ppodeck.engine.config.resolve import resolve_values
+from ppodeck.engine.driver.ci_checks import (
+    CIChecks,
+    CIFailure,
+    check_grad_norms,
+    check_kl,
+    check_logprobs,
+)
 
 
 def args(**flags: Any) -> dict[str, Any]:  # noqa: ANN401

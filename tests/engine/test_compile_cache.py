@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.driver.compile_cache import CACHE_VARS, apply_compile_caches, compile_caches
+from ppodeck.engine.driver.compile_cache import CACHE_VARS, apply_compile_caches, compile_caches
 
 
 def test_unset_variables_get_folders_under_ppodeck_home(tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ def test_private_ray_workers_see_the_cache_dirs(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
-    from engine.driver import cluster
+    from ppodeck.engine.driver import cluster
 
     for var in CACHE_VARS:  # setenv first: monkeypatch records the old state only then, so
         monkeypatch.setenv(var, "-")  # what apply_compile_caches sets is undone after the test

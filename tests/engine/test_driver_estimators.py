@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.config.resolve import resolve_values
-from engine.driver.telemetry import Telemetry
-from engine.events import EventWriter, read_events
-from engine.rollout.types import RolloutBatch
-from engine.rundir import RunDir
+from ppodeck.engine.config.resolve import resolve_values
+from ppodeck.engine.driver.telemetry import Telemetry
+from ppodeck.engine.events import EventWriter, read_events
+from ppodeck.engine.rollout.types import RolloutBatch
+from ppodeck.engine.rundir import RunDir
 
 
 class FakeRollout:
@@ -81,8 +81,8 @@ class FakeTrainer:
 
 
 def _run(tmp_path: Path, estimator: str) -> tuple[list[dict], FakeTrainer | None, FakeTrainer]:
-    from engine.driver.ppo import StopFlag, train
-    from engine.driver.roles import Roles
+    from ppodeck.engine.driver.ppo import StopFlag, train
+    from ppodeck.engine.driver.roles import Roles
 
     args = resolve_values({"advantage_estimator": estimator, "n_samples_per_prompt": 2,
                            "rollout_batch_size": 1, "global_batch_size": 1, "num_rollout": 3,

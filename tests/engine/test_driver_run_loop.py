@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from engine.config.resolve import resolve_values
-from engine.driver.telemetry import Telemetry
-from engine.events import EventWriter, read_events
-from engine.rundir import RunDir, read_status
+from ppodeck.engine.config.resolve import resolve_values
+from ppodeck.engine.driver.telemetry import Telemetry
+from ppodeck.engine.events import EventWriter, read_events
+from ppodeck.engine.rundir import RunDir, read_status
 from tests.engine.test_driver_estimators import FakeRollout, FakeTrainer
 
 
@@ -30,8 +30,8 @@ class KlActor(FakeTrainer):
 
 def run_loop(tmp_path: Path, actor: Any = "ppo", critic: Any = "ppo",  # noqa: ANN401
              **flags: Any) -> list[dict]:  # noqa: ANN401
-    from engine.driver.ppo import StopFlag, train
-    from engine.driver.roles import Roles
+    from ppodeck.engine.driver.ppo import StopFlag, train
+    from ppodeck.engine.driver.roles import Roles
 
     args = resolve_values({"n_samples_per_prompt": 1, "rollout_batch_size": 1,
                            "global_batch_size": 1, "num_rollout": 5,
@@ -99,7 +99,7 @@ def test_debug_train_only_trains_without_push_or_eval(tmp_path: Path) -> None:
 
 
 def test_a_failed_ci_check_names_the_check_and_the_numbers(tmp_path: Path) -> None:
-    from engine.driver.ci_checks import CIFailure
+    from ppodeck.engine.driver.ci_checks import CIFailure
 
     with pytest.raises(CIFailure, match=r"kl check failed: train/ppo_kl = 2\.000e-03 at the "
                                         r"first step of rollout 0"):
@@ -109,10 +109,10 @@ def test_a_failed_ci_check_names_the_check_and_the_numbers(tmp_path: Path) -> No
 def test_a_failed_ci_check_fails_the_run_with_that_detail(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Through driver.run(): status failed, the detail says which check and the numbers."""
-    import engine.driver.ppo as driver
-    import engine.driver.roles as roles_module
-    from engine.launch import prepare_run
-    from engine.presets import load_preset, resolve_preset
+    import ppodeck.engine.driver.ppo as driver
+    import ppodeck.engine.driver.roles as roles_module
+    from ppodeck.engine.launch import prepare_run
+    from ppodeck.engine.presets import load_preset, resolve_preset
 
     config = resolve_preset(load_preset("tiny-cpu")).with_values(
         num_rollout=2, ci_test=True, num_critic_only_steps=0)
@@ -135,7 +135,7 @@ def test_the_final_status_follows_the_last_memory_sample(tmp_path: Path,
     final status is its last event (readers such as `ppodeck tail` stop there)."""
     import time
 
-    from engine.driver import ppo, telemetry
+    from ppodeck.engine.driver import ppo, telemetry
 
     def slow_rss(pid: int) -> int:
         time.sleep(0.2)  # a process-tree walk on a loaded host

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine.config.resolve import resolve_values
-from engine.train.settings import TrainSettings
+from ppodeck.engine.config.resolve import resolve_values
+from ppodeck.engine.train.settings import TrainSettings
 from tests.train.worker_harness import tiny_args
 
 pytestmark = pytest.mark.usefixtures("megatron")  # vocab-parallel maths and model builds
@@ -30,8 +30,8 @@ B, S, T, V = 2, 6, 4, 8  # samples, sequence, response tokens, vocab
 
 
 def _micro_batch() -> Any:  # noqa: ANN401 - a MicroBatch
-    from engine.train.batching import MicroBatch
-    from engine.train.logprobs import token_log_probs
+    from ppodeck.engine.train.batching import MicroBatch
+    from ppodeck.engine.train.logprobs import token_log_probs
 
     gen = torch.Generator().manual_seed(0)
     # response token t of sample i is predicted by the output at i*S + 1 + t
@@ -71,7 +71,7 @@ def _settings(role: str = "actor", **flags: Any) -> TrainSettings:  # noqa: ANN4
 
 
 def _actor(settings: TrainSettings, with_rollout: bool = False) -> tuple[float, dict]:
-    from engine.train.loss import actor_loss
+    from ppodeck.engine.train.loss import actor_loss
 
     mb = _micro_batch()
     if not with_rollout:
@@ -124,7 +124,7 @@ def test_observe_training_entropy_computes_the_entropy_without_training_on_it() 
 
 
 def test_value_clip_bounds_the_critic_loss() -> None:
-    from engine.train.loss import critic_loss
+    from ppodeck.engine.train.loss import critic_loss
 
     def value_loss(value_clip: float) -> float:
         settings = _settings("critic", value_clip=value_clip)
@@ -139,8 +139,8 @@ def test_log_probs_chunk_size_splits_the_log_prob_rows_and_keeps_their_values(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A memory knob: the forward-only pass takes the vocab softmax of `log_probs_chunk_size`
     response rows at a time (all at once at -1), with the same log-probs."""
-    from engine.train import logprobs
-    from engine.train.loss import forward_log_probs
+    from ppodeck.engine.train import logprobs
+    from ppodeck.engine.train.loss import forward_log_probs
 
     calls: list[int] = []
     for name in ("scale_logits", "fused_log_probs"):  # one call per chunk, either path
@@ -168,9 +168,9 @@ IDS = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
 
 def _build(flags: dict[str, Any], bf16: bool = False,  # noqa: ANN401
            recompute: dict[str, Any] | None = None) -> tuple[torch.nn.Module, Any]:
-    from engine.model.shape import ModelShape
-    from engine.train.model import build_gpt, transformer_config
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.model.shape import ModelShape
+    from ppodeck.engine.train.model import build_gpt, transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
     args = tiny_args(**flags)
     shape = ModelShape.from_args(args)
@@ -180,7 +180,7 @@ def _build(flags: dict[str, Any], bf16: bool = False,  # noqa: ANN401
 
 
 def _forward(model: torch.nn.Module, train: bool = False) -> torch.Tensor:
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.platform import device_scope
 
     seq = IDS.shape[1]
     causal = torch.triu(torch.ones(1, 1, seq, seq, dtype=torch.bool), diagonal=1)
@@ -250,7 +250,7 @@ def test_recompute_flags_reach_megatrons_config() -> None:
     """--recompute-*: Megatron re-runs the layers in backward (activation memory, on CUDA: its
     checkpointing needs the CUDA RNG tracker). The worker hands these keys to
     transformer_config as they are; this is the deepest seam that runs here."""
-    from engine.train import worker
+    from ppodeck.engine.train import worker
 
     def config(flags: dict[str, Any]) -> Any:  # noqa: ANN401
         args = tiny_args(**flags)
@@ -271,8 +271,8 @@ def test_recompute_flags_reach_megatrons_config() -> None:
 # --------------------------------------------------------------------------------------------
 def _after_two_steps(flags: dict[str, Any]) -> tuple[torch.Tensor, Any]:  # noqa: ANN401
     """The parameters after two Adam steps on fixed, different gradients."""
-    from engine.train.optimizer import build_optimizer, wrap_ddp
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.optimizer import build_optimizer, wrap_ddp
+    from ppodeck.engine.train.platform import device_scope
 
     settings = TrainSettings.from_args("actor", tiny_args(**flags), 1, cuda=False)
     torch.manual_seed(7)
@@ -308,8 +308,8 @@ def test_use_distributed_optimizer_is_forced_on_under_adam() -> None:
     is adam, as miles does, and adam is the only optimizer check() accepts, so the flag's own
     value never reaches the engine. The seam below it does act: settings with it off build
     Megatron's unsharded optimizer (same steps on one rank)."""
-    from engine.train.optimizer import build_optimizer, wrap_ddp
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.optimizer import build_optimizer, wrap_ddp
+    from ppodeck.engine.train.platform import device_scope
 
     off = TrainSettings.from_args("actor", tiny_args(use_distributed_optimizer=False), 1, False)
     assert off.use_distributed_optimizer is True
@@ -326,8 +326,8 @@ def test_use_distributed_optimizer_is_forced_on_under_adam() -> None:
 
 
 def test_accumulate_allreduce_grads_in_fp32_keeps_fp32_grads_of_bf16_params() -> None:
-    from engine.train.optimizer import wrap_ddp
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.optimizer import wrap_ddp
+    from ppodeck.engine.train.platform import device_scope
 
     def grad_dtypes(fp32: bool) -> set[torch.dtype]:
         flags = {"accumulate_allreduce_grads_in_fp32": fp32}
@@ -342,7 +342,7 @@ def test_accumulate_allreduce_grads_in_fp32_keeps_fp32_grads_of_bf16_params() ->
 
 
 def test_min_lr_and_lr_decay_iters_set_where_the_decay_ends() -> None:
-    from engine.train.optimizer import build_scheduler
+    from ppodeck.engine.train.optimizer import build_scheduler
 
     def final_lr(min_lr: float, lr_decay_iters: int | None = None) -> float:
         settings = TrainSettings.from_args("actor", tiny_args(
@@ -369,7 +369,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _manager(run_dir: Path, **flags: Any) -> Any:  # noqa: ANN401 - a RolloutManager
     """copy-digit, 64 prompts, 16 prompts x 4 samples a rollout, global batch 24."""
-    from engine.rollout.manager import RolloutManager
+    from ppodeck.engine.rollout.manager import RolloutManager
     from tests.rollout.test_manager import tiny_args as manager_args
 
     manager = RolloutManager(manager_args(run_dir, **flags))
@@ -445,8 +445,8 @@ def test_rollout_max_response_len_caps_the_responses(run_dir: Path) -> None:
 # evaluation (engine/rollout/evaluation.py): what is asked of the generator
 # --------------------------------------------------------------------------------------------
 def _eval_calls(**flags: Any) -> list[dict[str, Any]]:  # noqa: ANN401
-    from engine.rollout.evaluation import EvalSet, evaluate_set
-    from engine.rollout.types import GenOut, Prompt
+    from ppodeck.engine.rollout.evaluation import EvalSet, evaluate_set
+    from ppodeck.engine.rollout.types import GenOut, Prompt
 
     args = resolve_values({"rollout_batch_size": 2, "rollout_max_response_len": 8,
                            "rollout_temperature": 1.0, **flags})
@@ -484,8 +484,8 @@ def test_eval_flags_change_what_evaluation_asks_the_generator(flag: str, value: 
 # --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:  # noqa: ANN401
-    from engine.rollout.data import load_tokenizer
-    from engine.rollout.synthetic import prepare_synthetic_task
+    from ppodeck.engine.rollout.data import load_tokenizer
+    from ppodeck.engine.rollout.synthetic import prepare_synthetic_task
 
     return load_tokenizer(prepare_synthetic_task("copy-digit", tmp_path_factory.mktemp("tok"), 4,
                                                  seed=0))
@@ -494,7 +494,7 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:  # noqa: ANN401
 def _prompts(tmp_path: Path, tokenizer: Any, **flags: Any) -> list[Any]:  # noqa: ANN401
     import json
 
-    from engine.rollout.data import PromptOptions, build_prompts, load_records
+    from ppodeck.engine.rollout.data import PromptOptions, build_prompts, load_records
 
     rows = [{"input": "3 7 :", "answer": "3", "alt": "7", "metadata": {"rm_type": "a"},
              "info": {"rm_type": "b"}}]
@@ -546,7 +546,7 @@ class FakeWandb:
 
 def _wandb_start(monkeypatch: pytest.MonkeyPatch, run_dir: Path,
                  **flags: Any) -> FakeWandb:  # noqa: ANN401
-    from engine.driver.tracking import WandbBackend
+    from ppodeck.engine.driver.tracking import WandbBackend
 
     fake = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
@@ -578,7 +578,7 @@ def test_wandb_flags_change_how_the_run_is_started(monkeypatch: pytest.MonkeyPat
 
 
 def test_tb_project_and_experiment_name_the_event_file_directory(tmp_path: Path) -> None:
-    from engine.driver.tracking import tensorboard_dir
+    from ppodeck.engine.driver.tracking import tensorboard_dir
 
     args = resolve_values({"run_dir": str(tmp_path / "run"), "use_tensorboard": True})
     named = {**args, "tb_project_name": "proj", "tb_experiment_name": "exp"}
@@ -588,7 +588,7 @@ def test_tb_project_and_experiment_name_the_event_file_directory(tmp_path: Path)
 
 def test_use_wandb_and_use_tensorboard_start_their_backends(monkeypatch: pytest.MonkeyPatch,
                                                             tmp_path: Path) -> None:
-    from engine.driver import tracking
+    from ppodeck.engine.driver import tracking
 
     monkeypatch.setitem(sys.modules, "wandb", FakeWandb())
     monkeypatch.delenv("TENSORBOARD_DIR", raising=False)
@@ -608,7 +608,7 @@ def test_use_wandb_and_use_tensorboard_start_their_backends(monkeypatch: pytest.
 # --ci-test checks (engine/driver/ci_checks.py) and the SGLang engine arguments
 # --------------------------------------------------------------------------------------------
 def test_ci_disable_flags_turn_their_checks_off() -> None:
-    from engine.driver.ci_checks import CIChecks, CIFailure
+    from ppodeck.engine.driver.ci_checks import CIChecks, CIFailure
 
     bad_kl = {"step_metrics": [{"train/ppo_kl": 0.5, "train/pg_clipfrac": 0.0}]}
     bad_logprobs = {"rollout/log_probs": -1.0, "rollout/rollout_log_probs": -2.0}
@@ -628,7 +628,7 @@ def test_ci_disable_flags_turn_their_checks_off() -> None:
 
 
 def test_sglang_max_running_requests_reaches_the_engine_arguments(tmp_path: Path) -> None:
-    from engine.rollout.sglang_backend import engine_kwargs
+    from ppodeck.engine.rollout.sglang_backend import engine_kwargs
 
     args = resolve_values({"rollout_batch_size": 4, "run_dir": str(tmp_path)})
     default = engine_kwargs(args, "model", random_weights=False)
@@ -644,8 +644,8 @@ def _worker_stub(**flags: Any) -> Any:  # noqa: ANN401
     """A TrainWorker's state for its host-side methods (one rank, no model)."""
     from types import MethodType
 
-    from engine.train.context_parallel import CPLayout
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.context_parallel import CPLayout
+    from ppodeck.engine.train.worker import TrainWorker
 
     worker = SimpleNamespace(
         settings=TrainSettings.from_args("actor", tiny_args(**flags), 1, cuda=False),
@@ -657,7 +657,7 @@ def _worker_stub(**flags: Any) -> Any:  # noqa: ANN401
 
 
 def _samples() -> list[Any]:
-    from engine.train.batching import make_sample
+    from ppodeck.engine.train.batching import make_sample
     from tests.train.worker_harness import tiny_batch
 
     batch = tiny_batch()  # 8 samples of 7..16 tokens, rewards +-1
@@ -685,7 +685,7 @@ def test_advantage_flags_change_the_advantages_trained_on(flags_a: dict, flags_b
 
 def _forward_only_micro_batches(**flags: Any) -> list[int]:  # noqa: ANN401
     """The sizes of the micro-batches the worker's log-prob pass runs over 8 samples."""
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     sizes: list[int] = []
 
@@ -761,7 +761,7 @@ def test_num_rollout_is_how_many_rollouts_the_loop_runs(tmp_path: Path) -> None:
 def _checkpoint_worker(role: str, **flags: Any) -> Any:  # noqa: ANN401
     from types import MethodType
 
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     args = tiny_args(**flags)
     worker = SimpleNamespace(role=role, args=args, ddp="ddp", optimizer="opt", scheduler="sch",
@@ -773,7 +773,7 @@ def _checkpoint_worker(role: str, **flags: Any) -> Any:  # noqa: ANN401
 
 
 def test_save_and_critic_save_are_where_each_role_saves(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.train import checkpoint
+    from ppodeck.engine.train import checkpoint
 
     saved: list[tuple[str, str]] = []
     monkeypatch.setattr(checkpoint, "save_checkpoint",
@@ -791,8 +791,8 @@ def test_load_ref_load_and_critic_load_pick_what_init_loads(
     """--load (a checkpoint with a tracker) resumes, else --ref-load starts the weights; the
     critic loads --critic-load through load_for_critic (a policy checkpoint's fresh value
     head)."""
-    from engine.config.resolve import TRACKER
-    from engine.train import checkpoint
+    from ppodeck.engine.config.resolve import TRACKER
+    from ppodeck.engine.train import checkpoint
 
     calls: list[tuple[str, str]] = []
     monkeypatch.setattr(checkpoint, "has_checkpoint", lambda path: bool(path))
@@ -818,7 +818,7 @@ def test_load_ref_load_and_critic_load_pick_what_init_loads(
 
 def test_hf_checkpoint_and_model_init_pick_the_initial_weights(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.train import worker as worker_module
+    from ppodeck.engine.train import worker as worker_module
 
     def start(**flags: Any) -> str:  # noqa: ANN401
         picked: list[str] = []
@@ -839,7 +839,7 @@ def test_ref_update_interval_copies_the_actor_into_the_ref_every_nth_rollout(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from types import MethodType
 
-    from engine.train import worker as worker_module
+    from ppodeck.engine.train import worker as worker_module
 
     def copied_after(interval: int | None) -> list[int]:
         rollouts: list[int] = []
@@ -881,7 +881,7 @@ def test_num_critic_only_steps_holds_the_actor_back(tmp_path: Path) -> None:
 def test_ray_address_joins_that_cluster_instead_of_a_private_ray(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """roles.py hands --ray-address to start_ray as it is (this is the seam below Ray)."""
-    from engine.driver import cluster
+    from ppodeck.engine.driver import cluster
 
     inits: list[dict[str, Any]] = []
     monkeypatch.setattr(cluster.ray, "init", lambda **kwargs: inits.append(kwargs))

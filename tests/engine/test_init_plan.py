@@ -12,23 +12,23 @@ from typing import Any
 
 import pytest
 
-from engine.config.resolve import resolve_values
-from engine.driver.roles import (
+from ppodeck.engine.config.resolve import resolve_values
+from ppodeck.engine.driver.roles import (
     at_once,
     init_peak_bytes,
     plan_init,
     run_init_steps,
     start_rollout,
 )
-from engine.driver.telemetry import Telemetry
-from engine.events import EventWriter
-from engine.presets import load_preset, resolve_preset
+from ppodeck.engine.driver.telemetry import Telemetry
+from ppodeck.engine.events import EventWriter
+from ppodeck.engine.presets import load_preset, resolve_preset
 
 GIB = 1 << 30
 
 
 def preset_args(name: str = "qwen3-0.6b-ppo-1gpu", **values: Any) -> dict[str, Any]:  # noqa: ANN401
-    from engine.config import resolve
+    from ppodeck.engine.config import resolve
 
     return dict(resolve(resolve_preset(load_preset(name)).with_values(**values)))
 
@@ -60,7 +60,7 @@ def test_sglang_keeps_its_start_first_and_a_small_gpu_keeps_miles_order() -> Non
 
 
 def test_the_switch_and_the_cpu_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.driver.roles as roles
+    import ppodeck.engine.driver.roles as roles
 
     args = preset_args("tiny-cpu")
     assert not plan_init(args, False, 2, env={}).trainers_together  # CPU: shared cores
@@ -132,7 +132,7 @@ def test_run_init_steps_at_once_or_in_miles_order(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Together, the trainers' inits run side by side; in miles' order one after another. Read
     from when each init ran, not from a wall-clock bound (a loaded CI host stretches those)."""
-    import engine.driver.roles as roles
+    import ppodeck.engine.driver.roles as roles
 
     calls: list[str] = []
     spans: dict[str, tuple[float, float]] = {}
@@ -171,7 +171,7 @@ def test_a_failed_model_check_stops_the_trainers_before_they_build(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, together: bool) -> None:
     """The preflight's Megatron config checks run alongside Ray's start: a trainer waits for
     them and never builds a model when they failed; the error is the driver's to report."""
-    import engine.driver.roles as roles
+    import ppodeck.engine.driver.roles as roles
 
     calls: list[str] = []
     monkeypatch.setattr(roles, "init_trainer", lambda group, tm, offload: calls.append(group))

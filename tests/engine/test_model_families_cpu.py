@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.presets import load_preset, resolve_preset
+from ppodeck.engine.presets import load_preset, resolve_preset
 from tests.engine.helpers import driver_log_tail, metric_series, run_preset
 
 # each run: Ray, the driver and the trainers start, 2 rollouts of 128 samples (60-85 s here)
@@ -21,7 +21,7 @@ TOL = 1e-4
 
 
 def preset_args(preset: str) -> dict:
-    from engine.config.resolve import resolve
+    from ppodeck.engine.config.resolve import resolve
 
     return resolve(resolve_preset(load_preset(preset)))
 
@@ -31,9 +31,9 @@ def write_start_checkpoint(root: Path, preset: str) -> Path:
     at their 0/1 init, so a dropped mapping shows), saved with the copy-digit tokenizer."""
     from transformers import AutoModelForCausalLM
 
-    from engine.model.convert import arch_for, hf_config
-    from engine.model.shape import ModelShape
-    from engine.rollout.synthetic import build_copy_digit_tokenizer
+    from ppodeck.engine.model.convert import arch_for, hf_config
+    from ppodeck.engine.model.shape import ModelShape
+    from ppodeck.engine.rollout.synthetic import build_copy_digit_tokenizer
 
     shape = ModelShape.from_args(preset_args(preset))
     torch.manual_seed(0)
@@ -76,9 +76,9 @@ def test_the_run_trains_from_the_hf_checkpoint(family_run) -> None:
 def test_the_saved_checkpoint_converts_back_to_transformers(family_run, megatron) -> None:
     from transformers import AutoModelForCausalLM
 
-    from engine.model.convert import arch_for, hf_to_mcore, load_hf_checkpoint
-    from engine.model.shape import ModelShape
-    from engine.train.checkpoint import convert_torch_dist_to_hf
+    from ppodeck.engine.model.convert import arch_for, hf_to_mcore, load_hf_checkpoint
+    from ppodeck.engine.model.shape import ModelShape
+    from ppodeck.engine.train.checkpoint import convert_torch_dist_to_hf
     from tests.train.test_convert import build_mcore, load_strict, mcore_logits
 
     family, preset, tmp, (rundir, status, _events) = family_run

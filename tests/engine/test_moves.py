@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from engine.config.resolve import resolve
-from engine.driver.offload import OVERLAP_ENV, MovePlan, Moves, plan_moves
-from engine.driver.telemetry import Telemetry
-from engine.events import EventWriter, read_events
-from engine.presets import load_preset, resolve_preset
-from engine.rundir import RunDir
+from ppodeck.engine.config.resolve import resolve
+from ppodeck.engine.driver.offload import OVERLAP_ENV, MovePlan, Moves, plan_moves
+from ppodeck.engine.driver.telemetry import Telemetry
+from ppodeck.engine.events import EventWriter, read_events
+from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.rundir import RunDir
 from tests.engine.test_driver_estimators import FakeRollout
 
 H200 = 143_771_000_832  # NVML's total on the H200
@@ -174,9 +174,9 @@ class LoggedRollout(FakeRollout):
 
 def _run(tmp_path: Path, plan: MovePlan, critic: bool = True,
          **flags: Any) -> tuple[list[str], list[dict]]:  # noqa: ANN401
-    from engine.config.resolve import resolve_values
-    from engine.driver.ppo import StopFlag, train
-    from engine.driver.roles import Roles
+    from ppodeck.engine.config.resolve import resolve_values
+    from ppodeck.engine.driver.ppo import StopFlag, train
+    from ppodeck.engine.driver.roles import Roles
 
     args = resolve_values({"n_samples_per_prompt": 1, "rollout_batch_size": 1,
                            "global_batch_size": 1, "num_rollout": 3, "offload_train": True,

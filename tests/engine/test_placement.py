@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.driver import cluster
+from ppodeck.engine.driver import cluster
 
 A2 = {"actor_num_nodes": 1, "actor_num_gpus_per_node": 2}
 
@@ -20,6 +20,6 @@ A2 = {"actor_num_nodes": 1, "actor_num_gpus_per_node": 2}
     ({"rollout_num_gpus": 3, "debug_rollout_only": True}, (3, 0)),
 ])
 def test_bundle_layout_matches_miles(extra, layout):
-    from engine.config.resolve import resolve_values
+    from ppodeck.engine.config.resolve import resolve_values
 
     assert cluster.bundle_layout(resolve_values({**A2, **extra})) == layout

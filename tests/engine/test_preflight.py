@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from engine.config import RunConfig, check, resolve
-from engine.driver.preflight import preflight
-from engine.presets import BUILTIN_DIR, load_preset, resolve_preset
+from ppodeck.engine.config import RunConfig, check, resolve
+from ppodeck.engine.driver.preflight import preflight
+from ppodeck.engine.presets import BUILTIN_DIR, load_preset, resolve_preset
 from tests.config import test_rules, test_rules_engine
 from tests.conftest import CPU_MACHINE
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.driver.samples_keeper import SamplesKeeper
-from engine.rollout.types import RolloutBatch
-from engine.samples import list_rollouts, read_samples
+from ppodeck.engine.driver.samples_keeper import SamplesKeeper
+from ppodeck.engine.rollout.types import RolloutBatch
+from ppodeck.engine.samples import list_rollouts, read_samples
 from tests.engine.test_driver_estimators import _run
 
 

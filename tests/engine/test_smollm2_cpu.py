@@ -18,8 +18,8 @@ import statistics
 
 import pytest
 
-from engine.config.pypi_files import locate
-from engine.presets import load_preset, resolve_preset
+from ppodeck.engine.config.pypi_files import locate
+from ppodeck.engine.presets import load_preset, resolve_preset
 from tests.engine.helpers import driver_log_tail, metric_series, phase_starts, run_preset
 
 # ~4 min of a 2-core CI run: out of the default suite to keep CI under 20 minutes; run it with

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
 def test_chunk_attention_is_causal_attention_on_the_gpu(cp: int) -> None:
     import torch.nn.functional as F
 
-    from engine.train.context_parallel import chunk_attention, local_positions
+    from ppodeck.engine.train.context_parallel import chunk_attention, local_positions
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     b, heads, groups, seq, d = 2, 32, 8, 1024, 128

@@ -28,7 +28,7 @@ def _case(dtype: torch.dtype, b: int = 64, heads: int = 16, kv: int = 8, slots: 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_kernel_is_the_matmul_maths_at_the_decode_shape(dtype) -> None:  # noqa: ANN001
-    from engine.rollout.decoder.kernels import decode_attention as da
+    from ppodeck.engine.rollout.decoder.kernels import decode_attention as da
 
     assert da.kernel_status(torch.device("cuda")) == (True, "ok")
     case = _case(dtype)
@@ -47,7 +47,7 @@ def test_kernel_is_the_matmul_maths_at_the_decode_shape(dtype) -> None:  # noqa:
 def test_kernel_writes_the_steps_kv_at_the_decode_shape() -> None:
     """new_kv (bf16, batch 64): the kernel writes the step's k/v into slot `index` and
     attends them from registers: the matmul maths' output, and the cache holds them after."""
-    from engine.rollout.decoder.kernels import decode_attention as da
+    from ppodeck.engine.rollout.decoder.kernels import decode_attention as da
 
     case = _case(torch.bfloat16)
     expected = da.attend_by_matmul(**case).float()
@@ -62,7 +62,7 @@ def test_kernel_writes_the_steps_kv_at_the_decode_shape() -> None:
 
 
 def test_kernel_replays_from_a_cuda_graph_with_new_index_and_pads() -> None:
-    from engine.rollout.decoder.kernels import decode_attention as da
+    from ppodeck.engine.rollout.decoder.kernels import decode_attention as da
 
     case = _case(torch.bfloat16)
     da.attend(**case)  # compile outside the capture
@@ -98,8 +98,8 @@ def test_decode_attn_variant_graphs_replay_and_follow_the_reference(features) ->
     log-prob within 5e-2: a near-tie of the random-init model, not a wrong kernel. (A share of
     equal tokens is no measure: one near-tie changes every later token of its row; 789 of 840
     on the H200 for the fused-sampling variant.)"""
-    from engine.rollout.decoder import generate as fg
-    from engine.rollout.decoder.features import REFERENCE, DecodeOptions
+    from ppodeck.engine.rollout.decoder import generate as fg
+    from ppodeck.engine.rollout.decoder.features import REFERENCE, DecodeOptions
     from tests.gpu.test_gpu_smoke import _small_qwen3_bf16
 
     model = _small_qwen3_bf16()
@@ -140,7 +140,7 @@ def test_projection_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
     projection_by_torch, then decode-attn's kernel with its k/v as new_kv against the matmul
     maths: k/v written within two bf16 ulps of RoPE's terms, the output within the one-pass
     kernel's tolerance."""
-    from engine.rollout.decoder.kernels import decode_attention as da
+    from ppodeck.engine.rollout.decoder.kernels import decode_attention as da
 
     case = _case(torch.bfloat16)
     del case["q"]
@@ -170,7 +170,7 @@ def test_projection_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
 def test_gated_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
     """folded-norms' SiLU kernel at batch 64 x 3072 (bf16): SiLU's tail turns a one-ulp
     difference of the scaled gate into 1 + |gate| ulps."""
-    from engine.rollout.decoder.kernels import folded_norms
+    from ppodeck.engine.rollout.decoder.kernels import folded_norms
 
     gen = torch.Generator(device="cuda").manual_seed(2)
     gate_up = (torch.randn(64, 6144, generator=gen, device="cuda") * 4).bfloat16()
@@ -181,7 +181,7 @@ def test_gated_kernel_is_the_torch_maths_at_the_decode_shape() -> None:
 
 
 def _with_features(variant: str, extra: str) -> object:
-    from engine.rollout.decoder.features import parse_variant
+    from ppodeck.engine.rollout.decoder.features import parse_variant
 
     parts = variant.split("+") + [p for p in extra.split("+") if p and p != "default"]
     return parse_variant("+".join(dict.fromkeys(parts)))
@@ -190,7 +190,7 @@ def _with_features(variant: str, extra: str) -> object:
 def test_sampling_kernels_draw_torch_multinomials_tokens_at_the_vocab_size() -> None:
     """fused-sampling's kernels at batch 64 x 151,936 (bf16 logits): the tokens of
     argmax(softmax / noise), the log-softmax of each within 1e-5."""
-    from engine.rollout.decoder.kernels import sampling_kernel as sk
+    from ppodeck.engine.rollout.decoder.kernels import sampling_kernel as sk
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     logits = (torch.randn(64, 151_936, generator=gen, device="cuda") * 4).to(torch.bfloat16)
@@ -207,7 +207,7 @@ def test_cdf_sampling_draws_the_inverse_cdf_token_at_the_vocab_size() -> None:
     """sample_cdf at the decode shape (64 rows x 151,936, bf16) against one fp32 cumulative
     sum over the vocabulary: the same tokens, log-softmax of each; then 4,096 draws of one
     row, each heavy token's share within 4.5 sigma of its probability."""
-    from engine.rollout.decoder.kernels import sampling_kernel as sk
+    from ppodeck.engine.rollout.decoder.kernels import sampling_kernel as sk
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     logits = (torch.randn(64, 151_936, generator=gen, device="cuda") * 4).to(torch.bfloat16)
@@ -236,9 +236,9 @@ def test_the_backend_default_follows_transformers_generate(variant) -> None:  # 
     transformers.generate, greedy in bf16: the same tokens up to each row's first difference,
     and there a near-tie by transformers' own log-probs (teacher-forced, within 5e-2 of the
     token it picked), not a wrong kernel."""
-    from engine.rollout.decoder import generate as fg
-    from engine.rollout.decoder.features import BACKEND_VARIANT
-    from engine.rollout.hf_backend import left_pad
+    from ppodeck.engine.rollout.decoder import generate as fg
+    from ppodeck.engine.rollout.decoder.features import BACKEND_VARIANT
+    from ppodeck.engine.rollout.hf_backend import left_pad
     from tests.gpu.test_gpu_smoke import _small_qwen3_bf16
 
     model = _small_qwen3_bf16()
@@ -267,7 +267,7 @@ def test_the_backend_default_follows_transformers_generate(variant) -> None:  # 
 
 def _teacher_forced(model, rows, tokens) -> torch.Tensor:  # noqa: ANN001
     """log-softmax of `tokens` given the prompt and the tokens before, by transformers."""
-    from engine.rollout.hf_backend import left_pad
+    from ppodeck.engine.rollout.hf_backend import left_pad
 
     full = [r + t for r, t in zip(rows, tokens, strict=True)]
     ids, mask = left_pad(full, 0, torch.device("cuda"))

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
 
 
 def _shape():  # noqa: ANN202
-    from engine.model.shape import ModelShape
+    from ppodeck.engine.model.shape import ModelShape
 
     return ModelShape(num_layers=2, hidden_size=256, ffn_hidden_size=512,
                       num_attention_heads=4, num_query_groups=2, kv_channels=64,
@@ -31,8 +31,8 @@ def _shape():  # noqa: ANN202
 def _build(dtype: torch.dtype, mode: str, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
     """mode: 'layers' (whole layers compiled, the default), 'layers-static' (the same for
     fixed-size micro-batches: the batch dim static), 'ops' (per-op fusion) or 'stock'."""
-    from engine.train.model import build_gpt, fusion_mode, transformer_config
-    from engine.train.platform import Parallelism
+    from ppodeck.engine.train.model import build_gpt, fusion_mode, transformer_config
+    from ppodeck.engine.train.platform import Parallelism
 
     monkeypatch.setenv("PPODECK_FUSED", "0" if mode == "stock" else "1")
     monkeypatch.setenv("PPODECK_COMPILE_LAYERS", "0" if mode == "ops" else "1")
@@ -47,7 +47,7 @@ def _build(dtype: torch.dtype, mode: str, monkeypatch: pytest.MonkeyPatch):  # n
 
 
 def _step(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:  # noqa: ANN001
-    from engine.train.logprobs import token_log_probs
+    from ppodeck.engine.train.logprobs import token_log_probs
 
     model.zero_grad(set_to_none=True)
     positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
@@ -68,8 +68,8 @@ def test_fast_paths_match_the_stock_local_spec_on_cuda(dtype: torch.dtype, mode:
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    from engine.train.fused import FusedRMSNorm
-    from engine.train.layer_compile import layers_compiled
+    from ppodeck.engine.train.fused import FusedRMSNorm
+    from ppodeck.engine.train.layer_compile import layers_compiled
 
     torch._dynamo.reset()
     counters.clear()

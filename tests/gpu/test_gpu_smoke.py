@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.driver.cluster import free_port
+from ppodeck.engine.driver.cluster import free_port
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -27,9 +27,9 @@ def _close(mine: torch.Tensor, theirs: torch.Tensor, rel: float, what: str) -> N
 
 
 def _config(heads: int = 16, groups: int = 8, head_dim: int = 128):  # noqa: ANN202
-    from engine.model.shape import ModelShape
-    from engine.train.model import transformer_config
-    from engine.train.platform import Parallelism
+    from ppodeck.engine.model.shape import ModelShape
+    from ppodeck.engine.train.model import transformer_config
+    from ppodeck.engine.train.platform import Parallelism
 
     shape = ModelShape(num_layers=2, hidden_size=1024, ffn_hidden_size=3072,
                        num_attention_heads=heads, num_query_groups=groups,
@@ -44,7 +44,7 @@ def test_sdpa_attention_matches_stock_in_bf16(megatron) -> None:
     from megatron.core.transformer.enums import AttnMaskType
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from engine.train.attention import SDPADotProductAttention
+    from ppodeck.engine.train.attention import SDPADotProductAttention
 
     _, config = _config()
     kwargs = dict(config=config, layer_number=1, attn_mask_type=AttnMaskType.causal,
@@ -77,7 +77,7 @@ def test_sdpa_attention_matches_stock_in_bf16(megatron) -> None:
 
 
 def test_gpt_logits_with_sdpa_match_stock_in_bf16(megatron, monkeypatch) -> None:
-    from engine.train.model import build_gpt
+    from ppodeck.engine.train.model import build_gpt
 
     shape, config = _config()
     models = {}
@@ -97,9 +97,9 @@ def test_gpt_logits_with_sdpa_match_stock_in_bf16(megatron, monkeypatch) -> None
 def test_fast_generate_graph_replays_the_eager_loop() -> None:
     from transformers import AutoModelForCausalLM
 
-    from engine.model.convert import hf_config
-    from engine.model.shape import ModelShape
-    from engine.rollout.decoder import generate as fg
+    from ppodeck.engine.model.convert import hf_config
+    from ppodeck.engine.model.shape import ModelShape
+    from ppodeck.engine.rollout.decoder import generate as fg
 
     shape = ModelShape(num_layers=4, hidden_size=256, ffn_hidden_size=512,
                        num_attention_heads=8, num_query_groups=4, kv_channels=32,
@@ -125,8 +125,8 @@ def test_fast_generate_graph_replays_the_eager_loop() -> None:
 def _small_qwen3_bf16():  # noqa: ANN202
     from transformers import AutoModelForCausalLM
 
-    from engine.model.convert import hf_config
-    from engine.model.shape import ModelShape
+    from ppodeck.engine.model.convert import hf_config
+    from ppodeck.engine.model.shape import ModelShape
 
     shape = ModelShape(num_layers=4, hidden_size=256, ffn_hidden_size=512,
                        num_attention_heads=8, num_query_groups=4, kv_channels=32,
@@ -148,8 +148,8 @@ def test_fast_generate_variant_graphs_replay_their_eager_loop(features) -> None:
     """Each decoder variant (issue 20): its CUDA graph (sampling inside for graph-sampling,
     the generator registered with it) replays exactly its eager
     loop, greedy and sampled; graph-sampling on today's layers draws today's tokens."""
-    from engine.rollout.decoder import generate as fg
-    from engine.rollout.decoder.features import REFERENCE, DecodeOptions
+    from ppodeck.engine.rollout.decoder import generate as fg
+    from ppodeck.engine.rollout.decoder.features import REFERENCE, DecodeOptions
 
     model = _small_qwen3_bf16()
     options = DecodeOptions(**features)
@@ -174,9 +174,9 @@ def test_compiled_decoder_greedy_tokens_match_the_reference() -> None:
     rounds like eager, but the residual adds are no longer inside the GEMM epilogue), so the
     tolerance of the fused/sdpa logits checks above applies: >= 95%
     of the tokens equal, log-probs within 5e-2 on each row's common prefix."""
-    from engine.rollout.decoder import generate as fg
-    from engine.rollout.decoder import layers
-    from engine.rollout.decoder.features import REFERENCE, DecodeOptions
+    from ppodeck.engine.rollout.decoder import generate as fg
+    from ppodeck.engine.rollout.decoder import layers
+    from ppodeck.engine.rollout.decoder.features import REFERENCE, DecodeOptions
 
     model = _small_qwen3_bf16()
     rows = [[5 + i, 6 + 2 * i, 7 + 3 * i][: 1 + i % 3] for i in range(12)]
@@ -201,8 +201,8 @@ def test_compiled_decoder_greedy_tokens_match_the_reference() -> None:
 def test_hf_rollout_offload_frees_the_gpu_and_generates_the_same_after() -> None:
     """The rollout offload on CUDA: weights to pinned host at copy speed, KV cache and graphs
     freed, and greedy generation identical after onload (the graphs are recaptured)."""
-    from engine.model.shape import ModelShape
-    from engine.rollout.hf_backend import HFGenerator
+    from ppodeck.engine.model.shape import ModelShape
+    from ppodeck.engine.rollout.hf_backend import HFGenerator
 
     shape = ModelShape(num_layers=4, hidden_size=512, ffn_hidden_size=1024,
                        num_attention_heads=8, num_query_groups=4, kv_channels=64,
@@ -230,7 +230,7 @@ def test_tiny_ppo_round_trains_on_cuda() -> None:
     """Critic (values, GAE returns, value steps), then the actor with those values, bf16."""
     import math
 
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
     from tests.train.worker_harness import tiny_args, tiny_batch
 
     args, batch = tiny_args(), tiny_batch()
@@ -255,7 +255,7 @@ def test_tiny_ppo_round_trains_on_cuda() -> None:
 
 
 def test_nvml_sampling_sees_the_gpu() -> None:
-    from engine.machine import nvml_devices
+    from ppodeck.engine.machine import nvml_devices
 
     devices = nvml_devices()
     assert devices, "nvml_devices() returned nothing (is nvidia-ml-py installed?)"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.model.shape import ModelShape
+from ppodeck.engine.model.shape import ModelShape
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -32,7 +32,7 @@ NEW = 24
 
 def actor_export(seed: int) -> dict[str, torch.Tensor]:
     """What the actor's export gives on its GPU: HF names, bf16, no tied lm_head."""
-    from engine.rollout.hf_backend import HFGenerator
+    from ppodeck.engine.rollout.hf_backend import HFGenerator
 
     gen = HFGenerator(SHAPE, "qwen3", device="cuda", dtype=torch.bfloat16, init_seed=seed)
     return {k: v.detach().clone() for k, v in gen.model.state_dict().items()
@@ -48,9 +48,9 @@ def greedy(gen: Any) -> list[list[int]]:  # noqa: ANN401
 def rollout_process(conn: Any) -> None:  # noqa: ANN401
     """The rollout side: per message (IPC handle, packed bytes), load each into its own model
     and answer with the IPC model's weights (host copies), both greedy outputs and timings."""
-    from engine.model.ipc_sync import open_state
-    from engine.model.weight_transfer import unpack
-    from engine.rollout.hf_backend import HFGenerator
+    from ppodeck.engine.model.ipc_sync import open_state
+    from ppodeck.engine.model.weight_transfer import unpack
+    from ppodeck.engine.rollout.hf_backend import HFGenerator
 
     synced = HFGenerator(SHAPE, "qwen3", device="cuda", dtype=torch.bfloat16, init_seed=99)
     packed_ref = HFGenerator(SHAPE, "qwen3", device="cuda", dtype=torch.bfloat16, init_seed=98)
@@ -72,8 +72,8 @@ def rollout_process(conn: Any) -> None:  # noqa: ANN401
 
 
 def test_ipc_sync_is_bit_exact_and_decodes_like_the_packed_path() -> None:
-    from engine.model.ipc_sync import pack_torch_ipc
-    from engine.model.weight_transfer import pack
+    from ppodeck.engine.model.ipc_sync import pack_torch_ipc
+    from ppodeck.engine.model.weight_transfer import pack
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()

@@ -9,8 +9,8 @@ import psutil
 import pytest
 import torch
 
-from engine.model.offload import StorageOffloader
-from engine.model.pinned import PAGE, pinned_buffers
+from ppodeck.engine.model.offload import StorageOffloader
+from ppodeck.engine.model.pinned import PAGE, pinned_buffers
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(120),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -25,7 +25,7 @@ def page_locked(tensor: torch.Tensor) -> bool:
     registered memory reads False there, though copies from it run at the pinned rate."""
     import ctypes
 
-    from engine.model.pinned import _maps
+    from ppodeck.engine.model.pinned import _maps
 
     paths = dict.fromkeys(line.split()[-1] for line in _maps() if "libcudart" in line)
     assert paths, "no libcudart loaded in this process"
@@ -71,7 +71,7 @@ def test_offloader_round_trip_through_one_exact_slab() -> None:
 
 
 def test_backup_is_pinned_and_exact() -> None:
-    from engine.train.weights import backup, restore
+    from ppodeck.engine.train.weights import backup, restore
 
     model = torch.nn.Linear(300, 200, device="cuda", dtype=torch.bfloat16)
     saved = backup(model)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.model.shape import ModelShape
-from engine.rollout.hf_backend import HFGenerator
+from ppodeck.engine.model.shape import ModelShape
+from ppodeck.engine.rollout.hf_backend import HFGenerator
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

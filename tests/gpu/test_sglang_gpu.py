@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.model.shape import ModelShape
+from ppodeck.engine.model.shape import ModelShape
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
@@ -39,7 +39,7 @@ TIE_NATS = 0.05  # a greedy pick may be any token within this of the reference's
 
 
 def backend_args(run_dir: str) -> dict[str, Any]:
-    from engine.config.resolve import resolve_values
+    from ppodeck.engine.config.resolve import resolve_values
 
     return {**resolve_values({}), "bf16": True, "colocate": True, "offload_rollout": True,
             "actor_num_nodes": 1, "actor_num_gpus_per_node": 1,
@@ -50,7 +50,7 @@ def backend_args(run_dir: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def sglang_gen() -> Iterator[Any]:
-    from engine.rollout import sglang_backend as sb
+    from ppodeck.engine.rollout import sglang_backend as sb
 
     args = backend_args(tempfile.mkdtemp(prefix="sglang-gpu-test-"))
     model_path, random_weights = sb.model_dir(SHAPE, "qwen3", args)
@@ -63,7 +63,7 @@ def sglang_gen() -> Iterator[Any]:
 
 def hf_actor(seed: int) -> Any:  # noqa: ANN401
     """The hf backend with its own random weights (seeded): the reference and their source."""
-    from engine.rollout.hf_backend import HFGenerator
+    from ppodeck.engine.rollout.hf_backend import HFGenerator
 
     return HFGenerator(SHAPE, "qwen3", device="cuda", dtype=torch.bfloat16, init_seed=seed)
 
@@ -124,7 +124,7 @@ def test_generate_returns_tokens_and_log_probs(sglang_gen) -> None:
 
 
 def test_weight_push_changes_outputs_and_reproduces_the_actor(sglang_gen) -> None:
-    from engine.model.weight_transfer import pack_cuda_ipc
+    from ppodeck.engine.model.weight_transfer import pack_cuda_ipc
 
     rows = prompts(1)
     first, second = hf_actor(11), hf_actor(12)

@@ -30,7 +30,7 @@ def _error(got: torch.Tensor, exact: torch.Tensor) -> float:
 
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 def test_as_close_to_fp32_maths_as_cublas(n: int, k: int) -> None:
-    from engine.rollout.decoder.kernels import skinny_gemm
+    from ppodeck.engine.rollout.decoder.kernels import skinny_gemm
 
     assert skinny_gemm.kernel_status(torch.device("cuda")) == (True, "ok")
     x, weight = _inputs(n, k)
@@ -47,7 +47,7 @@ def test_as_close_to_fp32_maths_as_cublas(n: int, k: int) -> None:
 
 
 def test_replays_from_a_cuda_graph_with_new_inputs() -> None:
-    from engine.rollout.decoder.kernels import skinny_gemm
+    from ppodeck.engine.rollout.decoder.kernels import skinny_gemm
 
     n, k = SHAPES[3]  # down: the deepest split-K
     x, weight = _inputs(n, k)

@@ -9,11 +9,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app.cli import health as cli_health
-from engine.events import encode_event
-from engine.launch import prepare_run
-from engine.presets import load_preset, resolve_preset
-from engine.rundir import RunDir, write_status
+from ppodeck.app.cli import health as cli_health
+from ppodeck.engine.events import encode_event
+from ppodeck.engine.launch import prepare_run
+from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.rundir import RunDir, write_status
 from tests.health.streams import stream
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.tui.app import PPODeckApp
-from app.tui.messages import TailEnded
-from app.tui.screens.monitor import MonitorScreen
-from app.tui.widgets.health import HealthPanel, HealthStrip
-from engine.health import HEALTH_FILE, judge_run
+from ppodeck.app.tui.app import PPODeckApp
+from ppodeck.app.tui.messages import TailEnded
+from ppodeck.app.tui.screens.monitor import MonitorScreen
+from ppodeck.app.tui.widgets.health import HealthPanel, HealthStrip
+from ppodeck.engine.health import HEALTH_FILE, judge_run
 from tests.health.streams import stream
 from tests.health.test_run_health import EV_NEGATIVE, make_run
 from tests.tui.conftest import tui_env as tui_env  # the TUI tests' dirs and env
@@ -47,7 +47,7 @@ async def test_a_healthy_run_says_so(tui_env: Path) -> None:
 
 
 async def test_s_saves_a_screenshot_and_sub_second_phases_read_in_ms(tui_env: Path) -> None:
-    from app.tui.widgets.phase_timeline import PhaseTimeline, short_seconds
+    from ppodeck.app.tui.widgets.phase_timeline import PhaseTimeline, short_seconds
 
     assert (short_seconds(0.49), short_seconds(2.54), short_seconds(37.2)) == (
         "490ms", "3s", "37s")
@@ -70,9 +70,9 @@ async def test_s_saves_a_screenshot_and_sub_second_phases_read_in_ms(tui_env: Pa
 
 
 async def test_runs_list_marks_runs_and_compares_them(tui_env: Path) -> None:
-    from app.tui.screens.compare import CompareScreen
-    from app.tui.screens.runs import RunsScreen
-    from app.tui.widgets.metric_chart import MetricChart
+    from ppodeck.app.tui.screens.compare import CompareScreen
+    from ppodeck.app.tui.screens.runs import RunsScreen
+    from ppodeck.app.tui.widgets.metric_chart import MetricChart
 
     make_run(tui_env / "runs", stream(6))
     make_run(tui_env / "runs", stream(9, bend={"rollout/raw_reward": lambda r, s: 0.5}))

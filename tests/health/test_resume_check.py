@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import resolve
-from engine.config.resolve import TRACKER
-from engine.launch import LaunchError, prepare_resume, prepare_run
-from engine.presets import load_preset, resolve_preset
-from engine.resume_check import (
+from ppodeck.engine.config import resolve
+from ppodeck.engine.config.resolve import TRACKER
+from ppodeck.engine.launch import LaunchError, prepare_resume, prepare_run
+from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.resume_check import (
     CheckpointIntegrityError,
     check_or_raise,
     light_problems,
     load_sources,
     preflight_problems,
 )
-from engine.rundir import write_status
+from ppodeck.engine.rundir import write_status
 
 
 def fake_checkpoint(root: Path, *iterations: int, tracker: str | None = None,
@@ -104,9 +104,9 @@ def saved(tmp_path_factory):
     pytest.importorskip("megatron.core")
     import torch.distributed as dist
 
-    from engine.driver.cluster import free_port
-    from engine.train.checkpoint import save_checkpoint
-    from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
+    from ppodeck.engine.driver.cluster import free_port
+    from ppodeck.engine.train.checkpoint import save_checkpoint
+    from ppodeck.engine.train.platform import Parallelism, init_distributed, shutdown_distributed
     from tests.train.test_checkpoint import build
 
     root = tmp_path_factory.mktemp("real")

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from engine.health import (
+from ppodeck.engine.health import (
     HealthConfigError,
     HealthJudge,
     RunFacts,
@@ -15,7 +15,7 @@ from engine.health import (
     parse_health_table,
     worst_level,
 )
-from engine.health_config import RULES
+from ppodeck.engine.health_config import RULES
 from tests.health.streams import T0, stream
 
 FACTS = RunFacts(clip_grad=1.0, num_critic_only_steps=1, rollout_max_response_len=8,

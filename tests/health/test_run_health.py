@@ -12,9 +12,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app.cli import health as cli_health
-from engine.events import encode_event
-from engine.health import (
+from ppodeck.app.cli import health as cli_health
+from ppodeck.engine.events import encode_event
+from ppodeck.engine.health import (
     HEALTH_FILE,
     judge_run,
     record,
@@ -23,9 +23,9 @@ from engine.health import (
     run_thresholds,
     snapshot_thresholds,
 )
-from engine.launch import prepare_run
-from engine.presets import load_preset, resolve_preset
-from engine.rundir import RunDir, write_status
+from ppodeck.engine.launch import prepare_run
+from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.rundir import RunDir, write_status
 from tests.health.streams import stream
 from tests.runs.conftest import fake_driver as fake_driver  # the fake driver seam
 
@@ -101,7 +101,7 @@ def test_thresholds_come_from_the_snapshot_then_the_preset(tmp_path) -> None:
 
 
 def test_a_preset_health_table_is_parsed_and_a_bad_one_refused(tmp_path) -> None:
-    from engine.presets import PresetError, read_preset_file
+    from ppodeck.engine.presets import PresetError, read_preset_file
 
     good = tmp_path / "p.toml"
     good.write_text('name = "p"\n[flags]\nlr = 1e-6\n[health]\nclipfrac-max = 0.4\n')
@@ -113,7 +113,7 @@ def test_a_preset_health_table_is_parsed_and_a_bad_one_refused(tmp_path) -> None
 
 
 def test_tail_shows_health_lines_and_runs_ls_a_health_column(runs_dir) -> None:
-    from app.cli import runs as cli_runs
+    from ppodeck.app.cli import runs as cli_runs
 
     runs_dir.mkdir()
     app = typer.Typer()
@@ -134,8 +134,8 @@ def test_tail_shows_health_lines_and_runs_ls_a_health_column(runs_dir) -> None:
 
 def test_run_keeps_the_preset_health_table_with_the_run(runs_dir, tmp_path, fake_driver
                                                           ) -> None:
-    from app.cli import runs as cli_runs
-    from engine.rundir import read_status
+    from ppodeck.app.cli import runs as cli_runs
+    from ppodeck.engine.rundir import read_status
     from tests.runs.helpers import wait_for_state
 
     app = typer.Typer()
@@ -154,7 +154,7 @@ def test_run_keeps_the_preset_health_table_with_the_run(runs_dir, tmp_path, fake
 
 
 def test_a_standalone_export_keeps_the_health_table_of_the_chain(tmp_path) -> None:
-    from engine.presets import export_preset, parse_preset_text, read_preset_file
+    from ppodeck.engine.presets import export_preset, parse_preset_text, read_preset_file
 
     child = tmp_path / "child.toml"
     child.write_text('name = "child"\nextends = "tiny-cpu"\n[health]\nhang-minutes = 90\n'

@@ -38,7 +38,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     script = venv / "bin" / "ppodeck"
     script.write_text(f"#!{venv / 'bin' / 'python'}\n"
-                      "import sys\nfrom app.tui.entry import main\nsys.exit(main())\n")
+                      "import sys\nfrom ppodeck.app.tui.entry import main\nsys.exit(main())\n")
     script.chmod(0o755)
     return venv / "bin"
 
@@ -54,9 +54,34 @@ def _ppodeck(bin_dir: Path, cwd: Path, *args: str, timeout: float = 120
 
 def test_the_installed_code_is_the_wheels(installed: Path, tmp_path: Path) -> None:
     where = subprocess.run([str(installed / "python"), "-c",
-                            "import engine, app; print(engine.__file__); print(app.__file__)"],
+                            "import ppodeck.engine, ppodeck.app; print(ppodeck.engine.__file__);"
+                            " print(ppodeck.app.__file__)"],
                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert str(ROOT) not in where and "site-packages" in where
+
+
+def test_the_wheel_claims_no_generic_top_level_name(installed: Path, tmp_path: Path) -> None:
+    """Only `ppodeck` is installed at the top level, so another distribution's `app` and
+    `engine` packages in the same environment break neither it nor PPO Deck."""
+    site = next((installed.parent / "lib").glob("python3*/site-packages"))
+    top_level = {p.name for p in site.iterdir() if (p / "__init__.py").is_file()}
+    assert top_level == {"ppodeck"}
+    for other in ("app", "engine"):  # what another distribution would install
+        (site / other).mkdir()
+        (site / other / "__init__.py").write_text(f"OWNER = 'another {other}'\n")
+    try:
+        theirs = subprocess.run([str(installed / "python"), "-c",
+                                 "import app, engine; print(app.OWNER, '/', engine.OWNER)"],
+                                cwd=tmp_path, capture_output=True, text=True, check=True)
+        assert theirs.stdout.strip() == "another app / another engine"
+        valid = _ppodeck(installed, tmp_path, "validate", "tiny-cpu")
+        assert valid.returncode == 0, valid.stderr
+        listed = _ppodeck(installed, tmp_path, "presets", "ls")
+        assert "tiny-cpu" in listed.stdout, listed.stderr
+    finally:
+        for other in ("app", "engine"):
+            (site / other / "__init__.py").unlink()
+            (site / other).rmdir()
 
 
 def test_built_ins_and_version_from_the_wheel(installed: Path, tmp_path: Path) -> None:
@@ -81,12 +106,18 @@ def test_a_ray_job_from_the_wheel_ships_the_installed_engine(installed: Path,
                                                              tmp_path: Path) -> None:
     """`run --submit` from an installed PPO Deck uploads the engine package it runs from (the
     wheel's, with its built-in presets), not a checkout's."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
     shipped = subprocess.run(
         [str(installed / "python"), "-c",
-         "from engine.jobs import runtime_env; print(runtime_env('[flags]\\n', {})"
-         "['py_modules'][0])"],
-        cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
-    engine_dir = Path(shipped)
-    assert str(ROOT) not in shipped and "site-packages" in shipped
+         "import sys; from pathlib import Path; from ppodeck.engine import jobs; "
+         "print(jobs.ENGINE_DIR); "
+         "print(jobs.runtime_env('[flags]\\n', {}, Path(sys.argv[1]))['py_modules'][0])",
+         str(staging)], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
+    source, shipped = shipped
+    assert str(ROOT) not in source and "site-packages" in source
+    assert shipped == str(staging / "ppodeck")
+    assert (staging / "ppodeck" / "__init__.py").is_file()
+    engine_dir = Path(shipped) / "engine"
     assert (engine_dir / "jobs.py").is_file() and (engine_dir / "driver" / "ppo.py").is_file()
     assert (engine_dir / "builtin_presets" / "tiny-cpu.toml").is_file()

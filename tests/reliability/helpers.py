@@ -17,12 +17,12 @@ from typing import Any
 
 import psutil
 
-from engine.driver.reaper import group_members, session_members
-from engine.events import read_events
-from engine.rundir import RunDir, read_status
+from ppodeck.engine.driver.reaper import group_members, session_members
+from ppodeck.engine.events import read_events
+from ppodeck.engine.rundir import RunDir, read_status
 
 REPO = Path(__file__).resolve().parents[2]
-PPODECK = [sys.executable, "-m", "app"]  # the console entry point, without relying on PATH
+PPODECK = [sys.executable, "-m", "ppodeck"]  # the console entry point, without relying on PATH
 # What a real CPU run needs: no Hub access, no Ray usage stats or token prompts.
 REAL_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}

@@ -9,7 +9,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import app as ppodeck
+from ppodeck.app.cli import app as ppodeck
 from tests.reliability import helpers
 
 RUNNER = CliRunner()

@@ -9,8 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from engine.presets import load_preset, resolve_preset
-from engine.rundir import RunDir, read_status
+from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.rundir import RunDir, read_status
 from tests.reliability import helpers
 
 RUNS_AT_ONCE = 4
@@ -54,7 +54,7 @@ def test_runs_started_together_get_their_own_directories(runs_dir: Path, isolate
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from engine.presets import save_preset
+    from ppodeck.engine.presets import save_preset
     path, me = Path(sys.argv[1]), int(sys.argv[2])
     text = f"# writer {me}\\n" + ("x" * (1000 * (me + 1)) + "\\n") * 20
     for _ in range(150):

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from engine.rundir import RunDir
+from ppodeck.engine.rundir import RunDir
 from tests.reliability import helpers
 
 

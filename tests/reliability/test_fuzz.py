@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from app.cli import app as ppodeck
-from app.cli.runs import RunProgress, format_event
-from engine.events import follow, read_events
-from engine.runstate import RunState
+from ppodeck.app.cli import app as ppodeck
+from ppodeck.app.cli.runs import RunProgress, format_event
+from ppodeck.engine.events import follow, read_events
+from ppodeck.engine.runstate import RunState
 from tests.config.test_properties import command_tokens, preset_texts, set_items
 from tests.reliability.fuzz_counts import COUNTS
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import app as ppodeck
-from engine.config import RunConfig
-from engine.launch import code_to_run, prepare_run, start_driver
-from engine.rundir import RunDir, read_status
+from ppodeck.app.cli import app as ppodeck
+from ppodeck.engine.config import RunConfig
+from ppodeck.engine.launch import code_to_run, prepare_run, start_driver
+from ppodeck.engine.rundir import RunDir, read_status
 from tests.reliability import helpers
 
 RUNNER = CliRunner()
@@ -51,7 +51,7 @@ EXPECTED_LISTING = [f"  {flag:<31}  {value}" for flag, value in NAMED]  # one al
 
 
 def test_code_a_preset_names_is_listed_exactly(tmp_path: Path, isolated_config: Path) -> None:
-    from engine.presets import load_preset, resolve_preset
+    from ppodeck.engine.presets import load_preset, resolve_preset
 
     config = resolve_preset(load_preset(str(_shared_preset(tmp_path))))
     assert code_to_run(config) == NAMED
@@ -156,8 +156,8 @@ def test_secrets_are_masked_in_every_preview(isolated_config: Path) -> None:
 STAND_IN = textwrap.dedent("""
     import os, subprocess, sys, time
     from pathlib import Path
-    from engine.driver.ppo import start_reaper
-    from engine.rundir import RunDir, write_status
+    from ppodeck.engine.driver.ppo import start_reaper
+    from ppodeck.engine.rundir import RunDir, write_status
     rundir = RunDir(Path(sys.argv[sys.argv.index("--run-dir") + 1]))
     write_status(rundir, state="running", pid=os.getpid(), pgid=os.getpgid(0))
     start_reaper(rundir)
@@ -193,7 +193,7 @@ def test_the_reaper_stops_workers_in_other_groups_and_records_why(runs_dir: Path
     assert not helpers.alive(worker)
     assert not (runs_dir / "PWNED").exists() and not Path("PWNED").exists()
     # the torn line was closed off before the reaper's status event
-    from engine.events import read_events
+    from ppodeck.engine.events import read_events
 
     events, warnings = read_events(rundir.events_jsonl)
     assert events[-1]["kind"] == "status" and events[-1]["state"] == "failed"

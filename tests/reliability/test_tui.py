@@ -13,11 +13,11 @@ import threading
 import time
 from pathlib import Path
 
-from app.tui.app import PPODeckApp
-from app.tui.messages import TailEnded
-from app.tui.screens.monitor import MonitorScreen
-from engine.config import RunConfig
-from engine.launch import prepare_run, start_driver
+from ppodeck.app.tui.app import PPODeckApp
+from ppodeck.app.tui.messages import TailEnded
+from ppodeck.app.tui.screens.monitor import MonitorScreen
+from ppodeck.engine.config import RunConfig
+from ppodeck.engine.launch import prepare_run, start_driver
 from tests.reliability import helpers
 
 
@@ -26,7 +26,7 @@ def _tui_in_pty(run_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[b
     """`run_tui(attach=RUN)` on a real pseudo-terminal; its output is drained in a thread
     (a TUI blocks once the pty buffer is full)."""
     master, slave = pty.openpty()
-    code = f"from app.tui.app import run_tui; run_tui(attach={str(run_path)!r})"
+    code = f"from ppodeck.app.tui.app import run_tui; run_tui(attach={str(run_path)!r})"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=helpers.REPO,
                             env={**env, "TERM": "xterm-256color", "COLUMNS": "120",
                                  "LINES": "40"},

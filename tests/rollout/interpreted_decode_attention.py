@@ -10,11 +10,16 @@ import os
 import pytest
 import torch
 
-from engine.rollout.decoder import generate as fg
-from engine.rollout.decoder.features import BACKEND_VARIANT, REFERENCE, DecodeOptions, parse_variant
-from engine.rollout.decoder.kernels import decode_attention as da
-from engine.rollout.decoder.kernels import sampling_kernel as sk
-from engine.rollout.decoder.static_decoder import StaticDecoder
+from ppodeck.engine.rollout.decoder import generate as fg
+from ppodeck.engine.rollout.decoder.features import (
+    BACKEND_VARIANT,
+    REFERENCE,
+    DecodeOptions,
+    parse_variant,
+)
+from ppodeck.engine.rollout.decoder.kernels import decode_attention as da
+from ppodeck.engine.rollout.decoder.kernels import sampling_kernel as sk
+from ppodeck.engine.rollout.decoder.static_decoder import StaticDecoder
 from tests.rollout.test_decode_attention import SHAPES, cache_case
 from tests.rollout.test_fast_generate import (
     PAD,
@@ -296,7 +301,7 @@ def test_project_heads_is_the_torch_maths(interpreted, dtype, norm, row_scale) -
 def test_gated_kernel_is_the_torch_maths(interpreted, dtype) -> None:  # noqa: ANN001
     """folded_norms.gated over a width that is not a whole number of column blocks (bf16: the
     scaled gate may round one ulp apart, which SiLU's tail turns into 1 + |gate| ulps)."""
-    from engine.rollout.decoder.kernels import folded_norms
+    from ppodeck.engine.rollout.decoder.kernels import folded_norms
 
     gen = torch.Generator().manual_seed(3)
     ffn = folded_norms.BLOCK_F + 40

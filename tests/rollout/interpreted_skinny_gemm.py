@@ -11,9 +11,9 @@ import os
 import pytest
 import torch
 
-from engine.rollout.decoder.features import parse_variant
-from engine.rollout.decoder.kernels import skinny_gemm as sg
-from engine.rollout.decoder.static_decoder import StaticDecoder
+from ppodeck.engine.rollout.decoder.features import parse_variant
+from ppodeck.engine.rollout.decoder.kernels import skinny_gemm as sg
+from ppodeck.engine.rollout.decoder.static_decoder import StaticDecoder
 from tests.rollout.test_fast_generate import (
     ROWS,
     SAMPLINGS,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.rollout.data import (
+from ppodeck.engine.rollout.data import (
     PromptOptions,
     PromptSource,
     build_prompts,
@@ -15,8 +15,8 @@ from engine.rollout.data import (
     load_records,
     load_tokenizer,
 )
-from engine.rollout.synthetic import prepare_synthetic_task
-from engine.rollout.types import Prompt
+from ppodeck.engine.rollout.synthetic import prepare_synthetic_task
+from ppodeck.engine.rollout.types import Prompt
 
 ROWS = [
     {"question": "3 7 1 :", "answer": "3", "info": {"rm_type": "copy-digit", "target_len": 2}},

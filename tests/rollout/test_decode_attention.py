@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.rollout.decoder import generate as fg
-from engine.rollout.decoder.features import VARIANT_ENV, DecodeOptions, parse_variant
-from engine.rollout.decoder.kernels import decode_attention as da
-from engine.rollout.decoder.static_decoder import StaticDecoder
+from ppodeck.engine.rollout.decoder import generate as fg
+from ppodeck.engine.rollout.decoder.features import VARIANT_ENV, DecodeOptions, parse_variant
+from ppodeck.engine.rollout.decoder.kernels import decode_attention as da
+from ppodeck.engine.rollout.decoder.static_decoder import StaticDecoder
 from tests.rollout.interpreter import assert_interpreted_file_passes
 from tests.rollout.test_fast_generate import PAD, assert_follows_reference, tiny_model
 
@@ -152,8 +152,8 @@ def test_the_kernels_compile_for_hopper() -> None:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from engine.rollout.decoder.kernels import folded_norms
-    from engine.rollout.decoder.kernels import sampling_kernel as sk
+    from ppodeck.engine.rollout.decoder.kernels import folded_norms
+    from ppodeck.engine.rollout.decoder.kernels import sampling_kernel as sk
 
     target = GPUTarget("cuda", 90, 32)
     kernel = da._kernel(False)
@@ -222,7 +222,7 @@ def test_the_full_decode_attn_variants_are_the_reference_path(variant) -> None: 
     """The bench's decode-attn combination and the backend's default (compiled's layer
     functions run eagerly by the force_eager stance; the kernels' torch fallbacks on CPU):
     tokens equal today's path."""
-    from engine.rollout.decoder.features import BACKEND_VARIANT
+    from ppodeck.engine.rollout.decoder.features import BACKEND_VARIANT
 
     options = parse_variant(BACKEND_VARIANT if variant == "BACKEND_VARIANT" else variant)
     model = tiny_model("qwen3")

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from engine.config import resolve
-from engine.presets import load_preset, resolve_preset
-from engine.rollout.manager import RolloutManager
+from ppodeck.engine.config import resolve
+from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.rollout.manager import RolloutManager
 
 
 def resolved_tiny(run_dir: Path, **flags: Any) -> dict[str, Any]:  # noqa: ANN401

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.model.shape import ModelShape
-from engine.rollout.decoder import features, kernels, layers, static_decoder
-from engine.rollout.decoder import generate as fg
-from engine.rollout.decoder import sampling as samplers
-from engine.rollout.decoder.features import REFERENCE, DecodeOptions, parse_variant
-from engine.rollout.decoder.kernels import decode_attention
-from engine.rollout.decoder.state import Sampling
+from ppodeck.engine.model.shape import ModelShape
+from ppodeck.engine.rollout.decoder import features, kernels, layers, static_decoder
+from ppodeck.engine.rollout.decoder import generate as fg
+from ppodeck.engine.rollout.decoder import sampling as samplers
+from ppodeck.engine.rollout.decoder.features import REFERENCE, DecodeOptions, parse_variant
+from ppodeck.engine.rollout.decoder.kernels import decode_attention
+from ppodeck.engine.rollout.decoder.state import Sampling
 
 PAD, EOS = 0, 5
 ROWS = [[3, 9, 4, 11], [7], [12, 2, 8], [6, 6]]  # ragged: left padding and positions matter
@@ -22,7 +22,7 @@ ROWS = [[3, 9, 4, 11], [7], [12, 2, 8], [6, 6]]  # ragged: left padding and posi
 def tiny_model(arch: str):  # noqa: ANN201
     from transformers import AutoModelForCausalLM
 
-    from engine.model.convert import hf_config
+    from ppodeck.engine.model.convert import hf_config
 
     shape = ModelShape(num_layers=2, hidden_size=64, ffn_hidden_size=96, num_attention_heads=4,
                        num_query_groups=2, kv_channels=16, vocab_size=48,
@@ -56,7 +56,7 @@ def assert_follows_reference(model, options, atol: float | None = None,  # noqa:
 
 
 def hf_greedy(model, rows: list[list[int]], new: int) -> list[list[int]]:  # noqa: ANN001
-    from engine.rollout.hf_backend import left_pad
+    from ppodeck.engine.rollout.hf_backend import left_pad
 
     ids, mask = left_pad(rows, PAD, torch.device("cpu"))
     with torch.no_grad():
@@ -68,7 +68,7 @@ def hf_greedy(model, rows: list[list[int]], new: int) -> list[list[int]]:  # noq
 
 def teacher_forced_log_probs(model, rows, tokens, temperature):  # noqa: ANN001, ANN201
     """log-softmax(logits / T) of `tokens` given prompt + earlier tokens, by transformers."""
-    from engine.rollout.hf_backend import left_pad
+    from ppodeck.engine.rollout.hf_backend import left_pad
 
     full = [r + t for r, t in zip(rows, tokens, strict=True)]
     ids, mask = left_pad(full, PAD, torch.device("cpu"))

@@ -6,9 +6,9 @@ import statistics
 
 import pytest
 
-from engine.config.resolve import resolve_values
-from engine.rollout.manager import RolloutManager
-from engine.rollout.types import Prompt, Sample
+from ppodeck.engine.config.resolve import resolve_values
+from ppodeck.engine.rollout.manager import RolloutManager
+from ppodeck.engine.rollout.types import Prompt, Sample
 
 
 def _samples(groups: int, n: int) -> list[Sample]:

@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from engine.model.shape import ModelShape
-from engine.rollout.hf_backend import (
+from ppodeck.engine.model.shape import ModelShape
+from ppodeck.engine.rollout.hf_backend import (
     HFGenerator,
     cut_at_eos,
     left_pad,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from engine.rollout.manager import RolloutManager, pick_backend
-from engine.rollout.synthetic import PROMPT_DIGITS
-from engine.rollout.types import RolloutBatch
+from ppodeck.engine.rollout.manager import RolloutManager, pick_backend
+from ppodeck.engine.rollout.synthetic import PROMPT_DIGITS
+from ppodeck.engine.rollout.types import RolloutBatch
 
 TINY_MODEL = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
                   group_query_attention=True, num_query_groups=2, vocab_size=32,
@@ -23,7 +23,7 @@ TINY_MODEL = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attenti
 
 def tiny_args(run_dir: Path, **overrides: Any) -> dict[str, Any]:  # noqa: ANN401
     """The resolved args the driver hands the manager (every key, miles' fallbacks applied)."""
-    from engine.config.resolve import resolve_values
+    from ppodeck.engine.config.resolve import resolve_values
 
     args = dict(TINY_MODEL, synthetic_task="copy-digit", synthetic_num_prompts=64,
                 run_dir=str(run_dir), input_key="prompt", label_key="label",
@@ -99,7 +99,7 @@ def test_same_rollout_id_same_batch_and_next_ids_differ(manager: RolloutManager)
 
 
 def test_rewards_follow_the_reward_function(manager: RolloutManager) -> None:
-    from engine.rollout.rewards import get_reward_fn
+    from ppodeck.engine.rollout.rewards import get_reward_fn
 
     batch = manager.generate(5)
     tok = manager.tokenizer
@@ -162,7 +162,7 @@ def test_flag_rm_type_is_used_when_metadata_has_none(tmp_path: Path) -> None:
     data.write_text("".join(json.dumps({"prompt": f"{d} 1 :", "label": str(d)}) + "\n"
                             for d in range(8)))
     task_dir = tmp_path / "run" / "data" / "copy-digit"
-    from engine.rollout.synthetic import prepare_synthetic_task
+    from ppodeck.engine.rollout.synthetic import prepare_synthetic_task
 
     prepare_synthetic_task("copy-digit", task_dir, 4, seed=0)
     args = tiny_args(tmp_path / "run", synthetic_task=None, prompt_data=str(data),
@@ -200,7 +200,7 @@ def test_a_warm_up_runs_rollout_0s_shapes_once_where_the_decoder_compiles(
     """init(warm_up=True) (the driver starts the trainers alongside) sends rollout 0's prompts
     through the generator once, with rollout 0's sampling, where the decoder compiles at first
     use (CUDA); elsewhere, or without warm_up, nothing runs."""
-    from engine.rollout.hf_backend import HFGenerator
+    from ppodeck.engine.rollout.hf_backend import HFGenerator
 
     seen: list[tuple[int, int, int]] = []
     generate = HFGenerator.generate

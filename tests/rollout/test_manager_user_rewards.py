@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from engine.rollout import manager as manager_module
-from engine.rollout.manager import DATA_STATE_FILE, RolloutManager
+from ppodeck.engine.rollout import manager as manager_module
+from ppodeck.engine.rollout.manager import DATA_STATE_FILE, RolloutManager
 from tests.rollout.test_manager import tiny_args
 from tests.rollout.test_user_rewards import RewardServer
 
@@ -82,7 +82,7 @@ def test_a_custom_reward_is_called_for_every_sample_and_trained_on(tmp_path: Pat
 def data_without_rm_type(tmp_path: Path) -> dict[str, Any]:
     """The copy-digit prompts with no rm_type in their metadata (it would win over --rm-type,
     as in miles), and the task's tokenizer."""
-    from engine.rollout.synthetic import DATA_FILE, prepare_synthetic_task
+    from ppodeck.engine.rollout.synthetic import DATA_FILE, prepare_synthetic_task
 
     task = prepare_synthetic_task("copy-digit", tmp_path / "task", 32, seed=42)
     rows = [json.loads(line) for line in (task / DATA_FILE).read_text().splitlines()]

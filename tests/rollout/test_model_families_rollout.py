@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.model.convert import arch_for, hf_to_mcore, mcore_to_hf, shape_from_hf_config
-from engine.rollout.decoder import generate as fg
-from engine.rollout.hf_backend import HFGenerator
+from ppodeck.engine.model.convert import arch_for, hf_to_mcore, mcore_to_hf, shape_from_hf_config
+from ppodeck.engine.rollout.decoder import generate as fg
+from ppodeck.engine.rollout.hf_backend import HFGenerator
 from tests.rollout.test_fast_generate import PAD, ROWS, hf_greedy
 from tests.train.test_convert_families import tiny_family
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.rollout.rewards import (
+from ppodeck.engine.rollout.rewards import (
     REWARDS,
     answers_match,
     copy_digit_reward,

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import torch
 
-from engine.config.resolve import resolve_values
-from engine.model.shape import ModelShape
-from engine.ports import free_port
-from engine.rollout import sglang_backend as sb
-from engine.rollout.types import GenOut
+from ppodeck.engine.config.resolve import resolve_values
+from ppodeck.engine.model.shape import ModelShape
+from ppodeck.engine.ports import free_port
+from ppodeck.engine.rollout import sglang_backend as sb
+from ppodeck.engine.rollout.types import GenOut
 
 REPO = Path(__file__).resolve().parents[2]
 EOS = 7
@@ -157,7 +157,7 @@ def test_import_does_not_import_sglang(tmp_path: Path) -> None:
     poison = tmp_path / "sglang"
     poison.mkdir()
     (poison / "__init__.py").write_text("raise ImportError('sglang was imported')\n")
-    code = ("import sys; import engine.rollout.sglang_backend as m; "
+    code = ("import sys; import ppodeck.engine.rollout.sglang_backend as m; "
             "assert 'sglang' not in sys.modules; assert m.sglang_importable(); print('ok')")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"},
@@ -195,7 +195,7 @@ def hf_sampling(temperature: float, top_p: float, top_k: int) -> dict[str, Any]:
     """What the hf backend's logits processors do, as SGLang sampling-param values."""
     from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-    from engine.rollout.hf_backend import LogProbRecorder, sampling_processors
+    from ppodeck.engine.rollout.hf_backend import LogProbRecorder, sampling_processors
 
     out = {"temperature": 1.0, "top_p": 1.0, "top_k": -1}
     for proc in sampling_processors(LogProbRecorder(temperature), temperature, top_p, top_k):
@@ -212,7 +212,7 @@ def hf_sampling(temperature: float, top_p: float, top_k: int) -> dict[str, Any]:
                          [(0.8, 0.9, -1), (1.0, 1.0, 20), (0.6, 0.5, 0), (1.0, 1.0, -1)])
 def test_sampling_params_match_the_hf_backend(temperature, top_p, top_k) -> None:
     """The same manager sampling dict filters the same way in SGLang and in the hf backend."""
-    from engine.rollout.hf_backend import generation_config
+    from ppodeck.engine.rollout.hf_backend import generation_config
 
     ours = sb.sampling_params(temperature=temperature, top_p=top_p, top_k=top_k,
                               max_new_tokens=17, eos_token_id=EOS, seed=5)
@@ -275,7 +275,7 @@ def test_generate_rejects_missing_logprobs_and_aborts() -> None:
 # --------------------------------------------------------------------------------------------
 def hf_state_dict() -> dict[str, torch.Tensor]:
     """A real Megatron-named actor state dict through the conversion code (HF names out)."""
-    from engine.model.convert import mcore_to_hf
+    from ppodeck.engine.model.convert import mcore_to_hf
 
     sd = {"embedding.word_embeddings.weight": torch.randn(VOCAB, 32),
           "decoder.final_layernorm.weight": torch.ones(32)}
@@ -505,7 +505,7 @@ def test_split_evenly_and_buckets() -> None:
 # --------------------------------------------------------------------------------------------
 def _receiver(conn: Any) -> None:  # noqa: ANN401
     """Plays SGLang's receiving side: join the group, then receive each named broadcast."""
-    from engine.rollout.sglang_backend import init_custom_process_group
+    from ppodeck.engine.rollout.sglang_backend import init_custom_process_group
 
     group = None
     while True:
@@ -607,7 +607,7 @@ def test_release_resume_report_what_nvml_saw(monkeypatch) -> None:
 
 
 def test_ipc_weights_travel_as_a_flattened_bucket(servers) -> None:
-    from engine.model.weight_transfer import IpcWeights
+    from ppodeck.engine.model.weight_transfer import IpcWeights
 
     gen = generator(servers, tp=2, rollout_num_gpus_per_engine=2)  # one payload per TP rank
     handles = IpcWeights(payload="c2VyaWFsaXplZA==", nbytes=1234, count=3, flatten_seconds=0.0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.rollout.decoder.kernels import skinny_gemm as sg
+from ppodeck.engine.rollout.decoder.kernels import skinny_gemm as sg
 from tests.rollout.interpreter import assert_interpreted_file_passes
 
 SMS = 132  # the H200

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.rollout.rewards import get_reward_fn
-from engine.rollout.synthetic import (
+from ppodeck.engine.rollout.rewards import get_reward_fn
+from ppodeck.engine.rollout.synthetic import (
     DATA_FILE,
     EXAMPLE_ANSWER,
     MAX_VOCAB,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from engine.config.resolve import resolve_values
-from engine.rollout.filters import (
+from ppodeck.engine.config.resolve import resolve_values
+from ppodeck.engine.rollout.filters import (
     DropCounter,
     DynamicFilterOutput,
     FilterError,
@@ -22,8 +22,8 @@ from engine.rollout.filters import (
     check_no_aborted,
     check_reward_nonzero_std,
 )
-from engine.rollout.remote_rm import RemoteRewardError
-from engine.rollout.user_rewards import (
+from ppodeck.engine.rollout.remote_rm import RemoteRewardError
+from ppodeck.engine.rollout.user_rewards import (
     RewardError,
     RewardScorer,
     SampleStatus,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from engine.driver.reaper import group_members
-from engine.rundir import RunDir, read_status
+from ppodeck.engine.driver.reaper import group_members
+from ppodeck.engine.rundir import RunDir, read_status
 
 
 def group_gone(pgid: int, timeout: float = 5.0) -> bool:

@@ -15,9 +15,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app.cli import runs as cli_runs
-from engine.launch import start_driver
-from engine.rundir import RunDir, create_run_dir, read_status, write_status
+from ppodeck.app.cli import runs as cli_runs
+from ppodeck.engine.launch import start_driver
+from ppodeck.engine.rundir import RunDir, create_run_dir, read_status, write_status
 from tests.runs.helpers import group_gone, wait_for_state
 
 
@@ -132,7 +132,7 @@ def test_stop_asks_the_driver_to_stop(app, runner, created_run, fake_driver, mon
 
 
 def test_attach_without_the_tui_says_so(app, runner, finished_run, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "app.tui.app", None)  # import fails
+    monkeypatch.setitem(sys.modules, "ppodeck.app.tui.app", None)  # import fails
     result = runner.invoke(app, ["attach", finished_run.id])
     assert result.exit_code == 2 and "TUI monitor is not available" in result.stderr
     assert f"ppodeck tail {finished_run.id} --follow" in result.stderr
@@ -140,9 +140,9 @@ def test_attach_without_the_tui_says_so(app, runner, finished_run, monkeypatch) 
 
 def test_attach_opens_the_tui_on_the_run(app, runner, finished_run, monkeypatch) -> None:
     opened: list[str] = []
-    fake_tui = types.ModuleType("app.tui.app")
+    fake_tui = types.ModuleType("ppodeck.app.tui.app")
     fake_tui.run_tui = lambda attach: opened.append(attach)
-    monkeypatch.setitem(sys.modules, "app.tui.app", fake_tui)
+    monkeypatch.setitem(sys.modules, "ppodeck.app.tui.app", fake_tui)
     assert runner.invoke(app, ["attach", finished_run.id]).exit_code == 0
     assert opened == [str(finished_run.path)]
 
@@ -232,7 +232,7 @@ def test_second_ctrl_c_kills_the_group(created_run, fake_driver, monkeypatch) ->
 
 @pytest.fixture
 def built_in_preset() -> str:
-    presets = pytest.importorskip("engine.presets")
+    presets = pytest.importorskip("ppodeck.engine.presets")
     presets.load_preset("tiny-cpu")
     return "tiny-cpu"
 
@@ -326,7 +326,7 @@ def test_secrets_reach_the_driver_but_no_file(app, runner, runs_dir, fake_driver
 
 
 def test_the_ppodeck_app_has_the_run_commands(runner) -> None:
-    from app.cli import app as ppodeck
+    from ppodeck.app.cli import app as ppodeck
 
     result = runner.invoke(ppodeck, ["--help"], terminal_width=200)
     for command in ("run", "runs", "tail", "stop", "attach"):

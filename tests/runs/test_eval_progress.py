@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.cli.runs import RunProgress, eval_rewards, format_event
+from ppodeck.app.cli.runs import RunProgress, eval_rewards, format_event
 
 
 def eval_event(step: int, reward: float) -> dict:

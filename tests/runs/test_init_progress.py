@@ -3,7 +3,7 @@ seconds and, for a trainer, where they went."""
 
 from __future__ import annotations
 
-from app.cli.runs import RunProgress, format_event
+from ppodeck.app.cli.runs import RunProgress, format_event
 
 
 def phase(name: str, state: str, parent: str | None = None, **fields: object) -> dict:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.events import read_events
-from engine.launch import (
+from ppodeck.engine.events import read_events
+from ppodeck.engine.launch import (
     REPO_ROOT,
     LaunchError,
     prepare_run,
@@ -22,8 +22,8 @@ from engine.launch import (
     stop_run,
     wait_for_exit,
 )
-from engine.run_secrets import restore_secrets, secret_env, without_secrets
-from engine.rundir import RunDir, read_status, write_status
+from ppodeck.engine.run_secrets import restore_secrets, secret_env, without_secrets
+from ppodeck.engine.rundir import RunDir, read_status, write_status
 from tests.runs.helpers import group_gone, wait_for_state
 
 NASTY = "$(touch pwned-marker); rm -rf ~ `id` | cat > x && echo 'q\"'"
@@ -123,7 +123,7 @@ def test_wait_for_exit_by_pid(created_run: RunDir, fake_driver) -> None:
 
 @pytest.fixture
 def nasty_config():
-    from engine.config import RunConfig
+    from ppodeck.engine.config import RunConfig
 
     return RunConfig({"wandb_project": NASTY, "wandb_key": "s3cret-key", "num_rollout": 2})
 
@@ -137,7 +137,7 @@ def test_secrets_travel_by_environment_not_files(nasty_config) -> None:
 
 
 def test_prepare_run_writes_config_command_and_status(runs_dir, nasty_config) -> None:
-    presets = pytest.importorskip("engine.presets")
+    presets = pytest.importorskip("ppodeck.engine.presets")
 
     rundir = prepare_run(nasty_config, "smoke")
     command = rundir.command_txt.read_text()
@@ -153,7 +153,7 @@ def test_prepare_run_writes_config_command_and_status(runs_dir, nasty_config) ->
 
 
 def test_prepare_run_never_reuses_a_non_empty_dir(tmp_path, nasty_config) -> None:
-    pytest.importorskip("engine.presets")
+    pytest.importorskip("ppodeck.engine.presets")
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "events.jsonl").write_text("")
     with pytest.raises(LaunchError, match="not empty"):

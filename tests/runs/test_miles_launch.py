@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.cli.root import app
-from engine.config import to_argv
-from engine.miles_launch import (
+from ppodeck.app.cli.root import app
+from ppodeck.engine.config import to_argv
+from ppodeck.engine.miles_launch import (
     MilesLaunchError,
     check_miles_root,
     dump_dir,
@@ -17,8 +17,8 @@ from engine.miles_launch import (
     runtime_env_vars,
     secret_job_env,
 )
-from engine.presets import load_preset, resolve_preset
-from engine.rundir import RunDir
+from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.rundir import RunDir
 
 STANDIN = Path(__file__).resolve().parents[1] / "miles_standin"
 
@@ -91,7 +91,7 @@ def test_run_engine_miles_refuses_what_cannot_start(tmp_path, runs_dir) -> None:
     assert no_root.exit_code == 2 and "--miles-root" in no_root.stderr
     bad = runner.invoke(app, ["run", "tiny-cpu", "--engine", "nope"])
     assert bad.exit_code == 2 and "unknown engine" in bad.stderr
-    from engine.config.rules_engine import this_machine
+    from ppodeck.engine.config.rules_engine import this_machine
 
     if this_machine().gpus == 0:  # a CPU machine: miles cannot run here, nothing is created
         no_gpus = runner.invoke(app, ["run", "tiny-cpu", "--engine", "miles", "--miles-root",
@@ -103,7 +103,7 @@ def test_run_engine_miles_refuses_what_cannot_start(tmp_path, runs_dir) -> None:
 
 
 def test_the_tui_launch_refuses_what_miles_would(tmp_path, runs_dir) -> None:
-    from engine.miles_launch import launch
+    from ppodeck.engine.miles_launch import launch
 
     with pytest.raises(MilesLaunchError, match="miles.ref_load_missing"):
         launch(tiny(advantage_estimator="grpo", kl_coef=0.1), "tiny-cpu", STANDIN,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from app.cli.runs import RunProgress
-from engine.events import EventWriter, read_events
-from engine.runstate import RunState
+from ppodeck.app.cli.runs import RunProgress
+from ppodeck.engine.events import EventWriter, read_events
+from ppodeck.engine.runstate import RunState
 
 EV = "critic/explained_variance"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import rundir as rundir_module
-from engine.rundir import (
+from ppodeck.engine import rundir as rundir_module
+from ppodeck.engine.rundir import (
     RunDir,
     RunNotFound,
     create_run_dir,

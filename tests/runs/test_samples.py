@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import samples as S
-from engine.samples import SampleRecord
+from ppodeck.engine import samples as S
+from ppodeck.engine.samples import SampleRecord
 
 
 def record(rollout_id: int = 0, index: int = 0, length: int = 3, **extra: object) -> SampleRecord:

@@ -30,7 +30,7 @@ def _batch() -> Any:  # noqa: ANN401 - a RolloutBatch
 
 
 def _scenarios(rank: int, world: int, ports: list[int]) -> dict[str, Any]:
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     def worker(role: str, port: int, **flags: Any) -> TrainWorker:
         w = TrainWorker(role, rank, world, "127.0.0.1", ports[port], tiny_args(**flags))
@@ -227,7 +227,7 @@ def test_seed_zero_reaches_the_random_init(results: dict) -> None:
 
 
 def _per_token_dp(rank: int, world: int, ports: list[int]) -> dict[str, Any]:
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     flags = {**PLAIN, "calculate_per_token_loss": True}
     critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], tiny_args(**flags))

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.model.shape import ModelShape
+from ppodeck.engine.model.shape import ModelShape
 
 TOL = 1e-5  # of each tensor's largest entry: fp32 sums of O(10) gradients differ by ulps
 
@@ -23,8 +23,8 @@ SHAPE = ModelShape(num_layers=2, hidden_size=64, ffn_hidden_size=96, num_attenti
 
 
 def build(monkeypatch: pytest.MonkeyPatch, attention: str) -> torch.nn.Module:
-    from engine.train.model import build_gpt, transformer_config
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.train.model import build_gpt, transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
     monkeypatch.setenv("PPODECK_ATTENTION", attention)
     with device_scope():
@@ -39,7 +39,7 @@ def core_attention_types(model: torch.nn.Module) -> set[str]:
 
 def forward_backward(model: torch.nn.Module, ids: torch.Tensor,
                      mask: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.platform import device_scope
 
     model.zero_grad(set_to_none=True)
     position_ids = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
@@ -90,9 +90,9 @@ def test_module_matches_stock_per_tp_rank(megatron, tp) -> None:
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
 
-    from engine.train.attention import SDPADotProductAttention
-    from engine.train.model import transformer_config
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.train.attention import SDPADotProductAttention
+    from ppodeck.engine.train.model import transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
     with device_scope():
         config = transformer_config(SHAPE, Parallelism(), bf16=False)
@@ -136,9 +136,9 @@ def test_module_matches_stock_per_tp_rank(megatron, tp) -> None:
 def test_fully_masked_rows_stay_finite(megatron) -> None:
     from megatron.core.transformer.enums import AttnMaskType
 
-    from engine.train.attention import SDPADotProductAttention
-    from engine.train.model import transformer_config
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.train.attention import SDPADotProductAttention
+    from ppodeck.engine.train.model import transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
     with device_scope():
         config = transformer_config(SHAPE, Parallelism(), bf16=False)
@@ -152,7 +152,7 @@ def test_fully_masked_rows_stay_finite(megatron) -> None:
 
 
 def test_attention_choice_env(monkeypatch) -> None:
-    from engine.train.attention import attention_choice
+    from ppodeck.engine.train.attention import attention_choice
 
     monkeypatch.delenv("PPODECK_ATTENTION", raising=False)
     assert attention_choice() == "sdpa"
@@ -171,9 +171,9 @@ def test_compiles_without_a_graph_break_and_no_recompile_for_new_lengths(megatro
     from megatron.core.transformer.enums import AttnMaskType
     from torch._dynamo.utils import counters
 
-    from engine.train.attention import SDPADotProductAttention
-    from engine.train.model import transformer_config
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.train.attention import SDPADotProductAttention
+    from ppodeck.engine.train.model import transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
     with device_scope():
         config = transformer_config(SHAPE, Parallelism(), bf16=False)

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from engine.train.bridge import INSTALL_HINT, BridgeUnavailable, auto_bridge
+from ppodeck.engine.train.bridge import INSTALL_HINT, BridgeUnavailable, auto_bridge
 
 
 @pytest.mark.skipif(importlib.util.find_spec("megatron.bridge") is not None,
@@ -20,9 +20,9 @@ def test_bridge_mode_without_megatron_bridge_names_the_install_and_the_alternati
 
 
 def test_worker_refuses_bridge_mode_before_building_anything(monkeypatch):
-    from engine.config import resolve
-    from engine.presets import load_preset, resolve_preset
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.config import resolve
+    from ppodeck.engine.presets import load_preset, resolve_preset
+    from ppodeck.engine.train.worker import TrainWorker
 
     if importlib.util.find_spec("megatron.bridge") is not None:
         pytest.skip("Megatron-Bridge is installed here")

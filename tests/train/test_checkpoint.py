@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.driver.cluster import free_port
-from engine.model.shape import ModelShape
-from engine.train.checkpoint import (
+from ppodeck.engine.driver.cluster import free_port
+from ppodeck.engine.model.shape import ModelShape
+from ppodeck.engine.train.checkpoint import (
     CRITIC_HEAD_NOTE,
     RELEASE,
     TRACKER,
@@ -44,8 +44,8 @@ def build(role: str = "actor", shape: ModelShape = SHAPE, *, dist_opt: bool = Tr
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-    from engine.train.model import build_gpt, transformer_config
-    from engine.train.platform import Parallelism, device, device_scope
+    from ppodeck.engine.train.model import build_gpt, transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device, device_scope
 
     torch.manual_seed(seed)
     with device_scope():
@@ -70,7 +70,7 @@ def build(role: str = "actor", shape: ModelShape = SHAPE, *, dist_opt: bool = Tr
 
 def train_step(ddp, optimizer, scheduler) -> None:  # noqa: ANN001
     """One optimizer step on random tokens (draws from the torch RNG, like dropout would)."""
-    from engine.train.platform import device, device_scope
+    from ppodeck.engine.train.platform import device, device_scope
 
     ids = torch.randint(0, SHAPE.vocab_size, (2, 8)).to(device())
     with device_scope():
@@ -105,7 +105,7 @@ def after_resume(ddp, optimizer, scheduler) -> dict[str, object]:  # noqa: ANN00
     """What must be identical between the saving process and a resumed one."""
     state = {"weights": weights(ddp), "optim": optimizer_state(optimizer),
              "lr": optimizer.param_groups[0]["lr"], "sched": scheduler.state_dict()}
-    from engine.train.platform import device
+    from ppodeck.engine.train.platform import device
 
     # CPU draws, and CUDA draws on a GPU machine (on CPU both come from the CPU generator)
     state["draws"] = torch.cat([torch.rand(4), torch.rand(4, device=device()).cpu()])
@@ -125,7 +125,7 @@ def assert_same(got: dict, want: dict) -> None:
 
 def resume_child(ckpt_root: str, expect_path: str, port: int, bf16: bool = False) -> None:
     """Runs in a fresh interpreter: build differently seeded models, load, compare."""
-    from engine.train.platform import Parallelism, init_distributed
+    from ppodeck.engine.train.platform import Parallelism, init_distributed
 
     init_distributed(0, 1, "127.0.0.1", port, Parallelism(), seed=999)
     torch.manual_seed(4321)  # a different RNG position than the saver's
@@ -207,7 +207,7 @@ def test_loads_a_megatron_lm_release(megatron, tmp_path: Path) -> None:
     from megatron.core.transformer.enums import AttnBackend
     from megatron.core.utils import unwrap_model
 
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.platform import device_scope
 
     ddp, _, _ = build(dist_opt=False, seed=2)
     (tmp_path / RELEASE).mkdir()
@@ -258,7 +258,7 @@ def test_a_write_error_on_a_disk_left_full_is_a_disk_full_error(
     named disk full; with space left, the error is the writer's own."""
     from megatron.core.dist_checkpointing.strategies import filesystem_async
 
-    from engine.train import checkpoint
+    from ppodeck.engine.train import checkpoint
 
     ddp, optimizer, scheduler = build(dist_opt=False)
 
@@ -281,7 +281,7 @@ def test_a_write_error_on_a_disk_left_full_is_a_disk_full_error(
 
 def test_disk_too_small_refuses_before_writing(megatron, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.train import checkpoint
+    from ppodeck.engine.train import checkpoint
 
     ddp, optimizer, scheduler = build(dist_opt=False)
     monkeypatch.setattr(checkpoint, "_free_bytes", lambda path: 1000)
@@ -302,7 +302,7 @@ def test_shape_mismatch_names_the_flags(megatron, tmp_path: Path) -> None:
 
 
 def _two_rank_worker(rank: int, port: int, root: str) -> None:
-    from engine.train.platform import Parallelism, init_distributed, shutdown_distributed
+    from ppodeck.engine.train.platform import Parallelism, init_distributed, shutdown_distributed
 
     init_distributed(rank, 2, "127.0.0.1", port, Parallelism(), seed=5)
     ddp, optimizer, scheduler = build(dist_opt=True, seed=1)
@@ -391,7 +391,7 @@ def tiny_hf_dir(path: Path, *, tied: bool) -> Path:
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_convert_hf_writes_release_and_skips_rerun(megatron, tmp_path: Path,
                                                    tied: bool) -> None:
-    from engine.model.convert import (
+    from ppodeck.engine.model.convert import (
         arch_for,
         hf_to_mcore,
         load_hf_checkpoint,
@@ -425,7 +425,7 @@ def test_convert_hf_writes_release_and_skips_rerun(megatron, tmp_path: Path,
 
 
 def test_convert_checks_the_run_flags(megatron, tmp_path: Path) -> None:
-    from engine.model.convert import ConversionError
+    from ppodeck.engine.model.convert import ConversionError
 
     hf_dir = tiny_hf_dir(tmp_path / "hf", tied=True)
     with pytest.raises(ConversionError, match="--num-layers 36"):

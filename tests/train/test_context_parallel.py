@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine.train.batching import TrainSample, build_micro_batch
-from engine.train.context_parallel import (
+from ppodeck.engine.train.batching import TrainSample, build_micro_batch
+from ppodeck.engine.train.context_parallel import (
     local_positions,
     rank_lengths,
     scatter_token_rows,
@@ -45,7 +45,7 @@ def test_each_rank_keeps_chunk_r_and_its_mirror() -> None:
 def test_token_budget_counts_what_one_cp_rank_holds() -> None:
     """--max-tokens-per-gpu 12 at CP2: rows of 21 and 22 tokens hold 12 per rank (padded to
     24): they fit one at a time; at CP1 neither fits with another."""
-    from engine.train.batching import plan_micro_batches
+    from ppodeck.engine.train.batching import plan_micro_batches
 
     lengths = [21, 22, 9, 7]
     assert rank_lengths(lengths, 2, 4) == [12, 12, 6, 4]
@@ -102,7 +102,7 @@ def _attention_body(rank: int, world: int, ports: list[int]) -> dict:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from engine.train.context_parallel import cp_attention
+    from ppodeck.engine.train.context_parallel import cp_attention
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{ports[0]}", rank=rank,
                             world_size=world)
@@ -136,7 +136,7 @@ def test_cp_attention_matches_causal_attention_forward_and_backward(tmp_path: Pa
 # --------------------------------------------------------------------------------------------
 def _round(rank: int, world: int, ports: list[int], overrides: dict[str, Any]) -> dict:
     """Critic then actor on one rollout (tests/train/test_worker.py's round, without export)."""
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     args, batch = tiny_args(**overrides), tiny_batch()
     critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
@@ -176,7 +176,7 @@ def _rollouts(rank: int, world: int, ports: list[int], overrides: dict[str, Any]
     """ROLLOUTS rollouts of new samples (different lengths each): the critic trains on all of
     them (its values of each), then the actor (one process group per process at a time; the
     batches do not depend on the actor, so the order changes nothing)."""
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     args = tiny_args(**overrides)
     batches = [tiny_batch(seed=rollout) for rollout in range(ROLLOUTS)]
@@ -229,7 +229,7 @@ def test_three_rollouts_match_one_rank(one_rank_rollouts: list[dict], world: int
 def _save(rank: int, world: int, ports: list[int], root: str, cp: int) -> dict:
     """Train, save, train on (no KL reference: a resume without --ref-load would take the
     loaded weights as its reference)."""
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     batch = tiny_batch()
     values = {i: [0.1] * n for i, n in enumerate(batch.response_lengths)}
@@ -244,7 +244,7 @@ def _save(rank: int, world: int, ports: list[int], root: str, cp: int) -> dict:
 
 
 def _resume(rank: int, world: int, ports: list[int], root: str, cp: int) -> dict:
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     batch = tiny_batch()
     values = {i: [0.1] * n for i, n in enumerate(batch.response_lengths)}
@@ -335,7 +335,7 @@ def test_sequence_parallel_norm_marks_its_weight_for_the_tp_sum() -> None:
     so that finalize_model_grads sums its gradient over TP (each rank saw a slice)."""
     from types import SimpleNamespace
 
-    from engine.train.sequence_parallel import SequenceParallelNorm
+    from ppodeck.engine.train.sequence_parallel import SequenceParallelNorm
 
     config = SimpleNamespace(layernorm_zero_centered_gamma=False,
                              memory_efficient_layer_norm=False, normalization="RMSNorm",
@@ -349,9 +349,9 @@ def test_sequence_parallel_norm_marks_its_weight_for_the_tp_sum() -> None:
 def test_transformer_config_carries_cp_communication_and_sequence_parallelism() -> None:
     """transformer-engine's CP attention (PPODECK_TE=1) reads cp_comm_type from the config:
     --allgather-cp picks all_gather, else p2p; sequence parallelism only with TP > 1."""
-    from engine.model.shape import ModelShape
-    from engine.train.model import transformer_config
-    from engine.train.platform import Parallelism
+    from ppodeck.engine.model.shape import ModelShape
+    from ppodeck.engine.train.model import transformer_config
+    from ppodeck.engine.train.platform import Parallelism
 
     shape = ModelShape.from_args(tiny_args())
     config = transformer_config(shape, Parallelism(tp=2, pp=1, cp=2), bf16=False,
@@ -368,7 +368,7 @@ def test_every_rank_chunk_attention_is_whole_sequence_causal_attention(cp: int) 
     K/V give its rows of plain causal attention (GQA: 4 heads over 2 groups)."""
     import torch.nn.functional as F
 
-    from engine.train.context_parallel import chunk_attention
+    from ppodeck.engine.train.context_parallel import chunk_attention
 
     gen = torch.Generator().manual_seed(1)
     seq, d = 8 * cp, 8

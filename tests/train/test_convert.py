@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.model.convert import (
+from ppodeck.engine.model.convert import (
     CRITIC_HEAD_NOTE,
     ConversionError,
     arch_for,
@@ -18,14 +18,14 @@ from engine.model.convert import (
     mcore_to_hf,
     shape_from_hf_config,
 )
-from engine.model.shape import ModelShape
+from ppodeck.engine.model.shape import ModelShape
 
 TOL = 1e-4
 
 
 def build_mcore(shape: ModelShape, role: str = "actor") -> torch.nn.Module:
-    from engine.train.model import build_gpt, transformer_config
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.train.model import build_gpt, transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
     with device_scope():
         config = transformer_config(shape, Parallelism(), bf16=False)
@@ -39,7 +39,7 @@ def load_strict(model: torch.nn.Module, sd: dict[str, torch.Tensor]) -> None:
 
 
 def mcore_logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.platform import device_scope
 
     seq = ids.shape[1]
     position_ids = torch.arange(seq).unsqueeze(0).expand_as(ids)

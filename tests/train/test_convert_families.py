@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.model.convert import (
+from ppodeck.engine.model.convert import (
     ConversionError,
     arch_for,
     check_shape_matches,
@@ -19,7 +19,7 @@ from engine.model.convert import (
     save_hf_config,
     shape_from_hf_config,
 )
-from engine.model.shape import ModelShape
+from ppodeck.engine.model.shape import ModelShape
 from tests.train.test_convert import build_mcore, load_strict, mcore_logits
 
 TOL = 1e-4
@@ -216,7 +216,7 @@ def test_sglang_config_carries_bias_and_llama3_rope(tmp_path: Path) -> None:
 def test_biases_train_save_and_resume_exactly(megatron, tmp_path: Path) -> None:
     """torch_dist save and resume of a model with q/k/v biases and scaled RoPE: weights (the
     biases among them, trained away from 0), Adam state, scheduler and RNG come back equal."""
-    from engine.train.checkpoint import load_checkpoint, save_checkpoint
+    from ppodeck.engine.train.checkpoint import load_checkpoint, save_checkpoint
     from tests.train.test_checkpoint import SHAPE, after_resume, assert_same, build, train_step
 
     shape = ModelShape(**{**SHAPE.__dict__, "add_qkv_bias": True, "rope_scaling": True,
@@ -240,8 +240,8 @@ def test_biases_train_save_and_resume_exactly(megatron, tmp_path: Path) -> None:
 def test_parameter_counts_include_the_biases(megatron, family: str) -> None:
     """ModelShape.num_params (the worker's log) and check()'s count_params (the memory
     estimate) both count what Megatron builds, q/k/v biases included."""
-    from engine.config.derived import count_params
-    from engine.config.resolve import resolve_values
+    from ppodeck.engine.config.derived import count_params
+    from ppodeck.engine.config.resolve import resolve_values
 
     hf = tiny_family(family, tied=False)
     shape = shape_from_hf_config(hf.config)
@@ -260,7 +260,7 @@ def test_parameter_counts_include_the_biases(megatron, family: str) -> None:
 def test_prepare_conversion_checks_the_feature_flags(megatron, tmp_path: Path) -> None:
     """`ppodeck prepare`'s HF -> torch_dist conversion: flags that change no tensor shape are
     compared with the checkpoint too, and a matching run converts (biases included)."""
-    from engine.train.checkpoint import convert_hf_to_torch_dist, read_tracker
+    from ppodeck.engine.train.checkpoint import convert_hf_to_torch_dist, read_tracker
 
     hf = tiny_family("qwen2")
     hf.save_pretrained(tmp_path / "hf")

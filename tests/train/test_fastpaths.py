@@ -10,7 +10,7 @@ pytestmark = pytest.mark.usefixtures("megatron")
 
 
 def _rows(n_all: int = 12, vocab: int = 50, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    from engine.train.platform import device
+    from ppodeck.engine.train.platform import device
 
     gen = torch.Generator().manual_seed(seed)
     flat = (torch.randn(n_all, vocab, generator=gen) * 3).to(device()).requires_grad_()
@@ -24,7 +24,7 @@ def _rows(n_all: int = 12, vocab: int = 50, seed: int = 0) -> tuple[torch.Tensor
                                                      (True, False), (True, True)])
 def test_fused_rows_match_megatrons_vocab_parallel_maths(temperature: float, compiled: bool,
                                                          every_row: bool) -> None:
-    from engine.train.logprobs import (
+    from ppodeck.engine.train.logprobs import (
         fused_log_probs,
         row_maths,
         scale_logits,
@@ -51,7 +51,7 @@ def test_fused_rows_match_megatrons_vocab_parallel_maths(temperature: float, com
 
 
 def test_fused_path_is_only_taken_on_cuda_and_can_be_turned_off(monkeypatch) -> None:
-    from engine.train import fastpaths, logprobs
+    from ppodeck.engine.train import fastpaths, logprobs
 
     flat = torch.zeros(2, 3)
     assert logprobs.fused_rows_fn(flat) is None  # CPU: the eager path
@@ -61,8 +61,8 @@ def test_fused_path_is_only_taken_on_cuda_and_can_be_turned_off(monkeypatch) -> 
 
 
 def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch) -> None:
-    from engine.train import logprobs
-    from engine.train.fused import CompiledOrEager
+    from ppodeck.engine.train import logprobs
+    from ppodeck.engine.train.fused import CompiledOrEager
 
     def broken_compile(fn, **_):  # noqa: ANN001, ANN202
         def run(*_args):  # noqa: ANN002, ANN202
@@ -80,7 +80,7 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch) -> None
 def test_foreach_grad_norm_and_scale_equal_megatrons_fallbacks() -> None:
     from megatron.core.utils import local_multi_tensor_l2_norm, local_multi_tensor_scale
 
-    from engine.train.fastpaths import foreach_l2_norm, foreach_scale
+    from ppodeck.engine.train.fastpaths import foreach_l2_norm, foreach_scale
 
     gen = torch.Generator().manual_seed(1)
     grads = [torch.randn(shape, generator=gen) for shape in ((3, 4), (7,), (2, 2, 5))]
@@ -107,7 +107,7 @@ def test_grad_kernels_install_and_turn_off(monkeypatch) -> None:
     from megatron.core import utils
     from megatron.core.optimizer import clip_grads
 
-    from engine.train import fastpaths
+    from ppodeck.engine.train import fastpaths
 
     fastpaths.install_grad_kernels()
     assert clip_grads.l2_norm_impl is fastpaths.foreach_l2_norm
@@ -124,10 +124,10 @@ def test_grad_kernels_install_and_turn_off(monkeypatch) -> None:
 def test_batch_first_output_layer_gives_the_same_logits_and_grads(monkeypatch) -> None:
     from megatron.core.tensor_parallel import ColumnParallelLinear
 
-    from engine.model.shape import ModelShape
-    from engine.train.fastpaths import batch_first_output_layer
-    from engine.train.model import build_gpt, transformer_config
-    from engine.train.platform import Parallelism, device, device_scope
+    from ppodeck.engine.model.shape import ModelShape
+    from ppodeck.engine.train.fastpaths import batch_first_output_layer
+    from ppodeck.engine.train.model import build_gpt, transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device, device_scope
 
     shape = ModelShape(num_layers=1, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
                        num_query_groups=2, kv_channels=8, vocab_size=64,
@@ -163,7 +163,7 @@ def test_batch_first_output_layer_gives_the_same_logits_and_grads(monkeypatch) -
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the fused AdamW kernel is CUDA-only")
 def test_fuse_adam_switches_cuda_adamw_groups() -> None:
-    from engine.train.fastpaths import fuse_adam
+    from ppodeck.engine.train.fastpaths import fuse_adam
 
     param = torch.nn.Parameter(torch.zeros(4, device="cuda"))
     opt = torch.optim.AdamW([param])
@@ -178,10 +178,10 @@ def test_fuse_adam_switches_cuda_adamw_groups() -> None:
 def test_direct_linears_give_megatrons_outputs_and_grads(monkeypatch) -> None:
     from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
-    from engine.model.shape import ModelShape
-    from engine.train.fastpaths import DirectColumnLinear, DirectRowLinear, describe
-    from engine.train.model import build_gpt, transformer_config
-    from engine.train.platform import Parallelism, device, device_scope
+    from ppodeck.engine.model.shape import ModelShape
+    from ppodeck.engine.train.fastpaths import DirectColumnLinear, DirectRowLinear, describe
+    from ppodeck.engine.train.model import build_gpt, transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device, device_scope
 
     shape = ModelShape(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
                        num_query_groups=2, kv_channels=8, vocab_size=64,

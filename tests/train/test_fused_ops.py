@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from engine.model.shape import ModelShape
+from ppodeck.engine.model.shape import ModelShape
 
 # Reference tests on CPU, against Megatron's eager maths under the pinned torch (2.13). On a
 # CUDA machine transformer_config() turns the fused ops on by itself and models are built on
@@ -74,7 +74,7 @@ def test_fused_rope_matches_megatron(dtype: torch.dtype, rot_dim: int,
                                      no_compile_warnings: None) -> None:
     from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
 
-    from engine.train.fused import fused_rope
+    from ppodeck.engine.train.fused import fused_rope
 
     gen = torch.Generator().manual_seed(0)
     seq, batch, heads, dim = 11, 2, 3, 16
@@ -102,7 +102,7 @@ def test_fused_rope_matches_megatron(dtype: torch.dtype, rot_dim: int,
 
 
 def test_fused_rope_refuses_interleaved() -> None:
-    from engine.train.fused import fused_rope
+    from ppodeck.engine.train.fused import fused_rope
 
     with pytest.raises(NotImplementedError, match="interleaved"):
         fused_rope(torch.zeros(2, 1, 1, 4), rope_freqs(2, 4), interleaved=True)
@@ -112,7 +112,7 @@ def test_install_fused_rope_fills_only_an_empty_slot(monkeypatch: pytest.MonkeyP
                                                      empty_rope_slot: None) -> None:
     from megatron.core.models.common.embeddings import rope_utils
 
-    from engine.train.fused import fused_rope, install_fused_rope
+    from ppodeck.engine.train.fused import fused_rope, install_fused_rope
 
     monkeypatch.setenv("PPODECK_FUSED", "0")
     assert install_fused_rope() is False
@@ -129,9 +129,9 @@ def test_install_fused_rope_fills_only_an_empty_slot(monkeypatch: pytest.MonkeyP
     assert install_fused_rope() is False
     assert rope_utils.fused_apply_rotary_pos_emb is te_rope
 def test_apply_rope_fusion_config_needs_the_slot_filled(empty_rope_slot: None) -> None:
-    from engine.train.fused import install_fused_rope
-    from engine.train.model import transformer_config
-    from engine.train.platform import Parallelism
+    from ppodeck.engine.train.fused import install_fused_rope
+    from ppodeck.engine.train.model import transformer_config
+    from ppodeck.engine.train.platform import Parallelism
 
     config = transformer_config(SHAPE, Parallelism(), bf16=False)
     with pytest.raises(ValueError, match="apply_rope_fusion is not available"):
@@ -145,9 +145,9 @@ def stock_and_fused_norm(hidden: int, dtype: torch.dtype
                          ) -> tuple[torch.nn.Module, torch.nn.Module]:
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
-    from engine.train.fused import FusedRMSNorm
-    from engine.train.model import transformer_config
-    from engine.train.platform import Parallelism
+    from ppodeck.engine.train.fused import FusedRMSNorm
+    from ppodeck.engine.train.model import transformer_config
+    from ppodeck.engine.train.platform import Parallelism
 
     config = transformer_config(SHAPE, Parallelism(), bf16=False)
     kwargs = dict(config=config, hidden_size=hidden, eps=config.layernorm_epsilon)
@@ -197,9 +197,9 @@ def test_fused_rmsnorm_matches_torch(dtype: torch.dtype, lead: tuple[int, ...],
 
 
 def test_fused_rmsnorm_refuses_what_wrapped_torch_norm_would_not_build() -> None:
-    from engine.train.fused import FusedRMSNorm
-    from engine.train.model import transformer_config
-    from engine.train.platform import Parallelism
+    from ppodeck.engine.train.fused import FusedRMSNorm
+    from ppodeck.engine.train.model import transformer_config
+    from ppodeck.engine.train.platform import Parallelism
 
     layernorm = dataclasses.replace(SHAPE, normalization="LayerNorm")
     config = transformer_config(layernorm, Parallelism(), bf16=False)
@@ -212,7 +212,7 @@ def test_local_spec_norms_swaps_the_four_rmsnorms(monkeypatch: pytest.MonkeyPatc
     from megatron.core.transformer.identity_op import IdentityOp
     from megatron.core.transformer.torch_norm import L2Norm, WrappedTorchNorm
 
-    from engine.train.fused import FusedRMSNorm, local_spec_norms
+    from ppodeck.engine.train.fused import FusedRMSNorm, local_spec_norms
 
     def norms(spec) -> list[type]:  # noqa: ANN001
         attn = spec.submodules.self_attention.submodules
@@ -244,8 +244,8 @@ def test_megatron_fused_swiglu_matches_unfused(dtype: torch.dtype, bias: bool) -
     from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
     from megatron.core.transformer.mlp import MLP, MLPSubmodules
 
-    from engine.train.model import transformer_config
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.train.model import transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
     shape = dataclasses.replace(SHAPE, add_bias_linear=bias)
     base = transformer_config(shape, Parallelism(), bf16=dtype == torch.bfloat16)
@@ -282,9 +282,9 @@ def build_pair(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype = torch.float
                ) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(fused, stock) tiny GPTModels via engine.train.model.build_gpt, same weights. Fused:
     FusedRMSNorm spec, apply_rope_fusion (ours in the slot), bias_activation_fusion."""
-    from engine.train import model as model_mod
-    from engine.train.fused import install_fused_rope, local_spec_norms
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.train import model as model_mod
+    from ppodeck.engine.train.fused import install_fused_rope, local_spec_norms
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
     stock_spec: Callable = model_mod.layer_spec
     bf16 = dtype == torch.bfloat16
@@ -303,7 +303,7 @@ def build_pair(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype = torch.float
 
 def forward_backward(model: torch.nn.Module, ids: torch.Tensor
                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.platform import device_scope
 
     model.zero_grad(set_to_none=True)
     position_ids = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
@@ -317,9 +317,9 @@ def test_fused_gpt_matches_stock_local_spec(monkeypatch: pytest.MonkeyPatch,
                                             no_compile_warnings: None) -> None:
     from megatron.core.models.common.embeddings import rope_utils
 
-    from engine.train import fused as fused_mod
-    from engine.train.fused import FusedRMSNorm
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train import fused as fused_mod
+    from ppodeck.engine.train.fused import FusedRMSNorm
+    from ppodeck.engine.train.platform import device_scope
 
     fused, stock = build_pair(monkeypatch)
     layer = fused.decoder.layers[0]
@@ -365,7 +365,7 @@ def test_fused_gpt_has_the_stock_state_dict_and_checkpoint_keys(
         monkeypatch: pytest.MonkeyPatch, empty_rope_slot: None) -> None:
     from megatron.core.dist_checkpointing.mapping import ShardedTensor
 
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.platform import device_scope
 
     fused, stock = build_pair(monkeypatch)
     assert list(fused.state_dict().keys()) == list(stock.state_dict().keys())
@@ -387,7 +387,7 @@ def test_fused_gpt_has_the_stock_state_dict_and_checkpoint_keys(
 # --- switches and fallbacks --------------------------------------------------------------------
 def test_compile_failure_falls_back_to_eager_once_with_a_warning(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.train import fused as fused_mod
+    from ppodeck.engine.train import fused as fused_mod
 
     def broken_compile(fn, **_):  # noqa: ANN001, ANN202
         def run(*_args):  # noqa: ANN002, ANN202
@@ -408,7 +408,7 @@ def test_compile_failure_falls_back_to_eager_once_with_a_warning(
 
 
 def test_genuine_errors_keep_the_compiled_path() -> None:
-    from engine.train import fused as fused_mod
+    from ppodeck.engine.train import fused as fused_mod
 
     def scale_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return x * w
@@ -423,7 +423,7 @@ def test_genuine_errors_keep_the_compiled_path() -> None:
 
 
 def test_availability_probe_and_env_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.train import fused as fused_mod
+    from ppodeck.engine.train import fused as fused_mod
 
     assert fused_mod.fused_ops_available()  # this machine has a C++ compiler
     monkeypatch.setenv("PPODECK_FUSED", "0")
@@ -443,7 +443,7 @@ def test_availability_probe_and_env_switch(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_disabled_ops_run_the_eager_maths(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.train import fused as fused_mod
+    from ppodeck.engine.train import fused as fused_mod
 
     seen = []
     monkeypatch.setattr(fused_mod._ROPE, "eager", lambda *a: seen.append("eager") or a[0])
@@ -461,8 +461,8 @@ def test_rmsnorm_graphs_stay_few_across_ranks_strides_and_lengths() -> None:
 
     config = TransformerConfig(num_layers=1, hidden_size=32, num_attention_heads=4,
                                normalization="RMSNorm")
-    from engine.train import fused as fused_mod
-    from engine.train.fused import FusedRMSNorm
+    from ppodeck.engine.train import fused as fused_mod
+    from ppodeck.engine.train.fused import FusedRMSNorm
 
     hidden, head = FusedRMSNorm(config, 32), FusedRMSNorm(config, 8)
     torch._dynamo.reset()

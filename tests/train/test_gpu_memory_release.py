@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine.train import worker as worker_module
-from engine.train.worker import TrainWorker
+from ppodeck.engine.train import worker as worker_module
+from ppodeck.engine.train.worker import TrainWorker
 
 
 def _bare_actor(backend: str) -> TrainWorker:
@@ -65,8 +65,8 @@ class _Writer:
 def test_offload_events_carry_host_and_device_leftovers() -> None:
     """Ranks' pinned bytes add up, the device leftovers are the largest rank's; a fallback to
     torch's rounded pinned blocks is warned once per model."""
-    from engine.driver.roles import merge_offload_reports
-    from engine.driver.telemetry import Telemetry
+    from ppodeck.engine.driver.roles import merge_offload_reports
+    from ppodeck.engine.driver.telemetry import Telemetry
 
     rank = {"bytes": 10, "seconds": 1.0, "copy_seconds": 0.5, "pinned_bytes": 4096,
             "pinned_rounded": True, "device_allocated_after": 7, "device_reserved_after": 9}

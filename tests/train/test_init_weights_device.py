@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.train import weights
+from ppodeck.engine.train import weights
 
 DEVICES = ["cpu", pytest.param("cuda", marks=[
     pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.model.ipc_sync import (
+from ppodeck.engine.model.ipc_sync import (
     CUDA_IPC,
     PACKED_HOST,
     TorchIpcWeights,
@@ -22,9 +22,9 @@ from engine.model.ipc_sync import (
     views,
     weight_sync_path,
 )
-from engine.model.shape import ModelShape
-from engine.model.weight_transfer import IpcWeights, pack
-from engine.rollout.hf_backend import HFGenerator
+from ppodeck.engine.model.shape import ModelShape
+from ppodeck.engine.model.weight_transfer import IpcWeights, pack
+from ppodeck.engine.rollout.hf_backend import HFGenerator
 
 ONE_GPU = {"colocate": True, "actor_num_nodes": 1, "actor_num_gpus_per_node": 1,
            "rollout_backend": "hf"}
@@ -131,7 +131,7 @@ def test_rollout_manager_loads_ipc_handles_and_reports_the_path(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The rollout actor's update_weights end to end, short of the CUDA mapping: the event
     names cuda_ipc for handles and packed_host for the packed buffer."""
-    from engine.rollout.manager import RolloutManager
+    from ppodeck.engine.rollout.manager import RolloutManager
     from tests.rollout.test_manager import tiny_args
 
     mgr = RolloutManager(tiny_args(tmp_path, rollout_batch_size=4, global_batch_size=16))
@@ -141,7 +141,7 @@ def test_rollout_manager_loads_ipc_handles_and_reports_the_path(
              if k != "lm_head.weight"}
     handle, _flat = pack_torch_ipc(state, torch.device("cpu"), share=_fake_share,
                                    uuid=lambda _: "GPU-0", synchronize=lambda _: None)
-    monkeypatch.setattr("engine.model.ipc_sync.visible_uuids", lambda: ["GPU-0"])
+    monkeypatch.setattr("ppodeck.engine.model.ipc_sync.visible_uuids", lambda: ["GPU-0"])
     report = mgr.update_weights(handle)
     assert report["path"] == CUDA_IPC and report["bytes"] == sum(t.nbytes for t in state.values())
     assert torch.equal(model.model.embed_tokens.weight, state["model.embed_tokens.weight"])

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("megatron")
 
 
 def _shape():  # noqa: ANN202
-    from engine.model.shape import ModelShape
+    from ppodeck.engine.model.shape import ModelShape
 
     return ModelShape(num_layers=3, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
                       num_query_groups=2, kv_channels=16, vocab_size=128,
@@ -24,8 +24,8 @@ def _shape():  # noqa: ANN202
 
 
 def _pair():  # noqa: ANN202
-    from engine.train.model import build_gpt, transformer_config
-    from engine.train.platform import Parallelism
+    from ppodeck.engine.train.model import build_gpt, transformer_config
+    from ppodeck.engine.train.platform import Parallelism
 
     config = transformer_config(_shape(), Parallelism(), bf16=False)
     eager = build_gpt(_shape(), "actor", config, seed=3)
@@ -45,9 +45,9 @@ def _run(model, batch: int, length: int, seed: int):  # noqa: ANN001, ANN202
 
 
 def test_compiled_layers_match_eager_across_micro_batch_shapes() -> None:
-    from engine.train.fastpaths import describe
-    from engine.train.layer_compile import compile_layers, layers_compiled
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.fastpaths import describe
+    from ppodeck.engine.train.layer_compile import compile_layers, layers_compiled
+    from ppodeck.engine.train.platform import device_scope
 
     with device_scope():
         eager, compiled = _pair()
@@ -68,11 +68,11 @@ def test_fixed_micro_batches_compile_the_batch_dim_static(monkeypatch) -> None:
     """fixed_micro_batches: the layers' batch dim marked static (dynamo then never makes it
     dynamic), the sequence dim dynamic; the numbers still equal eager's across lengths and a
     last, smaller batch, and the log line says which."""
-    from engine.train import model as model_mod
-    from engine.train.fastpaths import describe
-    from engine.train.layer_compile import _mark_tokens_dynamic, compiled_calls
-    from engine.train.model import build_gpt, transformer_config
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.train import model as model_mod
+    from ppodeck.engine.train.fastpaths import describe
+    from ppodeck.engine.train.layer_compile import _mark_tokens_dynamic, compiled_calls
+    from ppodeck.engine.train.model import build_gpt, transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
 
     hidden = torch.zeros(5, 3, 8)
@@ -100,8 +100,8 @@ def test_fixed_micro_batches_compile_the_batch_dim_static(monkeypatch) -> None:
 
 
 def test_a_compile_failure_runs_every_layer_eager_with_one_warning(monkeypatch) -> None:
-    from engine.train.layer_compile import compile_layers
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.layer_compile import compile_layers
+    from ppodeck.engine.train.platform import device_scope
 
     def broken_compile(fn, **_):  # noqa: ANN001, ANN202
         def run(*_args, **_kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -121,7 +121,7 @@ def test_a_compile_failure_runs_every_layer_eager_with_one_warning(monkeypatch) 
 
 
 def test_the_switch_picks_layers_ops_or_none(monkeypatch) -> None:
-    from engine.train import model
+    from ppodeck.engine.train import model
 
     monkeypatch.setattr(model, "fused_layer_ops", lambda: True)
     assert model.fusion_mode() == "layers"

@@ -11,8 +11,15 @@ from typing import Any
 import pytest
 import torch
 
-from engine.model import pinned
-from engine.model.pinned import ALIGN, PAGE, layout, pinned_buffers, pinned_like, power_of_two_ceil
+from ppodeck.engine.model import pinned
+from ppodeck.engine.model.pinned import (
+    ALIGN,
+    PAGE,
+    layout,
+    pinned_buffers,
+    pinned_like,
+    power_of_two_ceil,
+)
 
 
 class FakeCudart:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.model.shape import ModelShape
-from engine.train import platform
+from ppodeck.engine.model.shape import ModelShape
+from ppodeck.engine.train import platform
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_a_failing_te_spec_gives_the_local_spec_and_a_reason(
         cuda_here, monkeypatch: pytest.MonkeyPatch) -> None:
     from megatron.core.models.gpt import gpt_layer_specs
 
-    from engine.train import model
+    from ppodeck.engine.train import model
 
     def broken_te_spec(**_: object) -> object:
         raise AssertionError("megatron found no usable TE")
@@ -80,8 +80,8 @@ def test_a_te_model_that_fails_to_build_is_built_with_the_local_spec(
         cuda_here, monkeypatch: pytest.MonkeyPatch) -> None:
     from megatron.core.models.gpt import gpt_layer_specs
 
-    from engine.train import model
-    from engine.train.platform import Parallelism, device_scope
+    from ppodeck.engine.train import model
+    from ppodeck.engine.train.platform import Parallelism, device_scope
 
     built, specs = model._gpt_model, []
 

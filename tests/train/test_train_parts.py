@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.model.offload import StorageOffloader
-from engine.train.batching import (
+from ppodeck.engine.model.offload import StorageOffloader
+from ppodeck.engine.train.batching import (
     build_micro_batch,
     local_positions,
     make_sample,
     plan_micro_batches,
 )
-from engine.train.settings import TrainSettings
-from engine.train.weights import TPLayout, shard_tensor, unshard_tensors
+from ppodeck.engine.train.settings import TrainSettings
+from ppodeck.engine.train.weights import TPLayout, shard_tensor, unshard_tensors
 from tests.train.worker_harness import tiny_args, tiny_batch
 
 
@@ -88,7 +88,7 @@ def test_swiglu_shards_hold_their_gate_and_up_halves() -> None:
 
 
 def _scheduler(**overrides: object):  # noqa: ANN202
-    from engine.train.optimizer import build_scheduler
+    from ppodeck.engine.train.optimizer import build_scheduler
 
     settings = TrainSettings.from_args("actor", tiny_args(**overrides), 1, cuda=False)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
@@ -201,7 +201,7 @@ def test_host_buffers_reserved_ahead_serve_the_adam_moments_of_the_first_step() 
     """After init's sleep the worker pins the moments' buffers ahead (reserve_host, in a
     thread); the offload after the first step takes them by size instead of pinning then,
     pins what was not reserved, and says how many bytes came pinned ahead."""
-    from engine.model.offload import adam_state_bytes
+    from ppodeck.engine.model.offload import adam_state_bytes
 
     param = torch.nn.Parameter(torch.ones(6))
     optimizer = torch.optim.AdamW([param])

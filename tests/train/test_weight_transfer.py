@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import torch
 
-from engine.model.weight_transfer import PackedWeights, as_state_dict, pack, unpack
+from ppodeck.engine.model.weight_transfer import PackedWeights, as_state_dict, pack, unpack
 
 
 def _state() -> dict[str, torch.Tensor]:

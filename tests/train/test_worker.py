@@ -24,7 +24,7 @@ REPEATS = 4  # train_critic / train_actor calls when checking that training move
 
 def _ppo_round(rank: int, world: int, ports: list[int], overrides: dict[str, Any]) -> dict:
     """Critic then actor on one rollout, as the driver runs them; plus export and offload."""
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     args, batch = tiny_args(**overrides), tiny_batch()
     critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
@@ -45,7 +45,7 @@ def _ppo_round(rank: int, world: int, ports: list[int], overrides: dict[str, Any
 def _learning(rank: int, world: int, ports: list[int]) -> dict:
     """Repeated rounds on a fixed batch: the value loss falls; with a positive advantage on
     every token the log-probs of the response rise."""
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     args, batch = tiny_args(normalize_advantages=False), tiny_batch()
     critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
@@ -78,7 +78,7 @@ def _learning(rank: int, world: int, ports: list[int]) -> dict:
 def _per_sample_outputs(worker: Any, batch: Any, pick: Any) -> list[list[float]]:  # noqa: ANN401
     """One unpadded forward per sample; `pick(output [L, X], sample)` -> [L] per position;
     keeps the entries at prompt_len + t - 1, the outputs that predict response token t."""
-    from engine.train.platform import device_scope
+    from ppodeck.engine.train.platform import device_scope
 
     rows = []
     with torch.no_grad(), device_scope():
@@ -104,7 +104,7 @@ def _manual_log_probs(batch: Any, args: dict[str, Any]) -> Any:  # noqa: ANN401
 def _resume(rank: int, world: int, ports: list[int], root: str) -> dict:
     """Save, resume in a new worker, train on: the resumed worker continues exactly. The KL
     reference comes from --ref-load (the initial weights, saved before training)."""
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     ref_dir, run_dir = f"{root}/ref", f"{root}/run"
     batch = tiny_batch()
@@ -146,7 +146,7 @@ def learning(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def _from_hf(rank: int, world: int, ports: list[int], hf_dir: str) -> dict:
     """Actor and critic start from an HF checkpoint under TP=2 (untied embeddings)."""
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     args = tiny_args(tensor_model_parallel_size=2, untie_embeddings_and_output_weights=True,
                      model_init="hf", hf_checkpoint=hf_dir)
@@ -164,8 +164,8 @@ def _from_hf(rank: int, world: int, ports: list[int], hf_dir: str) -> dict:
 def _write_hf_checkpoint(path: Path) -> dict[str, torch.Tensor]:
     from transformers import LlamaForCausalLM
 
-    from engine.model.convert import hf_config
-    from engine.model.shape import ModelShape
+    from ppodeck.engine.model.convert import hf_config
+    from ppodeck.engine.model.shape import ModelShape
 
     shape = ModelShape.from_args(tiny_args(untie_embeddings_and_output_weights=True))
     torch.manual_seed(3)
@@ -280,7 +280,7 @@ def test_critic_values_cover_every_response_token(one_rank: dict) -> None:
 
 
 def test_num_params_counts_the_model(one_rank: dict) -> None:
-    from engine.model.shape import ModelShape
+    from ppodeck.engine.model.shape import ModelShape
 
     shape = ModelShape.from_args(tiny_args())
     assert one_rank["actor_init"]["num_params"] == shape.num_params()
@@ -392,7 +392,7 @@ def test_resume_continues_exactly(resumed: list[dict]) -> None:
 
 
 def test_critic_starts_from_the_policy_checkpoint_with_a_fresh_head(resumed: list[dict]) -> None:
-    from engine.train.checkpoint import CRITIC_HEAD_NOTE
+    from ppodeck.engine.train.checkpoint import CRITIC_HEAD_NOTE
 
     logging = _logging_rank_of(resumed, "critic_steps")
     assert CRITIC_HEAD_NOTE in logging["critic_init"]["notes"]

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
 
 def _offload_round(rank: int, world: int, ports: list[int]) -> dict:
     """Twin critics: one sleeps and wakes between two rollouts, one does not. Same numbers."""
-    from engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import TrainWorker
 
     args, batch = tiny_args(), tiny_batch()
     out: dict[str, Any] = {}

@@ -13,19 +13,19 @@ from typing import Any
 
 import torch
 
-from engine.ports import free_port
-from engine.rollout.types import RolloutBatch
+from ppodeck.engine.ports import free_port
+from ppodeck.engine.rollout.types import RolloutBatch
 
 _PRELOAD = ["torch", "torch.distributed", "megatron.core", "megatron.core.models.gpt",
             "megatron.core.optimizer", "megatron.core.pipeline_parallel",
-            "megatron.core.distributed", "engine.train.worker", "engine.algo",
-            "engine.model.convert", "tests.train.worker_harness"]
+            "megatron.core.distributed", "ppodeck.engine.train.worker", "ppodeck.engine.algo",
+            "ppodeck.engine.model.convert", "tests.train.worker_harness"]
 
 
 def tiny_args(**overrides: Any) -> dict[str, Any]:  # noqa: ANN401
     """A 2-layer, hidden-64, vocab-32 Llama-like model and miles-style PPO settings, resolved
     (engine.config.resolve_values) as the driver hands them to the workers."""
-    from engine.config.resolve import resolve_values
+    from ppodeck.engine.config.resolve import resolve_values
 
     args: dict[str, Any] = {
         "advantage_estimator": "ppo",

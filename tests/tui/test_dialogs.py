@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.app import App
 from textual.widgets import Button, Footer
 
-from app.tui.screens.confirm import LaunchChoice, LaunchDialog
+from ppodeck.app.tui.screens.confirm import LaunchChoice, LaunchDialog
 
 
 class DialogHost(App):

@@ -6,16 +6,16 @@ from pathlib import Path
 
 from textual.widgets import Button, Input, Select, Static
 
-from app.tui import drafts
-from app.tui.app import PPODeckApp
-from app.tui.messages import PresetChosen
-from app.tui.screens.edit import EditScreen, flag_matches
-from app.tui.screens.presets import PresetPickerScreen
-from app.tui.widgets.command_preview import CommandPreview
-from app.tui.widgets.derived_panel import DerivedPanel
-from app.tui.widgets.issues_panel import IssuesPanel
-from engine.config import BY_DEST
-from engine.presets import config_from_toml, load_preset, resolve_preset, user_preset_dir
+from ppodeck.app.tui import drafts
+from ppodeck.app.tui.app import PPODeckApp
+from ppodeck.app.tui.messages import PresetChosen
+from ppodeck.app.tui.screens.edit import EditScreen, flag_matches
+from ppodeck.app.tui.screens.presets import PresetPickerScreen
+from ppodeck.app.tui.widgets.command_preview import CommandPreview
+from ppodeck.app.tui.widgets.derived_panel import DerivedPanel
+from ppodeck.app.tui.widgets.issues_panel import IssuesPanel
+from ppodeck.engine.config import BY_DEST
+from ppodeck.engine.presets import config_from_toml, load_preset, resolve_preset, user_preset_dir
 from tests.tui.conftest import wait_until
 
 SIZE = (120, 36)
@@ -248,8 +248,8 @@ async def test_a_draft_survives_a_restart() -> None:
 
 async def test_launch_confirms_argv_and_run_dir_then_starts_the_driver(
         tui_env: Path, monkeypatch) -> None:
-    import app.tui.screens.edit  # noqa: F401  (the module whose worker calls engine.launch)
-    import engine.launch as launch
+    import ppodeck.app.tui.screens.edit  # noqa: F401  (the module whose worker calls engine.launch)
+    import ppodeck.engine.launch as launch
 
     started: list[Path] = []
 
@@ -296,7 +296,7 @@ async def test_launch_refuses_missing_inputs_before_anything_starts() -> None:
 
 
 async def test_the_launch_dialog_can_submit_to_a_ray_cluster(tui_env: Path, monkeypatch) -> None:
-    import engine.jobs as jobs
+    import ppodeck.engine.jobs as jobs
 
     submitted: list[tuple[Path, str, str]] = []
 

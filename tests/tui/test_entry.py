@@ -15,9 +15,9 @@ def _entry_code(argv: list[str], run_tui: str) -> str:
     with open(REPO / "pyproject.toml", "rb") as handle:
         module, func = tomllib.load(handle)["project"]["scripts"]["ppodeck"].split(":")
     return (f"import sys\nsys.argv = {['ppodeck', *argv]!r}\n"
-            f"import app.tui.app\n{run_tui}\napp.tui.app.run_tui = run_tui\n"
+            f"import ppodeck.app.tui.app\n{run_tui}\nppodeck.app.tui.app.run_tui = run_tui\n"
             f"from {module} import {func}\n{func}()\n"
-            "print('imported:', sorted(m for m in ('typer', 'click', 'app.cli') "
+            "print('imported:', sorted(m for m in ('typer', 'click', 'ppodeck.app.cli') "
             "if m in sys.modules))\n")
 
 
@@ -51,8 +51,8 @@ def test_a_crash_before_the_app_runs_is_one_line_and_a_crash_log(tmp_path: Path)
 HEADLESS_RUN_TUI = '''
 import asyncio, gc
 def run_tui():
-    from app.tui.app import PPODeckApp
-    from app.tui.screens.presets import PresetPickerScreen
+    from ppodeck.app.tui.app import PPODeckApp
+    from ppodeck.app.tui.screens.presets import PresetPickerScreen
     print("collector on at start:", gc.isenabled())
 
     async def auto_pilot(pilot):

@@ -7,7 +7,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets._footer import FooterKey
 
-from app.tui.widgets.footer import DeckFooter
+from ppodeck.app.tui.widgets.footer import DeckFooter
 from tests.tui.conftest import wait_until
 
 

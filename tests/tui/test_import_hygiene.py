@@ -6,9 +6,10 @@ import subprocess
 import sys
 
 HEAVY = ("torch", "ray", "megatron", "transformers", "datasets", "sglang")
-MODULES = ("app.tui.app", "app.tui.screens.edit", "app.tui.screens.monitor",
-           "app.tui.screens.presets", "app.tui.screens.runs", "app.tui.screens.help",
-           "app.tui.commands", "engine.runstate")
+MODULES = ("ppodeck.app.tui.app", "ppodeck.app.tui.screens.edit",
+           "ppodeck.app.tui.screens.monitor", "ppodeck.app.tui.screens.presets",
+           "ppodeck.app.tui.screens.runs", "ppodeck.app.tui.screens.help",
+           "ppodeck.app.tui.commands", "ppodeck.engine.runstate")
 
 
 def test_tui_imports_no_heavy_module() -> None:

@@ -6,15 +6,15 @@ from pathlib import Path
 
 from textual.widgets import Input
 
-from app.tui.app import PPODeckApp
-from app.tui.messages import TailEnded
-from app.tui.screens.confirm import LaunchChoice
-from app.tui.screens.monitor import MonitorScreen
-from app.tui.widgets.metric_chart import MetricChart
-from app.tui.widgets.offload_panel import OffloadPanel
-from app.tui.widgets.phase_timeline import PhaseTimeline
-from app.tui.widgets.run_header import RunHeader
-from engine.miles_run import find_registered
+from ppodeck.app.tui.app import PPODeckApp
+from ppodeck.app.tui.messages import TailEnded
+from ppodeck.app.tui.screens.confirm import LaunchChoice
+from ppodeck.app.tui.screens.monitor import MonitorScreen
+from ppodeck.app.tui.widgets.metric_chart import MetricChart
+from ppodeck.app.tui.widgets.offload_panel import OffloadPanel
+from ppodeck.app.tui.widgets.phase_timeline import PhaseTimeline
+from ppodeck.app.tui.widgets.run_header import RunHeader
+from ppodeck.engine.miles_run import find_registered
 from tests.runs.test_miles_watch import copy_dump, digest, miles_metrics
 from tests.tui.conftest import wait_until
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from app.tui.app import PPODeckApp
-from app.tui.messages import EventsArrived, TailEnded
-from app.tui.screens.monitor import MonitorScreen
-from app.tui.screens.runs import RunsScreen
-from app.tui.widgets.log_tail import LogTail
-from app.tui.widgets.metric_chart import MetricChart
-from app.tui.widgets.offload_panel import OffloadPanel
-from app.tui.widgets.phase_timeline import PhaseTimeline
-from app.tui.widgets.run_header import RunHeader
+from ppodeck.app.tui.app import PPODeckApp
+from ppodeck.app.tui.messages import EventsArrived, TailEnded
+from ppodeck.app.tui.screens.monitor import MonitorScreen
+from ppodeck.app.tui.screens.runs import RunsScreen
+from ppodeck.app.tui.widgets.log_tail import LogTail
+from ppodeck.app.tui.widgets.metric_chart import MetricChart
+from ppodeck.app.tui.widgets.offload_panel import OffloadPanel
+from ppodeck.app.tui.widgets.phase_timeline import PhaseTimeline
+from ppodeck.app.tui.widgets.run_header import RunHeader
 from tests.tui.conftest import EVENTS_TINY, T0, T_END, wait_until
 
 SIZE = (160, 48)
@@ -207,7 +207,7 @@ async def test_runs_list_attaches_to_the_selected_run(recorded_run: Path) -> Non
 
 
 async def test_stop_run_asks_then_signals_the_driver(recorded_run: Path, monkeypatch) -> None:
-    import engine.launch as launch
+    import ppodeck.engine.launch as launch
 
     stopped: list[Path] = []
     monkeypatch.setattr(launch, "stop_run",
@@ -242,8 +242,8 @@ async def test_unknown_run_is_a_notification_and_the_runs_list() -> None:
 
 async def test_a_grpo_run_has_no_critic_charts(tmp_path: Path, recorded_run: Path) -> None:
     """GRPO builds no critic: its value-loss chart and explained-variance line are not drawn."""
-    from app.tui.screens.monitor import run_uses_critic
-    from engine.presets import config_to_toml, load_preset, resolve_preset
+    from ppodeck.app.tui.screens.monitor import run_uses_critic
+    from ppodeck.engine.presets import config_to_toml, load_preset, resolve_preset
 
     ppo = resolve_preset(load_preset("tiny-cpu"))
     runs = {"ppo": ppo, "grpo": ppo.with_values(advantage_estimator="grpo")}

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from textual.widgets import Input, TextArea
 
-from app.tui.app import PPODeckApp
-from app.tui.screens.edit import EditScreen
-from app.tui.screens.paste import PasteCommandScreen, _line_style
-from app.tui.screens.presets import PresetPickerScreen
-from engine.presets import load_preset, user_preset_dir
+from ppodeck.app.tui.app import PPODeckApp
+from ppodeck.app.tui.screens.edit import EditScreen
+from ppodeck.app.tui.screens.paste import PasteCommandScreen, _line_style
+from ppodeck.app.tui.screens.presets import PresetPickerScreen
+from ppodeck.engine.presets import load_preset, user_preset_dir
 from tests.tui.conftest import wait_until
 
 SCRIPT = """\

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.tui.app import PPODeckApp
-from app.tui.screens.monitor import MonitorScreen
-from app.tui.screens.samples import SamplesScreen
-from app.tui.widgets.sample_pane import SamplePane, colour, scale_of, strip_values
-from app.tui.widgets.samples_table import SamplesTable
-from engine.samples import read_samples, write_rollout
+from ppodeck.app.tui.app import PPODeckApp
+from ppodeck.app.tui.screens.monitor import MonitorScreen
+from ppodeck.app.tui.screens.samples import SamplesScreen
+from ppodeck.app.tui.widgets.sample_pane import SamplePane, colour, scale_of, strip_values
+from ppodeck.app.tui.widgets.samples_table import SamplesTable
+from ppodeck.engine.samples import read_samples, write_rollout
 from tests.fixtures.make_samples import make_record, write_run
 from tests.tui.conftest import wait_until
 
@@ -132,7 +132,7 @@ def test_word_level_tokens_are_shown_apart() -> None:
     import random
     from dataclasses import replace
 
-    from app.tui.widgets.sample_pane import token_joiner
+    from ppodeck.app.tui.widgets.sample_pane import token_joiner
 
     bpe = make_record(0, 1, random.Random(3))  # " the" style texts: their own spaces
     assert token_joiner(bpe) == ""

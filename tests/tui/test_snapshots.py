@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable
 
-import engine.presets
-from app.tui.app import PPODeckApp
-from app.tui.screens.edit import EditScreen
-from app.tui.screens.monitor import MonitorScreen
-from app.tui.screens.presets import PresetPickerScreen
-from app.tui.screens.runs import RunsScreen
+import ppodeck.engine.presets
+from ppodeck.app.tui.app import PPODeckApp
+from ppodeck.app.tui.screens.edit import EditScreen
+from ppodeck.app.tui.screens.monitor import MonitorScreen
+from ppodeck.app.tui.screens.presets import PresetPickerScreen
+from ppodeck.app.tui.screens.runs import RunsScreen
 from tests.tui.conftest import T_END, TEAM_PRESET, freeze_cursors, wait_until
 
 SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
@@ -31,7 +31,7 @@ def pinned_builtins(tui_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         TEAM_PRESET.replace('name = "tui-ppo"', 'name = "demo-ppo"')
         .replace("Tiny PPO for the TUI tests (team preset)", "Demo PPO preset (built-in)")
         .replace('tested_hardware = "CPU"', 'tested_hardware = "1 node x 4 NVIDIA H200"'))
-    monkeypatch.setattr(engine.presets, "BUILTIN_DIR", builtin)
+    monkeypatch.setattr(ppodeck.engine.presets, "BUILTIN_DIR", builtin)
 
 
 def tables_sized(screen) -> bool:
@@ -83,7 +83,7 @@ def test_runs_list(snap_compare, size, recorded_run: Path) -> None:
 
 @SIZES
 def test_samples_view(snap_compare, size, recorded_run: Path) -> None:
-    from app.tui.screens.samples import SamplesScreen
+    from ppodeck.app.tui.screens.samples import SamplesScreen
     from tests.fixtures.make_samples import write_run
 
     write_run(recorded_run, rollouts=3, samples=16)

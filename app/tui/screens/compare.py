@@ -14,10 +14,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from app.tui.widgets.footer import DeckFooter
-from app.tui.widgets.metric_chart import Line, MetricChart
-from engine.runstate import SeriesPoints
-from engine.vocabulary import Metric
+from ppodeck.app.tui.widgets.footer import DeckFooter
+from ppodeck.app.tui.widgets.metric_chart import Line, MetricChart
+from ppodeck.engine.runstate import SeriesPoints
+from ppodeck.engine.vocabulary import Metric
 
 COLORS = ("green", "cyan", "orange", "magenta", "yellow", "blue", "red")
 CHARTS = (
@@ -47,7 +47,7 @@ def chart_lines(run_ids: list[str], metrics: tuple[str, ...]) -> tuple[Line, ...
 
 
 def diff_text(runs: list) -> str:
-    from engine.runstats import config_diff
+    from ppodeck.engine.runstats import config_diff
 
     rows = config_diff(runs)
     if not rows:
@@ -87,7 +87,7 @@ class CompareScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
     def load_worker(self) -> None:
-        from engine.runstats import load_run
+        from ppodeck.engine.runstats import load_run
 
         try:
             self.post_message(RunsLoaded([load_run(p) for p in self.run_dirs]))

@@ -20,18 +20,18 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from app.tui.errors import guard
-from app.tui.messages import EventsArrived, RunStatusRead, TailEnded
-from app.tui.widgets.footer import DeckFooter
-from app.tui.widgets.health import HealthPanel, HealthStrip
-from app.tui.widgets.log_tail import LogTail
-from app.tui.widgets.metric_chart import Line, MetricChart
-from app.tui.widgets.offload_panel import OffloadPanel
-from app.tui.widgets.phase_timeline import PhaseTimeline
-from app.tui.widgets.run_header import HeaderData, RunHeader
-from app.tui.widgets.view_tabs import ViewTabs
-from engine.runstate import RunState
-from engine.vocabulary import FINAL_STATES, INIT_PHASE, INIT_STEP_LABEL, Kind, Metric, State
+from ppodeck.app.tui.errors import guard
+from ppodeck.app.tui.messages import EventsArrived, RunStatusRead, TailEnded
+from ppodeck.app.tui.widgets.footer import DeckFooter
+from ppodeck.app.tui.widgets.health import HealthPanel, HealthStrip
+from ppodeck.app.tui.widgets.log_tail import LogTail
+from ppodeck.app.tui.widgets.metric_chart import Line, MetricChart
+from ppodeck.app.tui.widgets.offload_panel import OffloadPanel
+from ppodeck.app.tui.widgets.phase_timeline import PhaseTimeline
+from ppodeck.app.tui.widgets.run_header import HeaderData, RunHeader
+from ppodeck.app.tui.widgets.view_tabs import ViewTabs
+from ppodeck.engine.runstate import RunState
+from ppodeck.engine.vocabulary import FINAL_STATES, INIT_PHASE, INIT_STEP_LABEL, Kind, Metric, State
 
 FLUSH_S = 0.2  # at most five UI updates a second (bench: p95 lag 0.275 s at 0.25, 0.221 s at 0.2)
 POLL_S = 0.05
@@ -65,8 +65,8 @@ CRITIC_KEYS = (Metric.EXPLAINED_VARIANCE,)
 def run_uses_critic(run_dir: Path | None) -> bool:
     """From the run's resolved config.toml: GRPO builds no critic. True when unknown (a
     replay, an unreadable config): the critic charts then simply stay empty."""
-    from engine.config import resolve
-    from engine.presets import PresetError, config_from_toml
+    from ppodeck.engine.config import resolve
+    from ppodeck.engine.presets import PresetError, config_from_toml
 
     path = run_dir / "config.toml" if run_dir is not None else None
     if path is None or not path.is_file():
@@ -142,8 +142,8 @@ class MonitorScreen(Screen[None]):
     @functools.cached_property
     def _engine_note(self) -> str:
         """Which engine the run is: miles' own (a dump PPO Deck watches or launched)."""
-        from engine.miles_run import dump_of, is_driven
-        from engine.rundir import RunDir
+        from ppodeck.engine.miles_run import dump_of, is_driven
+        from ppodeck.engine.rundir import RunDir
 
         rundir = RunDir(self.run_dir) if self.run_dir is not None else None
         dump = dump_of(rundir) if rundir is not None else None
@@ -191,7 +191,7 @@ class MonitorScreen(Screen[None]):
         if self.run_dir is None:
             self.notify("a replay has no process to stop", severity="warning")
             return
-        from app.tui.screens.confirm import ConfirmDialog
+        from ppodeck.app.tui.screens.confirm import ConfirmDialog
 
         body = (f"Send SIGINT to the driver of {self.run_dir.name}? It stops after the "
                 "current rollout; checkpoints already written are kept.")
@@ -201,8 +201,8 @@ class MonitorScreen(Screen[None]):
     def _stop_confirmed(self, confirmed: bool | None) -> None:
         if not confirmed or self.run_dir is None:
             return
-        from engine.launch import stop_run
-        from engine.rundir import RunDir
+        from ppodeck.engine.launch import stop_run
+        from ppodeck.engine.rundir import RunDir
 
         try:
             self.notify(stop_run(RunDir(self.run_dir)), title="stop run")
@@ -224,13 +224,13 @@ class MonitorScreen(Screen[None]):
         if self.run_dir is None:
             self.notify("a replay has no samples: attach a run directory", severity="warning")
             return
-        from app.tui.screens.samples import SamplesScreen
+        from ppodeck.app.tui.screens.samples import SamplesScreen
 
         self.app.push_screen(SamplesScreen(self.run_dir))
 
     def action_finding_samples(self) -> None:
         """The samples behind the latest health finding that has some."""
-        from engine.samples import FINDING_VIEWS
+        from ppodeck.engine.samples import FINDING_VIEWS
 
         findings = [f for f in self.state.health if f.get("code") in FINDING_VIEWS
                     and f.get("rollout_id") is not None]
@@ -239,7 +239,7 @@ class MonitorScreen(Screen[None]):
                 "no health finding with samples behind it (see the health strip)")
             self.notify(why, severity="warning")
             return
-        from app.tui.screens.samples import SamplesScreen
+        from ppodeck.app.tui.screens.samples import SamplesScreen
 
         finding = findings[-1]
         sort, strip, why = FINDING_VIEWS[finding["code"]]
@@ -261,8 +261,8 @@ class MonitorScreen(Screen[None]):
             self.post_message(TailEnded(f"stopped reading {run_dir}: {exc}", failed=True))
 
     def _tail(self, run_dir: Path) -> None:
-        from engine.events import follow
-        from engine.rundir import RunDir, read_status
+        from ppodeck.engine.events import follow
+        from ppodeck.engine.rundir import RunDir, read_status
 
         rundir = RunDir(run_dir)
         worker = get_current_worker()
@@ -296,8 +296,8 @@ class MonitorScreen(Screen[None]):
             self.post_message(TailEnded(f"cannot replay {path}: {exc}", failed=True))
 
     def _replay(self, path: Path) -> None:
-        from engine.events import read_events
-        from engine.health import HealthJudge
+        from ppodeck.engine.events import read_events
+        from ppodeck.engine.health import HealthJudge
 
         events, warnings = read_events(path)
         batcher = _Batcher(self, HealthJudge(), None)  # a recording: default thresholds
@@ -405,8 +405,8 @@ def _phase_shown(s: RunState) -> str | None:
 
 def _run_judge(run_dir: Path):  # noqa: ANN202 - engine.health.HealthJudge, imported late
     """A judge with the run's thresholds ([health] of its preset) and config facts."""
-    from engine.health import HealthJudge, run_facts, run_thresholds
-    from engine.rundir import RunDir, read_status
+    from ppodeck.engine.health import HealthJudge, run_facts, run_thresholds
+    from ppodeck.engine.rundir import RunDir, read_status
 
     thresholds, _ = run_thresholds(run_dir, read_status(RunDir(run_dir)).get("preset"))
     return HealthJudge(thresholds, run_facts(run_dir)[0])
@@ -442,7 +442,7 @@ class _Batcher:
             self._findings(self.judge.finish())
 
     def check_hang(self, rundir, status: dict, final: bool) -> None:  # noqa: ANN001
-        from engine.rundir import driver_alive
+        from ppodeck.engine.rundir import driver_alive
 
         if self.judge is not None and not final:
             self._findings(self.judge.check_hang(time.time(), driver_alive(rundir, status)))
@@ -455,7 +455,7 @@ class _Batcher:
         ts = self.judge.last_event_ts
         self.pending.extend(f.to_event(ts) for f in findings)
         if self.run_dir is not None:
-            from engine.health import record_or_note
+            from ppodeck.engine.health import record_or_note
 
             self.warnings.extend(record_or_note(self.run_dir, findings))
 

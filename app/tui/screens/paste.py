@@ -27,11 +27,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static, TextArea
 
-from app.tui.widgets.footer import DeckFooter
+from ppodeck.app.tui.widgets.footer import DeckFooter
 
 if TYPE_CHECKING:
-    from engine.config.issues import Issue
-    from engine.config.script_import import ImportReport
+    from ppodeck.engine.config.issues import Issue
+    from ppodeck.engine.config.script_import import ImportReport
 
 PLACEHOLDER = ("paste a miles launch script, a Python launcher (run_*.py) or `python3 train.py "
                "...` here, then ctrl+y")
@@ -121,8 +121,8 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
         if source is None:
             return
         text, path, name = source
-        from engine.config.py_launcher import LauncherError
-        from engine.config.script_import import import_script
+        from ppodeck.engine.config.py_launcher import LauncherError
+        from ppodeck.engine.config.script_import import import_script
 
         try:
             report = import_script(text, env=dict(os.environ), path=path, name=name,

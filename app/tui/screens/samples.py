@@ -18,10 +18,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from app.tui.widgets.footer import DeckFooter
-from app.tui.widgets.sample_pane import STRIPS, SamplePane
-from app.tui.widgets.samples_table import SamplesTable
-from engine.samples import SORTS, SampleRecord, SampleRow, describe_ids
+from ppodeck.app.tui.widgets.footer import DeckFooter
+from ppodeck.app.tui.widgets.sample_pane import STRIPS, SamplePane
+from ppodeck.app.tui.widgets.samples_table import SamplesTable
+from ppodeck.engine.samples import SORTS, SampleRecord, SampleRow, describe_ids
 
 POLL_S = 1.0
 
@@ -93,7 +93,7 @@ class SamplesScreen(Screen[None]):
 
     def _poll(self) -> None:
         """New rollout files: the title's list grows, and a following view moves on."""
-        from engine.samples import list_rollouts
+        from ppodeck.engine.samples import list_rollouts
 
         rollouts = list_rollouts(self.run_dir)
         if rollouts == self.rollouts and self.loaded is not None:
@@ -107,7 +107,7 @@ class SamplesScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="samples", exit_on_error=False)
     def read_worker(self, rollout_id: int) -> None:
-        from engine.samples import SamplesNotFound, read_rows
+        from ppodeck.engine.samples import SamplesNotFound, read_rows
 
         warnings: list[str] = []
         try:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from textual_plotext import PlotextPlot
 
-from engine.runstate import SeriesPoints
+from ppodeck.engine.runstate import SeriesPoints
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from app.tui import fmt
-from engine.vocabulary import State
+from ppodeck.app.tui import fmt
+from ppodeck.engine.vocabulary import State
 
 STATE_STYLES = {
     State.RUNNING: "bold green", State.STARTING: "bold yellow", State.STOPPING: "bold yellow",

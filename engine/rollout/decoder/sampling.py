@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.rollout.decoder.kernels import sampling_kernel
-from engine.rollout.decoder.state import DecodeState, Sampling
+from ppodeck.engine.rollout.decoder.kernels import sampling_kernel
+from ppodeck.engine.rollout.decoder.state import DecodeState, Sampling
 
 
 def filter_logits(logits: torch.Tensor, temperature: float, top_p: float,

@@ -21,15 +21,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.rollout.decoder.features import REFERENCE, DecodeOptions
-from engine.rollout.decoder.kernels import (
+from ppodeck.engine.rollout.decoder.features import REFERENCE, DecodeOptions
+from ppodeck.engine.rollout.decoder.kernels import (
     decode_attention,
     folded_norms,
     kernel_note,
     kernel_status,
     skinny_gemm,
 )
-from engine.rollout.decoder.layers import (
+from ppodeck.engine.rollout.decoder.layers import (
     Layer,
     Packed,
     Weights,
@@ -40,8 +40,8 @@ from engine.rollout.decoder.layers import (
     qkv_projection,
     signed_sin,
 )
-from engine.rollout.decoder.sampling import advance
-from engine.rollout.decoder.state import DecodeState, KVCache, Sampling
+from ppodeck.engine.rollout.decoder.sampling import advance
+from ppodeck.engine.rollout.decoder.state import DecodeState, KVCache, Sampling
 
 SUPPORTED = ("llama", "qwen3")
 

@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import torch
 
-from engine.rollout.decoder.features import BY_NAME
-from engine.rollout.decoder.kernels import decode_attention, skinny_gemm
+from ppodeck.engine.rollout.decoder.features import BY_NAME
+from ppodeck.engine.rollout.decoder.kernels import decode_attention, skinny_gemm
 
 # features.Feature.kernel -> that module's kernel_status (sampling_kernel and folded_norms
 # share decode_attention's: the same Triton requirement)

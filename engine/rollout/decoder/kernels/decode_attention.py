@@ -59,7 +59,7 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
     """The jitted one-pass kernel (Triton imported at first use; `interpret` keys the cache as
     sampling_kernel's: the module's kernels were decorated as TRITON_INTERPRET said at import)."""
     del interpret
-    from engine.rollout.decoder.kernels import decode_attention_triton as kernels
+    from ppodeck.engine.rollout.decoder.kernels import decode_attention_triton as kernels
 
     return kernels.decode_attention_kernel
 
@@ -68,7 +68,7 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
 def _project_kernel(interpret: bool) -> Any:  # noqa: ANN401
     """The jitted projection kernel of project_heads (`_kernel`'s cache key)."""
     del interpret
-    from engine.rollout.decoder.kernels import decode_attention_triton as kernels
+    from ppodeck.engine.rollout.decoder.kernels import decode_attention_triton as kernels
 
     return kernels.project_heads_kernel
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from engine.rollout.decoder.kernels.decode_attention import multiprocessors
+from ppodeck.engine.rollout.decoder.kernels.decode_attention import multiprocessors
 
 MAX_M = 128  # one row tile covers all of M: the decode batch
 MIN_DOT = 16  # tl.dot's smallest tile side
