@@ -46,7 +46,7 @@ def _works(bin_dir: Path, env: dict[str, str], cwd: Path) -> None:
         done = subprocess.run([str(bin_dir / "ppodeck"), *args], cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=timeout)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        return done.stdout
+        return done.stdout + done.stderr  # the run's progress and verdict are on stderr
 
     assert "built from commit" in ppodeck("--version")
     assert "tiny-cpu" in ppodeck("presets", "ls")
