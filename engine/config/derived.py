@@ -52,7 +52,8 @@ GPU_GIB = 80 GiB. The hf backend's fast decoder, per GPU of an engine:
                  rounded up to 64
     sampling     26 B * rows * V: fp32 softmax, noise and log-softmax twice (graph pool and the
                  eager first token) + the bf16 logits
-    packed       with PPODECK_DECODE=...packed...: 2 B * L * h * ((heads+2*groups)*kv + 2*ffn),
+    packed       the default decoder, or PPODECK_DECODE=...packed...:
+                 2 B * L * h * ((heads+2*groups)*kv + 2*ffn),
                  q/k/v and gate/up copied side by side
     process      CONTEXT_GIB
 Released under --offload-rollout, it costs its context.
@@ -114,6 +115,7 @@ ACTOR_KEPT_BYTES_PER_LOGIT = 3
 SAMPLING_BYTES_PER_LOGIT = 2 * 3 * 4 + 2
 KV_CACHE_ROUND = 64  # decoder.generate.CACHE_ROUND: the static cache's length granularity
 DECODE_VARIANT_ENV = "PPODECK_DECODE"  # `packed` copies q/k/v and gate/up side by side
+DEFAULT_DECODER_PACKED = True  # the hf backend's CUDA default variant names `packed`
 PHASES = (Phase.GENERATE, Phase.CRITIC_TRAIN, Phase.ACTOR_TRAIN)  # those the estimate covers
 ROLES = ("actor", "critic", "rollout", "total")
 
@@ -322,8 +324,13 @@ def _cache_length(r: Mapping[str, Any]) -> int:
 
 
 def packed_decoder(env: Mapping[str, str]) -> bool:
-    """PPODECK_DECODE names the `packed` feature (decoder.features.parse_variant's syntax)."""
-    return "packed" in (part.strip().lower() for part in env.get(DECODE_VARIANT_ENV, "").split("+"))
+    """Whether the hf decoder on CUDA packs its weights: unset, PPODECK_DECODE means the
+    backend's default variant, which is packed (DEFAULT_DECODER_PACKED, tested against
+    decoder.features.BACKEND_VARIANT); set, whether it names the `packed` feature."""
+    raw = env.get(DECODE_VARIANT_ENV)
+    if raw is None:
+        return DEFAULT_DECODER_PACKED
+    return "packed" in (part.strip().lower() for part in raw.split("+"))
 
 
 def memory_estimate(r: Mapping[str, Any], params: int | None,

@@ -43,7 +43,8 @@ def test_plain_gpt_working_set_is_close_to_korthikanti() -> None:
 # NVML peak per phase, GiB, less what the fix since made returns: the actor's freed 3.2 GiB
 # export buffer that stayed in its cache while it slept (engine/train/worker.py
 # release_cached_device_memory); that run decoded with PPODECK_DECODE=packed+...
-PACKED_DECODER = {"PPODECK_DECODE": "packed+sdpa+window+graph-sampling+compiled"}
+PACKED_DECODER = {"PPODECK_DECODE": "packed+decode-attn+graph-sampling"}
+REF_DECODER = {"PPODECK_DECODE": "ref"}
 EXPORT_BUFFER_GIB = 3_441_150_464 / 2**30
 MEASURED_1_7B_GIB = {"generate": 22.02 - EXPORT_BUFFER_GIB,
                      "critic_train": 60.28 - EXPORT_BUFFER_GIB, "actor_train": 61.83}
@@ -55,7 +56,9 @@ def _resolved(preset: str, **changes: object) -> dict:
 
 
 def _estimate(r: dict, env: dict | None = None) -> dict:
-    return memory_estimate(r, count_params(r), env or {})
+    """The estimate with the reference decoder unless `env` names another (the figures below
+    were checked with and without the packed copy)."""
+    return memory_estimate(r, count_params(r), REF_DECODER if env is None else env)
 
 
 @pytest.mark.parametrize("phase", sorted(MEASURED_1_7B_GIB))
@@ -87,8 +90,17 @@ def test_hf_rollout_terms_follow_the_batch_lengths_and_the_variant() -> None:
     assert longer["generate"]["rollout"] - base == pytest.approx(kv, abs=0.01)  # 640 slots
     packed = _estimate(r, PACKED_DECODER)["generate"]["rollout"] - base
     assert packed == pytest.approx(2 * 28 * 2048 * (32 * 128 + 2 * 6144) / 2**30, abs=0.01)
-    assert not packed_decoder({"PPODECK_DECODE": "fused+sdpa"})
+    assert not packed_decoder({"PPODECK_DECODE": "fused+decode-attn"})
     assert packed_decoder({"PPODECK_DECODE": " Fused + PACKED "})
+
+
+def test_the_default_decoder_counts_its_packed_copy() -> None:
+    """PPODECK_DECODE unset runs the backend's default variant: the estimate follows it."""
+    from ppodeck.engine.rollout.decoder.features import BACKEND_VARIANT
+
+    assert packed_decoder({}) == ("packed" in BACKEND_VARIANT.split("+"))
+    r = _resolved("qwen3-1.7b-ppo-1gpu")
+    assert _estimate(r, {}) == _estimate(r, PACKED_DECODER)
 
 
 def test_the_actor_export_peak_counts_only_when_it_beats_training() -> None:
