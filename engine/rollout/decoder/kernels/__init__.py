@@ -7,7 +7,9 @@ fallback where Triton cannot run, and the tests' reference) and a `kernel_status
                               share helpers); imported at first use: Triton is optional;
   folded_norms.py             folded-norms: the weight folding and the row scale + SiLU * up;
   sampling_kernel.py          fused-sampling's and cdf-sampling's T=1 draw, and `record`;
-  skinny_gemm.py              skinny-down's GEMM for few rows (bench/gpu_gemm_probe.py tunes it).
+  skinny_gemm.py              skinny-down's GEMM for few rows (bench/gpu_gemm_probe.py tunes it);
+  availability.py             what every module's kernel_status asks (CUDA or the interpreter,
+                              Triton importable).
 
 They live in a sub-package beside the decoder so that the decoder's own modules (features,
 generate, static_decoder, layers, sampling, state) read without the kernels' launch details.

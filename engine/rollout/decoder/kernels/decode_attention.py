@@ -33,6 +33,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ppodeck.engine.rollout.decoder.kernels.availability import triton_status
+
 BLOCK_L = 64  # cache slots per loop iteration
 NUM_WARPS = 4
 NUM_STAGES = 2  # K/V tiles in flight per program: 2 x 32 KB of shared memory at block 64
@@ -43,15 +45,8 @@ PROJECT_WARPS = 1  # project_heads: one head (128 values) per program
 
 def kernel_status(device: torch.device) -> tuple[bool, str]:
     """(usable, why not) for the Triton kernels (attention and project_heads) on `device`."""
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    if device.type != "cuda" and not interpret:
-        return False, f"its Triton kernel needs CUDA (device {device.type})"
-    try:
-        _kernel(interpret)
-        _project_kernel(interpret)
-    except ImportError as err:
-        return False, f"Triton is not importable ({err})"
-    return True, "ok"
+    return triton_status(device, lambda interpret: (_kernel(interpret),
+                                                   _project_kernel(interpret)))
 
 
 @functools.cache

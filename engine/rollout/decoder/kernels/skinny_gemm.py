@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ppodeck.engine.rollout.decoder.kernels.availability import triton_status
 from ppodeck.engine.rollout.decoder.kernels.decode_attention import multiprocessors
 
 MAX_M = 128  # one row tile covers all of M: the decode batch
@@ -55,14 +56,7 @@ _PARTIALS: dict[tuple[int, int, int, torch.device], torch.Tensor] = {}
 
 def kernel_status(device: torch.device) -> tuple[bool, str]:
     """(usable, why not) for the Triton kernels on `device`."""
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    if device.type != "cuda" and not interpret:
-        return False, f"its Triton kernels need CUDA (device {device.type})"
-    try:
-        _kernels(interpret)
-    except ImportError as err:
-        return False, f"Triton is not importable ({err})"
-    return True, "ok"
+    return triton_status(device, _kernels)
 
 
 def plan(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int]:
