@@ -20,7 +20,7 @@ from ppodeck.engine.model.convert import (
     shape_from_hf_config,
 )
 from ppodeck.engine.model.shape import ModelShape
-from tests.train.test_convert import build_mcore, load_strict, mcore_logits
+from tests.model.test_convert import build_mcore, load_strict, mcore_logits
 
 TOL = 1e-4
 VOCAB = 48
