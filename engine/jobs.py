@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ppodeck import IMPORT_ROOT
 from ppodeck.engine.rundir import RunDir, read_status, update_status, write_status
 from ppodeck.engine.vocabulary import FINAL_STATES, Kind, State
 
@@ -45,8 +46,6 @@ CONFIG_ENV = "PPODECK_JOB_CONFIG"
 EVENT_PREFIX = "PPODECK_EVENT "
 TERMINAL_JOB = {"SUCCEEDED": State.SUCCEEDED, "FAILED": State.FAILED, "STOPPED": State.STOPPED}
 ENGINE_DIR = Path(__file__).resolve().parent
-# where `import ppodeck` finds PPO Deck: the checkout's root, or site-packages for a wheel
-IMPORT_ROOT = Path(sys.modules["ppodeck"].__file__ or "").resolve().parents[1]
 RECONNECT_S = 1.0
 GIVE_UP_S = 600.0  # the follower stops after this long without an answer from the cluster
 

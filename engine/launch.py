@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ppodeck import IMPORT_ROOT
 from ppodeck.engine.config.code_paths import CODE_DIR_ENV
 from ppodeck.engine.config.resolve import TRACKER
 from ppodeck.engine.files import atomic_write
@@ -37,7 +38,6 @@ from ppodeck.engine.vocabulary import ACTIVE_STATES, State
 if TYPE_CHECKING:
     from ppodeck.engine.config import RunConfig
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 # Test seam: run this module instead of engine.driver (tests point it at a fake driver).
 DRIVER_MODULE_ENV = "PPODECK_DRIVER_MODULE"
 DEFAULT_DRIVER_MODULE = "ppodeck.engine.driver"
@@ -257,7 +257,7 @@ def start_driver(rundir: RunDir, env: Mapping[str, str] | None = None) -> subpro
     argv = [sys.executable, "-m", driver_module(child_env), "--run-dir", str(rundir.path.resolve())]
     with open(rundir.driver_log, "ab") as log:
         popen = subprocess.Popen(  # an argv list, never a shell string
-            argv, cwd=REPO_ROOT, env=child_env, stdin=subprocess.DEVNULL, stdout=log,
+            argv, cwd=IMPORT_ROOT, env=child_env, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )
     _record_started(rundir, popen.pid)

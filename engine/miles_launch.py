@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ppodeck import IMPORT_ROOT
 from ppodeck.engine.miles_run import DUMP_SUBDIR, register, sync
 from ppodeck.engine.rundir import RunDir, update_status, write_status
 from ppodeck.engine.vocabulary import FINAL_STATES, State
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from ppodeck.engine.config import RunConfig
     from ppodeck.engine.config.rules_engine import Machine
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 PYTHON_ENV = "PPODECK_MILES_PYTHON"  # the cluster's Python for train.py (miles: python3)
 MEGATRON_ENV = "PPODECK_MEGATRON_PATH"
 TEST_GPUS_ENV = "PPODECK_TEST_RAY_GPUS"  # engine/driver/cluster.py's test-only switch
@@ -217,7 +217,7 @@ def start_supervisor(rundir: RunDir, env: Mapping[str, str] | None = None
     argv = [sys.executable, "-m", "ppodeck.engine.miles_launch", "supervise", "--run-dir",
             str(rundir.path.resolve())]
     with open(rundir.driver_log, "ab") as log:
-        popen = subprocess.Popen(argv, cwd=REPO_ROOT, env=child_env, stdin=subprocess.DEVNULL,
+        popen = subprocess.Popen(argv, cwd=IMPORT_ROOT, env=child_env, stdin=subprocess.DEVNULL,
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def started(status: dict[str, Any]) -> dict[str, Any]:

@@ -11,5 +11,9 @@ from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
 _CHECKOUT = _HERE.parent
+# where `import ppodeck` is found (a checkout's root, or site-packages): the working directory of
+# the processes PPO Deck starts with `python -m ppodeck...`, so their sys.path[0] adds no other
+# top-level name (a wheel's ppodeck/ as cwd would make its `engine` importable bare)
+IMPORT_ROOT = _HERE.parent
 if not (_HERE / "engine").is_dir() and (_CHECKOUT / "engine" / "__init__.py").is_file():
     __path__.append(str(_CHECKOUT))  # noqa: F821  (a package's __path__ is set by the import)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from ppodeck import IMPORT_ROOT as REPO_ROOT
 from ppodeck.engine.events import read_events
 from ppodeck.engine.launch import (
-    REPO_ROOT,
     LaunchError,
     prepare_run,
     start_driver,
