@@ -79,7 +79,7 @@ def test_the_saved_checkpoint_converts_back_to_transformers(family_run, megatron
     from ppodeck.engine.model.convert import arch_for, hf_to_mcore, load_hf_checkpoint
     from ppodeck.engine.model.shape import ModelShape
     from ppodeck.engine.train.checkpoint import convert_torch_dist_to_hf
-    from tests.train.test_convert import build_mcore, load_strict, mcore_logits
+    from tests.model.test_convert import build_mcore, load_strict, mcore_logits
 
     family, preset, tmp, (rundir, status, _events) = family_run
     assert status["state"] == "succeeded", driver_log_tail(rundir)
