@@ -9,8 +9,8 @@ import torch
 from ppodeck.engine.model.convert import arch_for, hf_to_mcore, mcore_to_hf, shape_from_hf_config
 from ppodeck.engine.rollout.decoder import generate as fg
 from ppodeck.engine.rollout.hf_backend import HFGenerator
-from tests.rollout.test_fast_generate import PAD, ROWS, hf_greedy
 from tests.model.test_convert_families import tiny_family
+from tests.rollout.test_fast_generate import PAD, ROWS, hf_greedy
 
 
 def test_llama3_rope_runs_in_the_fast_decoder_like_transformers() -> None:
