@@ -334,10 +334,8 @@ class EditScreen(Screen[None]):
         launch.disabled = self.error_count > 0
         launch.tooltip = (f"fix {self.error_count} error(s) first" if launch.disabled
                           else "launch this config")
-        label = f"Issues ✖{counts['error']} ⚠{counts['warning']}"
-        tab = self.query_one(ViewTabs).get_tab("issues")
-        if str(tab.label) != label:
-            tab.label = label
+        self.query_one(ViewTabs).set_label("issues",
+                                           f"Issues ✖{counts['error']} ⚠{counts['warning']}")
 
     def masked_argv(self) -> list[str]:
         return masked_argv(self.config)

@@ -15,6 +15,22 @@ class ViewTabs(Tabs):
         super().__init__(*(Tab(label, id=view_id) for view_id, label in views),
                          **kwargs)  # type: ignore[arg-type]
         self.view_ids = [view_id for view_id, _ in views]
+        self._labels: dict[str, str] = {}
+
+    def set_label(self, view_id: str, label: str) -> None:
+        """A tab's label, kept and applied once the tab is mounted: the screen's first check
+        can finish before the tabs' children mount."""
+        self._labels[view_id] = label
+        self._apply_labels()
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._apply_labels)
+
+    def _apply_labels(self) -> None:
+        for view_id, label in self._labels.items():
+            tab = self.get_tab(view_id)
+            if tab is not None and str(tab.label) != label:
+                tab.label = label
 
     @on(Tabs.TabActivated)
     def _show_pane(self, event: Tabs.TabActivated) -> None:
