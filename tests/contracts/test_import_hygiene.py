@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.contracts.import_graph import module_name
+
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ["torch", "ray", "megatron", "sglang", "transformers", "datasets", "textual"]
 HEAVY_PACKAGES = ["ppodeck.engine.driver", "ppodeck.engine.model", "ppodeck.engine.train",
@@ -30,12 +32,6 @@ for module in json.loads(sys.argv[3]):
             pulled[name] = module
 print(json.dumps(pulled))
 """
-
-
-def module_name(path: Path) -> str:
-    """app/ and engine/ are imported as ppodeck.app and ppodeck.engine."""
-    parts = ["ppodeck", *path.relative_to(REPO).with_suffix("").parts]
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def light_modules() -> list[str]:
