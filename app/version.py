@@ -21,7 +21,7 @@ def _commit() -> str:
         return f"built from commit {COMMIT_FILE.read_text().strip()}"
     checkout = Path(__file__).resolve().parents[1]
     if (checkout / ".git").exists():
-        from ppodeck.app.build_hook import source_commit
+        from .build_hook import source_commit
 
         commit = source_commit(checkout)
         if commit:

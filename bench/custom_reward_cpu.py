@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ppodeck.engine.events import read_events  # noqa: E402
-from ppodeck.engine.launch import prepare_run, start_driver  # noqa: E402
+from ppodeck.engine.launch.local import prepare_run, start_driver  # noqa: E402
 from ppodeck.engine.presets import load_preset, resolve_preset  # noqa: E402
-from ppodeck.engine.rundir import read_status  # noqa: E402
+from ppodeck.engine.run.events import read_events  # noqa: E402
+from ppodeck.engine.run.rundir import read_status  # noqa: E402
 
 USER_CODE = ROOT / "bench" / "user_code"
 CUSTOM = {"custom_rm_path": "next_digit.score"}

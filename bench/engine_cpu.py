@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ppodeck.engine.config import BY_NAME, coerce  # noqa: E402
-from ppodeck.engine.events import read_events  # noqa: E402
-from ppodeck.engine.launch import prepare_run, start_driver  # noqa: E402
+from ppodeck.engine.launch.local import prepare_run, start_driver  # noqa: E402
 from ppodeck.engine.presets import load_preset, resolve_preset  # noqa: E402
-from ppodeck.engine.rundir import read_status  # noqa: E402
+from ppodeck.engine.run.events import read_events  # noqa: E402
+from ppodeck.engine.run.rundir import read_status  # noqa: E402
 from ppodeck.engine.vocabulary import PHASE_END, PHASE_START, Kind, Metric, Phase, State, StepKey  # noqa: E402
 
 GOAL_DRIVER_SHARE = 0.05

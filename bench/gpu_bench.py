@@ -203,7 +203,7 @@ def matmul_tflops(plan: Plan) -> float:
 # (a) Megatron train steps
 # --------------------------------------------------------------------------------------------
 def init_megatron() -> None:
-    from ppodeck.engine.ports import free_port
+    from ppodeck.engine.host.ports import free_port
     from ppodeck.engine.train.platform import Parallelism, init_distributed
 
     init_distributed(0, 1, "127.0.0.1", free_port(), Parallelism(), seed=1234)

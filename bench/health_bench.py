@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ppodeck.engine.events import encode_event  # noqa: E402
-from ppodeck.engine.health import HealthJudge, judge_run  # noqa: E402
-from ppodeck.engine.launch import prepare_run  # noqa: E402
+from ppodeck.engine.launch.local import prepare_run  # noqa: E402
 from ppodeck.engine.presets import load_preset, resolve_preset  # noqa: E402
-from ppodeck.engine.rundir import write_status  # noqa: E402
+from ppodeck.engine.run.events import encode_event  # noqa: E402
+from ppodeck.engine.run.health import HealthJudge, judge_run  # noqa: E402
+from ppodeck.engine.run.rundir import write_status  # noqa: E402
 from tests.health.streams import stream  # noqa: E402
 
 ROLLOUTS = 2000

@@ -4,7 +4,7 @@
         [--snapshot GIT_DIR]
 
 The launchers are `scripts/**/run_*.py` and `examples/**/run*.py` of a miles checkout (nothing
-of it is run or imported: engine.config.py_launcher reads the text). Without --miles-root, the
+of it is run or imported: engine.miles.py_launcher reads the text). Without --miles-root, the
 bare snapshot --snapshot (default: ../.mirror/radixark+miles/repo beside this checkout) is
 extracted into $TMPDIR/miles-src with `git archive HEAD | tar -x`. For each launcher: whether
 the train args were found (an `U.execute_train` call reached, its train_args known), whether the
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ppodeck.engine.config.script_import import import_script  # noqa: E402
+from ppodeck.engine.miles.script_import import import_script  # noqa: E402
 
 SHAPE = ("num_layers", "hidden_size", "num_attention_heads")
 SNAPSHOT = Path(__file__).resolve().parents[2] / ".mirror" / "radixark+miles" / "repo"

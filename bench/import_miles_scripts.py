@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ppodeck.engine.config.script_import import import_script  # noqa: E402
+from ppodeck.engine.miles.script_import import import_script  # noqa: E402
 
 SHAPE = ("num_layers", "hidden_size", "num_attention_heads")
 

@@ -1,4 +1,4 @@
-"""Figures for watching and driving miles (engine/miles_run.py, engine/miles_launch.py).
+"""Figures for watching and driving miles (engine/miles/watch.py, engine/miles/drive.py).
 
 1. Watch: seconds to open tests/data/miles_dump (written by miles' own code) as a run, cold
    (`runs add`: translation plus samples, which loads torch) and warm (a second `tail`, nothing

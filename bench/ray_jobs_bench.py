@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ppodeck.engine.rundir import RunDir, pid_alive, read_status  # noqa: E402
+from ppodeck.engine.run.rundir import RunDir, pid_alive, read_status  # noqa: E402
 from ppodeck.engine.vocabulary import FINAL_STATES  # noqa: E402
 
 
@@ -92,7 +92,7 @@ def submitted_run(runs: Path, url: str, rollouts: int, cut_after_s: float | None
     seconds = first_metric_seconds(rundir, started)
     cuts = 0
     if cut_after_s:
-        from ppodeck.engine.jobs import start_follower
+        from ppodeck.engine.launch.jobs import start_follower
 
         time.sleep(cut_after_s)
         follower = read_status(rundir)["pid"]
@@ -130,7 +130,7 @@ def multinode_spread(runs: Path, address: str) -> dict:
 
 def job_run_dir(rundir: RunDir) -> str:
     """Where the job wrote its run directory on the cluster (it says so in its log)."""
-    from ppodeck.engine.jobs import client
+    from ppodeck.engine.launch.jobs import client
 
     log = client(read_status(rundir)["job"]["address"]).get_job_logs(rundir.id)
     marker = "ppodeck: job run directory "

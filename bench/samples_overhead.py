@@ -6,10 +6,10 @@
    samples, the writer thread's own wall and CPU time (it runs beside the loop in the driver
    process) as a share of the rollout time.
 2. The loop's thread beside the busy writer thread: how late it wakes (the GIL), with the
-   writer's per-sample yield (engine.samples.yield_gil) and without.
+   writer's per-sample yield (engine.run.samples.yield_gil) and without.
 3. Scale: a synthetic 512-sample rollout (responses of up to --max-len tokens, float32 rows as
    the workers send them): the writer's time and the file's size; the time to open it
-   (engine.samples.read_rows: what the view and `ppodeck samples` read) and to show it in the
+   (engine.run.samples.read_rows: what the view and `ppodeck samples` read) and to show it in the
    TUI's Samples view (Pilot: from the screen's push to the table filled; goal <= 200 ms).
 
 Usage: .venv/bin/python bench/samples_overhead.py [--rollouts 8] [--pairs 2] [--max-len 1024]
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ppodeck.engine.samples import (  # noqa: E402
+from ppodeck.engine.run.samples import (  # noqa: E402
     FLOAT_TOKEN_FIELDS,
     format_bytes,
     read_rows,
@@ -173,7 +173,7 @@ def gil_latency(directory: Path, repeats: int = 3) -> None:
     rollouts (128 samples of 6 tokens), with the writer's per-sample GIL yield and without."""
     import threading
 
-    import ppodeck.engine.samples as samples
+    import ppodeck.engine.run.samples as samples
 
     rng = random.Random(0)
     records = [make_record(0, i, rng, max_len=6) for i in range(128)]

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ppodeck.engine.config import resolve  # noqa: E402
 from ppodeck.engine.driver.telemetry import Telemetry  # noqa: E402
-from ppodeck.engine.events import EventWriter  # noqa: E402
 from ppodeck.engine.presets import load_preset, resolve_preset  # noqa: E402
+from ppodeck.engine.run.events import EventWriter  # noqa: E402
 
 METRICS = {f"train/metric_{i}": 0.1 * i for i in range(12)}
 

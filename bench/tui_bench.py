@@ -287,7 +287,7 @@ def bench_lag(rate: int, seconds: float, flush_s: float | None = None) -> None:
     from ppodeck.app.tui import screens
     from ppodeck.app.tui.app import PPODeckApp
     from ppodeck.app.tui.screens.monitor import MonitorScreen
-    from ppodeck.engine.runstate import RunState
+    from ppodeck.engine.run.state import RunState
 
     shipped = screens.monitor.FLUSH_S
     screens.monitor.FLUSH_S = shipped if flush_s is None else flush_s

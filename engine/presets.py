@@ -36,9 +36,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ppodeck.engine.config.model import RunConfig, coerce
-from ppodeck.engine.config.schema import BY_DEST, BY_NAME, FLAGS, GROUP_TITLES, Flag
-from ppodeck.engine.files import atomic_write
+from .config.model import RunConfig, coerce
+from .config.schema import BY_DEST, BY_NAME, FLAGS, GROUP_TITLES, Flag
+from .host.files import atomic_write
 
 SCHEMA_VERSION = 1
 # engine/builtin_presets links to the repository's presets/ in a checkout and is a plain
@@ -70,7 +70,7 @@ class Preset:
     unset: tuple[str, ...] = ()  # dests dropped from the parent (extends)
     shadows: tuple[Path, ...] = ()  # same-name files further down the search path
     error: str | None = None  # set by list_presets() for a file that does not load
-    # [health]: thresholds of the run's health rules (engine/health_config.py), never flags
+    # [health]: thresholds of the run's health rules (engine/config/health.py), never flags
     health: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -239,9 +239,9 @@ def parse_preset_text(text: str, path: Path, source: Source = "file") -> Preset:
 
 def _health_table(data: dict, path: Path, text: str) -> Mapping[str, Any]:
     table = data.get("health", {})
-    if table == {}:  # most presets: engine.health (slow to import) is not needed to list them
+    if table == {}:  # most presets: engine.run.health (slow to import) is not needed to list them
         return MappingProxyType({})
-    from ppodeck.engine.health_config import HealthConfigError, parse_health_table
+    from .config.health import HealthConfigError, parse_health_table
 
     if not isinstance(table, dict):
         raise PresetError(f"{_where(path, text, 'health', None)}: health must be a table. "
@@ -276,7 +276,7 @@ def _flag_for_key(key: str, path: Path, text: str, section: str = "flags") -> Fl
         if flag is not None:  # "no-offload-train": the negative form
             raise PresetError(f"{where}: flag key {key!r} is the negative form. Fix: write "
                               f"{flag.name[2:]} = false.")
-        from ppodeck.engine.config.argv import suggest
+        from .config.argv import suggest
 
         guess = suggest(name)
         hint = f"did you mean {guess[2:]!r}? Or " if guess else ""
@@ -507,7 +507,7 @@ def export_preset(preset: Preset, *, keep_extends: bool = False) -> str:
     for link in extends_chain(preset):  # [health] resolved along extends, like [flags]
         health.update(link.health)
     if health:
-        from ppodeck.engine.health_config import health_toml
+        from .config.health import health_toml
 
         text += "\n" + health_toml(health)
     return text

@@ -4,9 +4,9 @@ The driver writes these words into events.jsonl and status.json; the TUI, `ppode
 `tail`, `health`, `compare` and the run readers look them up. Both sides import them from here,
 so a renamed phase or metric breaks at import time instead of leaving a chart empty.
 
-Why its own module and not engine/events.py: events.py is the stream's mechanics (a writer
+Why its own module and not engine/run/events.py: events.py is the stream's mechanics (a writer
 thread, a tolerant reader); the words are needed by modules that never touch the stream
-(engine.config's memory table, status.json in engine.rundir, widgets). It imports nothing, so it
+(engine.config's memory table, status.json in engine.run.rundir, widgets). It imports nothing, so it
 sits at the bottom of the layers with engine.config and engine.algo.
 """
 
@@ -25,7 +25,7 @@ class Kind:
     GPU: Final = "gpu"
     STATUS: Final = "status"
     LOG: Final = "log"
-    HEALTH: Final = "health"  # written by readers (engine.health), never by the driver
+    HEALTH: Final = "health"  # written by readers (engine.run.health), never by the driver
 
 
 EVENT_KINDS: Final = (Kind.METRICS, Kind.PHASE, Kind.OFFLOAD, Kind.GPU, Kind.STATUS, Kind.LOG,

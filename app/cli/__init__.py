@@ -12,7 +12,7 @@ __all__ = ["app", "main"]
 
 def __getattr__(name: str) -> object:
     if name in __all__:
-        from ppodeck.app.cli import root
+        from . import root
 
         return getattr(root, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

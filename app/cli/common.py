@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from ppodeck.engine.config import Issue, RunConfig
-from ppodeck.engine.config.argv import suggest
-from ppodeck.engine.config.model import coerce
-from ppodeck.engine.config.schema import BY_NAME
-from ppodeck.engine.presets import (
+from ...engine.config import Issue, RunConfig
+from ...engine.config.argv import suggest
+from ...engine.config.model import coerce
+from ...engine.config.schema import BY_NAME
+from ...engine.presets import (
     Preset,
     PresetError,
     UnknownPresetError,
@@ -26,7 +26,7 @@ from ppodeck.engine.presets import (
 )
 
 if TYPE_CHECKING:
-    from ppodeck.engine.rundir import RunDir
+    from ...engine.run.rundir import RunDir
 
 EXIT_INVALID, EXIT_USAGE, EXIT_FAILED, EXIT_UNHEALTHY, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
@@ -62,8 +62,8 @@ def import_command_or_fail(source: str, *, miles_root: Path | None, launcher: st
     reason when the launcher args do not fit, or when running was refused or failed."""
     import os
 
-    from ppodeck.engine.config.py_launcher import LauncherError, is_python_launcher
-    from ppodeck.engine.config.script_import import import_script
+    from ...engine.miles.py_launcher import LauncherError, is_python_launcher
+    from ...engine.miles.script_import import import_script
 
     text, path, overrides = read_text(source), script_path(source), launcher_args(launcher)
     if run:
@@ -83,8 +83,8 @@ def _run_launcher_or_fail(path: Path, overrides: list[str] | None, miles_root: P
     """The same consent rule as code named in presets: --trust, or an interactive yes."""
     import os
 
-    from ppodeck.engine.config.launcher_import import import_recorded
-    from ppodeck.engine.launcher_recorder import RecorderError, run_launcher
+    from ...engine.miles.launcher_import import import_recorded
+    from ...engine.miles.launcher_recorder import RecorderError, run_launcher
 
     err(f"--run-launcher would run {path} (its own code, in a subprocess; miles' helpers are "
         "replaced by recorders, so they download, convert and launch nothing).")
@@ -128,9 +128,9 @@ def find_run_or_fail(run_name: str) -> RunDir:
     """A run by id, unique id prefix or path; a usage error naming the candidates if not.
 
     A miles --dump-details directory is a run too: it is watched (read-only) through a run
-    directory of PPO Deck's own (engine/miles_run.py), registered on first use and synced.
+    directory of PPO Deck's own (engine/miles/watch.py), registered on first use and synced.
     """
-    from ppodeck.engine.rundir import RunNotFound, find_run
+    from ...engine.run.rundir import RunNotFound, find_run
 
     try:
         rundir = find_run(run_name)
@@ -141,7 +141,7 @@ def find_run_or_fail(run_name: str) -> RunDir:
 
 
 def _miles_dump_or_fail(run_name: str, not_found: str) -> RunDir:
-    from ppodeck.engine.miles_run import MilesDumpError, is_miles_dump, open_dump
+    from ...engine.miles.watch import MilesDumpError, is_miles_dump, open_dump
 
     path = Path(run_name).expanduser()
     if not is_miles_dump(path):
@@ -157,7 +157,7 @@ def _miles_dump_or_fail(run_name: str, not_found: str) -> RunDir:
 
 
 def _watch_if_miles(rundir: RunDir) -> None:
-    from ppodeck.engine.miles_run import dump_of, watch
+    from ...engine.miles.watch import dump_of, watch
 
     if dump_of(rundir) is None:
         return

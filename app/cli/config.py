@@ -13,7 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-from ppodeck.app.cli.common import (
+from ...engine.config import Issue, RunConfig, check, to_argv
+from ...engine.config.derived import PHASES, ROLES
+from .common import (
     EXIT_INVALID,
     EXIT_USAGE,
     JsonOption,
@@ -30,9 +32,7 @@ from ppodeck.app.cli.common import (
     load_or_fail,
     resolve_or_fail,
 )
-from ppodeck.app.cli.common import err as _err
-from ppodeck.engine.config import Issue, RunConfig, check, to_argv
-from ppodeck.engine.config.derived import PHASES, ROLES
+from .common import err as _err
 
 
 def register(app: typer.Typer) -> None:
@@ -171,7 +171,7 @@ def command(
         fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
     config, _, _ = build_config(preset, sets, None)
     if engine == "miles":
-        from ppodeck.engine.miles_launch import SECRET_ENV, train_argv
+        from ...engine.miles.drive import SECRET_ENV, train_argv
 
         argv, own = train_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
         _say_what_miles_gets(own, [dest for dest in SECRET_ENV if config.is_set(dest)])
@@ -219,7 +219,7 @@ def flags(
         ppodeck flags refused
         ppodeck flags --json kl
     """
-    from ppodeck.engine.config import reference
+    from ...engine.config import reference
 
     if markdown:
         typer.echo(reference.markdown_table())

@@ -1,6 +1,6 @@
 """CLI commands that judge and compare runs: health, compare, plot.
 
-Light at import: engine.health is stdlib only; matplotlib is imported by `plot` alone.
+Light at import: engine.run.health is stdlib only; matplotlib is imported by `plot` alone.
 Exit codes: 0 ok, 2 usage (unknown run), 4 an error-level health rule fired (`health`, for CI).
 """
 
@@ -12,10 +12,10 @@ from typing import Annotated
 
 import typer
 
-from ppodeck.app.cli.common import EXIT_UNHEALTHY, EXIT_USAGE, RunArg, find_run_or_fail
-from ppodeck.app.cli.common import fail as _fail
-from ppodeck.engine.rundir import RunDir
-from ppodeck.engine.vocabulary import Metric
+from ...engine.run.rundir import RunDir
+from ...engine.vocabulary import Metric
+from .common import EXIT_UNHEALTHY, EXIT_USAGE, RunArg, find_run_or_fail
+from .common import fail as _fail
 
 
 def register(app: typer.Typer) -> None:
@@ -47,7 +47,7 @@ def health(
         ppodeck health 250101-120000-tiny-cpu
         ppodeck health runs/250101-120000-tiny-cpu-1a2b --json | jq .findings
     """
-    from ppodeck.engine.health import judge_run
+    from ...engine.run.health import judge_run
 
     rundir = find_run_or_fail(run_name)
     report = judge_run(rundir.path, write=not no_write)
@@ -59,8 +59,8 @@ def health(
         raise typer.Exit(EXIT_UNHEALTHY)
 
 
-def _print_report(report, run_dir: Path) -> None:  # noqa: ANN001 - engine.health.HealthReport
-    from ppodeck.app.cli.samples import finding_hint
+def _print_report(report, run_dir: Path) -> None:  # noqa: ANN001 - engine.run.health.HealthReport
+    from .samples import finding_hint
     for note in report.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"run {report.run_id} ({report.state}): {report.level.upper()} - "
@@ -95,7 +95,7 @@ def compare(
         ppodeck compare 250101-120000-tiny-cpu 250102-090000-tiny-cpu
         ppodeck compare RUN_A RUN_B RUN_C --json | jq .diagnostics
     """
-    from ppodeck.engine.runstats import load_run
+    from ...engine.run.stats import load_run
 
     if len(run_names) < 2:
         _fail("compare needs at least two runs. Fix: ppodeck compare RUN RUN [RUN...] "
@@ -111,8 +111,8 @@ def compare(
     _print_comparison(data)
 
 
-def comparison(runs: list) -> dict:  # list[engine.runstats.RunStats]
-    from ppodeck.engine.runstats import DIAGNOSTICS, config_diff
+def comparison(runs: list) -> dict:  # list[engine.run.stats.RunStats]
+    from ...engine.run.stats import DIAGNOSTICS, config_diff
 
     phases = sorted({name for run in runs for name in run.phase_seconds})
     diagnostics = {}
@@ -220,7 +220,7 @@ def plot(
         ppodeck plot 250101-120000-tiny-cpu --out tiny.png
         ppodeck plot RUN_A RUN_B --out compare.svg
     """
-    from ppodeck.engine.runstats import load_run
+    from ...engine.run.stats import load_run
 
     if out.suffix.lower() not in (".png", ".svg"):
         _fail(f"--out {out}: the picture must be .png or .svg", EXIT_USAGE)
@@ -234,7 +234,7 @@ def plot(
     typer.echo(str(out))
 
 
-def draw(runs: list, out: Path) -> None:  # list[engine.runstats.RunStats]
+def draw(runs: list, out: Path) -> None:  # list[engine.run.stats.RunStats]
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -272,8 +272,8 @@ class TailJudge:
     event shown after the event that made it fire, and is recorded in health.jsonl."""
 
     def __init__(self, rundir: RunDir) -> None:
-        from ppodeck.engine.health import HealthJudge, run_facts, run_thresholds
-        from ppodeck.engine.rundir import read_status
+        from ...engine.run.health import HealthJudge, run_facts, run_thresholds
+        from ...engine.run.rundir import read_status
 
         self.rundir = rundir
         thresholds, _ = run_thresholds(rundir.path, read_status(rundir).get("preset"))
@@ -292,7 +292,7 @@ class TailJudge:
         return self._events(self.judge.check_hang(time.time(), driver_alive))
 
     def _events(self, findings: list) -> list[dict]:
-        from ppodeck.engine.health import record_or_note
+        from ...engine.run.health import record_or_note
 
         for note in record_or_note(self.rundir.path, findings) if findings else []:
             typer.echo(f"warning: {note}", err=True)
@@ -302,7 +302,7 @@ class TailJudge:
 def snapshot_preset_health(rundir: RunDir, preset: str) -> None:
     """Keep the launching preset's [health] table with the run (health.toml), so `ppodeck
     health` judges it later with the thresholds it was launched under."""
-    from ppodeck.engine.health import preset_health_table, snapshot_thresholds
+    from ...engine.run.health import preset_health_table, snapshot_thresholds
 
     table = preset_health_table(preset)
     if not table:
@@ -325,7 +325,7 @@ def format_health(event: dict) -> str:
 
 def health_column(run_path: Path) -> str:
     """`runs ls`: ok, "2 warn", "1 error 3 warn", or - without events."""
-    from ppodeck.engine.health import run_level
+    from ...engine.run.health import run_level
 
     try:
         return run_level(run_path)

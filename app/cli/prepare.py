@@ -1,7 +1,7 @@
 """`ppodeck prepare PRESET`: download the preset's model and data, convert to torch_dist.
 
 Exit codes: 0 ready (or nothing to do), 1 something is missing or failed (offline, download,
-conversion), 2 usage (unknown preset, bad --set). Light: engine.prepare plans and runs the
+conversion), 2 usage (unknown preset, bad --set). Light: engine.launch.prepare plans and runs the
 work (downloads in this process through huggingface_hub, the conversion in a subprocess).
 """
 
@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ppodeck.app.cli.common import EXIT_INVALID, SetOption, preset_config
-from ppodeck.app.cli.common import fail as _fail
+from .common import EXIT_INVALID, SetOption, preset_config
+from .common import fail as _fail
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
-    from ppodeck.engine.prepare import Plan, Step
+    from ...engine.launch.prepare import Plan, Step
 
 EXIT_PREPARE_FAILED = EXIT_INVALID  # README: 1 (a failed prepare), not a failed run's 3
 
@@ -53,8 +53,8 @@ def prepare(
     """
     from rich.console import Console
 
-    from ppodeck.engine.config.resolve import resolve
-    from ppodeck.engine.prepare import PrepareError, offline_message, offline_reason, plan_prepare
+    from ...engine.config.resolve import resolve
+    from ...engine.launch.prepare import PrepareError, offline_message, offline_reason, plan_prepare
 
     console = Console(stderr=True)
     config, loaded = _load(preset, sets)
@@ -87,8 +87,8 @@ def _load(preset: str, sets: list[str] | None) -> tuple[Any, Any]:
 
 
 def _sources(loaded: Any) -> dict[str, Any]:  # noqa: ANN401
-    from ppodeck.engine.prepare import PrepareError, preset_sources
-    from ppodeck.engine.presets import PresetError
+    from ...engine.launch.prepare import PrepareError, preset_sources
+    from ...engine.presets import PresetError
 
     try:
         return preset_sources(loaded)
@@ -100,7 +100,7 @@ def _show_plan(console: Console, name: str, plan: Plan) -> None:
     """One line per input: status, flag, source -> destination (paths never wrapped)."""
     from rich.markup import escape
 
-    from ppodeck.engine.prepare import describe
+    from ...engine.launch.prepare import describe
 
     console.print(f"prepare {name}:")
     for (what, source, into, status), step in zip(describe(plan.steps), plan.steps,
@@ -123,7 +123,7 @@ def _confirm(plan: Plan, yes: bool) -> None:
 
 def _run(console: Console, plan: Plan, args: dict[str, Any]) -> None:
     """Downloads first (the conversion may read what they fetched), each with progress bars."""
-    from ppodeck.engine.prepare import download
+    from ...engine.launch.prepare import download
 
     for step in plan.downloads:
         console.print(f"Downloading {step.repo_type} {step.source} -> {step.into}")
@@ -135,7 +135,7 @@ def _run(console: Console, plan: Plan, args: dict[str, Any]) -> None:
 
 
 def _convert(console: Console, step: Step, args: dict[str, Any]) -> None:
-    from ppodeck.engine.prepare import convert
+    from ...engine.launch.prepare import convert
 
     console.print(f"Converting {step.source} -> {step.into} (torch_dist)")
     with _progress(console) as progress:

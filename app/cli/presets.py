@@ -12,7 +12,21 @@ from typing import Annotated, Any
 
 import typer
 
-from ppodeck.app.cli.common import (
+from ...engine.config import RunConfig, check
+from ...engine.presets import (
+    Preset,
+    PresetError,
+    config_to_toml,
+    diff_configs,
+    export_preset,
+    import_preset,
+    list_presets,
+    read_preset_file,
+    resolve_preset,
+    save_preset,
+    user_preset_dir,
+)
+from .common import (
     EXIT_INVALID,
     EXIT_USAGE,
     JsonOption,
@@ -29,21 +43,7 @@ from ppodeck.app.cli.common import (
     load_or_fail,
     resolve_or_fail,
 )
-from ppodeck.app.cli.common import err as _err
-from ppodeck.engine.config import RunConfig, check
-from ppodeck.engine.presets import (
-    Preset,
-    PresetError,
-    config_to_toml,
-    diff_configs,
-    export_preset,
-    import_preset,
-    list_presets,
-    read_preset_file,
-    resolve_preset,
-    save_preset,
-    user_preset_dir,
-)
+from .common import err as _err
 
 presets_app = typer.Typer(
     help="List, show, compare and share presets.",
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _preset_json(preset: Preset) -> dict[str, Any]:
-    from ppodeck.engine.config.schema import BY_DEST
+    from ...engine.config.schema import BY_DEST
 
     return {
         "name": preset.name, "source": preset.source, "path": str(preset.path),
@@ -124,7 +124,7 @@ def presets_show(
 
 
 def _named_values(config: RunConfig) -> dict[str, Any]:
-    from ppodeck.engine.config.schema import BY_DEST
+    from ...engine.config.schema import BY_DEST
 
     return {BY_DEST[d].name: list(v) if isinstance(v, tuple) else v
             for d, v in config.values.items() if not BY_DEST[d].secret}
@@ -281,7 +281,7 @@ def _refuse_bad_values(config: RunConfig) -> None:
 
 def annotate_flags(text: str, report: Any) -> str:
     """Each flag of a preset written from a script gets the script's file and line."""
-    from ppodeck.engine.presets import with_flag_comments
+    from ...engine.presets import with_flag_comments
 
     return with_flag_comments(text, report.flag_comment)
 

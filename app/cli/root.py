@@ -16,9 +16,9 @@ from typing import Annotated
 
 import typer
 
-from ppodeck.app.cli import config, health, prepare, presets, runs, samples
-from ppodeck.app.cli.common import EXIT_INVALID, err, fail
-from ppodeck.engine.env_vars import cli_help
+from ...engine.env_vars import cli_help
+from . import config, health, prepare, presets, runs, samples
+from .common import EXIT_INVALID, err, fail
 
 ENV_HELP = cli_help()
 
@@ -36,7 +36,7 @@ app = typer.Typer(
 
 def _run_tui(preset: str | None) -> None:
     try:
-        from ppodeck.app.tui.app import run_tui
+        from ..tui.app import run_tui
     except ImportError as exc:
         fail(f"the TUI is not available in this installation ({exc}). Fix: use the headless "
              "commands, see `ppodeck --help`.", EXIT_INVALID)
@@ -48,7 +48,7 @@ def _run_tui(preset: str | None) -> None:
 
 def _print_version(value: bool) -> None:
     if value:
-        from ppodeck.app.version import version_line
+        from ..version import version_line
 
         typer.echo(version_line())
         raise typer.Exit()
@@ -90,8 +90,8 @@ def _log_crash(exc: BaseException) -> Path:
     import tempfile
     import time
 
-    from ppodeck.engine.files import append_private
-    from ppodeck.engine.run_secrets import redact_argv, scrub_secrets
+    from ...engine.host.files import append_private
+    from ...engine.run.secrets import redact_argv, scrub_secrets
 
     argv = sys.argv[1:]
     text = (f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} ppodeck {' '.join(redact_argv(argv))}\n"

@@ -2,7 +2,7 @@
 
 Data goes to stdout, diagnostics to stderr. Exit codes: 0 ok, 1 invalid config, 2 usage
 (unknown run, bad --set), 3 run failed, 130 interrupted. engine.config, engine.presets and
-engine.launch are imported inside the commands so `ppodeck --help` stays fast.
+engine.launch.local are imported inside the commands so `ppodeck --help` stays fast.
 """
 
 from __future__ import annotations
@@ -24,7 +24,30 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from ppodeck.app.cli.common import (
+from ...engine.run.events import follow, read_events
+from ...engine.run.rundir import (
+    RUNS_DIR_ENV,
+    RunDir,
+    RunInfo,
+    driver_alive,
+    list_runs,
+    read_status,
+    runs_root,
+    write_status,
+)
+from ...engine.run.state import RunState
+from ...engine.vocabulary import (
+    ACTIVE_STATES,
+    EVENT_KINDS,
+    FINAL_STATES,
+    INIT_PHASE,
+    INIT_STEP_LABEL,
+    Kind,
+    Metric,
+    State,
+    is_eval_reward,
+)
+from .common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_INVALID,
@@ -36,38 +59,15 @@ from ppodeck.app.cli.common import (
     format_issue,
     preset_config,
 )
-from ppodeck.app.cli.common import err as _err
-from ppodeck.app.cli.common import fail as _fail
-from ppodeck.engine.events import follow, read_events
-from ppodeck.engine.rundir import (
-    RUNS_DIR_ENV,
-    RunDir,
-    RunInfo,
-    driver_alive,
-    list_runs,
-    read_status,
-    runs_root,
-    write_status,
-)
-from ppodeck.engine.runstate import RunState
-from ppodeck.engine.vocabulary import (
-    ACTIVE_STATES,
-    EVENT_KINDS,
-    FINAL_STATES,
-    INIT_PHASE,
-    INIT_STEP_LABEL,
-    Kind,
-    Metric,
-    State,
-    is_eval_reward,
-)
+from .common import err as _err
+from .common import fail as _fail
 
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Callable, Sequence
 
-    from ppodeck.app.cli.health import TailJudge
-    from ppodeck.engine.config import RunConfig
+    from ...engine.config import RunConfig
+    from .health import TailJudge
 
 _RUNS_HELP = f"Runs live under ${RUNS_DIR_ENV} (default ./runs)."
 
@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
 
 def _revive_follower(rundir: RunDir) -> None:
     """A submitted run mirrors its Ray job through a local follower; restart it if it died."""
-    from ppodeck.engine.jobs import JobError, revive_follower
+    from ...engine.launch.jobs import JobError, revive_follower
 
     try:
         if revive_follower(rundir):
@@ -199,7 +199,7 @@ def run(
     else:
         rundir, popen = _launch(config, preset_name, run_dir)
     if resume is None and preset is not None:
-        from ppodeck.app.cli.health import snapshot_preset_health
+        from .health import snapshot_preset_health
 
         snapshot_preset_health(rundir, preset)
     if detach:
@@ -213,14 +213,14 @@ def run(
 def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach: bool,
                yes: bool, trust: bool, resume: str | None, submit: str | None,
                miles_root: Path | None) -> int:
-    """`run --engine miles`: miles' own train.py (engine/miles_launch.py), watched as a run."""
-    from ppodeck.engine.miles_launch import (
+    """`run --engine miles`: miles' own train.py (engine/miles/drive.py), watched as a run."""
+    from ...engine.miles.drive import (
         MilesLaunchError,
         check_miles_root,
         prepare,
         start_supervisor,
     )
-    from ppodeck.engine.run_secrets import secret_env
+    from ...engine.run.secrets import secret_env
 
     if resume is not None:
         _fail("--resume is for PPO Deck's engine; miles resumes from --load itself: start a "
@@ -237,7 +237,7 @@ def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach
     _check_inputs_or_exit(config)
     if not trusted:
         _confirm_code_flags(config, yes, trust)
-    from ppodeck.engine.launch import LaunchError, prepare_run
+    from ...engine.launch.local import LaunchError, prepare_run
 
     try:
         rundir = prepare_run(config, preset_name, run_dir)
@@ -261,7 +261,7 @@ def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach
     except OSError as exc:
         write_status(rundir, state=State.FAILED, detail=f"supervisor did not start: {exc}")
         _fail(f"could not start run {rundir.id}: {exc}", EXIT_FAILED)
-    from ppodeck.app.cli.health import snapshot_preset_health
+    from .health import snapshot_preset_health
 
     snapshot_preset_health(rundir, preset)
     if detach:
@@ -283,11 +283,11 @@ def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
 
 def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | None = None
                    ) -> None:
-    from ppodeck.engine.config import check
+    from ...engine.config import check
 
     machine = None
     if engine == "miles":
-        from ppodeck.engine.miles_launch import launch_machine
+        from ...engine.miles.drive import launch_machine
 
         machine = launch_machine(submit)
     report = check(config, machine=machine, engine=engine)
@@ -301,7 +301,7 @@ def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | Non
 def _confirm_code_flags(config: RunConfig, yes: bool, trust: bool) -> None:
     """Presets from files or teammates may name code to execute: show exactly what, and run it
     only with consent: an interactive yes, or --trust (--yes alone never suffices)."""
-    from ppodeck.engine.launch import code_to_run
+    from ...engine.launch.local import code_to_run
 
     named = code_to_run(config)
     if not named:
@@ -321,7 +321,7 @@ def _confirm_code_flags(config: RunConfig, yes: bool, trust: bool) -> None:
 
 
 def _check_inputs_or_exit(config: RunConfig) -> None:
-    from ppodeck.engine.launch import missing_inputs
+    from ...engine.launch.local import missing_inputs
 
     missing = missing_inputs(config)
     if missing:
@@ -332,7 +332,7 @@ def _check_inputs_or_exit(config: RunConfig) -> None:
 
 def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunDir]:
     """The run's own config.toml with --set applied."""
-    from ppodeck.engine.presets import PresetError, config_from_toml
+    from ...engine.presets import PresetError, config_from_toml
 
     rundir = find_run_or_fail(run_name)
     try:
@@ -344,8 +344,8 @@ def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunD
 
 
 def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
-    from ppodeck.engine.launch import LaunchError, prepare_resume, start_driver
-    from ppodeck.engine.run_secrets import secret_env
+    from ...engine.launch.local import LaunchError, prepare_resume, start_driver
+    from ...engine.run.secrets import secret_env
 
     try:
         start = prepare_resume(rundir, config)
@@ -362,8 +362,8 @@ def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
 def _launch(
     config: RunConfig, preset_name: str, run_dir: Path | None
 ) -> tuple[RunDir, subprocess.Popen[bytes]]:
-    from ppodeck.engine.launch import LaunchError, prepare_run, start_driver
-    from ppodeck.engine.run_secrets import secret_env
+    from ...engine.launch.local import LaunchError, prepare_run, start_driver
+    from ...engine.run.secrets import secret_env
 
     try:
         rundir = prepare_run(config, preset_name, run_dir)
@@ -380,9 +380,9 @@ def _submit(
     config: RunConfig, preset_name: str, run_dir: Path | None, address: str
 ) -> tuple[RunDir, subprocess.Popen[bytes]]:
     """A Ray job on the cluster at `address`; the returned process mirrors it locally."""
-    from ppodeck.engine.jobs import JobError, forwarded_env, submit
-    from ppodeck.engine.launch import LaunchError, prepare_run
-    from ppodeck.engine.run_secrets import secret_env
+    from ...engine.launch.jobs import JobError, forwarded_env, submit
+    from ...engine.launch.local import LaunchError, prepare_run
+    from ...engine.run.secrets import secret_env
 
     try:
         rundir = prepare_run(config, preset_name, run_dir)
@@ -404,7 +404,7 @@ def _submit(
 
 
 class RunProgress:
-    """What the attached view shows: the run's fold (engine.runstate, as the TUI's) plus this
+    """What the attached view shows: the run's fold (engine.run.state, as the TUI's) plus this
     view's own wall clock and Ctrl-C note."""
 
     def __init__(self, run_id: str, num_rollout: int | None) -> None:
@@ -576,7 +576,7 @@ def _follow_run(rundir: RunDir, popen: subprocess.Popen[bytes], num_rollout: int
 
 
 def _act_on_interrupts(rundir: RunDir, interrupts: _Interrupts, view: _View) -> None:
-    from ppodeck.engine.launch import stop_run
+    from ...engine.launch.local import stop_run
 
     while interrupts.handled < interrupts.received:
         interrupts.handled += 1
@@ -659,7 +659,7 @@ def runs_add(
         ppodeck runs add /data/miles/dump-qwen3-4b-ppo
         ppodeck tail /data/miles/dump-qwen3-4b-ppo --kind metrics
     """
-    from ppodeck.engine.miles_run import MilesDumpError, open_dump
+    from ...engine.miles.watch import MilesDumpError, open_dump
 
     try:
         rundir, new = open_dump(dump.expanduser(), root)
@@ -692,7 +692,7 @@ def _job_of(info: RunInfo) -> dict[str, Any] | None:
 
 def _health_of(info: RunInfo) -> str:
     """The worst health finding (`ppodeck health`); judged when the events changed."""
-    from ppodeck.app.cli.health import health_column
+    from .health import health_column
 
     return health_column(info.path)
 
@@ -737,7 +737,7 @@ def tail(
                   f"(kinds: {', '.join(EVENT_KINDS)})", EXIT_USAGE)
     rundir = find_run_or_fail(run_name)
     _revive_follower(rundir)
-    from ppodeck.app.cli.health import TailJudge
+    from .health import TailJudge
 
     judge = TailJudge(rundir)  # health findings are shown after the event that fired them
     show = _printer(as_json, set(kinds or ()), judge)
@@ -879,7 +879,7 @@ def _gib(value: Any) -> str:
 
 
 def _format_health(e: dict[str, Any]) -> str:
-    from ppodeck.app.cli.health import format_health
+    from .health import format_health
 
     return format_health(e)
 
@@ -908,8 +908,8 @@ def stop(
         ppodeck stop 250101-120000-tiny-cpu
         ppodeck stop 250101-120000-tiny-cpu --force
     """
-    from ppodeck.engine.launch import stop_run
-    from ppodeck.engine.miles_run import dump_of, is_driven
+    from ...engine.launch.local import stop_run
+    from ...engine.run.source import dump_of, is_driven
 
     rundir = find_run_or_fail(run_name)
     if dump_of(rundir) is not None and not is_driven(rundir):
@@ -936,7 +936,7 @@ def attach(run_name: RunArg) -> None:
     rundir = find_run_or_fail(run_name)
     _revive_follower(rundir)
     try:
-        from ppodeck.app.tui.app import run_tui
+        from ..tui.app import run_tui
     except ImportError as exc:
         _fail(f"the TUI monitor is not available ({exc}); follow the run with "
               f"`ppodeck tail {rundir.id} --follow` instead", EXIT_USAGE)

@@ -1,6 +1,6 @@
 """`ppodeck samples RUN`: a rollout's responses with their rewards and per-token numbers.
 
-Reads `<run>/samples/rollout_<id>.jsonl` (engine/samples.py). Data goes to stdout (a table, or
+Reads `<run>/samples/rollout_<id>.jsonl` (engine/run/samples.py). Data goes to stdout (a table, or
 JSON with every field), diagnostics to stderr. Exit codes: app/cli/common.py (2: no such run,
 no samples, no such rollout).
 """
@@ -14,8 +14,7 @@ from typing import Annotated
 
 import typer
 
-from ppodeck.app.cli.common import EXIT_USAGE, JsonOption, RunArg, err, fail, find_run_or_fail
-from ppodeck.engine.samples import (
+from ...engine.run.samples import (
     FINDING_VIEWS,
     SORTS,
     SampleRow,
@@ -29,6 +28,7 @@ from ppodeck.engine.samples import (
     read_samples,
     sort_samples,
 )
+from .common import EXIT_USAGE, JsonOption, RunArg, err, fail, find_run_or_fail
 
 RESPONSE_WIDTH = 60
 
@@ -108,7 +108,7 @@ def finding_hint(run_dir: Path, run_id: str, code: str, rollout_id: int | None) 
         return None
     if rollout_id not in list_rollouts(run_dir):
         return None
-    from ppodeck.engine.rundir import RunNotFound, find_run
+    from ...engine.run.rundir import RunNotFound, find_run
 
     try:  # the id where it finds this run, else the path
         name = run_id if find_run(run_id).path.resolve() == Path(run_dir).resolve() else None

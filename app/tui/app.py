@@ -15,11 +15,11 @@ from textual import on
 from textual.app import App
 from textual.binding import Binding
 
-from ppodeck.app.tui.commands import DeckCommands
-from ppodeck.app.tui.messages import PresetChosen, RunChosen, RunLaunched
+from .commands import DeckCommands
+from .messages import PresetChosen, RunChosen, RunLaunched
 
 if TYPE_CHECKING:
-    from ppodeck.engine.config.script_import import ImportReport
+    from ...engine.miles.script_import import ImportReport
 
 
 GC_BACK_ON_S = 3.0  # the collector is back on by then even if no screen says it painted
@@ -61,13 +61,13 @@ class PPODeckApp(App[None]):
     # ---- routes -------------------------------------------------------------------------------
 
     def open_picker(self) -> None:
-        from ppodeck.app.tui.screens.presets import PresetPickerScreen
+        from .screens.presets import PresetPickerScreen
 
         self.push_screen(PresetPickerScreen())
 
     def open_editor(self, preset: str | None) -> None:
         """Open a preset (name or path; None = schema defaults) in the flag editor."""
-        from ppodeck.app.tui.screens.edit import EditScreen, load_for_editing
+        from .screens.edit import EditScreen, load_for_editing
 
         try:
             loaded = load_for_editing(preset)
@@ -80,12 +80,12 @@ class PPODeckApp(App[None]):
 
     def open_paste(self) -> None:
         """Paste a miles command or launch script; its import report; then the editor."""
-        from ppodeck.app.tui.screens.paste import PasteCommandScreen
+        from .screens.paste import PasteCommandScreen
 
         def opened(report: ImportReport | None) -> None:
             if report is None:
                 return
-            from ppodeck.app.tui.screens.edit import (
+            from .screens.edit import (
                 EditScreen,  # the editor loads once it is needed
             )
 
@@ -95,13 +95,13 @@ class PPODeckApp(App[None]):
         self.push_screen(PasteCommandScreen(), opened)
 
     def open_runs(self) -> None:
-        from ppodeck.app.tui.screens.runs import RunsScreen
+        from .screens.runs import RunsScreen
 
         if not isinstance(self.screen, RunsScreen):
             self.push_screen(RunsScreen())
 
     def attach(self, name_or_path: str) -> None:
-        from ppodeck.engine.miles_run import find_or_open
+        from ...engine.miles.watch import find_or_open
 
         try:
             rundir = find_or_open(name_or_path)  # a run, or a miles dump watched as one
@@ -113,8 +113,8 @@ class PPODeckApp(App[None]):
 
     def _watch_if_miles(self, run_dir: Path) -> None:
         """A watched miles dump: bring it up to date, and follow it while it grows."""
-        from ppodeck.engine.miles_run import dump_of, watch
-        from ppodeck.engine.rundir import RunDir
+        from ...engine.miles.watch import dump_of, watch
+        from ...engine.run.rundir import RunDir
 
         try:
             watch(RunDir(run_dir))
@@ -131,7 +131,7 @@ class PPODeckApp(App[None]):
         self.open_monitor(replay=path)
 
     def open_monitor(self, run_dir: Path | None = None, replay: Path | None = None) -> None:
-        from ppodeck.app.tui.screens.monitor import MonitorScreen
+        from .screens.monitor import MonitorScreen
 
         if run_dir is not None:
             self._watch_if_miles(run_dir)
@@ -150,7 +150,7 @@ class PPODeckApp(App[None]):
 
     @on(RunLaunched)
     def _run_launched(self, message: RunLaunched) -> None:
-        from ppodeck.app.tui.screens.monitor import MonitorScreen
+        from .screens.monitor import MonitorScreen
 
         if message.process is not None:
             self.drivers.append(message.process)
@@ -171,7 +171,7 @@ class PPODeckApp(App[None]):
     # ---- actions (keys and the command palette) ------------------------------------------------
 
     def action_open_presets(self) -> None:
-        from ppodeck.app.tui.screens.presets import PresetPickerScreen
+        from .screens.presets import PresetPickerScreen
 
         if not isinstance(self.screen, PresetPickerScreen):
             self.open_picker()
@@ -189,7 +189,7 @@ class PPODeckApp(App[None]):
             self.open_picker()
 
     def action_help(self) -> None:
-        from ppodeck.app.tui.screens.help import HelpScreen, help_for  # Markdown is slow to import
+        from .screens.help import HelpScreen, help_for  # Markdown is slow to import
 
         if isinstance(self.screen, HelpScreen):
             return
@@ -214,7 +214,7 @@ class PPODeckApp(App[None]):
         if self.is_headless:
             super()._handle_exception(error)  # tests want the real exception
             return
-        from ppodeck.app.tui.errors import write_crash_log
+        from .errors import write_crash_log
 
         path = write_crash_log(error)
         self.exit(return_code=1, message=f"PPO Deck stopped after an internal error: {error!r}. "

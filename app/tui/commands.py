@@ -53,8 +53,8 @@ class DeckCommands(Provider):
 
 
 def _scan() -> tuple[list[str], list[tuple[str, str, str]]]:
-    from ppodeck.engine.presets import list_presets
-    from ppodeck.engine.rundir import list_runs
+    from ...engine.presets import list_presets
+    from ...engine.run.rundir import list_runs
 
     presets: list[str] = []
     runs: list[tuple[str, str, str]] = []

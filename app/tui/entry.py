@@ -14,7 +14,7 @@ import sys
 
 def main() -> None:
     if len(sys.argv) > 1:
-        from ppodeck.app.cli import main as cli_main
+        from ..cli import main as cli_main
 
         cli_main()
         return
@@ -28,11 +28,11 @@ def open_tui() -> None:
     # freezes what start-up built) once the first screen is painted: PPODeckApp.startup_painted.
     gc.disable()
     try:
-        from ppodeck.app.tui.app import run_tui
+        from .app import run_tui
 
         run_tui()
     except KeyboardInterrupt:
-        from ppodeck.app.cli.common import (  # typer: only once something failed
+        from ..cli.common import (  # typer: only once something failed
             EXIT_INTERRUPTED,
             err,
         )
@@ -40,8 +40,8 @@ def open_tui() -> None:
         err("ppodeck: interrupted")
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
-        from ppodeck.app.cli.common import EXIT_INVALID, err
-        from ppodeck.app.tui.errors import write_crash_log
+        from ..cli.common import EXIT_INVALID, err
+        from .errors import write_crash_log
 
         path = write_crash_log(exc)
         err(f"ppodeck: unexpected error: {type(exc).__name__}: {exc} (details in {path})")

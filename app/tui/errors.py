@@ -17,9 +17,9 @@ from textual.dom import DOMNode
 def write_crash_log(error: BaseException) -> str:
     import sys
 
-    from ppodeck.app.tui.drafts import state_dir
-    from ppodeck.engine.files import append_private
-    from ppodeck.engine.run_secrets import scrub_secrets
+    from ...engine.host.files import append_private
+    from ...engine.run.secrets import scrub_secrets
+    from .drafts import state_dir
 
     try:
         path = state_dir() / "crash.log"

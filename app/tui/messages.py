@@ -53,7 +53,7 @@ class LaunchFailed(Message):
 
 @dataclass
 class RunsListed(Message):
-    """ppodeck.engine.rundir.list_runs() result (RunInfo objects), or an error sentence."""
+    """ppodeck.engine.run.rundir.list_runs() result (RunInfo objects), or an error sentence."""
 
     runs: list[Any]
     error: str = ""

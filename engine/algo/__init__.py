@@ -5,18 +5,18 @@ The formulas follow miles "as coded" (see ../shared/reference/miles-ppo-spec.md 
 
 from __future__ import annotations
 
-from ppodeck.engine.algo.corrections import TISOut, rollout_mismatch, truncated_importance_weights
-from ppodeck.engine.algo.gae import compute_gae, discounted_reverse_cumsum
-from ppodeck.engine.algo.grpo import group_normalized_rewards, grpo_advantages
-from ppodeck.engine.algo.kl import KL_KINDS, approx_kl
-from ppodeck.engine.algo.losses import (
+from .corrections import TISOut, rollout_mismatch, truncated_importance_weights
+from .gae import compute_gae, discounted_reverse_cumsum
+from .grpo import group_normalized_rewards, grpo_advantages
+from .kl import KL_KINDS, approx_kl
+from .losses import (
     PolicyLossOut,
     ValueLossOut,
     entropy_from_logits,
     policy_loss,
     value_loss,
 )
-from ppodeck.engine.algo.reduce import (
+from .reduce import (
     explained_variance,
     normalize_advantages,
     sum_of_sample_mean,

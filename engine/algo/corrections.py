@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import torch
 
-from ppodeck.engine.algo.kl import approx_kl, at_least_fp32, zero_inactive
+from .kl import approx_kl, at_least_fp32, zero_inactive
 
 
 class TISOut(NamedTuple):

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from ppodeck.engine.algo.kl import at_least_fp32, safe_log_ratio, zero_inactive
+from .kl import at_least_fp32, safe_log_ratio, zero_inactive
 
 
 class PolicyLossOut(NamedTuple):

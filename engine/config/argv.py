@@ -10,10 +10,10 @@ import difflib
 from types import MappingProxyType
 from typing import Any, cast
 
-from ppodeck.engine.config.model import RunConfig
-from ppodeck.engine.config.resolve import expand_path
-from ppodeck.engine.config.rules import Issue
-from ppodeck.engine.config.schema import BY_NAME, FLAGS, MILES_PREFIXES, PATH_DESTS
+from .model import RunConfig
+from .resolve import expand_path
+from .rules import Issue
+from .schema import BY_NAME, FLAGS, MILES_PREFIXES, PATH_DESTS
 
 _KNOWN_NAMES = tuple(BY_NAME)
 MASK = "********"
@@ -83,7 +83,7 @@ def _unknown_flag_issue(name: str) -> Issue:
 
 def _sglang_flag_issue(name: str) -> Issue:
     """miles passes --sglang-X to SGLang's server argument X: check that X exists."""
-    from ppodeck.engine.config.sglang_server_args import SGLANG_VERSION, is_sglang_flag
+    from .sglang_server_args import SGLANG_VERSION, is_sglang_flag
 
     stem = name.removeprefix("--sglang-")
     if is_sglang_flag(name):
@@ -169,7 +169,7 @@ def _bool_text(text: str, default: bool) -> Any:
 
 
 def _coerce_or_text(flag: Any, raw: str) -> Any:
-    from ppodeck.engine.config.model import coerce
+    from .model import coerce
 
     try:
         return coerce(flag, raw)

@@ -4,7 +4,7 @@ its source is read with `ast` for the function name. PURE: stdlib only.
 
 The engine looks a module up as miles' `load_function` does (`importlib.import_module` on the
 dotted path before the last dot), over the driver's `sys.path` (so `PYTHONPATH`), then the
-directory `ppodeck run` was started from (engine/launch.py passes it as PPODECK_CODE_DIR, placed
+directory `ppodeck run` was started from (engine/launch/local.py passes it as PPODECK_CODE_DIR, placed
 after site-packages so a local file never shadows a library).
 
 miles' own built-in filters (`miles.rollout.filter_hub...`) run as PPO Deck's equivalents in
@@ -207,7 +207,7 @@ def files_to_ship(paths: list[str], code_dir: str | None = None) -> list[str]:
         if dotted is None:
             continue
         top = dotted[0].split(".")[0]
-        if top == OWN_PACKAGE:  # the job ships PPO Deck's engine itself (engine/jobs.py)
+        if top == OWN_PACKAGE:  # the job ships PPO Deck's engine itself (engine/launch/jobs.py)
             continue
         located = _top_level_location(top, search_path(code_dir))
         if located and located not in shipped and not _installed(located):

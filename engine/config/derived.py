@@ -83,9 +83,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ppodeck.engine.config.model import RunConfig
-from ppodeck.engine.config.resolve import resolve
-from ppodeck.engine.vocabulary import Phase
+from ..vocabulary import Phase
+from .model import RunConfig
+from .resolve import resolve
 
 GIB = float(1 << 30)
 GPU_GIB = 80.0

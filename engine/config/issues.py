@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ppodeck.engine.config.derived import Derived
-from ppodeck.engine.config.schema import BY_DEST
+from .derived import Derived
+from .schema import BY_DEST
 
 Level = Literal["error", "warning", "info"]
 

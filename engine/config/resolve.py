@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ppodeck.engine.config.model import RunConfig, value_error
-from ppodeck.engine.config.pypi_files import expand_pypi, is_pypi_path
-from ppodeck.engine.config.schema import BY_DEST, DEFAULTS, PATH_DESTS
+from .model import RunConfig, value_error
+from .pypi_files import expand_pypi, is_pypi_path
+from .schema import BY_DEST, DEFAULTS, PATH_DESTS
 
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's checkpoint tracker file
 

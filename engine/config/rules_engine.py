@@ -15,12 +15,12 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
-from ppodeck.engine.config.derived import longest_sample
-from ppodeck.engine.config.issues import Out
-from ppodeck.engine.config.issues import add as _issue
-from ppodeck.engine.config.issues import fl as _fl
-from ppodeck.engine.config.rules_user_code import user_code_rules
-from ppodeck.engine.config.schema import BY_DEST, DEFAULTS, FLAGS
+from .derived import longest_sample
+from .issues import Out
+from .issues import add as _issue
+from .issues import fl as _fl
+from .rules_user_code import user_code_rules
+from .schema import BY_DEST, DEFAULTS, FLAGS
 
 ESTIMATORS_RUN = ("ppo", "grpo")
 POSITION_EMBEDDINGS_RUN = ("rope", "learned_absolute")
@@ -47,7 +47,7 @@ class Machine:
 @functools.cache
 def this_machine() -> Machine:
     """Probed once per process: find_spec only (nothing is imported), NVML or /proc for GPUs."""
-    from ppodeck.engine.machine import host_memory_bytes, visible_gpus
+    from ..host.machine import host_memory_bytes, visible_gpus
 
     return Machine(gpus=visible_gpus(), transformer_engine=_importable("transformer_engine"),
                    sglang=_importable("sglang"), host_memory_bytes=host_memory_bytes(),
@@ -109,7 +109,7 @@ def command_only_flags(e: dict, s: set, out: Out) -> None:
 
 def passthrough_flags(flags: tuple[str, ...], out: Out) -> None:
     if flags:
-        from ppodeck.engine.config.issues import Issue
+        from .issues import Issue
 
         out.append(Issue("warning", "engine.passthrough_ignored", flags,
                          f"{len(flags)} flag(s) PPO Deck does not model are kept verbatim in the "
@@ -181,7 +181,7 @@ def _hf_checkpoint_shape(r: dict, out: Out) -> None:
     """The model flags against --hf-checkpoint's config.json, when its weights are used: a RoPE
     base, biases or rope scaling that differ change no tensor shape, so the trainer (built from
     the flags) and an SGLang rollout (built from the checkpoint) would differ unnoticed."""
-    from ppodeck.engine.config.hf_config_file import hf_checkpoint_flags
+    from .hf_config_file import hf_checkpoint_flags
 
     if r["model_init"] == "random":
         return  # the checkpoint gives the tokenizer only
@@ -362,7 +362,7 @@ def _host_memory(r: dict, m: Machine, out: Out) -> None:
     it must fit the RAM of the node that holds it (a cluster is checked at launch). Pinned
     memory cannot be swapped: past the RAM, the run fails; the processes' own memory (an upper
     bound, measured) only makes it tight."""
-    from ppodeck.engine.config.derived import HOST_USABLE_FRACTION, count_params, host_offload_gib
+    from .derived import HOST_USABLE_FRACTION, count_params, host_offload_gib
 
     if not m.cuda or m.host_memory_bytes is None or _on_a_cluster(r):
         return  # on CPU nothing is pinned: the train state lives in RAM either way

@@ -5,11 +5,11 @@ Each rule is `(e, r, s, out)`; see engine/config/rules.py for the conventions.
 
 from __future__ import annotations
 
-from ppodeck.engine.config.issues import Out
-from ppodeck.engine.config.issues import add as _issue
-from ppodeck.engine.config.issues import fl as _fl
-from ppodeck.engine.config.resolve import EVAL_FALLBACKS
-from ppodeck.engine.tracking_support import INSTALL_FIX, missing_extras, missing_message
+from ..host.tracking_support import INSTALL_FIX, missing_extras, missing_message
+from .issues import Out
+from .issues import add as _issue
+from .issues import fl as _fl
+from .resolve import EVAL_FALLBACKS
 
 # miles' own message texts (spec §3.2, §3.6), quoted so users can search for them.
 MSG_MEGATRON_ONLY = "Shared Actor/Critic PPO requires the Megatron backend"

@@ -5,10 +5,10 @@ engine/config/code_paths.py, which never imports or runs it; its file scans are 
 
 from __future__ import annotations
 
-from ppodeck.engine.config.code_paths import ENGINE_CODE_FLAGS, check_code_path
-from ppodeck.engine.config.issues import Out
-from ppodeck.engine.config.issues import add as _issue
-from ppodeck.engine.config.issues import fl as _fl
+from .code_paths import ENGINE_CODE_FLAGS, check_code_path
+from .issues import Out
+from .issues import add as _issue
+from .issues import fl as _fl
 
 REMOTE_RM = "remote_rm"
 

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from ppodeck.engine.driver.ppo import main
+from .ppo import main
 
 sys.exit(main())

@@ -28,7 +28,7 @@ import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ppodeck.engine.vocabulary import Metric
+from ..vocabulary import Metric
 
 KL_TOL, CLIPFRAC_TOL, KL_LOSS_TOL = 1e-9, 1e-10, 1e-9
 REF_LOGPROB_TOL, ROLLOUT_LOGPROB_TOL = 1e-8, 0.03

@@ -26,8 +26,8 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ppodeck.engine.ports import free_port
-from ppodeck.engine.workers import SLOTS_ENV
+from ..host.ports import free_port
+from ..host.workers import SLOTS_ENV
 
 # per-bundle shares, as miles: actor 0.4 + critic 0.4 + rollout 0.2 = one GPU
 ACTOR_SHARE = 0.4
@@ -39,7 +39,7 @@ ROLLOUT_SHARE = 0.2
 # It lets CPU machines test placement on a (fake-)GPU cluster. Never set it for real runs.
 TEST_RAY_GPUS_ENV = "PPODECK_TEST_RAY_GPUS"
 
-# Every cross-process wait is bounded (the workers' own: engine/workers.py).
+# Every cross-process wait is bounded (the workers' own: engine/host/workers.py).
 PLACEMENT_TIMEOUT_S = 120.0   # the placement group's bundles reserved
 PROBE_TIMEOUT_S = 60.0        # small tasks: bundle order, rendezvous port
 CAPACITY_GRACE_S = 15.0       # nodes that just joined report their resources
@@ -71,7 +71,7 @@ def start_ray(address: str | None, num_bundles: int,
         # address=None lets ray.init read RAY_ADDRESS itself, exactly as Ray documents
         ray.init(address=address or None, log_to_driver=True, runtime_env=runtime_env)
         return joined
-    from ppodeck.engine.machine import visible_gpus
+    from ..host.machine import visible_gpus
 
     loopback_only()
     gpus = declared_test_gpus() or visible_gpus()

@@ -13,7 +13,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppodeck.engine.config.resolve import ppodeck_home
+from ..config.resolve import ppodeck_home
 
 # variable -> folder under <PPODECK_HOME>/compile-cache; FlashInfer appends .cache/flashinfer/
 # to FLASHINFER_WORKSPACE_BASE itself (flashinfer/jit/env.py)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from ppodeck.engine.driver.telemetry import Telemetry
+from .telemetry import Telemetry
 
 OVERLAP_ENV = "PPODECK_OVERLAP_MOVES"
 MEMORY_MARGIN = 0.9  # of the smallest GPU, as plan_init: CUDA contexts, NCCL, fragments
@@ -126,8 +126,8 @@ def awake_at_once_gib(args: Mapping[str, Any], gpu_bytes: int | None,
                       env: Mapping[str, str]) -> tuple[float, float] | None:
     """GiB per GPU with both trainers awake and the rollout released, and with every role
     awake (check()'s per-phase estimate); None for an unknown model shape."""
-    from ppodeck.engine.config.derived import DRIVER_RESERVED_GIB, count_params, memory_estimate
-    from ppodeck.engine.vocabulary import Phase
+    from ..config.derived import DRIVER_RESERVED_GIB, count_params, memory_estimate
+    from ..vocabulary import Phase
 
     table = memory_estimate(args, count_params(args), env)
     actor = table[Phase.ACTOR_TRAIN]["actor"]

@@ -21,17 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ppodeck.engine.driver.ci_checks import CIChecks
-from ppodeck.engine.driver.compile_cache import apply_compile_caches
-from ppodeck.engine.driver.offload import Moves, sleep, wake
-from ppodeck.engine.driver.samples_keeper import SamplesKeeper
-from ppodeck.engine.driver.telemetry import Telemetry
-from ppodeck.engine.events import EventWriter
-from ppodeck.engine.rundir import RunDir, write_status
-from ppodeck.engine.vocabulary import Phase, State, StepKey
+from ..run.events import EventWriter
+from ..run.rundir import RunDir, write_status
+from ..vocabulary import Phase, State, StepKey
+from .ci_checks import CIChecks
+from .compile_cache import apply_compile_caches
+from .offload import Moves, sleep, wake
+from .samples_keeper import SamplesKeeper
+from .telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from ppodeck.engine.driver.roles import Roles
+    from .roles import Roles
 
 
 class StopRequested(Exception):
@@ -311,9 +311,9 @@ def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: 
 
 
 def load_args(rundir: RunDir) -> dict[str, Any]:
-    from ppodeck.engine.config import resolve
-    from ppodeck.engine.presets import config_from_toml
-    from ppodeck.engine.run_secrets import restore_secrets
+    from ..config import resolve
+    from ..presets import config_from_toml
+    from ..run.secrets import restore_secrets
 
     config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
     # run_dir first: resolve() expands ${RUN_DIR} in --save/--load paths from it
@@ -337,14 +337,14 @@ def run(rundir: RunDir) -> int:
         tm.log("info", caches.message(), source="driver")
         args = load_args(rundir)
         tm.status(State.RUNNING, num_rollout=args["num_rollout"])  # replays: N without status.json
-        from ppodeck.engine.driver.preflight import preflight_host, preflight_in_background
+        from .preflight import preflight_host, preflight_in_background
 
         preflight_host(args)  # a config the engine cannot take fails here, before Ray starts
         # Megatron's own config checks (a 4-10 s import) run while Ray starts; start_roles
         # waits for them before any model is built
         model_checks = preflight_in_background(args)
         tm.start_tracking(args)
-        from ppodeck.engine.driver.roles import start_roles
+        from .roles import start_roles
 
         roles, start_rollout_id = start_roles(args, tm, caches.env, model_checks)
         if start_rollout_id:
@@ -363,7 +363,7 @@ def run(rundir: RunDir) -> int:
                       keeper)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleanup must not be interrupted
-        from ppodeck.engine.driver.roles import stop_roles
+        from .roles import stop_roles
 
         stop_roles(roles)
         tm.close()

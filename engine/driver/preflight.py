@@ -31,14 +31,14 @@ def preflight(args: Mapping[str, Any], cuda: bool | None = None) -> list[str]:
 def preflight_host(args: Mapping[str, Any], cuda: bool | None = None) -> list[str]:
     """Everything but Megatron's TransformerConfig: no megatron-core import, so it takes
     milliseconds once torch is loaded. The driver runs it before Ray starts."""
-    from ppodeck.engine.driver import cluster
-    from ppodeck.engine.model.shape import ModelShape
-    from ppodeck.engine.resume_check import check_or_raise
-    from ppodeck.engine.rollout.data import PromptOptions
-    from ppodeck.engine.rollout.manager import RolloutManager
-    from ppodeck.engine.rollout.user_rewards import check_reward_setup
-    from ppodeck.engine.train.platform import has_cuda
-    from ppodeck.engine.train.settings import TrainSettings
+    from ..launch.resume_check import check_or_raise
+    from ..model.shape import ModelShape
+    from ..rollout.data import PromptOptions
+    from ..rollout.manager import RolloutManager
+    from ..rollout.user_rewards import check_reward_setup
+    from ..train.platform import has_cuda
+    from ..train.settings import TrainSettings
+    from . import cluster
 
     cuda = has_cuda() if cuda is None else cuda
     check_or_raise(args)  # the checkpoints it will load, each problem with its directory + fix
@@ -59,10 +59,10 @@ def preflight_model(args: Mapping[str, Any], cuda: bool | None = None) -> list[s
     """Megatron's TransformerConfig of each trainer, whose own checks run. Importing
     megatron-core takes 4-10 s, so the driver runs this alongside Ray's start
     (preflight_in_background) and waits for it before the models are built."""
-    from ppodeck.engine.model.shape import ModelShape
-    from ppodeck.engine.train.model import transformer_config
-    from ppodeck.engine.train.platform import Parallelism, has_cuda
-    from ppodeck.engine.train.settings import TrainSettings
+    from ..model.shape import ModelShape
+    from ..train.model import transformer_config
+    from ..train.platform import Parallelism, has_cuda
+    from ..train.settings import TrainSettings
 
     cuda = has_cuda() if cuda is None else cuda
     shape = ModelShape.from_args(args)

@@ -13,7 +13,7 @@ the kernel closes that end and the reaper wakes up. It then:
 2. records a final state when the driver could not ("failed", naming the last phase), and
    appends the same as a `status` event, so `ppodeck runs ls`, tail and the TUI say why.
 
-The reaper is LIGHT (stdlib + engine.rundir/events) and moves to its own process group, so a
+The reaper is LIGHT (stdlib + engine.run.rundir/events) and moves to its own process group, so a
 stop (SIGINT or SIGKILL to the driver's group) never reaches it. It never touches a final state
 that someone else already recorded (succeeded, stopped, ...).
 """
@@ -28,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from ppodeck.engine.rundir import RunDir, update_status
-from ppodeck.engine.vocabulary import ACTIVE_STATES, Kind, State
+from ..run.rundir import RunDir, update_status
+from ..vocabulary import ACTIVE_STATES, Kind, State
 
 GRACE_S = 3.0  # SIGTERM -> SIGKILL: lets SGLang/NCCL release GPU memory on their own
 _TAIL_BYTES = 1 << 16  # enough of events.jsonl to find the last phase
@@ -130,7 +130,7 @@ def record_failure(rundir: RunDir, driver_pid: int, swept: int) -> bool:
 
 def append_status_event(path: Path, state: str, detail: str) -> None:
     """Append one status event; a torn last line (killed writer) is closed off first."""
-    from ppodeck.engine.events import SCHEMA_VERSION, encode_event
+    from ..run.events import SCHEMA_VERSION, encode_event
 
     event = {"v": SCHEMA_VERSION, "ts": time.time(), "kind": Kind.STATUS, "state": state,
              "detail": detail, "source": "reaper"}
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)  # only the pipe's end may end the watch
     sid = os.getsid(0)
     sys.stdin.buffer.read()  # blocks until the driver's end of the pipe closes
-    # Only a driver that leads its own session (as engine.launch starts it) owns the whole
+    # Only a driver that leads its own session (as engine.launch.local starts it) owns the whole
     # session; a driver started by hand from a shell shares the shell's: leave that alone.
     swept = sweep(sid) if sid == ns.driver_pid else 0
     try:

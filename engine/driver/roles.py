@@ -19,11 +19,11 @@ from typing import Any
 
 import ray
 
-from ppodeck.engine.driver import cluster
-from ppodeck.engine.driver.offload import MovePlan, plan_moves, sleep, wake
-from ppodeck.engine.driver.telemetry import Telemetry
-from ppodeck.engine.vocabulary import INIT_PHASE, InitStep, Kind
-from ppodeck.engine.workers import CALL_TIMEOUT_S, WorkerFailure, first_line, wait_ready
+from ..host.workers import CALL_TIMEOUT_S, WorkerFailure, first_line, wait_ready
+from ..vocabulary import INIT_PHASE, InitStep, Kind
+from . import cluster
+from .offload import MovePlan, plan_moves, sleep, wake
+from .telemetry import Telemetry
 
 # a trainer's memory() runs on its own thread: Ray runs an actor's other calls in order, so the
 # driver's memory sample at a phase's end would otherwise wait behind an overlapped move (0.2 s
@@ -46,7 +46,7 @@ class RolloutHandle:
 
     def __init__(self, args: dict[str, Any], placement: cluster.Placement, use_gpu: bool,
                  sglang: bool, env_vars: dict[str, str] | None = None) -> None:
-        from ppodeck.engine.rollout.manager import RolloutManager
+        from ..rollout.manager import RolloutManager
 
         # SGLang engines take the rollout share of each bundle themselves (miles: 0.2 each), so
         # the manager then asks nothing of bundle 0 (0.4 + 0.4 + 0.2 stays within 1); the hf
@@ -107,7 +107,7 @@ class TrainGroup:
     def __init__(self, role: str, args: dict[str, Any], placement: cluster.Placement,
                  share: float, use_gpu: bool, private: bool = True,
                  worker_cls: type | None = None) -> None:
-        from ppodeck.engine.train.worker import TrainWorker
+        from ..train.worker import TrainWorker
 
         self.role = role
         world_size = args["actor_num_nodes"] * args["actor_num_gpus_per_node"]
@@ -237,7 +237,7 @@ class TrainGroup:
 def choose_backend(requested: str, use_gpu: bool) -> tuple[str, str]:
     """The one place --rollout-backend auto becomes hf or sglang (with the note saying why);
     the rollout manager and the placement then read the concrete choice."""
-    from ppodeck.engine.rollout.sglang_backend import (
+    from ..rollout.sglang_backend import (
         host_has_gpu,
         select_backend,
         sglang_importable,
@@ -325,8 +325,8 @@ def start_roles(args: dict[str, Any], tm: Telemetry, cache_env: dict[str, str] |
     a step of the init phase (InitStep), so the monitor shows where the start goes.
     `model_checks`: the preflight's TransformerConfig checks, running since before Ray; they
     must pass before any model is built."""
-    from ppodeck.engine.driver.preflight import trainer_roles
-    from ppodeck.engine.train.platform import has_cuda
+    from ..train.platform import has_cuda
+    from .preflight import trainer_roles
 
     # the test-only switch asks Ray for GPUs while the workers compute on CPU (engine/cluster)
     use_gpu = has_cuda() or cluster.declared_test_gpus() > 0
@@ -447,7 +447,7 @@ def init_peak_bytes(args: Mapping[str, Any], with_rollout: bool,
     weights, fp32 master copy when bf16, grad buffer; Adam's moments come at the first
     step) and, `with_rollout`, the hf generator's weights and the KV cache of its decoder
     warm-up (rollout 0's batch)."""
-    from ppodeck.engine.config.derived import count_params
+    from ..config.derived import count_params
 
     params = count_params(args)
     if params is None:
@@ -475,7 +475,7 @@ def warm_up_kv_bytes(args: Mapping[str, Any]) -> int:
 
 
 def _smallest_gpu_bytes() -> int | None:
-    from ppodeck.engine.machine import nvml_devices
+    from ..host.machine import nvml_devices
 
     devices = nvml_devices() or []
     return min((int(d["total_bytes"]) for d in devices), default=None)

@@ -1,4 +1,4 @@
-"""The driver's side of the run's samples files (engine/samples.py holds the format).
+"""The driver's side of the run's samples files (engine/run/samples.py holds the format).
 
 After a rollout has trained, `SamplesKeeper.keep` queues one closure on the samples writer's
 thread: the joining of the batch, the rollout manager's per-sample details and the trainers'
@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ppodeck.engine.samples import (
+from ..run.samples import (
     DECIMALS,
     YIELD_EVERY,
     SampleRecord,
@@ -23,7 +23,7 @@ from ppodeck.engine.samples import (
     status_of,
     yield_gil,
 )
-from ppodeck.engine.vocabulary import Kind
+from ..vocabulary import Kind
 
 CLOSE_TIMEOUT_S = 120.0
 
@@ -111,7 +111,7 @@ class SamplesKeeper:
         records = []
         for i in range(count):
             if i % YIELD_EVERY == YIELD_EVERY - 1:
-                yield_gil()  # the training loop's thread first (engine/samples.py)
+                yield_gil()  # the training loop's thread first (engine/run/samples.py)
             index = int(batch.sample_indices[i])
             prompt_len = int(batch.prompt_lengths[i])
             token_ids = [int(t) for t in batch.tokens[i][prompt_len:]]
@@ -156,7 +156,7 @@ class SamplesKeeper:
     def _load_tokenizer(self) -> Any:  # noqa: ANN401
         if self._tokenizer is None and self.tokenizer_path:
             try:
-                from ppodeck.engine.rollout.data import load_tokenizer
+                from ..rollout.data import load_tokenizer
 
                 self._tokenizer = load_tokenizer(self.tokenizer_path)
             except Exception as exc:  # noqa: BLE001 - token texts are optional: said, not fatal

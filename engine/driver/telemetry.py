@@ -15,9 +15,9 @@ from typing import Any
 
 import psutil
 
-from ppodeck.engine.events import EventWriter
-from ppodeck.engine.machine import nvml_devices
-from ppodeck.engine.vocabulary import PHASE_END, PHASE_START, Kind
+from ..host.machine import nvml_devices
+from ..run.events import EventWriter
+from ..vocabulary import PHASE_END, PHASE_START, Kind
 
 
 def process_tree_rss(root_pid: int) -> int:
@@ -53,7 +53,7 @@ class Telemetry:
         """wandb / TensorBoard for this run's metrics; their libraries load only when on."""
         if not (args["use_wandb"] or args["use_tensorboard"]):
             return
-        from ppodeck.engine.driver.tracking import start_tracking
+        from .tracking import start_tracking
 
         self.tracking = start_tracking(args, lambda level, msg: self.log(level, msg, "tracking"))
 

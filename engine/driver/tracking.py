@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from ppodeck.engine.vocabulary import StepKey
+from ..vocabulary import StepKey
 
 Log = Callable[[str, str], None]  # (level, message): Telemetry.log
 STEP_GROUPS = (("train/*", StepKey.TRAIN), ("rollout/*", StepKey.ROLLOUT),
@@ -103,7 +103,7 @@ def run_name(args: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------
 def public_config(args: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved config for wandb's run config, secrets (--wandb-key) left out."""
-    from ppodeck.engine.config.schema import BY_DEST
+    from ..config.schema import BY_DEST
 
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in args.items()
             if not (k in BY_DEST and BY_DEST[k].secret)}

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import torch
 
-from ppodeck.engine.model.shape import LLAMA3_ROPE, ModelShape
+from .shape import LLAMA3_ROPE, ModelShape
 
 Arch = Literal["llama", "qwen2", "qwen3"]
 ARCHITECTURES: dict[str, str] = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",

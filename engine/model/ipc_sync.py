@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ppodeck.engine.model.weight_transfer import Entry, IpcWeights, copy_in, layout, views
+from .weight_transfer import Entry, IpcWeights, copy_in, layout, views
 
 CUDA_IPC = "cuda_ipc"
 PACKED_HOST = "packed_host"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ppodeck.engine.model.pinned import PinnedBatch, pinned_buffers
+from .pinned import PinnedBatch, pinned_buffers
 
 
 @dataclass

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppodeck.engine.rollout.types import Prompt, Sample
+from .types import Prompt, Sample
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -48,7 +48,7 @@ def load_tokenizer(path: str | Path):  # noqa: ANN201
     """AutoTokenizer from an HF directory, a .gguf file (or a dir with one), or a Hub id."""
     from transformers import AutoTokenizer
 
-    from ppodeck.engine.model.convert import gguf_file_of
+    from ..model.convert import gguf_file_of
 
     local = Path(path).expanduser()
     if local.exists():

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ppodeck.engine.rollout.types import GenOut, Prompt
+from .types import GenOut, Prompt
 
 # eval draws its own reproducible sampling stream, apart from every training rollout's
 EVAL_SEED_BASE = 7_777_777
@@ -31,7 +31,7 @@ class EvalSet:
 def load_eval_sets(datasets: Sequence[tuple[str, str]], tokenizer: Any,  # noqa: ANN401
                    options: Any) -> list[EvalSet]:  # noqa: ANN401
     """Every (name, path) of --eval-prompt-data, tokenized like the training prompts."""
-    from ppodeck.engine.rollout.data import build_prompts, load_records
+    from .data import build_prompts, load_records
 
     sets = []
     for name, path in datasets:

@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
-from ppodeck.engine.model.convert import Arch, hf_config
-from ppodeck.engine.model.offload import StorageOffloader
-from ppodeck.engine.model.shape import ModelShape
-from ppodeck.engine.part_clock import PartClock
-from ppodeck.engine.rollout.types import GenOut
+from ..host.clock import PartClock
+from ..model.convert import Arch, hf_config
+from ..model.offload import StorageOffloader
+from ..model.shape import ModelShape
+from .types import GenOut
 
 
 class HFGenerator:
@@ -95,7 +95,7 @@ class HFGenerator:
         limits = row_limits(rows, max_new_tokens, self.max_context_len)
         max_new_tokens = max(limits)  # no row decodes past its own limit: cut below
         if self._fast_path():
-            from ppodeck.engine.rollout.decoder.generate import fast_generate
+            from .decoder.generate import fast_generate
 
             tokens, log_probs = fast_generate(
                 self.model, rows, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -124,7 +124,7 @@ class HFGenerator:
         falls back to transformers.generate."""
         if self.device.type != "cuda" or os.environ.get("PPODECK_FAST_GENERATE") == "0":
             return False
-        from ppodeck.engine.rollout.decoder.generate import can_use
+        from .decoder.generate import can_use
 
         return can_use(self.model)[0]
 
@@ -133,7 +133,7 @@ class HFGenerator:
         by transformers' generate: said, never silent."""
         if self.device.type != "cuda" or os.environ.get("PPODECK_FAST_GENERATE") == "0":
             return
-        from ppodeck.engine.rollout.decoder.generate import can_use
+        from .decoder.generate import can_use
 
         ok, why = can_use(self.model)
         if not ok:
@@ -142,7 +142,7 @@ class HFGenerator:
 
     def _decode_options(self) -> Any:  # noqa: ANN401
         """The fast decoder's variant (PPODECK_DECODE=<name>), noted whenever it is set."""
-        from ppodeck.engine.rollout.decoder.generate import VARIANT_ENV, options_from_env
+        from .decoder.generate import VARIANT_ENV, options_from_env
 
         options, note = options_from_env()
         fast = self._fast_path()
@@ -157,7 +157,7 @@ class HFGenerator:
         training gets the GPU; a reported no-op on CPU."""
         if self.device.type == "cpu":
             return _cpu_noop()
-        from ppodeck.engine.rollout.decoder.generate import release_decoders
+        from .decoder.generate import release_decoders
 
         release_decoders()
         return self._offloader().offload()

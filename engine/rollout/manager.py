@@ -28,12 +28,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ppodeck.engine.part_clock import PartClock
-from ppodeck.engine.rollout.types import GenOut, Prompt, RolloutBatch, Sample
-from ppodeck.engine.vocabulary import Metric
+from ..host.clock import PartClock
+from ..vocabulary import Metric
+from .types import GenOut, Prompt, RolloutBatch, Sample
 
 if TYPE_CHECKING:
-    from ppodeck.engine.rollout.user_rewards import UserSample
+    from .user_rewards import UserSample
 
 # miles: these estimators train on group-normalized rewards (train_data_conversion.py)
 GROUP_NORMALIZED = ("grpo", "gspo", "reinforce_plus_plus_baseline")
@@ -65,9 +65,9 @@ class RolloutManager:
         `warm_up`: the driver starts the trainers alongside (engine/driver/roles.py plan_init),
         so the first rollout's decoder compile is done here, hidden behind them."""
         clock = PartClock()
-        from ppodeck.engine.model.convert import arch_for
-        from ppodeck.engine.model.shape import ModelShape
-        from ppodeck.engine.rollout.data import (
+        from ..model.convert import arch_for
+        from ..model.shape import ModelShape
+        from .data import (
             PromptOptions,
             PromptSource,
             build_prompts,
@@ -128,7 +128,7 @@ class RolloutManager:
         and never under --debug-train-only)."""
         if self.args["eval_interval"] is None or self.args["debug_train_only"]:
             return []
-        from ppodeck.engine.rollout.evaluation import load_eval_sets
+        from .evaluation import load_eval_sets
 
         sets = load_eval_sets(self.args["eval_datasets"], self.tokenizer, options)
         self._check_rewards([p for eval_set in sets for p in eval_set.prompts])
@@ -154,7 +154,7 @@ class RolloutManager:
             if not hf_checkpoint:
                 raise ValueError("no tokenizer: set --hf-checkpoint to the HF model directory")
             return str(self.args["prompt_data"]), str(hf_checkpoint)
-        from ppodeck.engine.rollout.synthetic import DATA_FILE, prepare_synthetic_task
+        from .synthetic import DATA_FILE, prepare_synthetic_task
 
         num = int(self.args["synthetic_num_prompts"])
         task_dir = prepare_synthetic_task(task, self._synthetic_dir(task, num), num,
@@ -193,7 +193,7 @@ class RolloutManager:
 
     def _check_rewards(self, prompts: Sequence[Prompt]) -> None:
         """Fail at init, not mid-run, on an unknown rm type (a custom RM overrides them all)."""
-        from ppodeck.engine.rollout.rewards import BOXED_PREFIX, get_reward_fn, resolve_rm_type
+        from .rewards import BOXED_PREFIX, get_reward_fn, resolve_rm_type
 
         if self.args.get("custom_rm_path"):
             return
@@ -206,7 +206,7 @@ class RolloutManager:
 
     def _load_reward_code(self, notes: list[str]) -> None:
         """Import the functions the flags name, once, so a bad path fails the run at init."""
-        from ppodeck.engine.rollout.user_rewards import (
+        from .user_rewards import (
             RewardScorer,
             load_post_process,
             load_user_function,
@@ -269,7 +269,7 @@ class RolloutManager:
         drawn = Drawn()
         drops = None
         if self.filter_fn is not None:
-            from ppodeck.engine.rollout.filters import DropCounter
+            from .filters import DropCounter
 
             drops = DropCounter()
         limit = max(MIN_ROUNDS * over, len(self.source.prompts))
@@ -315,7 +315,7 @@ class RolloutManager:
     def _passes(self, group: Group, drops: Any) -> bool:  # noqa: ANN401 - a DropCounter
         from argparse import Namespace
 
-        from ppodeck.engine.rollout.filters import call_filter
+        from .filters import call_filter
 
         out = call_filter(self.filter_fn, self.args["dynamic_sampling_filter_path"],
                           Namespace(**self.args), group.samples)
@@ -373,7 +373,7 @@ class RolloutManager:
         rewards = [r for g in groups for r in g.rewards]
         if self.post_process_fn is None:
             return rewards, self._post_process_rewards(samples, rewards)
-        from ppodeck.engine.rollout.user_rewards import post_process
+        from .user_rewards import post_process
 
         return post_process(self.post_process_fn, self.args,
                             [s for g in groups for s in g.samples])
@@ -386,7 +386,7 @@ class RolloutManager:
 
     def eval(self, rollout_id: int) -> dict[str, float]:
         """Eval rollouts of every --eval-prompt-data set with the current weights."""
-        from ppodeck.engine.rollout.evaluation import evaluate_set
+        from .evaluation import evaluate_set
 
         metrics: dict[str, float] = {}
         for eval_set in self.eval_sets:
@@ -415,7 +415,7 @@ class RolloutManager:
         estimator = self.args["advantage_estimator"]
         if estimator not in GROUP_NORMALIZED or not self.args["rewards_normalization"]:
             return rewards
-        from ppodeck.engine.algo.grpo import group_normalized_rewards
+        from ..algo.grpo import group_normalized_rewards
 
         std = self.args["grpo_std_normalization"] and estimator in ("grpo", "gspo")
         return group_normalized_rewards(rewards, [s.group_index for s in samples], std)
@@ -448,8 +448,8 @@ class RolloutManager:
     # ---- weights and memory -------------------------------------------------------------
     def update_weights(self, hf_weights: Any) -> dict[str, Any]:  # noqa: ANN401
         """Load the actor's HF weights: a state dict, or the packed buffer the driver passes."""
-        from ppodeck.engine.model.ipc_sync import TorchIpcWeights, open_state, sync_path_of
-        from ppodeck.engine.model.weight_transfer import as_loadable
+        from ..model.ipc_sync import TorchIpcWeights, open_state, sync_path_of
+        from ..model.weight_transfer import as_loadable
 
         start = time.perf_counter()
         # a torch IPC handle maps the actor's device buffer: views copied in place below
@@ -457,7 +457,7 @@ class RolloutManager:
                     else as_loadable(hf_weights))
         compare = self.args["check_weight_update_equal"] and not self.weights_compared
         if compare and hasattr(self.generator, "model"):
-            from ppodeck.engine.rollout.weight_check import reset_tensors
+            from .weight_check import reset_tensors
 
             reset_tensors(self.generator.model)
         size = self.generator.load_weights(loadable)
@@ -469,7 +469,7 @@ class RolloutManager:
 
     def _weight_check(self, sent: Any, compare: bool) -> dict[str, Any]:  # noqa: ANN401
         """--ci-test: the first push compared tensor by tensor, every push's digest."""
-        from ppodeck.engine.rollout.weight_check import compare_loaded, digest
+        from .weight_check import compare_loaded, digest
 
         if not isinstance(sent, Mapping) or not hasattr(self.generator, "model"):
             return {"skipped": f"the {self.backend} backend's weights cannot be read back"}
@@ -512,7 +512,7 @@ def released() -> dict[str, Any]:
 def installed_file(value: Any) -> Any:  # noqa: ANN401
     """A `pypi:` value that resolve() left unexpanded names a package that is not installed:
     fail here, at init, with the fix (pip install / make setup), not later in a loader."""
-    from ppodeck.engine.config.pypi_files import is_pypi_path, pypi_file
+    from ..config.pypi_files import is_pypi_path, pypi_file
 
     return str(pypi_file(value)) if is_pypi_path(value) else value
 
@@ -522,7 +522,7 @@ def installed_file(value: Any) -> Any:  # noqa: ANN401
 # --------------------------------------------------------------------------------------------
 def pick_backend(requested: str) -> tuple[str, str]:
     """(backend, note): auto is sglang only where CUDA and sglang exist (sglang_backend's rule)."""
-    from ppodeck.engine.rollout.sglang_backend import (
+    from .sglang_backend import (
         host_has_gpu,
         select_backend,
         sglang_importable,
@@ -536,7 +536,7 @@ def build_generator(backend: str, shape: Any, arch: str, args: Mapping[str, Any]
     import torch
 
     if backend == "hf":
-        from ppodeck.engine.rollout.hf_backend import HFGenerator
+        from .hf_backend import HFGenerator
 
         cuda = torch.cuda.is_available()
         if not cuda:
@@ -549,7 +549,7 @@ def build_generator(backend: str, shape: Any, arch: str, args: Mapping[str, Any]
                            init_weights=not args["initial_weight_push"],
                            max_context_len=args.get("rollout_max_context_len"))
     if backend == "sglang":
-        from ppodeck.engine.rollout.sglang_backend import SGLangGenerator
+        from .sglang_backend import SGLangGenerator
 
         return SGLangGenerator(shape, arch, dict(args))
     raise ValueError(f"unknown --rollout-backend {backend!r}; expected auto, hf or sglang")
@@ -602,7 +602,7 @@ class Drawn:
 def user_sample(prompt: Prompt, group_index: int, n: int, k: int, out: GenOut,
                 text: str) -> UserSample:
     """The sample as reward code sees it (miles' Sample fields)."""
-    from ppodeck.engine.rollout.user_rewards import SampleStatus, UserSample
+    from .user_rewards import SampleStatus, UserSample
 
     return UserSample(
         group_index=group_index, index=group_index * n + k, prompt=prompt.text,
@@ -629,7 +629,7 @@ def to_batch(samples: Sequence[Sample], outs: Sequence[GenOut],
 
 def sample_details(samples: Sequence[Sample], seen: Sequence[Any],
                    raw_rewards: Sequence[float]) -> list[dict[str, Any]]:
-    """What the run's samples files keep per sample beyond the training data (engine/samples.py):
+    """What the run's samples files keep per sample beyond the training data (engine/run/samples.py):
     `seen` are the UserSamples reward code saw, in the samples' order."""
     return [{"prompt": u.prompt, "response": u.response, "label": u.label,
              "raw_reward": float(r), "group_index": s.group_index,

@@ -44,8 +44,8 @@ from typing import Any, Protocol
 
 import torch
 
-from ppodeck.engine.model.weight_transfer import IpcWeights
-from ppodeck.engine.rollout.types import GenOut
+from ..model.weight_transfer import IpcWeights
+from .types import GenOut
 
 NamedTensors = list[tuple[str, torch.Tensor]]
 # miles: actor 0.4 + critic 0.4 + one SGLang engine 0.2 of each colocated GPU
@@ -78,7 +78,7 @@ def host_has_gpu() -> bool:
     of SGLang engines sees CUDA_VISIBLE_DEVICES=""): NVML ignores that variable."""
     if torch.cuda.is_available():
         return True
-    from ppodeck.engine.machine import nvml_devices
+    from ..host.machine import nvml_devices
 
     return bool(nvml_devices())
 
@@ -156,7 +156,7 @@ def parse_generate_output(item: Mapping[str, Any]) -> tuple[list[int], list[floa
 
 def to_gen_outs(results: Sequence[Mapping[str, Any]], eos_token_id: int | None,
                 max_new_tokens: int) -> list[GenOut]:
-    from ppodeck.engine.rollout.hf_backend import cut_at_eos
+    from .hf_backend import cut_at_eos
 
     parsed = [parse_generate_output(item) for item in results]
     return cut_at_eos([p[0] for p in parsed], [p[1] for p in parsed], eos_token_id,
@@ -466,7 +466,7 @@ def _check_result(what: str, result: Any) -> Any:  # noqa: ANN401
 def nvml_used_bytes() -> int | None:
     """NVML's used bytes summed over every GPU of the host (NVML ignores CUDA_VISIBLE_DEVICES):
     while the engine releases or resumes, nothing else on them moves."""
-    from ppodeck.engine.machine import nvml_devices
+    from ..host.machine import nvml_devices
 
     devices = nvml_devices()
     return None if devices is None else sum(d["used_bytes"] for d in devices)
@@ -484,7 +484,7 @@ def _ray_base_gpu_id() -> int:
 
 class RayEngine:
     """A Ray actor handle of SGLangEngineActor with blocking methods (EngineLike); every wait
-    is bounded and a timeout names the engine (engine/workers.py CALL_TIMEOUT_S)."""
+    is bounded and a timeout names the engine (engine/host/workers.py CALL_TIMEOUT_S)."""
 
     def __init__(self, handle: Any, index: int = 0) -> None:  # noqa: ANN401
         self.handle, self.index = handle, index
@@ -496,7 +496,7 @@ class RayEngine:
     def _get(self, method: str, ref: Any) -> Any:  # noqa: ANN401
         import ray
 
-        from ppodeck.engine.workers import CALL_TIMEOUT_S
+        from ..host.workers import CALL_TIMEOUT_S
 
         try:
             return ray.get(ref, timeout=CALL_TIMEOUT_S)
@@ -707,7 +707,7 @@ def start_engines(shape: Any, arch: str, args: Mapping[str, Any],  # noqa: ANN40
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from ppodeck.engine.workers import slots_from_env, wait_ready
+    from ..host.workers import slots_from_env, wait_ready
 
     # bundles in miles' order (engine/driver/roles.py passes them); a TP > 1 engine sees every
     # GPU of its node and starts at its first bundle's GPU (base_gpu_id from Ray, see
@@ -764,7 +764,7 @@ def model_dir(shape: Any, arch: str, args: Mapping[str, Any]) -> tuple[str, bool
     """
     if args.get("hf_checkpoint") and args.get("model_init") != "random":
         return str(args["hf_checkpoint"]), False
-    from ppodeck.engine.model.convert import save_hf_config
+    from ..model.convert import save_hf_config
 
     root = Path(args.get("run_dir") or Path.cwd()) / "sglang_model"
     root.mkdir(parents=True, exist_ok=True)

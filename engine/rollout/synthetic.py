@@ -90,7 +90,7 @@ def _already_prepared(out: Path, params: dict[str, Any]) -> bool:
 def _to_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
     from datasets import Dataset
 
-    from ppodeck.engine.rollout.data import quiet_datasets
+    from .data import quiet_datasets
 
     records = {key: [row[key] for row in rows] for key in rows[0]}
     tmp = path.with_suffix(".tmp")

@@ -19,7 +19,7 @@ class RolloutBatch:
     rollout_log_probs: list[list[float]] | None  # from the generator, per response token
     sample_indices: list[int]  # global index within the rollout
     metrics: dict[str, float] = field(default_factory=dict)  # rollout/raw_reward, perf/...
-    # per sample, for the run's samples files (engine/samples.py): prompt and response text,
+    # per sample, for the run's samples files (engine/run/samples.py): prompt and response text,
     # label, raw_reward, group_index, status; the driver takes them off before training
     details: list[dict[str, Any]] | None = None
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
 
-from ppodeck.engine.config.code_paths import engine_path, search_path, split_dotted
+from ..config.code_paths import engine_path, search_path, split_dotted
 
 T = TypeVar("T")
 
@@ -224,7 +224,7 @@ class RewardScorer:
         custom = load_user_function(path, "--custom-rm-path") if path else None
         remote = None
         if args.get("rm_url"):
-            from ppodeck.engine.rollout.remote_rm import RemoteRewardModel
+            from .remote_rm import RemoteRewardModel
 
             remote = RemoteRewardModel(args["rm_url"])
         return cls(args, Namespace(**args), custom, path or "", remote)
@@ -274,7 +274,7 @@ class RewardScorer:
             sample.reward = reward
 
     async def _rule_or_remote(self, sample: UserSample) -> Any:  # noqa: ANN401
-        from ppodeck.engine.rollout.rewards import BOXED_PREFIX, get_reward_fn, resolve_rm_type
+        from .rewards import BOXED_PREFIX, get_reward_fn, resolve_rm_type
 
         rm_type = resolve_rm_type(sample.metadata, self.args.get("rm_type"))
         if rm_type.removeprefix(BOXED_PREFIX) == "remote_rm":
@@ -353,7 +353,7 @@ async def _awaited(awaitable: Awaitable[T]) -> T:
 def check_reward_setup(args: Mapping[str, Any]) -> None:
     """The driver's preflight, before Ray starts: the rm type exists, and every function the
     flags name imports (nothing is called)."""
-    from ppodeck.engine.rollout.rewards import BOXED_PREFIX, get_reward_fn
+    from .rewards import BOXED_PREFIX, get_reward_fn
 
     rm_type = args.get("rm_type")
     if args.get("custom_rm_path"):

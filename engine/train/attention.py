@@ -127,7 +127,7 @@ class SDPADotProductAttention(MegatronModule):
 
     def _context_parallel(self, q: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor | None,
                           sq: int, batch: int) -> Tensor:
-        from ppodeck.engine.train.context_parallel import cp_attention
+        from .context_parallel import cp_attention
 
         if attention_mask is not None:
             raise NotImplementedError("context parallelism runs causal attention only (right-"

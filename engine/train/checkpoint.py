@@ -35,8 +35,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ppodeck.engine.config.resolve import TRACKER
-from ppodeck.engine.train.platform import device_scope, has_cuda
+from ..config.resolve import TRACKER
+from .platform import device_scope, has_cuda
 
 RELEASE = "release"
 CHECKPOINT_VERSION = 3.0
@@ -480,7 +480,7 @@ def _has_value_head(tensors: Mapping[str, tuple[int, ...]]) -> bool:
 def _refuse_critic_into_actor(path: Path, model_chunks: Sequence[Any],
                               tensors: Mapping[str, tuple[int, ...]]) -> None:
     # a tied actor requests no output layer, so it would silently load a critic's trunk
-    from ppodeck.engine.train.model import ValueHead
+    from .model import ValueHead
 
     if not _has_value_head(tensors):
         return
@@ -714,7 +714,7 @@ def convert_hf_to_torch_dist(hf_path: str | os.PathLike[str], out_dir: str | os.
     if read_tracker(out) == RELEASE:
         log(f"{out} already holds a converted checkpoint ({TRACKER} says release); skipped")
         return out
-    from ppodeck.engine.model.convert import load_hf_checkpoint
+    from ..model.convert import load_hf_checkpoint
 
     log(f"reading the HF checkpoint {hf_path}")
     hf_config, hf_state = load_hf_checkpoint(hf_path)
@@ -734,7 +734,7 @@ def convert_hf_to_torch_dist(hf_path: str | os.PathLike[str], out_dir: str | os.
                     summary={"iteration": RELEASE, "extra": {"converted_from": str(hf_path)}})
     finally:
         if owns_world:
-            from ppodeck.engine.train.platform import shutdown_distributed
+            from .platform import shutdown_distributed
 
             shutdown_distributed()
     log(f"converted {hf_path} -> {out} (release)")
@@ -742,7 +742,7 @@ def convert_hf_to_torch_dist(hf_path: str | os.PathLike[str], out_dir: str | os.
 
 
 def _shape_for(hf_config: Any, args: Mapping[str, Any] | None) -> Any:  # noqa: ANN401
-    from ppodeck.engine.model.convert import ConversionError, shape_from_hf_config
+    from ..model.convert import ConversionError, shape_from_hf_config
 
     shape = shape_from_hf_config(hf_config)
     for dest, flag in _SHAPE_FLAGS.items():
@@ -774,7 +774,7 @@ def _ensure_single_rank_world() -> bool:
             raise CheckpointError("convert_hf_to_torch_dist runs on one rank; call it outside "
                                   "the training world (e.g. `ppodeck prepare`)")
         return False
-    from ppodeck.engine.train.platform import Parallelism, init_distributed
+    from .platform import Parallelism, init_distributed
 
     with socket.socket() as probe:  # a free port for this private world
         probe.bind(("127.0.0.1", 0))
@@ -784,9 +784,9 @@ def _ensure_single_rank_world() -> bool:
 
 
 def _build_converted_model(shape: Any, hf_state: dict[str, torch.Tensor]) -> Any:  # noqa: ANN401
-    from ppodeck.engine.model.convert import arch_for, hf_to_mcore
-    from ppodeck.engine.train.model import build_gpt, transformer_config
-    from ppodeck.engine.train.platform import Parallelism, device
+    from ..model.convert import arch_for, hf_to_mcore
+    from .model import build_gpt, transformer_config
+    from .platform import Parallelism, device
 
     bf16 = hf_state["model.embed_tokens.weight"].dtype == torch.bfloat16
     with device_scope():
@@ -797,7 +797,7 @@ def _build_converted_model(shape: Any, hf_state: dict[str, torch.Tensor]) -> Any
         missing, unexpected = model.load_state_dict(mcore_state, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
-        from ppodeck.engine.model.convert import ConversionError
+        from ..model.convert import ConversionError
 
         raise ConversionError(f"converted weights do not fit the model: missing {missing[:3]}, "
                               f"unexpected {unexpected[:3]}")
@@ -816,8 +816,8 @@ def convert_torch_dist_to_hf(ckpt_dir: str | os.PathLike[str], out_dir: str | os
     convert_hf_to_torch_dist."""
     from safetensors.torch import save_file
 
-    from ppodeck.engine.model.convert import arch_for, mcore_to_hf, save_hf_config
-    from ppodeck.engine.model.shape import ModelShape
+    from ..model.convert import arch_for, mcore_to_hf, save_hf_config
+    from ..model.shape import ModelShape
 
     shape = ModelShape.from_args(args)
     out = Path(out_dir)
@@ -830,7 +830,7 @@ def convert_torch_dist_to_hf(ckpt_dir: str | os.PathLike[str], out_dir: str | os
                  if not k.endswith("_extra_state")}
     finally:
         if owns_world:
-            from ppodeck.engine.train.platform import shutdown_distributed
+            from .platform import shutdown_distributed
 
             shutdown_distributed()
     arch = arch_for(shape)
@@ -844,8 +844,8 @@ def convert_torch_dist_to_hf(ckpt_dir: str | os.PathLike[str], out_dir: str | os
 
 
 def _build_empty_actor(shape: Any, *, bf16: bool) -> Any:  # noqa: ANN401
-    from ppodeck.engine.train.model import build_gpt, transformer_config
-    from ppodeck.engine.train.platform import Parallelism, device
+    from .model import build_gpt, transformer_config
+    from .platform import Parallelism, device
 
     with device_scope():
         config = transformer_config(shape, Parallelism(), bf16=bf16)

@@ -30,7 +30,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from ppodeck.engine.train.batching import MicroBatch, TrainSample
+from .batching import MicroBatch, TrainSample
 
 
 # --- topology -----------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
-from ppodeck.engine.model.offload import inner_optimizers
-from ppodeck.engine.train.platform import fused_enabled
+from ..model.offload import inner_optimizers
+from .platform import fused_enabled
 
 
 def foreach_l2_norm(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list,  # noqa: ARG001
@@ -207,7 +207,7 @@ def describe(model: torch.nn.Module, optimizer) -> list[str]:  # noqa: ANN001
     norms = {type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RMSNorm)}
     if "FusedRMSNorm" in norms:
         lines.append("RMSNorm: fused (compiled) forward and backward")
-    from ppodeck.engine.train.layer_compile import compiled_line
+    from .layer_compile import compiled_line
 
     if line := compiled_line(model):
         lines.append(line)

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ppodeck.engine.model.compile_budget import own_recompile_budget, raise_global_recompile_limit
-from ppodeck.engine.train.platform import FUSED_ENV, fused_enabled
+from ..model.compile_budget import own_recompile_budget, raise_global_recompile_limit
+from .platform import FUSED_ENV, fused_enabled
 
 if TYPE_CHECKING:
     from megatron.core.transformer.spec_utils import ModuleSpec

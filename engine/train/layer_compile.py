@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ppodeck.engine.train.platform import LAYERS_ENV
+from .platform import LAYERS_ENV
 
 
 class CompiledLayerCall:
@@ -94,7 +94,7 @@ def compile_layers(model: torch.nn.Module, static_batch: bool = False) -> list[s
     `static_batch`: micro-batches of a fixed size (their batch dim compiled static)."""
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
-    from ppodeck.engine.model.compile_budget import raise_global_recompile_limit
+    from ..model.compile_budget import raise_global_recompile_limit
 
     layers = [m for m in model.modules() if isinstance(m, TransformerLayer)]
     if not layers:

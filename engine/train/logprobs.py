@@ -138,12 +138,12 @@ def row_maths(rows: torch.Tensor, targets: torch.Tensor, temperature: float,
 
 def fused_rows_fn(flat: torch.Tensor) -> Callable | None:
     """The compiled `row_maths` when it applies (CUDA, TP=1, enabled), else None."""
-    from ppodeck.engine.train.platform import fused_enabled
+    from .platform import fused_enabled
 
     if not (flat.is_cuda and fused_enabled() and _tp_world_size() == 1):
         return None
     if "rows" not in _COMPILED:
-        from ppodeck.engine.train.fused import CompiledOrEager
+        from .fused import CompiledOrEager
 
         # compile failures fall back to the eager maths with one warning
         _COMPILED["rows"] = CompiledOrEager("fused log-probs", row_maths, all_dynamic=True)

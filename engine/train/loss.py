@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from ppodeck.engine.algo import (
+from ..algo import (
     approx_kl,
     policy_loss,
     rollout_mismatch,
@@ -28,11 +28,11 @@ from ppodeck.engine.algo import (
     truncated_importance_weights,
     value_loss,
 )
-from ppodeck.engine.train.batching import MicroBatch
-from ppodeck.engine.train.context_parallel import scatter_token_rows
-from ppodeck.engine.train.logprobs import response_values, token_log_probs
-from ppodeck.engine.train.settings import TrainSettings
-from ppodeck.engine.vocabulary import Metric
+from ..vocabulary import Metric
+from .batching import MicroBatch
+from .context_parallel import scatter_token_rows
+from .logprobs import response_values, token_log_probs
+from .settings import TrainSettings
 
 LossOut = tuple[torch.Tensor, dict[str, torch.Tensor]]
 

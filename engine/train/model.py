@@ -8,8 +8,8 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from ppodeck.engine.model.shape import ModelShape
-from ppodeck.engine.train.platform import (
+from ..model.shape import ModelShape
+from .platform import (
     Parallelism,
     give_up_transformer_engine,
     has_transformer_engine,
@@ -31,7 +31,7 @@ def transformer_config(shape: ModelShape, parallel: Parallelism, *, bf16: bool,
     params_dtype = torch.bfloat16 if bf16 else torch.float32
     fused, fused_rope = fusion_mode() == "ops", False
     if fused:
-        from ppodeck.engine.train.fused import install_fused_rope
+        from .fused import install_fused_rope
 
         fused_rope = install_fused_rope()  # before the config: its validation checks the slot
     return TransformerConfig(
@@ -71,8 +71,8 @@ def fused_layer_ops() -> bool:
     """Our compiled RoPE/RMSNorm and Megatron's compiled SwiGLU (engine/train/fused.py): on
     CUDA without transformer-engine only. On CPU the compile time outweighs the gain at the
     sizes that run there; with TE its own fused kernels are used."""
-    from ppodeck.engine.train.fused import fused_ops_available
-    from ppodeck.engine.train.platform import has_cuda
+    from .fused import fused_ops_available
+    from .platform import has_cuda
 
     return has_cuda() and not has_transformer_engine() and fused_ops_available()
 
@@ -80,8 +80,8 @@ def fused_layer_ops() -> bool:
 def fusion_mode() -> str:
     """'layers' (each TransformerLayer compiled whole, engine/train/layer_compile.py), 'ops'
     (compiled RoPE/RMSNorm/SwiGLU, engine/train/fused.py) or 'none' (CPU, TE, or turned off)."""
-    from ppodeck.engine.train.attention import attention_choice
-    from ppodeck.engine.train.platform import layer_compile_enabled
+    from .attention import attention_choice
+    from .platform import layer_compile_enabled
 
     if not fused_layer_ops():
         return "none"
@@ -97,7 +97,7 @@ def layer_spec(shape: ModelShape):  # noqa: ANN201
     when PPODECK_ATTENTION=unfused."""
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
-    from ppodeck.engine.train.attention import attention_choice, local_spec_with_sdpa
+    from .attention import attention_choice, local_spec_with_sdpa
 
     if has_transformer_engine():
         try:
@@ -108,11 +108,11 @@ def layer_spec(shape: ModelShape):  # noqa: ANN201
     if attention_choice() == "unfused":
         return specs.get_gpt_layer_local_spec(qk_layernorm=shape.qk_layernorm,
                                               normalization=shape.normalization)
-    from ppodeck.engine.train.fastpaths import direct_linears
+    from .fastpaths import direct_linears
 
     spec = direct_linears(local_spec_with_sdpa(shape))
     if fusion_mode() == "ops":
-        from ppodeck.engine.train.fused import local_spec_norms
+        from .fused import local_spec_norms
 
         spec = local_spec_norms(spec, shape.normalization)
     return spec
@@ -140,7 +140,7 @@ class ValueHead(torch.nn.Linear):
     def forward(self, hidden_states: torch.Tensor, weight: torch.Tensor | None = None,
                 runtime_gather_output: bool | None = None) -> tuple[torch.Tensor, None]:
         if self.sequence_parallel:
-            from ppodeck.engine.train.sequence_parallel import gather_for_value_head
+            from .sequence_parallel import gather_for_value_head
 
             hidden_states = gather_for_value_head(hidden_states)
         values = F.linear(hidden_states, self.weight, self.bias)
@@ -149,7 +149,7 @@ class ValueHead(torch.nn.Linear):
 
 def describe_layer_spec() -> str:
     """The run log's line on the layer spec this process builds, and why not TE."""
-    from ppodeck.engine.train.attention import attention_choice
+    from .attention import attention_choice
 
     used, why = transformer_engine_status()
     if used:
@@ -164,7 +164,7 @@ def _gpt_model(shape: ModelShape, config, spec, *, pre_process: bool,  # noqa: A
     from megatron.core.models.gpt import GPTModel
 
     if config.sequence_parallel and not has_transformer_engine():
-        from ppodeck.engine.train.sequence_parallel import sequence_parallel_block_spec
+        from .sequence_parallel import sequence_parallel_block_spec
 
         spec = sequence_parallel_block_spec(spec, config)
     return GPTModel(
@@ -208,7 +208,7 @@ def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True
         model.output_layer = ValueHead(shape.hidden_size, seed=seed,
                                        sequence_parallel=config.sequence_parallel)
     elif post_process and not config.sequence_parallel:
-        from ppodeck.engine.train.fastpaths import batch_first_output_layer
+        from .fastpaths import batch_first_output_layer
 
         batch_first_output_layer(model)
     if fusion_mode() == "layers":
@@ -219,7 +219,7 @@ def build_gpt(shape: ModelShape, role: Role, config, *, pre_process: bool = True
             print("[ppodeck] whole-layer compile is off under context/sequence parallelism: "
                   "the layers run eager", file=sys.stderr, flush=True)
         else:
-            from ppodeck.engine.train.layer_compile import compile_layers
+            from .layer_compile import compile_layers
 
             compile_layers(model, static_batch=fixed_micro_batches)
     if config.params_dtype != torch.float32:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ppodeck.engine.train.settings import TrainSettings
+from .settings import TrainSettings
 
 
 def wrap_ddp(model: torch.nn.Module, config, settings: TrainSettings):  # noqa: ANN001, ANN201
@@ -37,7 +37,7 @@ def build_optimizer(ddp, settings: TrainSettings):  # noqa: ANN001, ANN201
         params_dtype=torch.bfloat16 if settings.bf16 else torch.float32,
         use_distributed_optimizer=settings.use_distributed_optimizer,
     )
-    from ppodeck.engine.train.fastpaths import fuse_adam, install_grad_kernels
+    from .fastpaths import fuse_adam, install_grad_kernels
 
     install_grad_kernels()
     optimizer = get_megatron_optimizer(config, [ddp])

@@ -98,7 +98,7 @@ def init_distributed(rank: int, world_size: int, master_addr: str, master_port: 
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     else:
-        from ppodeck.engine.train.cpu_shim import apply_cpu_shim
+        from .cpu_shim import apply_cpu_shim
 
         apply_cpu_shim()
         # two ranks on two cores: oversubscribed threads make gloo crawl
@@ -143,7 +143,7 @@ def seed_model_parallel_rng(seed: int) -> None:
 
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
     else:
-        from ppodeck.engine.train.cpu_shim import install_cpu_rng_tracker
+        from .cpu_shim import install_cpu_rng_tracker
 
         install_cpu_rng_tracker(seed)
 
@@ -152,7 +152,7 @@ def device_scope() -> contextlib.AbstractContextManager[None]:
     """Wrap every megatron call in this: on CPU it redirects megatron's cuda tensors."""
     if has_cuda():
         return contextlib.nullcontext()
-    from ppodeck.engine.train.cpu_shim import cpu_device_mode
+    from .cpu_shim import cpu_device_mode
 
     return cpu_device_mode()
 

@@ -19,7 +19,7 @@ def _emit(**event: Any) -> None:  # noqa: ANN401
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from ppodeck.engine.train.checkpoint import convert_hf_to_torch_dist
+    from .checkpoint import convert_hf_to_torch_dist
 
     model_flags = json.loads(args.model_flags or "{}")
     out = convert_hf_to_torch_dist(args.hf_checkpoint, args.out, model_flags,

@@ -47,7 +47,7 @@ def sequence_parallel_block_spec(layer_spec: Any, config: Any) -> Any:  # noqa: 
         get_num_layers_to_build,
     )
 
-    from ppodeck.engine.train.fused import FusedRMSNorm, swap_norms
+    from .fused import FusedRMSNorm, swap_norms
 
     spec = swap_norms(layer_spec, (WrappedTorchNorm, FusedRMSNorm), SequenceParallelNorm)
     return TransformerBlockSubmodules(layer_specs=[spec] * get_num_layers_to_build(config),

@@ -207,7 +207,7 @@ def backup(model: torch.nn.Module,
         for name in missing:
             out[name] = torch.empty(params[name].shape, dtype=params[name].dtype, device="cpu")
     elif missing:  # exactly sized, in one page-locked slab (engine/model/pinned.py)
-        from ppodeck.engine.model.pinned import pinned_like
+        from ..model.pinned import pinned_like
 
         hosts, _ = pinned_like([params[name] for name in missing])
         out.update(zip(missing, hosts, strict=True))

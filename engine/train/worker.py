@@ -33,10 +33,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ppodeck.engine.model.shape import ModelShape
-from ppodeck.engine.part_clock import PartClock
-from ppodeck.engine.train import weights
-from ppodeck.engine.train.batching import (
+from ..host.clock import PartClock
+from ..model.shape import ModelShape
+from ..vocabulary import Metric
+from . import weights
+from .batching import (
     MicroBatch,
     TrainSample,
     build_micro_batch,
@@ -46,9 +47,9 @@ from ppodeck.engine.train.batching import (
     plan_micro_batches,
     unpad_rows,
 )
-from ppodeck.engine.train.context_parallel import CPLayout
-from ppodeck.engine.train.model import build_gpt, describe_layer_spec, transformer_config
-from ppodeck.engine.train.platform import (
+from .context_parallel import CPLayout
+from .model import build_gpt, describe_layer_spec, transformer_config
+from .platform import (
     Parallelism,
     device,
     device_scope,
@@ -57,8 +58,7 @@ from ppodeck.engine.train.platform import (
     init_distributed,
     shutdown_distributed,
 )
-from ppodeck.engine.train.settings import Role, TrainSettings
-from ppodeck.engine.vocabulary import Metric
+from .settings import Role, TrainSettings
 
 LossFactory = Callable[[MicroBatch], Callable[[torch.Tensor], Any]]
 _RECOMPUTE_KEYS = ("recompute_granularity", "recompute_method", "recompute_num_layers")
@@ -92,7 +92,7 @@ class TrainWorker:
         self._init_notes: list[str] = []  # e.g. the critic's fresh value head, for the events
         self._bridge: Any = None
         if args.get("megatron_to_hf_mode") == "bridge":
-            from ppodeck.engine.train.bridge import auto_bridge
+            from .bridge import auto_bridge
 
             # before anything is built: a missing Megatron-Bridge is a clear error, not a crash
             self._bridge = auto_bridge(args.get("hf_checkpoint"))
@@ -107,7 +107,7 @@ class TrainWorker:
         report says whether this process got a CUDA context all the same (torch's lazy init,
         or NVML seeing it on a GPU: an import of transformer-engine could do that).
         """
-        from ppodeck.engine.machine import has_gpu_context
+        from ..host.machine import has_gpu_context
 
         start = time.perf_counter()
         for module in _INIT_IMPORTS:
@@ -125,8 +125,8 @@ class TrainWorker:
         clock.done("process group")
         from megatron.core import parallel_state as ps
 
-        from ppodeck.engine.train import fastpaths
-        from ppodeck.engine.train.optimizer import (
+        from . import fastpaths
+        from .optimizer import (
             build_optimizer,
             build_scheduler,
             hook_schedule,
@@ -174,7 +174,7 @@ class TrainWorker:
     def save(self, rollout_id: int, extra: dict[str, Any] | None = None) -> dict:
         """Megatron torch_dist checkpoint of model, optimizer, scheduler and RNG to --save
         (actor) or --critic-save (critic), iteration = rollout_id (miles). Collective."""
-        from ppodeck.engine.train.checkpoint import save_checkpoint
+        from .checkpoint import save_checkpoint
 
         save_dir = self.args.get("critic_save" if self.role == "critic" else "save")
         if not save_dir:
@@ -205,7 +205,7 @@ class TrainWorker:
     def _checkpoint_sources(self) -> list[str]:
         """The torch_dist checkpoints init will load, in miles' order: --load (--critic-load)
         to resume, else --ref-load as the starting weights."""
-        from ppodeck.engine.train.checkpoint import has_checkpoint
+        from .checkpoint import has_checkpoint
 
         candidates = [self.settings.load, self.args.get("ref_load")]
         return [c for c in candidates if has_checkpoint(c)]
@@ -215,7 +215,7 @@ class TrainWorker:
         RNG), as miles does. The critic goes through load_for_critic, which keeps its fresh
         value head when pointed at a policy checkpoint. The actor's KL reference is --ref-load
         when it holds a checkpoint, else the initial weights."""
-        from ppodeck.engine.train.checkpoint import load_checkpoint, load_for_critic
+        from .checkpoint import load_checkpoint, load_for_critic
 
         sources = self._checkpoint_sources()
         if not sources:
@@ -237,7 +237,7 @@ class TrainWorker:
         """No checkpoint to load: HF weights (--hf-checkpoint) or a seeded random init."""
         s = self.settings
         if self._bridge is not None and s.model_init != "random":
-            from ppodeck.engine.train.bridge import load_hf_weights
+            from .bridge import load_hf_weights
 
             load_hf_weights(self._bridge, model, self.role, self._init_notes.append)
         elif s.model_init != "random" and s.hf_checkpoint:
@@ -246,7 +246,7 @@ class TrainWorker:
             weights.init_weights(model, config, s.seed, self.role, self._tp_rank, s.tp)
 
     def _load_hf(self, model: torch.nn.Module, path: str) -> None:
-        from ppodeck.engine.model.convert import (
+        from ..model.convert import (
             arch_for,
             check_shape_matches,
             hf_to_mcore,
@@ -282,7 +282,7 @@ class TrainWorker:
         extras: dict[str, Sequence[Any]] = {}
         rollout_metrics: dict[str, float | None] = {}
         if old_values is not None:
-            from ppodeck.engine.algo import compute_gae, explained_variance
+            from ..algo import compute_gae, explained_variance
 
             lengths = [x.response_len for x in samples]
             values, mask = pad_rows(old_values), pad_rows([x.loss_mask for x in samples])
@@ -292,13 +292,13 @@ class TrainWorker:
             ev = explained_variance(values, returns, mask, group=self._dp_group_or_none())
             rollout_metrics[Metric.EXPLAINED_VARIANCE] = ev
             extras = {"old_values": old_values, "returns": unpad_rows(returns, lengths)}
-        from ppodeck.engine.train.loss import critic_loss
+        from .loss import critic_loss
 
         step_metrics = self._train_steps(samples, steps, extras, critic_loss, "train/critic-")
         values_out, kept = {}, {}
         if old_values is not None and self._tp_rank == 0 and self._cp.rank == 0:
             values_out = {x.index: v.tolist() for x, v in zip(samples, old_values, strict=True)}
-            if self._keeps_samples():  # the run's samples files (engine/samples.py)
+            if self._keeps_samples():  # the run's samples files (engine/run/samples.py)
                 kept = _per_sample(samples, returns=extras["returns"])
         logging = self._is_logging_rank()
         return {"values": values_out, "samples": kept,
@@ -342,7 +342,7 @@ class TrainWorker:
                 extras["train_log_probs"] = train_log_probs
             if ref_log_probs is not None:
                 extras["ref_log_probs"] = ref_log_probs
-        from ppodeck.engine.train.loss import actor_loss
+        from .loss import actor_loss
 
         entropy: dict[int, torch.Tensor] | None = {} if keep is not None else None
         loss = actor_loss if entropy is None else functools.partial(actor_loss,
@@ -382,7 +382,7 @@ class TrainWorker:
         grpo: the group-normalized reward on every token. Then whitening over the DP group,
         then the trainer-side rollout metrics. Returns the advantages trained on, the raw
         ones (before whitening) and the metrics."""
-        from ppodeck.engine.algo import compute_gae, grpo_advantages, normalize_advantages
+        from ..algo import compute_gae, grpo_advantages, normalize_advantages
 
         lengths = [x.response_len for x in samples]
         mask = pad_rows([x.loss_mask for x in samples])
@@ -427,7 +427,7 @@ class TrainWorker:
         return (stats[0] / stats[1].clamp(min=1)).item()
 
     def _log_probs_factory(self) -> LossFactory:
-        from ppodeck.engine.train.loss import forward_log_probs
+        from .loss import forward_log_probs
 
         return lambda mb: forward_log_probs(mb, self.settings)
 
@@ -595,7 +595,7 @@ class TrainWorker:
     # ----------------------------------------------------------------------------------------
     def sleep(self) -> dict:
         """Params, master weights and optimizer state to host memory; grads freed."""
-        from ppodeck.engine.model.offload import (
+        from ..model.offload import (
             StorageOffloader,
             adam_state_bytes,
             noop_report,
@@ -620,7 +620,7 @@ class TrainWorker:
         return report
 
     def wake_up(self) -> dict:
-        from ppodeck.engine.model.offload import StorageOffloader, noop_report, train_state_tensors
+        from ..model.offload import StorageOffloader, noop_report, train_state_tensors
 
         if not has_cuda():
             held = StorageOffloader.for_tensors(*train_state_tensors(self.ddp, self.optimizer),
@@ -661,7 +661,7 @@ class TrainWorker:
         state = self.gather_full_state_dict(device)
         if state is None:
             return None
-        from ppodeck.engine.model.convert import arch_for, mcore_to_hf
+        from ..model.convert import arch_for, mcore_to_hf
 
         gathered = time.perf_counter()
         hf = mcore_to_hf(state, self.shape, arch_for(self.shape))
@@ -672,8 +672,8 @@ class TrainWorker:
 
     def export_hf_weights_packed(self) -> Any:  # noqa: ANN401
         """export_hf_weights() as one flat buffer for Ray (engine/model/weight_transfer.py)."""
-        from ppodeck.engine.model.ipc_sync import CUDA_IPC, pack_torch_ipc, weight_sync_path
-        from ppodeck.engine.model.weight_transfer import pack, pack_cuda_ipc
+        from ..model.ipc_sync import CUDA_IPC, pack_torch_ipc, weight_sync_path
+        from ..model.weight_transfer import pack, pack_cuda_ipc
 
         path = weight_sync_path(self.args, has_cuda(), importlib.util.find_spec("sglang")
                                 is not None)
@@ -705,7 +705,7 @@ class TrainWorker:
                 release_cached_device_memory()
 
     def _bridge_export(self) -> dict[str, torch.Tensor] | None:
-        from ppodeck.engine.train.bridge import export_hf_weights
+        from .bridge import export_hf_weights
 
         with self._awake():
             hf = export_hf_weights(self._bridge, self.model)
@@ -804,7 +804,7 @@ def _per_sample(samples: list[TrainSample], **series: Sequence[torch.Tensor]
 
 
 def _values_loss_factory() -> LossFactory:
-    from ppodeck.engine.train.loss import forward_values
+    from .loss import forward_values
 
     return forward_values
 

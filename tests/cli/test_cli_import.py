@@ -79,7 +79,7 @@ def test_from_command_writes_prepare_downloads_as_sources(tmp_path: Path) -> Non
     result = runner.invoke(app, ["presets", "from-command", str(LAUNCHERS / "prepare_steps.py"),
                                  "--name", "prep", "--save"])
     assert result.exit_code == 0, result.output
-    from ppodeck.engine.prepare import preset_sources
+    from ppodeck.engine.launch.prepare import preset_sources
     from ppodeck.engine.presets import load_preset
 
     sources = preset_sources(load_preset("prep"))

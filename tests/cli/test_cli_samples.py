@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from ppodeck.app.cli import samples as cli_samples
-from ppodeck.engine.rundir import RunDir, create_run_dir, write_status
+from ppodeck.engine.run.rundir import RunDir, create_run_dir, write_status
 from tests.fixtures.make_samples import write_run
 
 
@@ -91,7 +91,7 @@ def test_a_torn_last_line_is_a_warning_not_a_failure(app, run) -> None:
 
 
 def test_response_start_is_one_cut_line() -> None:
-    from ppodeck.engine.samples import one_line
+    from ppodeck.engine.run.samples import one_line
 
     assert one_line("a\nb\tc") == "a⏎b→c"
     assert one_line("x" * 100, width=10) == "x" * 9 + "…"
@@ -101,7 +101,7 @@ def test_sort_by_gap_and_the_hint_health_prints(app, run) -> None:
     write_run(run.path, rollouts=2, samples=6)
     result = invoke(app, run.id, "-r", "1", "--sort", "gap")
     assert result.exit_code == 0, result.output
-    from ppodeck.engine.samples import read_samples
+    from ppodeck.engine.run.samples import read_samples
 
     by_index = {r.index: r.max_gap for r in read_samples(run.path, 1)}
     shown = [by_index[int(line.split()[1])] for line in result.stdout.splitlines()[1:]]

@@ -17,10 +17,10 @@ import typer
 from typer.testing import CliRunner
 
 from ppodeck.app.cli.prepare import register, rich_tqdm
-from ppodeck.engine import prepare
 from ppodeck.engine.config.model import RunConfig
 from ppodeck.engine.config.resolve import resolve
-from ppodeck.engine.prepare import (
+from ppodeck.engine.launch import prepare
+from ppodeck.engine.launch.prepare import (
     PrepareError,
     missing_inputs,
     plan_prepare,
@@ -108,7 +108,7 @@ def write_prompts(path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------
 def test_light_modules_import_no_heavy_packages() -> None:
-    code = ("import sys, app.cli.prepare, engine.prepare; "
+    code = ("import sys, ppodeck.app.cli.prepare, ppodeck.engine.launch.prepare; "
             "heavy = [m for m in ('torch', 'ray', 'megatron', 'transformers', 'datasets', "
             "'huggingface_hub') if m in sys.modules]; print(heavy); sys.exit(bool(heavy))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,

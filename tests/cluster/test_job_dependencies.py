@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine import jobs
-from ppodeck.engine.rundir import RunDir, read_status
+from ppodeck.engine.driver import job_entry as jobs
+from ppodeck.engine.run.rundir import RunDir, read_status
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import threading
 
-from ppodeck.engine import jobs
-from ppodeck.engine.rundir import RunDir, read_status, write_status
+from ppodeck.engine.driver import job_entry
+from ppodeck.engine.launch import jobs
+from ppodeck.engine.run.rundir import RunDir, read_status, write_status
 
 
 def event(i: int, **extra) -> str:
@@ -27,7 +28,7 @@ def test_relay_numbers_complete_lines_and_drains_at_the_end(tmp_path):
     path.write_text(event(0) + "\n" + event(1)[:10])  # the second line is still being written
     out: list[tuple[int, str]] = []
     done = threading.Event()
-    thread = threading.Thread(target=jobs.relay_events,
+    thread = threading.Thread(target=job_entry.relay_events,
                               args=(path, done, lambda seq, line: out.append((seq, line)), 0.01))
     thread.start()
     with open(path, "a") as file:
@@ -83,9 +84,9 @@ def test_auth_headers_come_from_the_environment_only():
 
 
 def test_entrypoint_and_environment_forwarding():
-    assert jobs.entrypoint("r1", {}) == "python -m ppodeck.engine.jobs run --run-id r1"
+    assert jobs.entrypoint("r1", {}) == "python -m ppodeck.engine.driver.job_entry --run-id r1"
     assert jobs.entrypoint("r1", {jobs.SUBMIT_PYTHON_ENV: "/opt/py/bin/python"}).startswith(
-        "/opt/py/bin/python -m ppodeck.engine.jobs")
+        "/opt/py/bin/python -m ppodeck.engine.driver.job_entry")
     env = jobs.forwarded_env({"PPODECK_FUSED": "0", "PPODECK_RUNS_DIR": "/r", "HOME": "/h",
                               jobs.HEADERS_ENV: "{}", "HF_HUB_OFFLINE": "1"})
     assert env == {"PPODECK_FUSED": "0", "HF_HUB_OFFLINE": "1"}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine.rundir import RunDir, read_status
+from ppodeck.engine.run.rundir import RunDir, read_status
 from tests.cluster.conftest import REPO
 
 pytestmark = pytest.mark.slow  # a job's driver start on the cluster: about a minute on 2 cores

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine.rundir import RunDir, pid_alive, read_status
+from ppodeck.engine.run.rundir import RunDir, pid_alive, read_status
 from tests.cluster.conftest import REPO
 
 # two jobs of a few rollouts, each a driver start on the cluster: about a minute and a half
@@ -52,7 +52,7 @@ def test_a_submitted_run_is_followed_to_success(ray_cluster, cli_env):
 
     info = JobSubmissionClient(ray_cluster.dashboard_url).get_job_info(rundir.id)
     assert info.submission_id == rundir.id and info.metadata["ppodeck_preset"] == "tiny-cpu"
-    assert "ppodeck.engine.jobs run --run-id" in info.entrypoint
+    assert "ppodeck.engine.driver.job_entry --run-id" in info.entrypoint
     tail = ppodeck("tail", rundir.id, "--json", env=cli_env)
     events = [json.loads(line) for line in tail.stdout.splitlines()]
     rollouts = [e for e in events if e["kind"] == "metrics" and e["step_key"] == "rollout/step"]

@@ -1,10 +1,10 @@
-"""engine/machine.py: the GPUs this machine offers, as CUDA would count them."""
+"""engine/host/machine.py: the GPUs this machine offers, as CUDA would count them."""
 
 from __future__ import annotations
 
 import pytest
 
-from ppodeck.engine import machine
+from ppodeck.engine.host import machine
 
 
 @pytest.mark.parametrize(("cvd", "visible"), [

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from ppodeck.engine.rundir import RunDir, pid_alive, read_status
+from ppodeck.engine.run.rundir import RunDir, pid_alive, read_status
 from tests.cluster.conftest import REPO
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ from ppodeck.engine.driver import cluster
 from ppodeck.engine.driver.offload import MovePlan
 from ppodeck.engine.driver.roles import Roles, TrainGroup, torch_reserved_by_device
 from ppodeck.engine.driver.telemetry import Telemetry
-from ppodeck.engine.events import EventWriter, read_events
-from ppodeck.engine.rundir import RunDir
+from ppodeck.engine.run.events import EventWriter, read_events
+from ppodeck.engine.run.rundir import RunDir
 from tests.cluster.probes import MoveProbe
 from tests.engine.test_driver_estimators import FakeRollout
 

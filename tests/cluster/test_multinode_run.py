@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine.events import read_events
-from ppodeck.engine.launch import prepare_run, start_driver
+from ppodeck.engine.launch.local import prepare_run, start_driver
 from ppodeck.engine.presets import load_preset, resolve_preset
-from ppodeck.engine.rundir import read_status
+from ppodeck.engine.run.events import read_events
+from ppodeck.engine.run.rundir import read_status
 from tests.cluster.conftest import driver_env
 
 # two drivers and 9 + 3 Ray workers: about 3 minutes on 2 cores, so out of the default run;

@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from ppodeck.engine import workers
 from ppodeck.engine.driver import cluster
 from ppodeck.engine.driver.roles import TrainGroup
+from ppodeck.engine.host import workers
 from ppodeck.engine.presets import load_preset, resolve_preset
 from tests.cluster.conftest import NODE_GPUS
 from tests.cluster.probes import EngineStarter, PlacementProbe

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ppodeck.engine.config import parse_argv, to_argv
-from ppodeck.engine.config.script_import import parse_command_line
+from ppodeck.engine.miles.script_import import parse_command_line
 
 from .conftest import make_config
 

@@ -8,7 +8,7 @@ import pytest
 
 from ppodeck.engine.config import check
 from ppodeck.engine.config.rules_engine import Machine
-from ppodeck.engine.machine import meminfo_total
+from ppodeck.engine.host.machine import meminfo_total
 from ppodeck.engine.presets import load_preset, resolve_preset
 
 from .conftest import CPU_MACHINE

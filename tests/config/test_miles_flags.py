@@ -76,7 +76,7 @@ def test_no_declared_name_is_another_flags_negation() -> None:
 def test_flags_naming_code_keep_the_consent_check() -> None:
     """A flag that names code was caught as passthrough by launch's consent check before it was
     declared; declared, it must say runs_code so the check still sees it."""
-    from ppodeck.engine.launch import _CODE_PASSTHROUGH
+    from ppodeck.engine.launch.local import _CODE_PASSTHROUGH
 
     silent = [f.name for f in FLAGS if _CODE_PASSTHROUGH.fullmatch(f.name) and not f.runs_code]
     assert silent == []

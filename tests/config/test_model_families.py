@@ -8,8 +8,8 @@ import pytest
 
 from ppodeck.engine.config import check, parse_argv
 from ppodeck.engine.config.derived import count_params
-from ppodeck.engine.config.miles_models import BUILTIN, DECK_ADDED, lookup
 from ppodeck.engine.config.resolve import resolve
+from ppodeck.engine.miles.models import BUILTIN, DECK_ADDED, lookup
 
 from .conftest import GPU_MACHINE
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ppodeck.app.cli.common import apply_sets
 from ppodeck.engine.config import FLAGS, RunConfig, check
-from ppodeck.engine.config.script_import import parse_command_line
+from ppodeck.engine.miles.script_import import parse_command_line
 from ppodeck.engine.presets import PresetError, parse_preset_text, resolve_preset
 
 QUICK = settings(max_examples=200, deadline=None,

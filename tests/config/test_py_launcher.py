@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ppodeck.engine.config.derived import derive
-from ppodeck.engine.config.py_launcher import LauncherError, is_python_launcher
-from ppodeck.engine.config.script_import import import_script
+from ppodeck.engine.miles.py_launcher import LauncherError, is_python_launcher
+from ppodeck.engine.miles.script_import import import_script
 
 LAUNCHERS = Path(__file__).parent / "launchers"
 DERIVED = ("world_size", "dp_size", "rollout_engines", "samples_per_rollout",

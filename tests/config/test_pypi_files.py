@@ -16,7 +16,7 @@ from ppodeck.engine.config.pypi_files import (
     parse_pypi_path,
     pypi_file,
 )
-from ppodeck.engine.prepare import missing_inputs, plan_prepare
+from ppodeck.engine.launch.prepare import missing_inputs, plan_prepare
 
 
 @pytest.fixture
@@ -88,9 +88,9 @@ def test_prepare_reports_the_pip_fix_not_the_hub() -> None:
 
 
 def test_run_refuses_an_uninstalled_pypi_input_before_anything_starts() -> None:
-    """`ppodeck run` and the TUI's Launch use engine.launch.missing_inputs: an unexpanded
+    """`ppodeck run` and the TUI's Launch use engine.launch.local.missing_inputs: an unexpanded
     pypi: value must stop them with the install fix (it used to pass, and Ray started)."""
-    from ppodeck.engine.launch import missing_inputs as launch_missing_inputs
+    from ppodeck.engine.launch.local import missing_inputs as launch_missing_inputs
 
     config = RunConfig({"hf_checkpoint": ABSENT})
     (message,) = launch_missing_inputs(config)

@@ -21,7 +21,7 @@ def test_eval_fallbacks_to_the_rollout_values_are_shown() -> None:
 
 
 def test_tracking_without_its_extra_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ppodeck.engine.tracking_support as support
+    import ppodeck.engine.host.tracking_support as support
 
     assert "tracking.extra_missing" not in codes(config(use_wandb=True))
     monkeypatch.setattr(support, "module_installed", lambda name: False)

@@ -128,7 +128,7 @@ def test_a_ray_jobs_runtime_env_carries_the_reward_module(launch_dir: Path,
                                                           tmp_path: Path) -> None:
     """A package goes in py_modules; a single-file module (which the Jobs SDK does not upload
     as a py_module) goes as a package of the same name whose __init__.py is the file."""
-    from ppodeck.engine import jobs
+    from ppodeck.engine.launch import jobs
 
     text = ('[flags]\ncustom-rm-path = "rmpkg.rewards.score"\n'
             f'dynamic-sampling-filter-path = "{STD}"\n')
@@ -136,7 +136,7 @@ def test_a_ray_jobs_runtime_env_carries_the_reward_module(launch_dir: Path,
     staging.mkdir()
     env = jobs.runtime_env(text, {}, staging)
     assert env["py_modules"] == [str(staging / "ppodeck"), str(launch_dir / "rmpkg")]
-    assert (staging / "ppodeck" / "engine" / "jobs.py").is_file()
+    assert (staging / "ppodeck" / "engine" / "launch" / "jobs.py").is_file()
     staging = tmp_path / "staging2"
     staging.mkdir()
     text += 'custom-reward-post-process-path = "my_rm.plain"\n'

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ppodeck.engine.config import check
-from ppodeck.engine.config.script_import import import_script
+from ppodeck.engine.miles.script_import import import_script
 
 SUBMIT = """
 ray job submit --address="http://127.0.0.1:8265" \\
@@ -205,7 +205,7 @@ def test_an_unclosed_quote_keeps_its_last_character_whole() -> None:
 
 def test_a_second_train_command_is_named_by_its_line() -> None:
     """Found by the property test: the info about the ignored commands named no place."""
-    from ppodeck.engine.config.script_import import parse_command_line
+    from ppodeck.engine.miles.script_import import parse_command_line
 
     _config, issues = parse_command_line("python3 train.py --lr 1e-5\npython3 train.py --lr 2e-5\n")
     (several,) = [i for i in issues if i.code == "command.several_train_commands"]
@@ -221,7 +221,7 @@ def test_a_line_that_crashed_the_bash_grammar_is_read_in_a_fresh_process() -> No
     import subprocess
     import sys
 
-    code = ("import sys; from ppodeck.engine.config.script_import import parse_command_line; "
+    code = ("import sys; from ppodeck.engine.miles.script_import import parse_command_line; "
             "parse_command_line(sys.argv[1]); print('read')")
     for _ in range(5):  # the crash read uninitialized memory: not every run fell
         done = subprocess.run([sys.executable, "-c", code, SCANNER_CRASH],
@@ -231,7 +231,7 @@ def test_a_line_that_crashed_the_bash_grammar_is_read_in_a_fresh_process() -> No
 
 
 def test_non_ascii_text_is_read_as_written() -> None:
-    """The grammar reads non-ASCII bytes as `.` (engine/config/shell.py); the words, a literal
+    """The grammar reads non-ASCII bytes as `.` (engine/miles/shell.py); the words, a literal
     `$` before them and a syntax problem's text still come from what was written."""
     report = import_script('python3 train.py --wandb-project caf\u00e9-\U0001F600 '
                            '--wandb-group "\u00fc $\u00e9" --lr 1e-6', env={})

@@ -13,8 +13,8 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LIGHT = ("engine/config/", "engine/presets.py", "engine/launch.py", "engine/rundir.py",
-         "engine/events.py", "engine/machine.py", "engine/tracking_support.py")
+LIGHT = ("engine/config/", "engine/presets.py", "engine/launch/local.py", "engine/run/rundir.py",
+         "engine/run/events.py", "engine/host/machine.py", "engine/host/tracking_support.py")
 ARGS_NAMES = {"args", "cfg_args", "resolved"}
 
 

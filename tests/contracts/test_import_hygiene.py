@@ -1,7 +1,7 @@
 """Light modules never import the heavy stack (or textual): checked in a fresh interpreter.
 
-The line is drawn by package, not by a list: every module directly under engine/, all of
-engine.config and all of app.cli are light; engine.driver, engine.model, engine.train,
+The line is drawn by package, not by a list: every module directly under engine/, the light
+wings (engine.config, engine.run, engine.launch, engine.miles, engine.host) and app.cli are light; engine.driver, engine.model, engine.train,
 engine.rollout and engine.algo are the heavy side, which only the driver process (and the
 prepare worker) load.
 """
@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 HEAVY = ["torch", "ray", "megatron", "sglang", "transformers", "datasets", "textual"]
 HEAVY_PACKAGES = ["ppodeck.engine.driver", "ppodeck.engine.model", "ppodeck.engine.train",
                   "ppodeck.engine.rollout", "ppodeck.engine.algo"]
-LIGHT_PACKAGES = ["ppodeck.engine.config", "ppodeck.app.cli"]
+LIGHT_PACKAGES = ["ppodeck.engine.config", "ppodeck.engine.run", "ppodeck.engine.launch",
+                  "ppodeck.engine.miles", "ppodeck.engine.host", "ppodeck.app.cli"]
 
 PROBE = """
 import importlib, json, sys
@@ -45,8 +46,9 @@ def light_modules() -> list[str]:
 
 def test_the_light_side_is_found_by_package() -> None:
     found = light_modules()
-    assert {"ppodeck.engine.prepare", "ppodeck.engine.launch", "ppodeck.engine.jobs",
-            "ppodeck.engine.config.resolve",
+    assert {"ppodeck.engine.launch.prepare", "ppodeck.engine.launch.local",
+            "ppodeck.engine.launch.jobs", "ppodeck.engine.config.resolve", "ppodeck.engine.run.events",
+            "ppodeck.engine.miles.watch", "ppodeck.engine.host.machine",
             "ppodeck.app.cli.runs"} <= set(found)
     assert not any(m.startswith(tuple(HEAVY_PACKAGES)) for m in found)
 

@@ -20,8 +20,8 @@ import pytest
 from tests.contracts.import_graph import ROOT, Edge, cycles, import_edges, in_package
 
 BOTTOM = ("ppodeck.engine.vocabulary", "ppodeck.engine.config", "ppodeck.engine.algo",
-          "ppodeck.engine.machine",  # these two: leaf probes of check()
-          "ppodeck.engine.tracking_support")
+          "ppodeck.engine.host.machine",  # these two: leaf probes of check()
+          "ppodeck.engine.host.tracking_support")
 
 # Cycles closed by lazy (function-level) imports today: none since issue 17's steps 2-4. A
 # known debt added here fails the test once it disappears, so the list only shrinks.
@@ -53,6 +53,45 @@ def test_the_bottom_layer_imports_nothing_above_it(edges: list[Edge]) -> None:
 
     upward = [e for e in edges if bottom(e.source) and not bottom(e.target)]
     assert not upward, f"the bottom layer imports modules above it:\n{_shown(upward)}"
+
+
+# Each light wing of engine/ and what it may import (besides itself and the bottom words:
+# vocabulary, env_vars). host is what the machine is; config the pure flag layer; run the
+# run-directory contract; miles and launch sit above them; presets is a loose module.
+WINGS = ("host", "config", "run", "launch", "miles", "presets")
+WING_MAY_IMPORT = {
+    "host": set(),
+    "config": {"host"},  # the machine probes check() consults (BOTTOM lists them)
+    "presets": {"config", "host", "run"},
+    "run": {"config", "host", "presets"},
+    "launch": {"config", "host", "run", "presets"},
+    "miles": {"config", "host", "run", "presets", "launch"},
+}
+# lazy arrows from a light wing to the heavy side, each a reader of a heavy module's pure helper
+KNOWN_WING_EXCEPTIONS = {("ppodeck.engine.launch.resume_check", "ppodeck.engine.train.checkpoint")}
+
+
+def _wing(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] != "engine":
+        return None
+    return parts[2] if parts[2] in WINGS or parts[2] in ("driver", "algo", "model", "train",
+                                                          "rollout") else None
+
+
+def test_each_wing_imports_only_the_wings_below_it(edges: list[Edge]) -> None:
+    wrong = [e for e in edges
+             if _wing(e.source) in WING_MAY_IMPORT and _wing(e.target) is not None
+             and _wing(e.target) != _wing(e.source)
+             and _wing(e.target) not in WING_MAY_IMPORT[_wing(e.source)]
+             and (e.source, e.target) not in KNOWN_WING_EXCEPTIONS]
+    assert not wrong, f"a wing imports one it may not:\n{_shown(wrong)}"
+
+
+def test_the_wing_rule_sees_a_wrong_arrow() -> None:
+    planted = [Edge("ppodeck.engine.run.health", "ppodeck.engine.miles.watch", 1, "function")]
+    with pytest.raises(AssertionError, match="run.health -> ppodeck.engine.miles.watch"):
+        test_each_wing_imports_only_the_wings_below_it(planted)
 
 
 def test_the_vocabulary_imports_nothing_of_the_project(edges: list[Edge]) -> None:

@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ppodeck.engine.events import read_events
-from ppodeck.engine.launch import prepare_run, start_driver
+from ppodeck.engine.launch.local import prepare_run, start_driver
 from ppodeck.engine.presets import load_preset, resolve_preset
-from ppodeck.engine.rundir import RunDir, read_status
+from ppodeck.engine.run.events import read_events
+from ppodeck.engine.run.rundir import RunDir, read_status
 
 
 def run_preset(tmp_path: Path, preset: str, timeout: float,

@@ -7,9 +7,9 @@ from typing import Any
 
 from ppodeck.engine.config.resolve import resolve_values
 from ppodeck.engine.driver.telemetry import Telemetry
-from ppodeck.engine.events import EventWriter, read_events
 from ppodeck.engine.rollout.types import RolloutBatch
-from ppodeck.engine.rundir import RunDir
+from ppodeck.engine.run.events import EventWriter, read_events
+from ppodeck.engine.run.rundir import RunDir
 
 
 class FakeRollout:

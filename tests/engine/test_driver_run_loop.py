@@ -10,8 +10,8 @@ import pytest
 
 from ppodeck.engine.config.resolve import resolve_values
 from ppodeck.engine.driver.telemetry import Telemetry
-from ppodeck.engine.events import EventWriter, read_events
-from ppodeck.engine.rundir import RunDir, read_status
+from ppodeck.engine.run.events import EventWriter, read_events
+from ppodeck.engine.run.rundir import RunDir, read_status
 from tests.engine.test_driver_estimators import FakeRollout, FakeTrainer
 
 
@@ -111,7 +111,7 @@ def test_a_failed_ci_check_fails_the_run_with_that_detail(tmp_path: Path,
     """Through driver.run(): status failed, the detail says which check and the numbers."""
     import ppodeck.engine.driver.ppo as driver
     import ppodeck.engine.driver.roles as roles_module
-    from ppodeck.engine.launch import prepare_run
+    from ppodeck.engine.launch.local import prepare_run
     from ppodeck.engine.presets import load_preset, resolve_preset
 
     config = resolve_preset(load_preset("tiny-cpu")).with_values(

@@ -21,8 +21,8 @@ from ppodeck.engine.driver.roles import (
     start_rollout,
 )
 from ppodeck.engine.driver.telemetry import Telemetry
-from ppodeck.engine.events import EventWriter
 from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.run.events import EventWriter
 
 GIB = 1 << 30
 

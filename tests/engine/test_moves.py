@@ -11,9 +11,9 @@ import pytest
 from ppodeck.engine.config.resolve import resolve
 from ppodeck.engine.driver.offload import OVERLAP_ENV, MovePlan, Moves, plan_moves
 from ppodeck.engine.driver.telemetry import Telemetry
-from ppodeck.engine.events import EventWriter, read_events
 from ppodeck.engine.presets import load_preset, resolve_preset
-from ppodeck.engine.rundir import RunDir
+from ppodeck.engine.run.events import EventWriter, read_events
+from ppodeck.engine.run.rundir import RunDir
 from tests.engine.test_driver_estimators import FakeRollout
 
 H200 = 143_771_000_832  # NVML's total on the H200

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine import ports
+from ppodeck.engine.host import ports
 
 
 def test_picks_below_the_ephemeral_range_and_the_port_binds() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from ppodeck.engine.driver.samples_keeper import SamplesKeeper
 from ppodeck.engine.rollout.types import RolloutBatch
-from ppodeck.engine.samples import list_rollouts, read_samples
+from ppodeck.engine.run.samples import list_rollouts, read_samples
 from tests.engine.test_driver_estimators import _run
 
 

@@ -124,7 +124,7 @@ def test_two_pipeline_stages_through_ray_match_one_rank(tiny_run, tmp_path):
 def test_the_run_is_healthy_by_its_own_health_rules(tiny_run):
     """No error-level health rule fires. The one expected warning is true: the copy-digit
     reward never pays for EOS, so responses run to --rollout-max-response-len."""
-    from ppodeck.engine.health import judge_run
+    from ppodeck.engine.run.health import judge_run
 
     rundir, _status, _events = tiny_run
     report = judge_run(rundir.path, write=False)
@@ -180,7 +180,7 @@ def test_every_rollouts_samples_are_kept_with_consistent_per_token_numbers(tiny_
     import json
 
     from ppodeck.engine.rollout.rewards import copy_digit_reward
-    from ppodeck.engine.samples import list_rollouts, read_samples
+    from ppodeck.engine.run.samples import list_rollouts, read_samples
 
     rundir, status, events = tiny_run
     metadata = {row["prompt"]: row["metadata"] for row in map(

@@ -4,7 +4,7 @@
   path really runs on the FlashAttention backend (enable_gqa, causal);
 - fast_generate's CUDA graph replays exactly what its eager decode loop computes;
 - a tiny PPO round (critic then actor TrainWorker) trains on CUDA in bf16;
-- NVML sampling (engine.machine.nvml_devices) sees the GPU.
+- NVML sampling (engine.host.machine.nvml_devices) sees the GPU.
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ def test_tiny_ppo_round_trains_on_cuda() -> None:
 
 
 def test_nvml_sampling_sees_the_gpu() -> None:
-    from ppodeck.engine.machine import nvml_devices
+    from ppodeck.engine.host.machine import nvml_devices
 
     devices = nvml_devices()
     assert devices, "nvml_devices() returned nothing (is nvidia-ml-py installed?)"

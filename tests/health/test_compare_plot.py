@@ -10,10 +10,10 @@ import typer
 from typer.testing import CliRunner
 
 from ppodeck.app.cli import health as cli_health
-from ppodeck.engine.events import encode_event
-from ppodeck.engine.launch import prepare_run
+from ppodeck.engine.launch.local import prepare_run
 from ppodeck.engine.presets import load_preset, resolve_preset
-from ppodeck.engine.rundir import RunDir, write_status
+from ppodeck.engine.run.events import encode_event
+from ppodeck.engine.run.rundir import RunDir, write_status
 from tests.health.streams import stream
 
 

@@ -10,7 +10,7 @@ from ppodeck.app.tui.app import PPODeckApp
 from ppodeck.app.tui.messages import TailEnded
 from ppodeck.app.tui.screens.monitor import MonitorScreen
 from ppodeck.app.tui.widgets.health import HealthPanel, HealthStrip
-from ppodeck.engine.health import HEALTH_FILE, judge_run
+from ppodeck.engine.run.health import HEALTH_FILE, judge_run
 from tests.health.streams import stream
 from tests.health.test_run_health import EV_NEGATIVE, make_run
 from tests.tui.conftest import tui_env as tui_env  # the TUI tests' dirs and env

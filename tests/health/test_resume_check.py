@@ -10,16 +10,16 @@ import pytest
 
 from ppodeck.engine.config import resolve
 from ppodeck.engine.config.resolve import TRACKER
-from ppodeck.engine.launch import LaunchError, prepare_resume, prepare_run
-from ppodeck.engine.presets import load_preset, resolve_preset
-from ppodeck.engine.resume_check import (
+from ppodeck.engine.launch.local import LaunchError, prepare_resume, prepare_run
+from ppodeck.engine.launch.resume_check import (
     CheckpointIntegrityError,
     check_or_raise,
     light_problems,
     load_sources,
     preflight_problems,
 )
-from ppodeck.engine.rundir import write_status
+from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.run.rundir import write_status
 
 
 def fake_checkpoint(root: Path, *iterations: int, tracker: str | None = None,

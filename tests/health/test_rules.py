@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from ppodeck.engine.health import (
+from ppodeck.engine.config.health import RULES
+from ppodeck.engine.run.health import (
     HealthConfigError,
     HealthJudge,
     RunFacts,
@@ -15,7 +16,6 @@ from ppodeck.engine.health import (
     parse_health_table,
     worst_level,
 )
-from ppodeck.engine.health_config import RULES
 from tests.health.streams import T0, stream
 
 FACTS = RunFacts(clip_grad=1.0, num_critic_only_steps=1, rollout_max_response_len=8,

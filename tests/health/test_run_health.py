@@ -13,8 +13,10 @@ import typer
 from typer.testing import CliRunner
 
 from ppodeck.app.cli import health as cli_health
-from ppodeck.engine.events import encode_event
-from ppodeck.engine.health import (
+from ppodeck.engine.launch.local import prepare_run
+from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.run.events import encode_event
+from ppodeck.engine.run.health import (
     HEALTH_FILE,
     judge_run,
     record,
@@ -23,9 +25,7 @@ from ppodeck.engine.health import (
     run_thresholds,
     snapshot_thresholds,
 )
-from ppodeck.engine.launch import prepare_run
-from ppodeck.engine.presets import load_preset, resolve_preset
-from ppodeck.engine.rundir import RunDir, write_status
+from ppodeck.engine.run.rundir import RunDir, write_status
 from tests.health.streams import stream
 from tests.runs.conftest import fake_driver as fake_driver  # the fake driver seam
 
@@ -135,7 +135,7 @@ def test_tail_shows_health_lines_and_runs_ls_a_health_column(runs_dir) -> None:
 def test_run_keeps_the_preset_health_table_with_the_run(runs_dir, tmp_path, fake_driver
                                                           ) -> None:
     from ppodeck.app.cli import runs as cli_runs
-    from ppodeck.engine.rundir import read_status
+    from ppodeck.engine.run.rundir import read_status
     from tests.runs.helpers import wait_for_state
 
     app = typer.Typer()

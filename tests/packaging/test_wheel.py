@@ -110,7 +110,7 @@ def test_a_ray_job_from_the_wheel_ships_the_installed_engine(installed: Path,
     staging.mkdir()
     shipped = subprocess.run(
         [str(installed / "python"), "-c",
-         "import sys; from pathlib import Path; from ppodeck.engine import jobs; "
+         "import sys; from pathlib import Path; from ppodeck.engine.launch import jobs; "
          "print(jobs.ENGINE_DIR); "
          "print(jobs.runtime_env('[flags]\\n', {}, Path(sys.argv[1]))['py_modules'][0])",
          str(staging)], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()

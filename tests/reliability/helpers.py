@@ -18,8 +18,8 @@ from typing import Any
 import psutil
 
 from ppodeck.engine.driver.reaper import group_members, session_members
-from ppodeck.engine.events import read_events
-from ppodeck.engine.rundir import RunDir, read_status
+from ppodeck.engine.run.events import read_events
+from ppodeck.engine.run.rundir import RunDir, read_status
 
 REPO = Path(__file__).resolve().parents[2]
 PPODECK = [sys.executable, "-m", "ppodeck"]  # the console entry point, without relying on PATH

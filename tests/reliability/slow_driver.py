@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from ppodeck.engine.events import EventWriter
-from ppodeck.engine.rundir import RunDir, write_status
+from ppodeck.engine.run.events import EventWriter
+from ppodeck.engine.run.rundir import RunDir, write_status
 
 
 def main() -> int:

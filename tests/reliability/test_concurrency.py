@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from ppodeck.engine.presets import load_preset, resolve_preset
-from ppodeck.engine.rundir import RunDir, read_status
+from ppodeck.engine.run.rundir import RunDir, read_status
 from tests.reliability import helpers
 
 RUNS_AT_ONCE = 4

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ppodeck.engine.rundir import RunDir
+from ppodeck.engine.run.rundir import RunDir
 from tests.reliability import helpers
 
 

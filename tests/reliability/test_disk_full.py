@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine.rundir import RunDir
+from ppodeck.engine.run.rundir import RunDir
 from tests.reliability import helpers
 
 TRACKER = "latest_checkpointed_iteration.txt"

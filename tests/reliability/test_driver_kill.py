@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from ppodeck.engine.events import read_events
-from ppodeck.engine.rundir import RunDir
+from ppodeck.engine.run.events import read_events
+from ppodeck.engine.run.rundir import RunDir
 from tests.reliability import helpers
 
 SAVE_INTERVAL = 2

@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 
 from ppodeck.app.cli import app as ppodeck
 from ppodeck.app.cli.runs import RunProgress, format_event
-from ppodeck.engine.events import follow, read_events
-from ppodeck.engine.runstate import RunState
+from ppodeck.engine.run.events import follow, read_events
+from ppodeck.engine.run.state import RunState
 from tests.config.test_properties import command_tokens, preset_texts, set_items
 from tests.reliability.fuzz_counts import COUNTS
 

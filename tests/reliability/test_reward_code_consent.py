@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ppodeck.app.cli import app as ppodeck
-from ppodeck.engine.rundir import RunDir, read_status
+from ppodeck.engine.run.rundir import RunDir, read_status
 from tests.reliability import helpers
 
 RUNNER = CliRunner()
@@ -54,7 +54,7 @@ def test_the_driver_is_told_the_launch_directory(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver runs from the repository: the launch directory, where `--custom-rm-path
     team_rm.score` was found by check(), reaches it (and its Ray workers) in PPODECK_CODE_DIR."""
-    from ppodeck.engine import launch
+    from ppodeck.engine.launch import local as launch
 
     seen: dict[str, str] = {}
 

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from ppodeck.app.cli import app as ppodeck
 from ppodeck.engine.config import RunConfig
-from ppodeck.engine.launch import code_to_run, prepare_run, start_driver
-from ppodeck.engine.rundir import RunDir, read_status
+from ppodeck.engine.launch.local import code_to_run, prepare_run, start_driver
+from ppodeck.engine.run.rundir import RunDir, read_status
 from tests.reliability import helpers
 
 RUNNER = CliRunner()
@@ -157,7 +157,7 @@ STAND_IN = textwrap.dedent("""
     import os, subprocess, sys, time
     from pathlib import Path
     from ppodeck.engine.driver.ppo import start_reaper
-    from ppodeck.engine.rundir import RunDir, write_status
+    from ppodeck.engine.run.rundir import RunDir, write_status
     rundir = RunDir(Path(sys.argv[sys.argv.index("--run-dir") + 1]))
     write_status(rundir, state="running", pid=os.getpid(), pgid=os.getpgid(0))
     start_reaper(rundir)
@@ -193,7 +193,7 @@ def test_the_reaper_stops_workers_in_other_groups_and_records_why(runs_dir: Path
     assert not helpers.alive(worker)
     assert not (runs_dir / "PWNED").exists() and not Path("PWNED").exists()
     # the torn line was closed off before the reaper's status event
-    from ppodeck.engine.events import read_events
+    from ppodeck.engine.run.events import read_events
 
     events, warnings = read_events(rundir.events_jsonl)
     assert events[-1]["kind"] == "status" and events[-1]["state"] == "failed"

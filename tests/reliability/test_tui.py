@@ -17,7 +17,7 @@ from ppodeck.app.tui.app import PPODeckApp
 from ppodeck.app.tui.messages import TailEnded
 from ppodeck.app.tui.screens.monitor import MonitorScreen
 from ppodeck.engine.config import RunConfig
-from ppodeck.engine.launch import prepare_run, start_driver
+from ppodeck.engine.launch.local import prepare_run, start_driver
 from tests.reliability import helpers
 
 

@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from ppodeck.engine.config.resolve import resolve_values
+from ppodeck.engine.host.ports import free_port
 from ppodeck.engine.model.shape import ModelShape
-from ppodeck.engine.ports import free_port
 from ppodeck.engine.rollout import sglang_backend as sb
 from ppodeck.engine.rollout.types import GenOut
 

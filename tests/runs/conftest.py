@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine.rundir import RunDir, create_run_dir, write_status
+from ppodeck.engine.run.rundir import RunDir, create_run_dir, write_status
 
 
 @pytest.fixture

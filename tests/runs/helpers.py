@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ppodeck.engine.driver.reaper import group_members
-from ppodeck.engine.rundir import RunDir, read_status
+from ppodeck.engine.run.rundir import RunDir, read_status
 
 
 def group_gone(pgid: int, timeout: float = 5.0) -> bool:

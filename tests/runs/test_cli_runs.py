@@ -16,8 +16,8 @@ import typer
 from typer.testing import CliRunner
 
 from ppodeck.app.cli import runs as cli_runs
-from ppodeck.engine.launch import start_driver
-from ppodeck.engine.rundir import RunDir, create_run_dir, read_status, write_status
+from ppodeck.engine.launch.local import start_driver
+from ppodeck.engine.run.rundir import RunDir, create_run_dir, read_status, write_status
 from tests.runs.helpers import group_gone, wait_for_state
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine.events import SCHEMA_VERSION, EventWriter, follow, read_events
+from ppodeck.engine.run.events import SCHEMA_VERSION, EventWriter, follow, read_events
 
 
 def test_events_carry_version_timestamp_and_kind(tmp_path: Path) -> None:

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from ppodeck import IMPORT_ROOT as REPO_ROOT
-from ppodeck.engine.events import read_events
-from ppodeck.engine.launch import (
+from ppodeck.engine.launch.local import (
     LaunchError,
     prepare_run,
     start_driver,
     stop_run,
     wait_for_exit,
 )
-from ppodeck.engine.run_secrets import restore_secrets, secret_env, without_secrets
-from ppodeck.engine.rundir import RunDir, read_status, write_status
+from ppodeck.engine.run.events import read_events
+from ppodeck.engine.run.rundir import RunDir, read_status, write_status
+from ppodeck.engine.run.secrets import restore_secrets, secret_env, without_secrets
 from tests.runs.helpers import group_gone, wait_for_state
 
 NASTY = "$(touch pwned-marker); rm -rf ~ `id` | cat > x && echo 'q\"'"
@@ -164,7 +164,7 @@ def test_prepare_run_never_reuses_a_non_empty_dir(tmp_path, nasty_config) -> Non
 def test_light_modules_do_not_import_heavy_packages() -> None:
     import subprocess
 
-    code = ("import sys, engine.events, engine.rundir, engine.launch, app.cli.runs; "
+    code = ("import sys, ppodeck.engine.run.events, ppodeck.engine.run.rundir, ppodeck.engine.launch.local, ppodeck.app.cli.runs; "
             "heavy = {'torch', 'ray', 'megatron', 'transformers', 'textual', 'sglang'}; "
             "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from ppodeck.app.cli.root import app
 from ppodeck.engine.config import to_argv
-from ppodeck.engine.miles_launch import (
+from ppodeck.engine.miles.drive import (
     MilesLaunchError,
     check_miles_root,
     dump_dir,
@@ -18,7 +18,7 @@ from ppodeck.engine.miles_launch import (
     secret_job_env,
 )
 from ppodeck.engine.presets import load_preset, resolve_preset
-from ppodeck.engine.rundir import RunDir
+from ppodeck.engine.run.rundir import RunDir
 
 STANDIN = Path(__file__).resolve().parents[1] / "miles_standin"
 
@@ -103,7 +103,7 @@ def test_run_engine_miles_refuses_what_cannot_start(tmp_path, runs_dir) -> None:
 
 
 def test_the_tui_launch_refuses_what_miles_would(tmp_path, runs_dir) -> None:
-    from ppodeck.engine.miles_launch import launch
+    from ppodeck.engine.miles.drive import launch
 
     with pytest.raises(MilesLaunchError, match="miles.ref_load_missing"):
         launch(tiny(advantage_estimator="grpo", kl_coef=0.1), "tiny-cpu", STANDIN,

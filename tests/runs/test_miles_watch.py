@@ -16,10 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ppodeck.app.cli.root import app
-from ppodeck.engine.events import read_events
-from ppodeck.engine.miles_run import dump_of, find_registered, sync
-from ppodeck.engine.rundir import RunDir, read_status
-from ppodeck.engine.runstate import RunState
+from ppodeck.engine.miles.watch import dump_of, find_registered, sync
+from ppodeck.engine.run.events import read_events
+from ppodeck.engine.run.rundir import RunDir, read_status
+from ppodeck.engine.run.state import RunState
 
 DUMP = Path(__file__).resolve().parents[1] / "data" / "miles_dump"
 REPO = Path(__file__).resolve().parents[2]
@@ -114,10 +114,10 @@ def test_a_finished_dump_is_a_run_everywhere_and_stays_byte_for_byte(runs_dir, t
 
 
 def _own_run(runs_dir: Path) -> RunDir:
-    from ppodeck.engine.events import encode_event
-    from ppodeck.engine.launch import prepare_run
+    from ppodeck.engine.launch.local import prepare_run
     from ppodeck.engine.presets import load_preset, resolve_preset
-    from ppodeck.engine.rundir import write_status
+    from ppodeck.engine.run.events import encode_event
+    from ppodeck.engine.run.rundir import write_status
 
     config = resolve_preset(load_preset("tiny-cpu")).with_values(colocate=True)
     rundir = prepare_run(config, "tiny-cpu", run_dir=runs_dir / "own")
@@ -227,7 +227,7 @@ def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monk
 
 
 def _alive(pid: int) -> bool:
-    from ppodeck.engine.rundir import pid_alive
+    from ppodeck.engine.run.rundir import pid_alive
 
     return pid_alive(pid)
 

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 from ppodeck.app.cli.runs import RunProgress
-from ppodeck.engine.events import EventWriter, read_events
-from ppodeck.engine.runstate import RunState
+from ppodeck.engine.run.events import EventWriter, read_events
+from ppodeck.engine.run.state import RunState
 
 EV = "critic/explained_variance"
 

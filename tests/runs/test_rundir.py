@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine import rundir as rundir_module
-from ppodeck.engine.rundir import (
+from ppodeck.engine.run import rundir as rundir_module
+from ppodeck.engine.run.rundir import (
     RunDir,
     RunNotFound,
     create_run_dir,

@@ -1,4 +1,4 @@
-"""engine/samples.py: the samples record, its JSONL file per rollout, the reader's tolerance of a
+"""engine/run/samples.py: the samples record, its JSONL file per rollout, the reader's tolerance of a
 torn last line, the cap, and the background writer (errors reported, never raised)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine import samples as S
-from ppodeck.engine.samples import SampleRecord
+from ppodeck.engine.run import samples as S
+from ppodeck.engine.run.samples import SampleRecord
 
 
 def record(rollout_id: int = 0, index: int = 0, length: int = 3, **extra: object) -> SampleRecord:

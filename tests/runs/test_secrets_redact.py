@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ppodeck.engine.run_secrets import REDACTED, redact_argv, scrub_secrets
+from ppodeck.engine.run.secrets import REDACTED, redact_argv, scrub_secrets
 
 KEY = "wk-secret-value"
 

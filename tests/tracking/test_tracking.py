@@ -10,9 +10,9 @@ import pytest
 from ppodeck.engine.config import resolve
 from ppodeck.engine.driver.telemetry import Telemetry
 from ppodeck.engine.driver.tracking import axis_step, wandb_mode
-from ppodeck.engine.events import EventWriter, read_events
+from ppodeck.engine.host.tracking_support import missing_extras, missing_message
 from ppodeck.engine.presets import load_preset, resolve_preset
-from ppodeck.engine.tracking_support import missing_extras, missing_message
+from ppodeck.engine.run.events import EventWriter, read_events
 from tests.tracking.files import read_tensorboard_scalars, read_wandb_run
 
 
@@ -98,7 +98,7 @@ def test_modes_and_step_axes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_missing_extras_names_the_flag_and_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ppodeck.engine.tracking_support as support
+    import ppodeck.engine.host.tracking_support as support
 
     assert missing_extras({"use_wandb": True, "use_tensorboard": True}) == []
     monkeypatch.setattr(support, "module_installed", lambda name: name != "wandb")

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ppodeck.engine.ports import free_port
+from ppodeck.engine.host.ports import free_port
 from ppodeck.engine.rollout.types import RolloutBatch
 
 _PRELOAD = ["torch", "torch.distributed", "megatron.core", "megatron.core.models.gpt",

@@ -247,8 +247,8 @@ async def test_a_draft_survives_a_restart() -> None:
 
 async def test_launch_confirms_argv_and_run_dir_then_starts_the_driver(
         tui_env: Path, monkeypatch) -> None:
-    import ppodeck.app.tui.screens.edit  # noqa: F401  (the module whose worker calls engine.launch)
-    import ppodeck.engine.launch as launch
+    import ppodeck.app.tui.screens.edit  # noqa: F401  (the module whose worker calls engine.launch.local)
+    import ppodeck.engine.launch.local as launch
 
     started: list[Path] = []
 
@@ -295,7 +295,7 @@ async def test_launch_refuses_missing_inputs_before_anything_starts() -> None:
 
 
 async def test_the_launch_dialog_can_submit_to_a_ray_cluster(tui_env: Path, monkeypatch) -> None:
-    import ppodeck.engine.jobs as jobs
+    import ppodeck.engine.launch.jobs as jobs
 
     submitted: list[tuple[Path, str, str]] = []
 

@@ -9,7 +9,7 @@ HEAVY = ("torch", "ray", "megatron", "transformers", "datasets", "sglang")
 MODULES = ("ppodeck.app.tui.app", "ppodeck.app.tui.screens.edit",
            "ppodeck.app.tui.screens.monitor", "ppodeck.app.tui.screens.presets",
            "ppodeck.app.tui.screens.runs", "ppodeck.app.tui.screens.help",
-           "ppodeck.app.tui.commands", "ppodeck.engine.runstate")
+           "ppodeck.app.tui.commands", "ppodeck.engine.run.state")
 
 
 def test_tui_imports_no_heavy_module() -> None:

@@ -14,7 +14,7 @@ from ppodeck.app.tui.widgets.metric_chart import MetricChart
 from ppodeck.app.tui.widgets.offload_panel import OffloadPanel
 from ppodeck.app.tui.widgets.phase_timeline import PhaseTimeline
 from ppodeck.app.tui.widgets.run_header import RunHeader
-from ppodeck.engine.miles_run import find_registered
+from ppodeck.engine.miles.watch import find_registered
 from tests.runs.test_miles_watch import copy_dump, digest, miles_metrics
 from tests.tui.conftest import wait_until
 

@@ -207,7 +207,7 @@ async def test_runs_list_attaches_to_the_selected_run(recorded_run: Path) -> Non
 
 
 async def test_stop_run_asks_then_signals_the_driver(recorded_run: Path, monkeypatch) -> None:
-    import ppodeck.engine.launch as launch
+    import ppodeck.engine.launch.local as launch
 
     stopped: list[Path] = []
     monkeypatch.setattr(launch, "stop_run",

@@ -10,7 +10,7 @@ from ppodeck.app.tui.screens.monitor import MonitorScreen
 from ppodeck.app.tui.screens.samples import SamplesScreen
 from ppodeck.app.tui.widgets.sample_pane import SamplePane, colour, scale_of, strip_values
 from ppodeck.app.tui.widgets.samples_table import SamplesTable
-from ppodeck.engine.samples import read_samples, write_rollout
+from ppodeck.engine.run.samples import read_samples, write_rollout
 from tests.fixtures.make_samples import make_record, write_run
 from tests.tui.conftest import wait_until
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ppodeck.engine.runstate import RunState, Series
+from ppodeck.engine.run.state import RunState, Series
 from tests.tui.conftest import EVENTS_TINY, T0, T_END
 
 

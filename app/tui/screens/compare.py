@@ -1,5 +1,5 @@
 """Compare runs: reward, value loss, KL / clip fraction and explained variance of several runs
-overlaid and aligned by rollout (per-rollout means, engine/runstats.py), and the flags whose
+overlaid and aligned by rollout (per-rollout means, engine/run/stats.py), and the flags whose
 resolved values differ. Opened from the runs list (space marks runs, c compares them)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from ppodeck.app.tui.widgets.footer import DeckFooter
-from ppodeck.app.tui.widgets.metric_chart import Line, MetricChart
-from ppodeck.engine.runstate import SeriesPoints
-from ppodeck.engine.vocabulary import Metric
+from ....engine.run.state import SeriesPoints
+from ....engine.vocabulary import Metric
+from ..widgets.footer import DeckFooter
+from ..widgets.metric_chart import Line, MetricChart
 
 COLORS = ("green", "cyan", "orange", "magenta", "yellow", "blue", "red")
 CHARTS = (
@@ -47,7 +47,7 @@ def chart_lines(run_ids: list[str], metrics: tuple[str, ...]) -> tuple[Line, ...
 
 
 def diff_text(runs: list) -> str:
-    from ppodeck.engine.runstats import config_diff
+    from ....engine.run.stats import config_diff
 
     rows = config_diff(runs)
     if not rows:
@@ -87,7 +87,7 @@ class CompareScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
     def load_worker(self) -> None:
-        from ppodeck.engine.runstats import load_run
+        from ....engine.run.stats import load_run
 
         try:
             self.post_message(RunsLoaded([load_run(p) for p in self.run_dirs]))

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from ppodeck.app.tui.widgets.footer import DeckFooter
+from ..widgets.footer import DeckFooter
 
 
 class ConfirmDialog(ModalScreen[bool]):

@@ -20,28 +20,28 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, Collapsible, Input, Static
 
-from ppodeck.app.tui import drafts
-from ppodeck.app.tui.errors import guard
-from ppodeck.app.tui.messages import LaunchFailed, RunLaunched
-from ppodeck.app.tui.screens.confirm import (
+from ....engine.config import BY_DEST, BY_NAME, FLAGS, Flag, Report, RunConfig, check, to_argv
+from ....engine.config.schema import GROUP_TITLES, GROUPS
+from .. import drafts
+from ..errors import guard
+from ..messages import LaunchFailed, RunLaunched
+from ..widgets.command_preview import CommandPreview, format_argv
+from ..widgets.derived_panel import DerivedPanel
+from ..widgets.flag_field import FieldIssue, FlagField
+from ..widgets.flag_group import FlagGroup
+from ..widgets.footer import DeckFooter
+from ..widgets.issues_panel import IssuesPanel, PanelIssue
+from ..widgets.view_tabs import ViewTabs
+from .confirm import (
     FieldSpec,
     FormDialog,
     LaunchChoice,
     LaunchDialog,
 )
-from ppodeck.app.tui.widgets.command_preview import CommandPreview, format_argv
-from ppodeck.app.tui.widgets.derived_panel import DerivedPanel
-from ppodeck.app.tui.widgets.flag_field import FieldIssue, FlagField
-from ppodeck.app.tui.widgets.flag_group import FlagGroup
-from ppodeck.app.tui.widgets.footer import DeckFooter
-from ppodeck.app.tui.widgets.issues_panel import IssuesPanel, PanelIssue
-from ppodeck.app.tui.widgets.view_tabs import ViewTabs
-from ppodeck.engine.config import BY_DEST, BY_NAME, FLAGS, Flag, Report, RunConfig, check, to_argv
-from ppodeck.engine.config.schema import GROUP_TITLES, GROUPS
 
 if TYPE_CHECKING:
-    from ppodeck.engine.config.script_import import ImportReport
-    from ppodeck.engine.presets import Preset
+    from ....engine.miles.script_import import ImportReport
+    from ....engine.presets import Preset
 
 DRAFT_DEBOUNCE_S = 0.4
 SEARCH_DEBOUNCE_S = 0.15
@@ -71,7 +71,7 @@ Keys: `ctrl+f` search flags, `ctrl+z` reset the focused field, `ctrl+s` save as 
 def load_for_editing(preset_name: str | None
                      ) -> tuple[Preset | None, RunConfig, RunConfig | None, str]:
     """(preset, its config, the draft config if one was saved, a draft warning)."""
-    from ppodeck.engine.presets import PresetError, config_from_toml, load_preset, resolve_preset
+    from ....engine.presets import PresetError, config_from_toml, load_preset, resolve_preset
 
     preset = load_preset(preset_name) if preset_name is not None else None
     base = resolve_preset(preset) if preset is not None else RunConfig()
@@ -450,8 +450,8 @@ class EditScreen(Screen[None]):
                 and tuple(self.config.passthrough) == tuple(self.base.passthrough))
 
     def _toml(self, name: str, description: str, header: str) -> str:
-        from ppodeck.engine.presets import config_to_toml
-        from ppodeck.engine.run_secrets import without_secrets
+        from ....engine.presets import config_to_toml
+        from ....engine.run.secrets import without_secrets
 
         sources = self.imported.sources if self.imported is not None and self.preset is None \
             else {}  # a Python launcher's prepare() downloads, for `ppodeck prepare`
@@ -460,7 +460,7 @@ class EditScreen(Screen[None]):
                               provenance={"sources": dict(sources)} if sources else None)
         if self.imported is None:
             return text
-        from ppodeck.engine.presets import with_flag_comments
+        from ....engine.presets import with_flag_comments
 
         return with_flag_comments(text, self._script_line)
 
@@ -486,7 +486,7 @@ class EditScreen(Screen[None]):
 
     @on(Button.Pressed, "#save")
     def action_save_preset(self) -> None:
-        from ppodeck.engine.presets import user_preset_dir
+        from ....engine.presets import user_preset_dir
 
         directory = user_preset_dir()
         fresh_import = self.imported is not None and self.preset is None
@@ -495,7 +495,7 @@ class EditScreen(Screen[None]):
         description = self.preset.description if self.preset is not None else ""
 
         def validate(values: dict[str, str]) -> str:
-            from ppodeck.engine.presets import find_preset_path
+            from ....engine.presets import find_preset_path
 
             name = values["name"]
             if not NAME_RE.match(name):
@@ -520,7 +520,7 @@ class EditScreen(Screen[None]):
     def _save_confirmed(self, values: dict[str, str] | None) -> None:
         if values is None:
             return
-        from ppodeck.engine.presets import PresetError, load_preset, save_preset, user_preset_dir
+        from ....engine.presets import PresetError, load_preset, save_preset, user_preset_dir
 
         name = values["name"]
         path = user_preset_dir() / f"{name}.toml"
@@ -552,8 +552,8 @@ class EditScreen(Screen[None]):
     def _export_confirmed(self, values: dict[str, str] | None) -> None:
         if not values or not values.get("path"):
             return
-        from ppodeck.engine.launch import command_line
-        from ppodeck.engine.presets import save_preset
+        from ....engine.launch.local import command_line
+        from ....engine.presets import save_preset
 
         path = Path(values["path"]).expanduser()
         if path.suffix in (".sh", ".txt"):
@@ -576,8 +576,8 @@ class EditScreen(Screen[None]):
             return
         from rich.text import Text
 
-        from ppodeck.engine.launch import code_to_run, missing_inputs
-        from ppodeck.engine.rundir import runs_root
+        from ....engine.launch.local import code_to_run, missing_inputs
+        from ....engine.run.rundir import runs_root
 
         missing = missing_inputs(self.config)
         if missing:  # refused before anything starts, as `ppodeck run` does
@@ -602,20 +602,20 @@ class EditScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="launch", exit_on_error=False)
     def launch_worker(self, config: RunConfig, preset_name: str, submit: str = "",
                       miles_root: str = "") -> None:
-        from ppodeck.engine.launch import prepare_run, start_driver
-        from ppodeck.engine.run_secrets import secret_env
+        from ....engine.launch.local import prepare_run, start_driver
+        from ....engine.run.secrets import secret_env
 
         try:
-            if miles_root:  # miles' own train.py (engine/miles_launch.py), watched as a run
-                from ppodeck.engine.miles_launch import launch as launch_miles
+            if miles_root:  # miles' own train.py (engine/miles/drive.py), watched as a run
+                from ....engine.miles.drive import launch as launch_miles
 
                 rundir, popen = launch_miles(config, preset_name, Path(miles_root), submit or None)
                 self.post_message(RunLaunched(rundir.path, popen))
                 return
             rundir = prepare_run(config, preset_name)
             if submit:  # a Ray job; the returned process mirrors it into the run directory
-                from ppodeck.engine.jobs import forwarded_env
-                from ppodeck.engine.jobs import submit as submit_job
+                from ....engine.launch.jobs import forwarded_env
+                from ....engine.launch.jobs import submit as submit_job
 
                 popen = submit_job(rundir, preset_name, submit,
                                    {**forwarded_env(), **secret_env(config)})

@@ -9,7 +9,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
-from ppodeck.app.tui import fmt
+from .. import fmt
 
 GLOBAL_KEYS = """\
 ### Everywhere
@@ -19,7 +19,7 @@ GLOBAL_KEYS = """\
 
 
 def _flag_help(widget: Widget | None) -> str:
-    from ppodeck.app.tui.widgets.flag_field import FlagField
+    from ..widgets.flag_field import FlagField
 
     node = widget
     while node is not None and not isinstance(node, FlagField):

@@ -1,7 +1,7 @@
 """Run monitor: reads a run directory (events.jsonl + status.json) or replays a recording.
 
 It only reads, so closing it never stops the run. A thread worker tails the events file with
-engine.events.follow and posts batches at most four times a second; the handler folds them
+engine.run.events.follow and posts batches at most four times a second; the handler folds them
 into RunState and hands the results down to the widgets.
 """
 
@@ -20,18 +20,18 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from ppodeck.app.tui.errors import guard
-from ppodeck.app.tui.messages import EventsArrived, RunStatusRead, TailEnded
-from ppodeck.app.tui.widgets.footer import DeckFooter
-from ppodeck.app.tui.widgets.health import HealthPanel, HealthStrip
-from ppodeck.app.tui.widgets.log_tail import LogTail
-from ppodeck.app.tui.widgets.metric_chart import Line, MetricChart
-from ppodeck.app.tui.widgets.offload_panel import OffloadPanel
-from ppodeck.app.tui.widgets.phase_timeline import PhaseTimeline
-from ppodeck.app.tui.widgets.run_header import HeaderData, RunHeader
-from ppodeck.app.tui.widgets.view_tabs import ViewTabs
-from ppodeck.engine.runstate import RunState
-from ppodeck.engine.vocabulary import FINAL_STATES, INIT_PHASE, INIT_STEP_LABEL, Kind, Metric, State
+from ....engine.run.state import RunState
+from ....engine.vocabulary import FINAL_STATES, INIT_PHASE, INIT_STEP_LABEL, Kind, Metric, State
+from ..errors import guard
+from ..messages import EventsArrived, RunStatusRead, TailEnded
+from ..widgets.footer import DeckFooter
+from ..widgets.health import HealthPanel, HealthStrip
+from ..widgets.log_tail import LogTail
+from ..widgets.metric_chart import Line, MetricChart
+from ..widgets.offload_panel import OffloadPanel
+from ..widgets.phase_timeline import PhaseTimeline
+from ..widgets.run_header import HeaderData, RunHeader
+from ..widgets.view_tabs import ViewTabs
 
 FLUSH_S = 0.2  # at most five UI updates a second (bench: p95 lag 0.275 s at 0.25, 0.221 s at 0.2)
 POLL_S = 0.05
@@ -65,8 +65,8 @@ CRITIC_KEYS = (Metric.EXPLAINED_VARIANCE,)
 def run_uses_critic(run_dir: Path | None) -> bool:
     """From the run's resolved config.toml: GRPO builds no critic. True when unknown (a
     replay, an unreadable config): the critic charts then simply stay empty."""
-    from ppodeck.engine.config import resolve
-    from ppodeck.engine.presets import PresetError, config_from_toml
+    from ....engine.config import resolve
+    from ....engine.presets import PresetError, config_from_toml
 
     path = run_dir / "config.toml" if run_dir is not None else None
     if path is None or not path.is_file():
@@ -142,8 +142,8 @@ class MonitorScreen(Screen[None]):
     @functools.cached_property
     def _engine_note(self) -> str:
         """Which engine the run is: miles' own (a dump PPO Deck watches or launched)."""
-        from ppodeck.engine.miles_run import dump_of, is_driven
-        from ppodeck.engine.rundir import RunDir
+        from ....engine.run.rundir import RunDir
+        from ....engine.run.source import dump_of, is_driven
 
         rundir = RunDir(self.run_dir) if self.run_dir is not None else None
         dump = dump_of(rundir) if rundir is not None else None
@@ -191,7 +191,7 @@ class MonitorScreen(Screen[None]):
         if self.run_dir is None:
             self.notify("a replay has no process to stop", severity="warning")
             return
-        from ppodeck.app.tui.screens.confirm import ConfirmDialog
+        from .confirm import ConfirmDialog
 
         body = (f"Send SIGINT to the driver of {self.run_dir.name}? It stops after the "
                 "current rollout; checkpoints already written are kept.")
@@ -201,8 +201,8 @@ class MonitorScreen(Screen[None]):
     def _stop_confirmed(self, confirmed: bool | None) -> None:
         if not confirmed or self.run_dir is None:
             return
-        from ppodeck.engine.launch import stop_run
-        from ppodeck.engine.rundir import RunDir
+        from ....engine.launch.local import stop_run
+        from ....engine.run.rundir import RunDir
 
         try:
             self.notify(stop_run(RunDir(self.run_dir)), title="stop run")
@@ -224,13 +224,13 @@ class MonitorScreen(Screen[None]):
         if self.run_dir is None:
             self.notify("a replay has no samples: attach a run directory", severity="warning")
             return
-        from ppodeck.app.tui.screens.samples import SamplesScreen
+        from .samples import SamplesScreen
 
         self.app.push_screen(SamplesScreen(self.run_dir))
 
     def action_finding_samples(self) -> None:
         """The samples behind the latest health finding that has some."""
-        from ppodeck.engine.samples import FINDING_VIEWS
+        from ....engine.run.samples import FINDING_VIEWS
 
         findings = [f for f in self.state.health if f.get("code") in FINDING_VIEWS
                     and f.get("rollout_id") is not None]
@@ -239,7 +239,7 @@ class MonitorScreen(Screen[None]):
                 "no health finding with samples behind it (see the health strip)")
             self.notify(why, severity="warning")
             return
-        from ppodeck.app.tui.screens.samples import SamplesScreen
+        from .samples import SamplesScreen
 
         finding = findings[-1]
         sort, strip, why = FINDING_VIEWS[finding["code"]]
@@ -261,8 +261,8 @@ class MonitorScreen(Screen[None]):
             self.post_message(TailEnded(f"stopped reading {run_dir}: {exc}", failed=True))
 
     def _tail(self, run_dir: Path) -> None:
-        from ppodeck.engine.events import follow
-        from ppodeck.engine.rundir import RunDir, read_status
+        from ....engine.run.events import follow
+        from ....engine.run.rundir import RunDir, read_status
 
         rundir = RunDir(run_dir)
         worker = get_current_worker()
@@ -296,8 +296,8 @@ class MonitorScreen(Screen[None]):
             self.post_message(TailEnded(f"cannot replay {path}: {exc}", failed=True))
 
     def _replay(self, path: Path) -> None:
-        from ppodeck.engine.events import read_events
-        from ppodeck.engine.health import HealthJudge
+        from ....engine.run.events import read_events
+        from ....engine.run.health import HealthJudge
 
         events, warnings = read_events(path)
         batcher = _Batcher(self, HealthJudge(), None)  # a recording: default thresholds
@@ -403,10 +403,10 @@ def _phase_shown(s: RunState) -> str | None:
     return s.current_phase
 
 
-def _run_judge(run_dir: Path):  # noqa: ANN202 - engine.health.HealthJudge, imported late
+def _run_judge(run_dir: Path):  # noqa: ANN202 - engine.run.health.HealthJudge, imported late
     """A judge with the run's thresholds ([health] of its preset) and config facts."""
-    from ppodeck.engine.health import HealthJudge, run_facts, run_thresholds
-    from ppodeck.engine.rundir import RunDir, read_status
+    from ....engine.run.health import HealthJudge, run_facts, run_thresholds
+    from ....engine.run.rundir import RunDir, read_status
 
     thresholds, _ = run_thresholds(run_dir, read_status(RunDir(run_dir)).get("preset"))
     return HealthJudge(thresholds, run_facts(run_dir)[0])
@@ -423,7 +423,7 @@ class _Batcher:
     def __init__(self, screen: MonitorScreen, judge=None, run_dir: Path | None = None  # noqa: ANN001
                  ) -> None:
         self.screen = screen
-        self.judge = judge  # engine.health.HealthJudge: the monitor's reader judges health
+        self.judge = judge  # engine.run.health.HealthJudge: the monitor's reader judges health
         self.run_dir = run_dir  # findings are recorded there (health.jsonl, each once)
         self.batch_applied, self.stop_reading = screen.batch_applied, screen.stop_reading
         self.pending: list[dict] = []
@@ -442,7 +442,7 @@ class _Batcher:
             self._findings(self.judge.finish())
 
     def check_hang(self, rundir, status: dict, final: bool) -> None:  # noqa: ANN001
-        from ppodeck.engine.rundir import driver_alive
+        from ....engine.run.rundir import driver_alive
 
         if self.judge is not None and not final:
             self._findings(self.judge.check_hang(time.time(), driver_alive(rundir, status)))
@@ -455,7 +455,7 @@ class _Batcher:
         ts = self.judge.last_event_ts
         self.pending.extend(f.to_event(ts) for f in findings)
         if self.run_dir is not None:
-            from ppodeck.engine.health import record_or_note
+            from ....engine.run.health import record_or_note
 
             self.warnings.extend(record_or_note(self.run_dir, findings))
 

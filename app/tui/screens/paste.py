@@ -1,6 +1,6 @@
 """Import a miles launch script or command line by pasting it: the import report, then the editor.
 
-The text is read as bash reads it (engine.config.script_import; nothing runs). Import shows the
+The text is read as bash reads it (engine.miles.script_import; nothing runs). Import shows the
 report in place (what was resolved and from where, what stayed unresolved with its line, the
 command-only and refused flags); Open in editor then edits the imported config, and a preset
 saved from it keeps the script's name and line for each flag as a comment. The optional name
@@ -27,11 +27,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static, TextArea
 
-from ppodeck.app.tui.widgets.footer import DeckFooter
+from ..widgets.footer import DeckFooter
 
 if TYPE_CHECKING:
-    from ppodeck.engine.config.issues import Issue
-    from ppodeck.engine.config.script_import import ImportReport
+    from ....engine.config.issues import Issue
+    from ....engine.miles.script_import import ImportReport
 
 PLACEHOLDER = ("paste a miles launch script, a Python launcher (run_*.py) or `python3 train.py "
                "...` here, then ctrl+y")
@@ -121,8 +121,8 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
         if source is None:
             return
         text, path, name = source
-        from ppodeck.engine.config.py_launcher import LauncherError
-        from ppodeck.engine.config.script_import import import_script
+        from ....engine.miles.py_launcher import LauncherError
+        from ....engine.miles.script_import import import_script
 
         try:
             report = import_script(text, env=dict(os.environ), path=path, name=name,

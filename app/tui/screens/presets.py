@@ -14,12 +14,12 @@ from textual.fuzzy import Matcher
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
 
-from ppodeck.app.tui import drafts, fmt
-from ppodeck.app.tui.messages import PresetChosen
-from ppodeck.app.tui.widgets.footer import DeckFooter
+from .. import drafts, fmt
+from ..messages import PresetChosen
+from ..widgets.footer import DeckFooter
 
 if TYPE_CHECKING:
-    from ppodeck.engine.presets import Preset
+    from ....engine.presets import Preset
 
 SOURCE_STYLE = {"built-in": "cyan", "user": "green", "team": "magenta", "file": "yellow"}
 
@@ -50,8 +50,8 @@ def _gpus(preset: Preset) -> str:
     gpus = preset.provenance.get("gpus")
     if gpus is not None or preset.error:
         return "?" if gpus is None else str(gpus)
-    from ppodeck.engine.config import derive
-    from ppodeck.engine.presets import resolve_preset
+    from ....engine.config import derive
+    from ....engine.presets import resolve_preset
 
     try:
         needed = derive(resolve_preset(preset)).gpus_needed
@@ -64,8 +64,8 @@ def preview(preset: Preset) -> Text:
     """What the preset changes from the schema defaults, plus its provenance."""
     if preset.error:
         return Text(preset.error, "bold red")
-    from ppodeck.engine.config import RunConfig
-    from ppodeck.engine.presets import diff_configs, resolve_preset
+    from ....engine.config import RunConfig
+    from ....engine.presets import diff_configs, resolve_preset
 
     try:
         diffs = diff_configs(RunConfig(), resolve_preset(preset))
@@ -137,7 +137,7 @@ class PresetPickerScreen(Screen[None]):
             self._fill()  # the description column is cut to the new width
 
     def load(self) -> None:
-        from ppodeck.engine.presets import list_presets
+        from ....engine.presets import list_presets
 
         try:
             self.presets = list_presets()

@@ -12,10 +12,10 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from ppodeck.app.tui import fmt
-from ppodeck.app.tui.messages import RunChosen, RunsListed
-from ppodeck.app.tui.widgets.footer import DeckFooter
-from ppodeck.app.tui.widgets.run_header import STATE_STYLES
+from .. import fmt
+from ..messages import RunChosen, RunsListed
+from ..widgets.footer import DeckFooter
+from ..widgets.run_header import STATE_STYLES
 
 HELP = """\
 ## Runs
@@ -40,7 +40,7 @@ def _started(run: Any, now: float | None) -> str:
 
 def _short(path: Path) -> str:
     """The run directory relative to the runs root's parent ("runs/<id>") when possible."""
-    from ppodeck.engine.rundir import runs_root
+    from ....engine.run.rundir import runs_root
 
     try:
         return str(Path(path).resolve().relative_to(runs_root().resolve().parent))
@@ -83,7 +83,7 @@ class RunsScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="runs", exit_on_error=False)
     def list_worker(self) -> None:
-        from ppodeck.engine.rundir import list_runs
+        from ....engine.run.rundir import list_runs
 
         try:
             self.post_message(RunsListed(list_runs()))
@@ -144,7 +144,7 @@ class RunsScreen(Screen[None]):
             self._fill(self.query_one(DataTable))
 
     def action_compare(self) -> None:
-        from ppodeck.app.tui.screens.compare import CompareScreen
+        from .compare import CompareScreen
 
         chosen = [Path(r.path) for r in self.runs if str(r.path) in self.marked]
         if len(chosen) < 2:
@@ -153,7 +153,7 @@ class RunsScreen(Screen[None]):
         self.app.push_screen(CompareScreen(chosen))
 
     def action_stop_run(self) -> None:
-        from ppodeck.app.tui.screens.confirm import ConfirmDialog
+        from .confirm import ConfirmDialog
 
         run = self._selected()
         if run is None:
@@ -165,8 +165,8 @@ class RunsScreen(Screen[None]):
                              lambda ok: self._stop_confirmed(run) if ok else None)
 
     def _stop_confirmed(self, run: Any) -> None:
-        from ppodeck.engine.launch import stop_run
-        from ppodeck.engine.rundir import RunDir
+        from ....engine.launch.local import stop_run
+        from ....engine.run.rundir import RunDir
 
         try:
             self.notify(stop_run(RunDir(Path(run.path))), title="stop run")

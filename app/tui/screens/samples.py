@@ -1,5 +1,5 @@
 """Samples of a run, rollout by rollout: a table of the rollout's samples and a pane showing the
-selected response token by token, coloured by a chosen strip (engine/samples.py holds the data).
+selected response token by token, coloured by a chosen strip (engine/run/samples.py holds the data).
 
 Opened from the monitor (`a`). It only reads `<run>/samples/`; while following (the default)
 it moves to each new rollout as its file appears, so it works on finished runs and on
@@ -18,10 +18,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from ppodeck.app.tui.widgets.footer import DeckFooter
-from ppodeck.app.tui.widgets.sample_pane import STRIPS, SamplePane
-from ppodeck.app.tui.widgets.samples_table import SamplesTable
-from ppodeck.engine.samples import SORTS, SampleRecord, SampleRow, describe_ids
+from ....engine.run.samples import SORTS, SampleRecord, SampleRow, describe_ids
+from ..widgets.footer import DeckFooter
+from ..widgets.sample_pane import STRIPS, SamplePane
+from ..widgets.samples_table import SamplesTable
 
 POLL_S = 1.0
 
@@ -93,7 +93,7 @@ class SamplesScreen(Screen[None]):
 
     def _poll(self) -> None:
         """New rollout files: the title's list grows, and a following view moves on."""
-        from ppodeck.engine.samples import list_rollouts
+        from ....engine.run.samples import list_rollouts
 
         rollouts = list_rollouts(self.run_dir)
         if rollouts == self.rollouts and self.loaded is not None:
@@ -107,7 +107,7 @@ class SamplesScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="samples", exit_on_error=False)
     def read_worker(self, rollout_id: int) -> None:
-        from ppodeck.engine.samples import SamplesNotFound, read_rows
+        from ....engine.run.samples import SamplesNotFound, read_rows
 
         warnings: list[str] = []
         try:

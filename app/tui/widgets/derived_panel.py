@@ -9,10 +9,10 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ppodeck.engine.vocabulary import PHASE_LABEL
+from ....engine.vocabulary import PHASE_LABEL
 
 if TYPE_CHECKING:
-    from ppodeck.engine.config import Derived
+    from ....engine.config import Derived
 
 ROWS = (("world_size", "world size"), ("dp_size", "DP"),
         ("rollout_num_gpus", "rollout GPUs"), ("rollout_engines", "rollout engines"),

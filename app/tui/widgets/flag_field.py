@@ -20,10 +20,10 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
-from ppodeck.app.tui import fmt
+from .. import fmt
 
 if TYPE_CHECKING:
-    from ppodeck.engine.config import Flag
+    from ....engine.config import Flag
 
 LEVEL_ICON = {"error": "✖", "warning": "⚠", "info": "ℹ"}
 LEVEL_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -184,7 +184,7 @@ class FlagField(Widget):
         self.post_message(self.ResetRequested(self, self.dest))
 
     def _typed(self, text: str) -> None:
-        from ppodeck.engine.config import coerce
+        from ....engine.config import coerce
 
         if not text.strip():
             self._emit(None)

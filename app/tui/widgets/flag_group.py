@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from textual.app import ComposeResult
 from textual.widgets import Collapsible
 
-from ppodeck.app.tui.widgets.flag_field import FlagField
+from .flag_field import FlagField
 
 if TYPE_CHECKING:
-    from ppodeck.engine.config import Flag
+    from ....engine.config import Flag
 
 
 class FlagGroup(Collapsible):

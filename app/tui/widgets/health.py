@@ -1,6 +1,6 @@
 """PPO health in the monitor: a one-line strip under the header and a panel of findings.
 
-Findings are `health` events (engine/health.py) that the monitor's reader judged; the widgets
+Findings are `health` events (engine/run/health.py) that the monitor's reader judged; the widgets
 only draw what the screen hands down.
 """
 

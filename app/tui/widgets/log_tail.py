@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import RichLog
 
-from ppodeck.app.tui import fmt
-from ppodeck.engine.runstate import LogLine
+from ....engine.run.state import LogLine
+from .. import fmt
 
 LEVEL_STYLE = {"debug": "dim", "info": "", "warning": "bold yellow", "error": "bold red"}
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from textual_plotext import PlotextPlot
 
-from ppodeck.engine.runstate import SeriesPoints
+from ....engine.run.state import SeriesPoints
 
 
 @dataclass(frozen=True)

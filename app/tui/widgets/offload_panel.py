@@ -9,9 +9,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ppodeck.app.tui import fmt
-from ppodeck.engine.runstate import Device, Move
-from ppodeck.engine.vocabulary import MODELS
+from ....engine.run.state import Device, Move
+from ....engine.vocabulary import MODELS
+from .. import fmt
 
 WHERE_STYLE = {"gpu": "bold green", "cpu": "bold yellow"}
 

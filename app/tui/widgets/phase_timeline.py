@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from rich.text import Text
 from textual.widget import Widget
 
-from ppodeck.engine.runstate import PhaseSpan
-from ppodeck.engine.vocabulary import INIT_STEPS, PHASES, InitStep, Phase
+from ....engine.run.state import PhaseSpan
+from ....engine.vocabulary import INIT_STEPS, PHASES, InitStep, Phase
 
 STYLE = {Phase.GENERATE: "green", Phase.ROLLOUT_OFFLOAD: "grey50", Phase.CRITIC_TRAIN: "yellow",
          Phase.ACTOR_TRAIN: "magenta", Phase.SAVE: "blue", Phase.ROLLOUT_ONLOAD: "grey62",

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from ppodeck.app.tui import fmt
-from ppodeck.engine.vocabulary import State
+from ....engine.vocabulary import State
+from .. import fmt
 
 STATE_STYLES = {
     State.RUNNING: "bold green", State.STARTING: "bold yellow", State.STOPPING: "bold yellow",

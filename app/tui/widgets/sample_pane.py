@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import Static
 
-from ppodeck.engine.samples import SampleRecord
+from ....engine.run.samples import SampleRecord
 
 # strip -> (label, signed: red below 0 / green above, else one hue by magnitude)
 STRIPS = {"advantage": ("advantage (raw)", True), "value": ("value", True),

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ppodeck.engine.samples import SampleRow, one_line, sort_samples
+from ....engine.run.samples import SampleRow, one_line, sort_samples
 
 COLUMNS = (("index", 6), ("reward", 8), ("adv", 8), ("len", 5), ("status", 10),
            ("response", 72))

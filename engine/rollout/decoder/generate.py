@@ -24,17 +24,17 @@ from typing import Any, Protocol
 
 import torch
 
-from ppodeck.engine.rollout.decoder import sampling as samplers
-from ppodeck.engine.rollout.decoder.features import (
+from . import sampling as samplers
+from .features import (
     BACKEND_VARIANT,
     VARIANT_ENV,
     DecodeOptions,
     default_options,
     parse_variant,
 )
-from ppodeck.engine.rollout.decoder.kernels import kernel_note, kernel_status
-from ppodeck.engine.rollout.decoder.state import DecodeState, KVCache, Sampling
-from ppodeck.engine.rollout.decoder.static_decoder import DecodeGraph, StaticDecoder, can_use
+from .kernels import kernel_note, kernel_status
+from .state import DecodeState, KVCache, Sampling
+from .static_decoder import DecodeGraph, StaticDecoder, can_use
 
 __all__ = ["can_use", "fast_generate", "options_from_env", "release_decoders"]
 

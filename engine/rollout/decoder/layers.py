@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ppodeck.engine.rollout.decoder.kernels import folded_norms
+from .kernels import folded_norms
 
 # inductor without its own CUDA graphs (ours capture the step); intermediates rounded to the
 # tensor's dtype like eager (bf16 results stay near today's path: log-probs vs the trainer)
@@ -114,7 +114,7 @@ class CompiledOrEager:
     budget is spent. Here shapes are static and a failure under capture must raise."""
 
     def __init__(self, fn: Any) -> None:  # noqa: ANN401
-        from ppodeck.engine.model.compile_budget import (
+        from ...model.compile_budget import (
             own_recompile_budget,
             raise_global_recompile_limit,
         )

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from ppodeck.engine.rollout.decoder.kernels import sampling_kernel
-from ppodeck.engine.rollout.decoder.state import DecodeState, Sampling
+from .kernels import sampling_kernel
+from .state import DecodeState, Sampling
 
 
 def filter_logits(logits: torch.Tensor, temperature: float, top_p: float,

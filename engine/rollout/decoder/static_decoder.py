@@ -21,15 +21,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ppodeck.engine.rollout.decoder.features import REFERENCE, DecodeOptions
-from ppodeck.engine.rollout.decoder.kernels import (
+from .features import REFERENCE, DecodeOptions
+from .kernels import (
     decode_attention,
     folded_norms,
     kernel_note,
     kernel_status,
     skinny_gemm,
 )
-from ppodeck.engine.rollout.decoder.layers import (
+from .layers import (
     Layer,
     Packed,
     Weights,
@@ -40,8 +40,8 @@ from ppodeck.engine.rollout.decoder.layers import (
     qkv_projection,
     signed_sin,
 )
-from ppodeck.engine.rollout.decoder.sampling import advance
-from ppodeck.engine.rollout.decoder.state import DecodeState, KVCache, Sampling
+from .sampling import advance
+from .state import DecodeState, KVCache, Sampling
 
 SUPPORTED = ("llama", "qwen3")
 

@@ -2,7 +2,7 @@
 
 Written for PPO Deck's tests from the seed's description (docs/examples/ppo.md): the values
 are the example's, the code is ours. Test data, never run: tests read it with
-engine.config.py_launcher.
+engine.miles.py_launcher.
 """
 
 from dataclasses import dataclass

@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import torch
 
-from ppodeck.engine.rollout.decoder.features import BY_NAME
-from ppodeck.engine.rollout.decoder.kernels import decode_attention, skinny_gemm
+from ..features import BY_NAME
+from . import decode_attention, skinny_gemm
 
 # features.Feature.kernel -> that module's kernel_status (sampling_kernel and folded_norms
 # share decode_attention's: the same Triton requirement)

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ppodeck.engine.rollout.decoder.kernels.availability import triton_status
+from .availability import triton_status
 
 BLOCK_L = 64  # cache slots per loop iteration
 NUM_WARPS = 4
@@ -54,7 +54,7 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
     """The jitted one-pass kernel (Triton imported at first use; `interpret` keys the cache as
     sampling_kernel's: the module's kernels were decorated as TRITON_INTERPRET said at import)."""
     del interpret
-    from ppodeck.engine.rollout.decoder.kernels import decode_attention_triton as kernels
+    from . import decode_attention_triton as kernels
 
     return kernels.decode_attention_kernel
 
@@ -63,7 +63,7 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
 def _project_kernel(interpret: bool) -> Any:  # noqa: ANN401
     """The jitted projection kernel of project_heads (`_kernel`'s cache key)."""
     del interpret
-    from ppodeck.engine.rollout.decoder.kernels import decode_attention_triton as kernels
+    from . import decode_attention_triton as kernels
 
     return kernels.project_heads_kernel
 

@@ -40,7 +40,7 @@ def _kernel(interpret: bool) -> Any:  # noqa: ANN401
     """The jitted kernel, at first use (`interpret` keys the cache, as sampling_kernel's); it
     lives beside decode_attention's kernels, whose row-scale and rounding helpers it shares."""
     del interpret
-    from ppodeck.engine.rollout.decoder.kernels import decode_attention_triton as kernels
+    from . import decode_attention_triton as kernels
 
     return kernels.scaled_gated_kernel
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from ppodeck.engine.rollout.decoder.kernels.availability import triton_status
-from ppodeck.engine.rollout.decoder.kernels.decode_attention import multiprocessors
+from .availability import triton_status
+from .decode_attention import multiprocessors
 
 MAX_M = 128  # one row tile covers all of M: the decode batch
 MIN_DOT = 16  # tl.dot's smallest tile side

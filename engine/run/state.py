@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ppodeck.engine.vocabulary import (
+from ..vocabulary import (
     FINAL_STATES,
     PHASE_START,
     Kind,
@@ -195,7 +195,7 @@ class RunState:
         # logs
         self.logs: deque[LogLine] = deque(maxlen=log_capacity)
         self.logs_total = 0
-        # PPO health findings (`health` events the monitor's reader judged, engine/health.py)
+        # PPO health findings (`health` events the monitor's reader judged, engine/run/health.py)
         self.health: list[dict[str, Any]] = []
 
     # ---- ingest -----------------------------------------------------------------------------
@@ -229,7 +229,7 @@ class RunState:
         return changed
 
     def apply_status(self, status: Mapping[str, Any]) -> None:
-        """Take status.json (as engine.rundir.read_status returns it)."""
+        """Take status.json (as engine.run.rundir.read_status returns it)."""
         self.file_status = dict(status)
         if status.get("num_rollout") is not None:
             self.num_rollout = _int(status["num_rollout"])

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppodeck.engine.files import atomic_write
-from ppodeck.engine.vocabulary import ACTIVE_STATES, State
+from ..host.files import atomic_write
+from ..vocabulary import ACTIVE_STATES, State
 
 RUNS_DIR_ENV = "PPODECK_RUNS_DIR"
 _ID_ATTEMPTS = 100
@@ -61,7 +61,7 @@ class RunDir:
 
     @property
     def samples(self) -> Path:
-        """Each rollout's samples with per-token numbers (engine/samples.py)."""
+        """Each rollout's samples with per-token numbers (engine/run/samples.py)."""
         return self.path / "samples"
 
     @property

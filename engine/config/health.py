@@ -1,7 +1,7 @@
 """A preset's `[health]` table: the rules' codes and levels, their thresholds, and how the
 table is read (`parse_health_table`) and written back (`health_toml`).
 
-engine.presets reads the table when it loads a preset; engine.health judges runs with it.
+engine.presets reads the table when it loads a preset; engine.run.health judges runs with it.
 Stdlib only, so loading a preset does not load the judge.
 """
 

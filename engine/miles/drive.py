@@ -1,13 +1,13 @@
 """Run miles itself: its train.py with the preset's argv, watched like any run (LIGHT at import).
 
 `ppodeck run PRESET --engine miles --miles-root DIR` makes a run directory as for our engine,
-then starts a supervisor (`python -m ppodeck.engine.miles_launch supervise --run-dir D`, its own
+then starts a supervisor (`python -m ppodeck.engine.miles.drive supervise --run-dir D`, its own
 process group, the pid in status.json) that does what miles' launchers do
 (miles/utils/external_utils/command_utils.py execute_train): a Ray head (a private one on
 127.0.0.1, or the cluster given with --submit), then `python3 <miles root>/train.py ARGV` as a
 Ray job with miles' runtime_env. ARGV is `ppodeck command`'s (secrets unmasked), plus
 `--dump-details <run dir>/miles --use-miles-dashboard` unless the preset sets them; the run
-directory then watches that dump (engine/miles_run.py) while the supervisor keeps it current,
+directory then watches that dump (engine/miles/watch.py) while the supervisor keeps it current,
 copies the job's log into driver.log and records the job's end as the run's state. Ctrl-C,
 `ppodeck stop` (SIGINT to the supervisor) stop the job through the Jobs API.
 
@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ppodeck import IMPORT_ROOT
-from ppodeck.engine.miles_run import DUMP_SUBDIR, register, sync
-from ppodeck.engine.rundir import RunDir, update_status, write_status
-from ppodeck.engine.vocabulary import FINAL_STATES, State
+
+from ..run.rundir import RunDir, update_status, write_status
+from ..vocabulary import FINAL_STATES, State
+from .watch import DUMP_SUBDIR, register, sync
 
 if TYPE_CHECKING:
-    from ppodeck.engine.config import RunConfig
-    from ppodeck.engine.config.rules_engine import Machine
+    from ..config import RunConfig
+    from ..config.rules_engine import Machine
 
 PYTHON_ENV = "PPODECK_MILES_PYTHON"  # the cluster's Python for train.py (miles: python3)
 MEGATRON_ENV = "PPODECK_MEGATRON_PATH"
@@ -85,7 +86,7 @@ def train_argv(config: RunConfig, *, show_secrets: bool = True, expand_paths: bo
     the flags PPO Deck adds itself (schema `own`: they mean nothing to miles' argparse) and
     without the secrets of SECRET_ENV, which travel as environment variables (secret_job_env).
     """
-    from ppodeck.engine.config import BY_DEST, to_argv
+    from ..config import BY_DEST, to_argv
 
     own = [dest for dest, flag in BY_DEST.items() if flag.own and config.is_set(dest)]
     kept = config.with_values(**{dest: None for dest in own + list(SECRET_ENV)})
@@ -106,7 +107,7 @@ def secret_job_env(config: RunConfig) -> dict[str, str]:
 
 def dump_dir(config: RunConfig, rundir: RunDir) -> Path:
     """Where miles will write its dump: the preset's --dump-details, else the run's miles/."""
-    from ppodeck.engine.config.resolve import expand_path
+    from ..config.resolve import expand_path
 
     if config.is_set("dump_details"):
         return Path(expand_path(str(config.get("dump_details")))).expanduser().resolve()
@@ -160,7 +161,7 @@ def launch_machine(submit: str | None) -> Machine:
     PPODECK_TEST_RAY_GPUS (tests only) declares the GPUs a private Ray head offers."""
     from dataclasses import replace
 
-    from ppodeck.engine.config.rules_engine import this_machine
+    from ..config.rules_engine import this_machine
 
     machine = this_machine()
     declared = os.environ.get(TEST_GPUS_ENV, "")
@@ -177,7 +178,7 @@ def launch_machine(submit: str | None) -> Machine:
 def prepare(rundir: RunDir, config: RunConfig, miles_root: Path, submit: str | None
             ) -> dict[str, Any]:
     """Record what the supervisor runs: LAUNCH_FILE, command.txt, source.json (the dump)."""
-    from ppodeck.engine.config import BY_DEST
+    from ..config import BY_DEST
 
     argv, added, dropped = miles_argv(config, rundir, show_secrets=False)
     shown = entrypoint(miles_root, argv, os.environ)
@@ -196,9 +197,9 @@ def launch(config: RunConfig, preset_name: str, miles_root: Path, submit: str | 
            ) -> tuple[RunDir, subprocess.Popen[bytes]]:
     """The TUI's launch on miles: miles' rules and this machine first (an error refuses it,
     MilesLaunchError naming the codes), then the run directory and the supervisor."""
-    from ppodeck.engine.config import check
-    from ppodeck.engine.launch import prepare_run
-    from ppodeck.engine.run_secrets import secret_env
+    from ..config import check
+    from ..launch.local import prepare_run
+    from ..run.secrets import secret_env
 
     root = check_miles_root(miles_root)
     errors = check(config, machine=launch_machine(submit), engine="miles").errors
@@ -214,7 +215,7 @@ def start_supervisor(rundir: RunDir, env: Mapping[str, str] | None = None
                      ) -> subprocess.Popen[bytes]:
     """The supervisor in its own process group; `env` (the secrets) adds to this environment."""
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    argv = [sys.executable, "-m", "ppodeck.engine.miles_launch", "supervise", "--run-dir",
+    argv = [sys.executable, "-m", "ppodeck.engine.miles.drive", "supervise", "--run-dir",
             str(rundir.path.resolve())]
     with open(rundir.driver_log, "ab") as log:
         popen = subprocess.Popen(argv, cwd=IMPORT_ROOT, env=child_env, stdin=subprocess.DEVNULL,
@@ -243,8 +244,8 @@ class _Stop:
 
 def supervise(rundir: RunDir) -> int:
     """Start the head (or join --submit's cluster), run train.py as a Ray job, watch it."""
-    from ppodeck.engine.presets import config_from_toml
-    from ppodeck.engine.run_secrets import restore_secrets
+    from ..presets import config_from_toml
+    from ..run.secrets import restore_secrets
 
     launch = json.loads((rundir.path / LAUNCH_FILE).read_text())
     config: RunConfig = restore_secrets(
@@ -283,8 +284,8 @@ def _private_head(rundir: RunDir) -> str:
     process, so stopping that process takes the whole head down (Ray's reaper)."""
     import tempfile
 
-    from ppodeck.engine.machine import visible_gpus
-    from ppodeck.engine.ports import free_port
+    from ..host.machine import visible_gpus
+    from ..host.ports import free_port
 
     declared = os.environ.get(TEST_GPUS_ENV, "")
     gpus = int(declared) if declared.isdigit() and int(declared) > 0 else visible_gpus()
@@ -326,7 +327,7 @@ def _stop_private_head() -> None:
 
 def _run_job(rundir: RunDir, address: str, command: str, env: dict[str, str], stop: _Stop,
              private: bool) -> int:
-    from ppodeck.engine.jobs import client
+    from ..launch.jobs import client
 
     # (again) after ray.init, which installs handlers of its own
     signal.signal(signal.SIGINT, stop.handle)
@@ -356,7 +357,7 @@ def _run_job(rundir: RunDir, address: str, command: str, env: dict[str, str], st
 
 
 def _wait_for_jobs_api(address: str, timeout: float = 180.0) -> Any:  # noqa: ANN401
-    from ppodeck.engine.jobs import JobError, client
+    from ..launch.jobs import JobError, client
 
     deadline = time.monotonic() + timeout
     while True:
@@ -422,7 +423,7 @@ def _finish(rundir: RunDir, jobs: Any, job_status: str) -> int:  # noqa: ANN401
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.miles_launch")
+    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.miles.drive")
     sub = parser.add_subparsers(dest="command", required=True)
     run_cmd = sub.add_parser("supervise", help="run miles' train.py for a run directory")
     run_cmd.add_argument("--run-dir", required=True)

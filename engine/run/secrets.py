@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ppodeck.engine.config import BY_DEST, RunConfig, coerce
+from ..config import BY_DEST, RunConfig, coerce
 
 SECRET_ENV_PREFIX = "PPODECK_SECRET_"
 REDACTED = "<redacted>"

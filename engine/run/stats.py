@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ppodeck.engine.events import read_events
-from ppodeck.engine.vocabulary import PHASE_END, Kind, Metric, State, StepKey
+from ..vocabulary import PHASE_END, Kind, Metric, State, StepKey
+from .events import read_events
 
 # the PPO diagnostics compare shows, and which way is better ("max", "min"; None: no best)
 DIAGNOSTICS: dict[str, str | None] = {
@@ -83,7 +83,7 @@ def phase_seconds(events: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]
 
 
 def load_run(path: Path) -> RunStats:
-    from ppodeck.engine.rundir import RunDir, read_status
+    from .rundir import RunDir, read_status
 
     rundir = RunDir(Path(path))
     status = read_status(rundir)
@@ -104,9 +104,9 @@ def load_run(path: Path) -> RunStats:
     return stats
 
 
-def _watched_values(rundir: Any) -> tuple[dict[str, Any], list[str]]:  # engine.rundir.RunDir
+def _watched_values(rundir: Any) -> tuple[dict[str, Any], list[str]]:  # engine.run.rundir.RunDir
     """A watched miles dump has no config.toml: the args miles keeps in its meta.json."""
-    from ppodeck.engine.miles_run import dump_of, known_values
+    from .source import dump_of, known_values
 
     dump = dump_of(rundir)
     if dump is None:
@@ -117,8 +117,8 @@ def _watched_values(rundir: Any) -> tuple[dict[str, Any], list[str]]:  # engine.
 
 
 def resolved_values(config_toml: Path) -> tuple[dict[str, Any], list[str]]:
-    from ppodeck.engine.config import resolve
-    from ppodeck.engine.presets import PresetError, config_from_toml
+    from ..config import resolve
+    from ..presets import PresetError, config_from_toml
 
     try:
         config = config_from_toml(config_toml.read_text(), config_toml)
@@ -129,7 +129,7 @@ def resolved_values(config_toml: Path) -> tuple[dict[str, Any], list[str]]:
 
 def config_diff(runs: list[RunStats]) -> list[tuple[str, list[Any]]]:
     """(--flag, [value per run]) for every schema flag whose resolved value differs."""
-    from ppodeck.engine.config.schema import FLAGS
+    from ..config.schema import FLAGS
 
     rows = []
     for flag in FLAGS:

@@ -7,10 +7,9 @@ Three parts, each a plain function:
   entrypoint, the run id as submission_id, metadata naming the preset and its config hash, and
   a runtime_env carrying the `engine` package (py_modules) and the environment variables. Then
   a local follower process keeps the run directory current; status.json records the job.
-- `python -m ppodeck.engine.jobs run --run-id ID` (the job's entrypoint, on the cluster): writes the
-  config it was given into a run directory there and runs the driver in this process, while a
-  thread prints every event line to stdout as `PPODECK_EVENT <seq> <json>`.
-- `python -m ppodeck.engine.jobs follow --run-dir D` (the follower, local): reads the job's log
+- `python -m ppodeck.engine.driver.job_entry --run-id ID` (the job's entrypoint, on the cluster,
+  beside the driver it runs): see engine/driver/job_entry.py.
+- `python -m ppodeck.engine.launch.jobs follow --run-dir D` (the follower, local): reads the job's log
   stream (`tail_job_logs`, reconnecting while `get_job_status` is not terminal; after each reconnect
   the whole log so far is read first) and appends each event exactly once, by its sequence
   number, to the local events.jsonl; the job's final state ends up in status.json.
@@ -29,15 +28,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ppodeck import IMPORT_ROOT
-from ppodeck.engine.rundir import RunDir, read_status, update_status, write_status
-from ppodeck.engine.vocabulary import FINAL_STATES, Kind, State
+
+from ..run.rundir import RunDir, read_status, update_status, write_status
+from ..vocabulary import FINAL_STATES, Kind, State
 
 HEADERS_ENV = "PPODECK_RAY_JOB_HEADERS"
 # the cluster's Python for the entrypoint ("python" on the cluster's PATH unless set)
@@ -45,7 +44,7 @@ SUBMIT_PYTHON_ENV = "PPODECK_SUBMIT_PYTHON"
 CONFIG_ENV = "PPODECK_JOB_CONFIG"
 EVENT_PREFIX = "PPODECK_EVENT "
 TERMINAL_JOB = {"SUCCEEDED": State.SUCCEEDED, "FAILED": State.FAILED, "STOPPED": State.STOPPED}
-ENGINE_DIR = Path(__file__).resolve().parent
+ENGINE_DIR = Path(__file__).resolve().parents[1]
 RECONNECT_S = 1.0
 GIVE_UP_S = 600.0  # the follower stops after this long without an answer from the cluster
 
@@ -85,7 +84,7 @@ def config_hash(text: str) -> str:
 
 def entrypoint(run_id: str, environ: Mapping[str, str] | None = None) -> str:
     python = (os.environ if environ is None else environ).get(SUBMIT_PYTHON_ENV) or "python"
-    return f"{python} -m ppodeck.engine.jobs run --run-id {run_id}"
+    return f"{python} -m ppodeck.engine.driver.job_entry --run-id {run_id}"
 
 
 # PPODECK_* variables that only mean something on this machine (or carry the auth token)
@@ -142,8 +141,8 @@ def user_code_files(config_text: str) -> list[str]:
     """The modules behind --custom-rm-path and friends, found from this directory and
     PYTHONPATH as the engine finds them (engine/config/code_paths.py): each top-level package
     directory or .py file, so the cluster's workers import them too."""
-    from ppodeck.engine.config.code_paths import ENGINE_CODE_FLAGS, files_to_ship
-    from ppodeck.engine.presets import config_from_toml
+    from ..config.code_paths import ENGINE_CODE_FLAGS, files_to_ship
+    from ..presets import config_from_toml
 
     config = config_from_toml(config_text, Path("config.toml"))
     return files_to_ship([config.get(d) for d in ENGINE_CODE_FLAGS if config.get(d)])
@@ -173,7 +172,7 @@ def start_follower(rundir: RunDir) -> subprocess.Popen[bytes]:
     driver in status.json (pid), so `runs ls` sees a run whose follower died as lost."""
     with open(rundir.driver_log, "ab") as log:
         popen = subprocess.Popen(  # an argv list; its own session: closing a terminal is fine
-            [sys.executable, "-m", "ppodeck.engine.jobs", "follow", "--run-dir",
+            [sys.executable, "-m", "ppodeck.engine.launch.jobs", "follow", "--run-dir",
              str(rundir.path.resolve())], cwd=IMPORT_ROOT, stdin=subprocess.DEVNULL,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     import socket
@@ -204,108 +203,6 @@ def stop(rundir: RunDir, status: Mapping[str, Any]) -> str:
     if not stopped:
         return f"job {job['submission_id']} had already ended; nothing to stop"
     return f"asked the cluster at {job['address']} to stop job {job['submission_id']}"
-
-
-# ------------------------------------------------------------------- the job's entrypoint
-
-
-def run_job(run_id: str) -> int:
-    """On the cluster: a run directory from the submitted config, the driver in this process,
-    and every event echoed to stdout (the log stream) with its sequence number."""
-    root = Path(os.environ.get("PPODECK_RUNS_DIR") or Path(tempfile.gettempdir()) /
-                "ppodeck-jobs")
-    rundir = RunDir(root / run_id)
-    if rundir.path.exists():  # an earlier job of this id on a machine that kept its temp dir
-        rundir = RunDir(root / f"{run_id}.{int(time.time())}")
-    rundir.path.mkdir(parents=True)
-    rundir.config_toml.write_text(os.environ[CONFIG_ENV])
-    print(f"ppodeck: job run directory {rundir.path}", flush=True)
-    done = threading.Event()
-    relay = threading.Thread(target=relay_events, args=(rundir.events_jsonl, done, _emit),
-                             daemon=True)
-    relay.start()
-    try:
-        missing = missing_engine_requirements()
-        if missing:  # a named failure in the follower's status, not a traceback in the job log
-            return _fail_job(rundir, missing_requirements_message(missing))
-        from ppodeck.engine.driver import ppo as driver
-
-        return driver.run(rundir)
-    finally:
-        done.set()
-        relay.join(timeout=30)
-
-
-# (module the engine imports, the requirement that brings it), as pyproject.toml pins them (a test
-# keeps the two equal)
-ENGINE_REQUIREMENTS = (
-    ("torch", "torch==2.13.0"), ("megatron.core", "megatron-core==0.16.1"),
-    ("ray", "ray[default]==2.60.0"), ("transformers", "transformers>=5,<6"),
-    ("accelerate", "accelerate"), ("safetensors", "safetensors"), ("gguf", "gguf"),
-    ("datasets", "datasets>=4"), ("huggingface_hub", "huggingface_hub"), ("sympy", "sympy"),
-    ("numpy", "numpy"), ("psutil", "psutil>=5.9"), ("platformdirs", "platformdirs>=4"),
-    ("tomlkit", "tomlkit>=0.13"),
-)
-
-
-def missing_engine_requirements() -> list[str]:
-    """The requirements whose modules this Python cannot import (found without importing them)."""
-    import importlib.util
-
-    missing = []
-    for module, requirement in ENGINE_REQUIREMENTS:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package that is missing or broken
-            found = False
-        if not found:
-            missing.append(requirement)
-    return missing
-
-
-def missing_requirements_message(missing: list[str]) -> str:
-    quoted = " ".join(f"'{req}'" for req in missing)
-    return (f"the cluster's Python ({sys.executable}) lacks what the PPO engine imports: "
-            f"{', '.join(missing)}. Install it on every node (pip install {quoted}), or set "
-            f"{SUBMIT_PYTHON_ENV} to a Python there that has them")
-
-
-def _fail_job(rundir: RunDir, detail: str) -> int:
-    from ppodeck.engine.events import EventWriter
-
-    print(f"ppodeck: {detail}", flush=True)
-    with EventWriter(rundir.events_jsonl) as writer:
-        writer.emit(Kind.STATUS, state=State.FAILED, detail=detail)
-    write_status(rundir, state=State.FAILED, detail=detail, ended=time.time())
-    return 3  # the CLI's "run failed"
-
-
-def _emit(seq: int, line: str) -> None:
-    sys.stdout.write(f"{EVENT_PREFIX}{seq} {line}\n")
-    sys.stdout.flush()
-
-
-def relay_events(path: Path, done: threading.Event, emit: Callable[[int, str], None],
-                 poll_s: float = 0.05) -> int:
-    """Emit each complete line of `path` once, numbered from 0, until `done` and drained."""
-    seq, offset, pending = 0, 0, b""
-    while True:
-        finished = done.is_set()
-        try:
-            with open(path, "rb") as file:
-                file.seek(offset)
-                chunk = file.read()
-        except FileNotFoundError:
-            chunk = b""
-        offset += len(chunk)
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
-            if line.strip():
-                emit(seq, line.decode(errors="replace"))
-                seq += 1
-        if finished:
-            return seq
-        time.sleep(poll_s)
 
 
 # ---------------------------------------------------------------------------- the follower
@@ -445,13 +342,10 @@ def finish(rundir: RunDir, jobs: Any, submission_id: str, job_status: str) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.jobs")
+    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.launch.jobs")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run").add_argument("--run-id", required=True)
     sub.add_parser("follow").add_argument("--run-dir", required=True, type=Path)
     ns = parser.parse_args(argv)
-    if ns.command == "run":
-        return run_job(ns.run_id)
     state = follow(RunDir(ns.run_dir))
     print(f"job mirrored to {ns.run_dir}: {state}", flush=True)
     return 0

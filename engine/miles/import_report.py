@@ -1,16 +1,16 @@
 """The import report of a launch script or a Python launcher: what was resolved and from
 where, what stayed unresolved (with its line), and each flag's source line for the preset.
 
-Shared by engine.config.script_import (bash) and engine.config.launcher_import (Python).
+Shared by engine.miles.script_import (bash) and engine.miles.launcher_import (Python).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ppodeck.engine.config.issues import Issue
-from ppodeck.engine.config.model import RunConfig
-from ppodeck.engine.config.shell import Origin, Unresolved, Word
+from ..config.issues import Issue
+from ..config.model import RunConfig
+from .shell import Origin, Unresolved, Word
 
 
 @dataclass
@@ -22,7 +22,7 @@ class ImportReport:
     unresolved: list[Unresolved] = field(default_factory=list)
     notes: list[Unresolved] = field(default_factory=list)
     train_line: int | None = None
-    language: str = "bash"  # "python": a miles Python launcher (engine.config.py_launcher)
+    language: str = "bash"  # "python": a miles Python launcher (engine.miles.py_launcher)
     flag_lines: dict[str, Origin] = field(default_factory=dict)  # python: the flag's own text
     prepare: list[str] = field(default_factory=list)  # python: prepare() as ppodeck prepare
     sources: dict[str, str] = field(default_factory=dict)  # flag key -> hub repo (prepare)
@@ -51,7 +51,7 @@ class ImportReport:
 
     def engine_classes(self) -> tuple[list[str], list[str], list[str]]:
         """(command-only, refused, not modelled) flags of the imported config."""
-        from ppodeck.engine.config.schema import BY_DEST, DEFAULTS
+        from ..config.schema import BY_DEST, DEFAULTS
 
         command_only, refused = [], []
         for dest, value in self.config.values.items():

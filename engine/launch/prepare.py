@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from ppodeck.engine.config.pypi_files import is_pypi_path, missing_message
-from ppodeck.engine.config.resolve import TRACKER
+from ..config.pypi_files import is_pypi_path, missing_message
+from ..config.resolve import TRACKER
 
 RELEASE = "release"
 SOURCES_KEY = "sources"  # the sub-table of [provenance]
@@ -134,7 +134,7 @@ def _source(key: str, value: Any, where: str) -> tuple[str, HubSource]:  # noqa:
 
 def preset_sources(preset: Any) -> dict[str, HubSource]:  # noqa: ANN401
     """The hub sources of a preset and its extends chain (a child overrides its parent)."""
-    from ppodeck.engine.presets import extends_chain
+    from ..presets import extends_chain
 
     sources: dict[str, HubSource] = {}
     for item in extends_chain(preset):
@@ -218,7 +218,7 @@ def missing_inputs(args: Mapping[str, Any] | Any) -> list[str]:  # noqa: ANN401
 def _resolved(args: Mapping[str, Any] | Any) -> Mapping[str, Any]:  # noqa: ANN401
     if isinstance(args, Mapping):
         return args
-    from ppodeck.engine.config.resolve import resolve
+    from ..config.resolve import resolve
 
     return resolve(args)
 
@@ -352,7 +352,7 @@ def convert(step: Step, args: Mapping[str, Any], *,
     `log_path` (default ${PPODECK_HOME}/logs/prepare-convert.log), quoted when it crashes.
     """
     if log_path is None:
-        from ppodeck.engine.config.resolve import ppodeck_home
+        from ..config.resolve import ppodeck_home
 
         log_path = Path(ppodeck_home()) / "logs" / "prepare-convert.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -398,7 +398,7 @@ def _tail(path: Path, lines: int = 12) -> str:
 
 
 def _repo_root() -> str:
-    return str(Path(__file__).resolve().parents[1])
+    return str(Path(__file__).resolve().parents[2])
 
 
 def _flag_name(dest: str) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ppodeck.engine.vocabulary import Kind
+from ..vocabulary import Kind
 
 SCHEMA_VERSION = 1
 _MAX_LINE_WARNINGS = 20  # a corrupted file must not flood the screen

@@ -122,7 +122,7 @@ def _from_checkout(name: str, env: Mapping[str, str], root: Path) -> tuple[str |
 
 def read_model_sh(path: Path, env: Mapping[str, str]) -> tuple[str | None, str]:
     """An older `MODEL_ARGS=( ... )` file, through the shell reader."""
-    from ppodeck.engine.config.shell import ScriptReader
+    from .shell import ScriptReader
 
     reader = ScriptReader(env=env)
     reader.read(path.read_text(encoding="utf-8", errors="replace"), path.name, path)

@@ -221,7 +221,7 @@ def status_of(truncated: bool, aborted: bool = False) -> str:
 # --- paths ------------------------------------------------------------------------------------
 
 def samples_dir(run_dir: str | os.PathLike[str]) -> Path:
-    """RunDir(run_dir).samples (engine/rundir.py names the same place)."""
+    """RunDir(run_dir).samples (engine/run/rundir.py names the same place)."""
     return Path(run_dir) / SAMPLES_DIR
 
 
@@ -397,7 +397,7 @@ class SampleRow:
         return self.record().max_gap  # parsed on demand (once): only the gap order asks
 
 
-# Where a health finding (engine/health.py) points in a rollout's samples: the order and the
+# Where a health finding (engine/run/health.py) points in a rollout's samples: the order and the
 # colour strip that put the samples behind it first, and the sentence the view shows.
 FINDING_VIEWS: dict[str, tuple[str, str, str]] = {
     "health.kl_jump": ("gap", "gap", "the largest trainer/rollout log-prob gap first"),

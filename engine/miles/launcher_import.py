@@ -1,6 +1,6 @@
 """A miles Python launcher -> RunConfig, with the same import report as a bash script.
 
-engine.config.py_launcher reads the launcher (nothing runs); here its `U.execute_train` call
+engine.miles.py_launcher reads the launcher (nothing runs); here its `U.execute_train` call
 becomes miles argv as miles builds it (the model args of `megatron_model_type`, then
 `train_args`), its prepare() steps become what `ppodeck prepare` does (the preset's
 `[provenance.sources]`), and what stayed unknown is reported with its line.
@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ppodeck.engine.config.argv import parse_argv
-from ppodeck.engine.config.import_report import ImportReport, note_issues, word_origins
-from ppodeck.engine.config.issues import Issue
-from ppodeck.engine.config.model import RunConfig
-from ppodeck.engine.config.py_launcher import (
+from ..config.argv import parse_argv
+from ..config.issues import Issue
+from ..config.model import RunConfig
+from .import_report import ImportReport, note_issues, word_origins
+from .py_launcher import (
     Args,
     LauncherReader,
     LauncherRun,
@@ -28,7 +28,7 @@ from ppodeck.engine.config.py_launcher import (
     hf_download,
     split_words,
 )
-from ppodeck.engine.config.shell import Origin, Unresolved, Word
+from .shell import Origin, Unresolved, Word
 
 # the flags `ppodeck prepare` fills from the hub, by the kind of download
 _SOURCE_FLAG = {"model": "hf_checkpoint", "dataset": "prompt_data"}
@@ -46,7 +46,7 @@ def import_launcher(text: str, script: str, *, env: Mapping[str, str] | None = N
 def import_recorded(record: Mapping[str, Any], script: str, *,
                     env: Mapping[str, str] | None = None, miles_root: Path | None = None,
                     overrides: list[str] | None = None) -> ImportReport:
-    """The same report from what engine.launcher_recorder saw when the launcher ran with
+    """The same report from what engine.miles.launcher_recorder saw when the launcher ran with
     miles' helpers replaced by recorders (the values are the ones it really computed; the
     lines are those of the helper calls)."""
     run = LauncherRun(script, entry="the launcher, run with recorders (consented)")
@@ -140,7 +140,7 @@ def _unresolved_issues(unresolved: list[Unresolved]) -> list[Issue]:
 def _model_words(call: TrainCall, run: LauncherRun, script: str, env: Mapping[str, str],
                  miles_root: Path | None, problems: list[str]) -> list[Word]:
     """miles puts `shell_safe_model_args(megatron_model_type)` before train_args."""
-    from ppodeck.engine.config.miles_models import lookup
+    from .models import lookup
 
     model_type = call.megatron_model_type
     if model_type is None:
@@ -173,7 +173,7 @@ def _model_words(call: TrainCall, run: LauncherRun, script: str, env: Mapping[st
 
 def _guess_model_type(args: Args | None, env: Mapping[str, str], miles_root: Path | None
                       ) -> tuple[str, str] | None:
-    from ppodeck.engine.config.miles_models import lookup
+    from .models import lookup
 
     name = _plain_name(args)
     if not name:
@@ -205,7 +205,7 @@ def _train_words(call: TrainCall, problems: list[str], lines: list[str]) -> list
 def _drop_loose_unknowns(words: list[Word]) -> tuple[list[Word], list[Unresolved]]:
     """A word that is nothing but an unknown value (`{true_on_policy_args}`) is left out of
     the argv unless it is the value of the flag before it; it stays in the report."""
-    from ppodeck.engine.config.schema import BY_NAME
+    from ..config.schema import BY_NAME
 
     kept: list[Word] = []
     dropped: list[Unresolved] = []

@@ -1,6 +1,6 @@
 """A miles launch script -> RunConfig, with the import report.
 
-The script is read by `engine.config.shell` (nothing runs); the train command is the one that
+The script is read by `engine.miles.shell` (nothing runs); the train command is the one that
 calls `train.py` (directly or after `ray job submit ... --`); its words become miles argv. The
 report says, in one place, what was resolved and from where (a variable, a sourced file, a
 model name), what stayed unresolved (with its line), which flags the engine keeps as
@@ -13,16 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ppodeck.engine.config.argv import parse_argv
-from ppodeck.engine.config.import_report import (
+from ..config.argv import parse_argv
+from ..config.issues import Issue
+from ..config.model import RunConfig
+from .import_report import (
     ImportReport,
     describe_origin,
     note_issues,
     word_origins,
 )
-from ppodeck.engine.config.issues import Issue
-from ppodeck.engine.config.model import RunConfig
-from ppodeck.engine.config.shell import Command, ScriptReader, ShellRun, Unresolved, Word
+from .shell import Command, ScriptReader, ShellRun, Unresolved, Word
 
 __all__ = ["ImportReport", "describe_origin", "import_script", "parse_command_line"]
 
@@ -51,12 +51,12 @@ def import_script(text: str, *, env: Mapping[str, str] | None = None,
     `name`: what the report and the flags' origins call pasted text (default <pasted>).
     A miles Python launcher (a .py file, a python shebang, Python text) goes to
     import_launcher; `overrides` are its own options (`--model-name Qwen3-0.6B`)."""
-    from ppodeck.engine.config.miles_models import lookup
-    from ppodeck.engine.config.py_launcher import LauncherError, is_python_launcher
+    from .models import lookup
+    from .py_launcher import LauncherError, is_python_launcher
 
     script = path.name if path else (name or "<pasted>")
     if is_python_launcher(text, path or (Path(name) if name else None)):
-        from ppodeck.engine.config.launcher_import import import_launcher
+        from .launcher_import import import_launcher
 
         return import_launcher(text, script, env=env, miles_root=miles_root,
                                overrides=overrides)

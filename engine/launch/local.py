@@ -3,7 +3,7 @@
 The driver runs as `python -m ppodeck.engine.driver --run-dir D` in its own process group, so a stop
 reaches every process it started, and closing the terminal or the TUI never stops the run.
 Secret flag values (schema `secret`, e.g. --wandb-key) are never written to the run directory:
-they reach the driver through the environment (engine/run_secrets.py).
+they reach the driver through the environment (engine/run/secrets.py).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ppodeck import IMPORT_ROOT
-from ppodeck.engine.config.code_paths import CODE_DIR_ENV
-from ppodeck.engine.config.resolve import TRACKER
-from ppodeck.engine.files import atomic_write
-from ppodeck.engine.run_secrets import without_secrets
-from ppodeck.engine.rundir import (
+
+from ..config.code_paths import CODE_DIR_ENV
+from ..config.resolve import TRACKER
+from ..host.files import atomic_write
+from ..run.rundir import (
     RunDir,
     create_run_dir,
     pid_alive,
@@ -33,10 +33,11 @@ from ppodeck.engine.rundir import (
     update_status,
     write_status,
 )
-from ppodeck.engine.vocabulary import ACTIVE_STATES, State
+from ..run.secrets import without_secrets
+from ..vocabulary import ACTIVE_STATES, State
 
 if TYPE_CHECKING:
-    from ppodeck.engine.config import RunConfig
+    from ..config import RunConfig
 
 # Test seam: run this module instead of engine.driver (tests point it at a fake driver).
 DRIVER_MODULE_ENV = "PPODECK_DRIVER_MODULE"
@@ -95,8 +96,8 @@ def prepare_resume(rundir: RunDir, config: RunConfig) -> int:
 
 def _check_checkpoints(rundir: RunDir, config: RunConfig) -> None:
     """The checkpoints the resumed run will load: trackers, iterations, actor/critic agree."""
-    from ppodeck.engine.config import resolve
-    from ppodeck.engine.resume_check import light_problems
+    from ..config import resolve
+    from .resume_check import light_problems
 
     problems = light_problems(resolve(config.with_values(run_dir=str(rundir.path))))
     if problems:
@@ -109,7 +110,7 @@ def last_checkpoint(rundir: RunDir, config: RunConfig) -> int:
     The critic is the reference because miles takes the start rollout id from it (it is saved
     even during the critic-only warmup, the actor is not).
     """
-    from ppodeck.engine.config import resolve
+    from ..config import resolve
 
     resolved = resolve(config.with_values(run_dir=str(rundir.path)))
     if not resolved.get("save"):
@@ -159,7 +160,7 @@ def _rollout_of(line: bytes) -> int:
 
 
 def _write_config(rundir: RunDir, config: RunConfig, preset_name: str) -> None:
-    from ppodeck.engine.presets import config_to_toml
+    from ..presets import config_to_toml
 
     rundir.config_toml.write_text(config_to_toml(
         without_secrets(config), name=preset_name,
@@ -187,7 +188,7 @@ def code_to_run(config: RunConfig) -> list[tuple[str, str]]:
     """What the run would execute beyond PPO Deck's own code: (flag, value) pairs, exactly as
     they reach the engine. Schema flags marked runs_code, and passthrough flags that name
     custom code or set the workers' environment."""
-    from ppodeck.engine.config import FLAGS
+    from ..config import FLAGS
 
     named = [(f.name, str(config.get(f.dest))) for f in FLAGS
              if f.runs_code and config.is_set(f.dest)]
@@ -213,8 +214,8 @@ _DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".arrow")
 
 def missing_inputs(config: RunConfig) -> list[str]:
     """One sentence per input path that does not exist ("--hf-checkpoint /x: no such ...")."""
-    from ppodeck.engine.config import BY_DEST, resolve
-    from ppodeck.engine.config.pypi_files import is_pypi_path, missing_message
+    from ..config import BY_DEST, resolve
+    from ..config.pypi_files import is_pypi_path, missing_message
 
     resolved = resolve(config)
     out = []
@@ -240,7 +241,7 @@ def _missing_local_path(resolved: Mapping[str, Any], dest: str) -> bool:
 
 def command_line(config: RunConfig) -> str:
     """The miles-style argv as one shell-quoted line, secret values masked."""
-    from ppodeck.engine.config import to_argv
+    from ..config import to_argv
 
     return shlex.join(to_argv(config, show_secrets=False))
 
@@ -295,7 +296,7 @@ def stop_run(rundir: RunDir, force: bool = False) -> str:
     if state not in ACTIVE_STATES:
         return f"run {rundir.id} is not running (state: {state}); nothing to stop"
     if status.get("job"):  # submitted to a cluster: the Jobs API stops it, never a local kill
-        from ppodeck.engine.jobs import stop
+        from .jobs import stop
 
         return stop(rundir, status)
     if not isinstance(pgid, int):

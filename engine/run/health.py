@@ -12,7 +12,7 @@ events.jsonl (the driver alone appends there). Several readers may judge the sam
 exclusive lock only the ids the file does not hold yet, so nothing is written twice.
 
 Thresholds default to miles' documented ones where it gives a number (clip fraction 0.5) and to
-PPO Deck's otherwise; a preset's `[health]` table overrides them (engine/health_config.py).
+PPO Deck's otherwise; a preset's `[health]` table overrides them (engine/config/health.py).
 LIGHT: stdlib only (plus engine.config / engine.presets, imported where needed).
 """
 
@@ -29,15 +29,15 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ppodeck.engine.events import SCHEMA_VERSION, encode_event, read_events
-from ppodeck.engine.health_config import (
+from ..config.health import (
     BY_CODE,
     HealthConfigError,
     Thresholds,
     health_toml,
     parse_health_table,
 )
-from ppodeck.engine.vocabulary import Kind, Metric, State
+from ..vocabulary import Kind, Metric, State
+from .events import SCHEMA_VERSION, encode_event, read_events
 
 HEALTH_FILE = "health.jsonl"
 HEALTH_SNAPSHOT = "health.toml"  # the [health] table of the preset a run was launched from
@@ -452,7 +452,7 @@ def run_thresholds(run_path: Path, preset_name: str | None) -> tuple[Thresholds,
 
 def preset_health_table(preset_name: str) -> dict[str, Any]:
     """The merged [health] table of a preset and its parents; {} when it does not load."""
-    from ppodeck.engine.presets import PresetError, extends_chain, load_preset
+    from ..presets import PresetError, extends_chain, load_preset
 
     try:
         chain = extends_chain(load_preset(preset_name))
@@ -476,8 +476,8 @@ def snapshot_thresholds(run_path: Path, table: Mapping[str, Any]) -> None:
 
 def run_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
     """RunFacts from the run's config.toml, resolved; defaults (and a note) if unreadable."""
-    from ppodeck.engine.config import resolve
-    from ppodeck.engine.presets import PresetError, config_from_toml
+    from ..config import resolve
+    from ..presets import PresetError, config_from_toml
 
     config_toml = run_path / "config.toml"
     if not config_toml.exists():
@@ -494,8 +494,8 @@ def run_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
 
 def _watched_miles_facts(run_path: Path) -> tuple[RunFacts, list[str]] | None:
     """A watched miles dump has no config.toml: the args its meta.json keeps (engine/miles_run)."""
-    from ppodeck.engine.miles_run import dump_of, known_values
-    from ppodeck.engine.rundir import RunDir
+    from .rundir import RunDir
+    from .source import dump_of, known_values
 
     dump = dump_of(RunDir(Path(run_path)))
     if dump is None:
@@ -508,8 +508,8 @@ def _watched_miles_facts(run_path: Path) -> tuple[RunFacts, list[str]] | None:
 
 def judge_run(run_path: Path, now: float | None = None, write: bool = True) -> HealthReport:
     """Judge every event of the run; record the findings in health.jsonl (unless write=False)."""
-    from ppodeck.engine.rundir import RunDir, driver_alive, read_status
-    from ppodeck.engine.vocabulary import ACTIVE_STATES
+    from ..vocabulary import ACTIVE_STATES
+    from .rundir import RunDir, driver_alive, read_status
 
     rundir = RunDir(Path(run_path))
     status = read_status(rundir)

@@ -1,6 +1,6 @@
 """Run a miles Python launcher with miles' helpers replaced by recorders (consent required).
 
-When static reading (engine.config.py_launcher) is not enough, `--run-launcher` runs the
+When static reading (engine.miles.py_launcher) is not enough, `--run-launcher` runs the
 launcher in a subprocess, with explicit consent only (the launcher's own code runs). miles'
 helper module (`miles.utils.external_utils.command_utils`, and `exec_command`) is replaced by
 recorders before the launcher is loaded: `execute_train` records its arguments instead of
@@ -9,7 +9,7 @@ record their command instead of running it, so nothing is downloaded, converted 
 them. Other miles modules come from `--miles-root` when given (else importing one fails and is
 reported). The launcher's own ScriptArgs gets the launcher args; typer is not involved.
 
-    python -m ppodeck.engine.launcher_recorder LAUNCHER OUT.json
+    python -m ppodeck.engine.miles.launcher_recorder LAUNCHER OUT.json
     (PPODECK_LAUNCHER_ARGS: a JSON list)
 
 LIGHT: stdlib only.
@@ -50,11 +50,11 @@ def run_launcher(path: Path, overrides: list[str] | None = None, *,
         out = Path(tmp) / "record.json"
         child_env = {**(env if env is not None else os.environ),
                      ARGS_ENV: json.dumps(overrides or [])}
-        roots = [str(Path(__file__).resolve().parents[1])]  # this package, for -m
+        roots = [str(Path(__file__).resolve().parents[2])]  # this package, for -m
         roots += [str(miles_root)] if miles_root is not None else []
         child_env["PYTHONPATH"] = os.pathsep.join(
             [*roots, child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        command = [sys.executable, "-m", "ppodeck.engine.launcher_recorder", str(path.resolve()),
+        command = [sys.executable, "-m", "ppodeck.engine.miles.launcher_recorder", str(path.resolve()),
                    str(out)]
         try:
             done = subprocess.run(command, env=child_env, capture_output=True, text=True,

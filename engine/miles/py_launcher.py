@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ppodeck.engine.config.shell import Origin, Unresolved, Word
+from .shell import Origin, Unresolved, Word
 
 HELPER_MODULE = "miles.utils.external_utils.command_utils"
 # exec_command holds the exec_command_* helpers command_utils re-exports

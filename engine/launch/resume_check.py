@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppodeck.engine.config.resolve import TRACKER
+from ..config.resolve import TRACKER
 
 RELEASE = "release"
 
@@ -156,13 +156,13 @@ def preflight_problems(args: Mapping[str, Any]) -> list[str]:
 
 
 def _tensor_keys(path: Path) -> dict[str, tuple[int, ...]]:
-    from ppodeck.engine.train.checkpoint import _checkpoint_keys
+    from ..train.checkpoint import _checkpoint_keys
 
     return _checkpoint_keys(path)[0]
 
 
 def _has_value_head(keys: Mapping[str, tuple[int, ...]]) -> bool:
-    from ppodeck.engine.train.checkpoint import _has_value_head as has_head
+    from ..train.checkpoint import _has_value_head as has_head
 
     return has_head(keys)
 

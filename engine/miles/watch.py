@@ -24,7 +24,7 @@ Mapping (stated here because a reader of the events should know what was inferre
   by then (miles' phases carry none).
 - gpu: at most one `gpu` event per GPU_EVENT_S seconds of dump time (per 8 GPUs), with each
   GPU's last sample (memory used, utilization, power); NVML does not split memory by owner.
-- samples: each `rollout_data/<id>.pt` becomes `samples/rollout_<id>.jsonl` (engine/samples.py),
+- samples: each `rollout_data/<id>.pt` becomes `samples/rollout_<id>.jsonl` (engine/run/samples.py),
   read with torch.load(weights_only=True) and the parquet column mirror (`map_samples`).
 Not mapped: engine_series (SGLang scrapes), topology, trajectories, train_data, eval rollouts.
 """
@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ppodeck.engine.events import SCHEMA_VERSION, encode_event
-from ppodeck.engine.files import atomic_write
-from ppodeck.engine.rundir import (
+from ..host.files import atomic_write
+from ..run.events import SCHEMA_VERSION, encode_event
+from ..run.rundir import (
     RunDir,
     create_run_dir,
     pid_alive,
@@ -54,13 +54,12 @@ from ppodeck.engine.rundir import (
     runs_root,
     write_status,
 )
-from ppodeck.engine.vocabulary import ACTIVE_STATES, FINAL_STATES, Kind, Phase, State, StepKey
+from ..run.source import ENGINE, SOURCE_FILE, dump_of, is_driven, read_meta, source_record
+from ..vocabulary import ACTIVE_STATES, FINAL_STATES, Kind, Phase, State, StepKey
 
-SOURCE_FILE = "source.json"  # in PPO Deck's run directory: which dump it watches
 SYNC_FILE = "miles_sync.json"  # offsets reached and the translation's state
 LOCK_FILE = "miles_sync.lock"
 DUMP_SUBDIR = "miles"  # a run PPO Deck launches on miles: --dump-details <run dir>/miles
-ENGINE = "miles"
 IDLE_ENV = "PPODECK_MILES_IDLE_S"
 IDLE_S = 600.0  # a dump unwritten this long is taken as ended (miles records no end state)
 POLL_S = 1.0
@@ -84,23 +83,7 @@ def is_miles_dump(path: Path) -> bool:
             or (path / "rollout_data").is_dir())
 
 
-def dump_of(rundir: RunDir) -> Path | None:
-    """The miles dump a PPO Deck run watches, or None for a run of our own engine."""
-    source = _source(rundir)
-    return Path(source["dump"]) if source else None
 
-
-def _source(rundir: RunDir) -> dict[str, Any] | None:
-    try:
-        source = json.loads((rundir.path / SOURCE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return source if isinstance(source, dict) and source.get("engine") == ENGINE else None
-
-
-def is_driven(rundir: RunDir) -> bool:
-    """A miles run PPO Deck launched itself (its supervisor owns status.json's state)."""
-    return bool((_source(rundir) or {}).get("driven"))
 
 
 # ------------------------------------------------------------------------------ registration
@@ -113,7 +96,7 @@ def find_registered(dump: Path, root: Path | None = None) -> RunDir | None:
     if not root.is_dir():
         return None
     for path in sorted(root.iterdir()):
-        source = _source(RunDir(path))
+        source = source_record(RunDir(path))
         if source and Path(source["dump"]).resolve() == target:
             return RunDir(path)
     return None
@@ -152,7 +135,7 @@ def open_dump(dump: Path, root: Path | None = None) -> tuple[RunDir, bool]:
 def find_or_open(name_or_path: str) -> RunDir:
     """A run by id, prefix or path (kept current when it watches a dump), or a miles dump
     opened as a run. Raises RunNotFound or MilesDumpError (str() is the message)."""
-    from ppodeck.engine.rundir import RunNotFound, find_run
+    from ..run.rundir import RunNotFound, find_run
 
     try:
         rundir = find_run(name_or_path)
@@ -162,24 +145,6 @@ def find_or_open(name_or_path: str) -> RunDir:
         return open_dump(Path(name_or_path).expanduser())[0]
     watch(rundir)
     return rundir
-
-
-def read_meta(dump: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads((Path(dump) / "dashboard" / "meta.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
-
-
-def known_values(dump: Path) -> dict[str, Any]:
-    """The flags a dump's meta.json records (miles keeps a few args there), by schema dest."""
-    from ppodeck.engine.config.schema import BY_DEST
-
-    args = read_meta(dump).get("args")
-    if not isinstance(args, dict):
-        return {}
-    return {dest: value for dest, value in args.items() if dest in BY_DEST}
 
 
 # ----------------------------------------------------------------------------------- liveness
@@ -246,10 +211,10 @@ def _mark_ended(rundir: RunDir, dump: Path) -> None:
 
 def start_follower(rundir: RunDir) -> subprocess.Popen[bytes]:
     """A detached process that syncs the run while its dump grows (`runs ls` shows it running)."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     with open(rundir.path / "follower.log", "ab") as log:
         popen = subprocess.Popen(  # an argv list; its own session: closing a terminal is fine
-            [sys.executable, "-m", "ppodeck.engine.miles_run", "follow", "--run-dir",
+            [sys.executable, "-m", "ppodeck.engine.miles.watch", "follow", "--run-dir",
              str(rundir.path.resolve())], cwd=repo, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True)
     write_status(rundir, state=State.RUNNING, pid=popen.pid, pgid=popen.pid,
@@ -334,8 +299,8 @@ def _steps_per_rollout(rundir: RunDir) -> int | None:
     if not rundir.config_toml.is_file():
         return None
     try:
-        from ppodeck.engine.config import derive
-        from ppodeck.engine.presets import config_from_toml
+        from ..config import derive
+        from ..presets import config_from_toml
 
         config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
         if config.get("use_dynamic_global_batch_size"):
@@ -513,7 +478,7 @@ SETTLE_S = 2.0  # miles' torch.save is not atomic: a rollout file this fresh may
 def map_samples(dump: Path, rundir: RunDir, state: _TranslationState, ended: bool
                 ) -> list[dict[str, Any]]:
     """Each trained rollout's `rollout_data/<id>.pt` (joined with `train_data/<id>_<rank>.pt`)
-    as `<run>/samples/rollout_<id>.jsonl` (engine/samples.py).
+    as `<run>/samples/rollout_<id>.jsonl` (engine/run/samples.py).
 
     The text (prompt, response, label, score, status) comes from the rollout file, the
     per-token columns (token ids, rollout log-probs) from the `dashboard_columns` parquet
@@ -538,7 +503,7 @@ def map_samples(dump: Path, rundir: RunDir, state: _TranslationState, ended: boo
                          "msg": f"samples of rollout {rollout_id} not shown: {path} could not "
                                 f"be read safely ({type(exc).__name__}: {exc})"})
         else:
-            from ppodeck.engine.samples import write_rollout
+            from ..run.samples import write_rollout
 
             write_rollout(rundir.path, rollout_id, records)
         state.samples_done.append(rollout_id)
@@ -556,7 +521,7 @@ def _rollout_files(dump: Path) -> list[tuple[int, Path]]:
 def _sample_records(dump: Path, rollout_id: int, path: Path) -> list[Any]:
     import torch  # only here: a rollout file to read
 
-    from ppodeck.engine.samples import STATUSES, SampleRecord
+    from ..run.samples import STATUSES, SampleRecord
 
     payload = torch.load(path, weights_only=True, map_location="cpu")
     columns = _token_columns(dump / "dashboard_columns" / f"rollout_{rollout_id}.parquet")
@@ -656,7 +621,7 @@ def _partitions(directory: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.miles_run")
+    parser = argparse.ArgumentParser(prog="python -m ppodeck.engine.miles.watch")
     sub = parser.add_subparsers(dest="command", required=True)
     follow_cmd = sub.add_parser("follow", help="sync a watched miles dump while it grows")
     follow_cmd.add_argument("--run-dir", required=True)
