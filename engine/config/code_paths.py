@@ -4,7 +4,8 @@ its source is read with `ast` for the function name. PURE: stdlib only.
 
 The engine looks a module up as miles' `load_function` does (`importlib.import_module` on the
 dotted path before the last dot), over the driver's `sys.path` (so `PYTHONPATH`), then the
-directory `ppodeck run` was started from (engine/launch/local.py passes it as PPODECK_CODE_DIR, placed
+directory `ppodeck run` was started from (engine/launch/local.py passes it as
+PPODECK_CODE_DIR, placed
 after site-packages so a local file never shadows a library).
 
 miles' own built-in filters (`miles.rollout.filter_hub...`) run as PPO Deck's equivalents in

@@ -9,7 +9,8 @@ Three parts, each a plain function:
   a local follower process keeps the run directory current; status.json records the job.
 - `python -m ppodeck.engine.driver.job_entry --run-id ID` (the job's entrypoint, on the cluster,
   beside the driver it runs): see engine/driver/job_entry.py.
-- `python -m ppodeck.engine.launch.jobs follow --run-dir D` (the follower, local): reads the job's log
+- `python -m ppodeck.engine.launch.jobs follow --run-dir D` (the follower, local): reads the
+  job's log
   stream (`tail_job_logs`, reconnecting while `get_job_status` is not terminal; after each reconnect
   the whole log so far is read first) and appends each event exactly once, by its sequence
   number, to the local events.jsonl; the job's final state ends up in status.json.

@@ -54,7 +54,8 @@ def run_launcher(path: Path, overrides: list[str] | None = None, *,
         roots += [str(miles_root)] if miles_root is not None else []
         child_env["PYTHONPATH"] = os.pathsep.join(
             [*roots, child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        command = [sys.executable, "-m", "ppodeck.engine.miles.launcher_recorder", str(path.resolve()),
+        command = [sys.executable, "-m", "ppodeck.engine.miles.launcher_recorder",
+                   str(path.resolve()),
                    str(out)]
         try:
             done = subprocess.run(command, env=child_env, capture_output=True, text=True,

@@ -629,7 +629,8 @@ def to_batch(samples: Sequence[Sample], outs: Sequence[GenOut],
 
 def sample_details(samples: Sequence[Sample], seen: Sequence[Any],
                    raw_rewards: Sequence[float]) -> list[dict[str, Any]]:
-    """What the run's samples files keep per sample beyond the training data (engine/run/samples.py):
+    """What the run's samples files keep per sample beyond the training data
+    (engine/run/samples.py):
     `seen` are the UserSamples reward code saw, in the samples' order."""
     return [{"prompt": u.prompt, "response": u.response, "label": u.label,
              "raw_reward": float(r), "group_index": s.group_index,

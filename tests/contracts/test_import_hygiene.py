@@ -1,7 +1,8 @@
 """Light modules never import the heavy stack (or textual): checked in a fresh interpreter.
 
 The line is drawn by package, not by a list: every module directly under engine/, the light
-wings (engine.config, engine.run, engine.launch, engine.miles, engine.host) and app.cli are light; engine.driver, engine.model, engine.train,
+wings (engine.config, engine.run, engine.launch, engine.miles, engine.host) and app.cli are
+light; engine.driver, engine.model, engine.train,
 engine.rollout and engine.algo are the heavy side, which only the driver process (and the
 prepare worker) load.
 """
@@ -47,7 +48,8 @@ def light_modules() -> list[str]:
 def test_the_light_side_is_found_by_package() -> None:
     found = light_modules()
     assert {"ppodeck.engine.launch.prepare", "ppodeck.engine.launch.local",
-            "ppodeck.engine.launch.jobs", "ppodeck.engine.config.resolve", "ppodeck.engine.run.events",
+            "ppodeck.engine.launch.jobs", "ppodeck.engine.config.resolve",
+            "ppodeck.engine.run.events",
             "ppodeck.engine.miles.watch", "ppodeck.engine.host.machine",
             "ppodeck.app.cli.runs"} <= set(found)
     assert not any(m.startswith(tuple(HEAVY_PACKAGES)) for m in found)

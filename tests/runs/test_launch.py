@@ -164,7 +164,8 @@ def test_prepare_run_never_reuses_a_non_empty_dir(tmp_path, nasty_config) -> Non
 def test_light_modules_do_not_import_heavy_packages() -> None:
     import subprocess
 
-    code = ("import sys, ppodeck.engine.run.events, ppodeck.engine.run.rundir, ppodeck.engine.launch.local, ppodeck.app.cli.runs; "
+    code = ("import sys, ppodeck.engine.run.events, ppodeck.engine.run.rundir, "
+            "ppodeck.engine.launch.local, ppodeck.app.cli.runs; "
             "heavy = {'torch', 'ray', 'megatron', 'transformers', 'textual', 'sglang'}; "
             "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,

@@ -1,4 +1,5 @@
-"""engine/run/samples.py: the samples record, its JSONL file per rollout, the reader's tolerance of a
+"""engine/run/samples.py: the samples record, its JSONL file per rollout, the reader's
+tolerance of a
 torn last line, the cap, and the background writer (errors reported, never raised)."""
 
 from __future__ import annotations
