@@ -164,7 +164,8 @@ def test_round_trip_preset_argv_preset(name: str) -> None:
     back, issues = parse_argv(to_argv(config))
     assert dict(back.values) == dict(config.values)
     assert back.passthrough == config.passthrough
-    assert not issues
+    # a passthrough flag is by definition one PPO Deck does not model: its warning is expected
+    assert not [i for i in issues if not set(i.flags) <= set(config.passthrough)], issues
 
 
 @pytest.mark.parametrize("name", BUILTINS)
