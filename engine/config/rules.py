@@ -12,6 +12,7 @@ Codes are stable ("ppo.kl_coef_nonzero"): tests, the TUI and `validate --json` k
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from .derived import Derived, derive_resolved
@@ -20,7 +21,14 @@ from .issues import add as _issue
 from .issues import fl as _fl
 from .model import RunConfig
 from .resolve import resolve_values, split_values
-from .rules_engine import Machine, engine_rules, passthrough_flags
+from .rules_engine import (
+    Machine,
+    current_machine,
+    engine_rules,
+    on_a_cluster,
+    passthrough_flags,
+)
+from .rules_memory import host_figures
 from .rules_ppo import PPO_AND_PLACEMENT_RULES
 from .schema import BY_DEST, DEFAULTS
 
@@ -442,6 +450,21 @@ def _value_issues(config: RunConfig, bad: list, unknown: list, out: Out) -> None
                       out)
 
 
+def _derived_for(r: dict, m: Machine, engine: str) -> Derived:
+    """The derived values as the run will see them: on CPU (our engine, no GPU visible, no
+    cluster) in host memory and with no GPU count; on GPUs with SGLang's share of their size."""
+    on_cpu = engine == "ppodeck" and not m.cuda and not on_a_cluster(r)
+    gpus = m.holdings.gpus if m.holdings is not None else None
+    gpu_total = min((g.total_gib for g in gpus), default=None) if gpus else None
+    derived = derive_resolved(r, on_cpu=on_cpu, gpu_total_gib=gpu_total)
+    if derived.host_memory_gib is None:
+        return derived
+    ram, available = host_figures(m)
+    seen = {"ram": ram, "available": available}
+    return dataclasses.replace(derived, host_memory_gib={
+        **derived.host_memory_gib, **{k: v for k, v in seen.items() if v is not None}})
+
+
 def check(config: RunConfig, machine: Machine | None = None, engine: str = "ppodeck") -> Report:
     """Every issue of `config`, plus derived values. Never raises, never mutates `config`.
 
@@ -459,8 +482,9 @@ def check(config: RunConfig, machine: Machine | None = None, engine: str = "ppod
         s = set(valid)
         for rule in RULES:
             rule(e, r, s, out)
-        engine_rules(e, r, s, out, machine, engine)
-        derived = derive_resolved(r)
+        m = machine or current_machine()
+        engine_rules(e, r, s, out, m, engine)
+        derived = _derived_for(r, m, engine)
         _batch_arithmetic(e, r, s, out, derived)
     except Exception as exc:  # a rule bug must never take the UI down
         out.append(Issue("error", "internal.check_failed", (),

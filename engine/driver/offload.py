@@ -12,7 +12,7 @@ A move need not be waited on where it starts. Each trainer is a Ray actor that r
 in the order they were sent, so a wake sent early is done before that trainer's train call
 runs, and a sleep sent after training is done before anything later on that trainer. What
 waiting early protects is the GPU memory of the OTHER roles, so the MovePlan overlaps moves
-only where check()'s estimate (engine/config/derived.py) of every role awake at once fits:
+only where check()'s estimate (engine/config/memory.py) of every role awake at once fits:
   trainers: the actor onloads while the critic trains, and the critic offloads while the
             actor trains (both trainers awake, the rollout released);
   rollout:  also the first trainer (the critic, else the actor) onloads during generate, and
@@ -126,7 +126,7 @@ def awake_at_once_gib(args: Mapping[str, Any], gpu_bytes: int | None,
                       env: Mapping[str, str]) -> tuple[float, float] | None:
     """GiB per GPU with both trainers awake and the rollout released, and with every role
     awake (check()'s per-phase estimate); None for an unknown model shape."""
-    from ..config.derived import DRIVER_RESERVED_GIB, count_params, memory_estimate
+    from ..config.memory import DRIVER_RESERVED_GIB, count_params, memory_estimate
     from ..vocabulary import Phase
 
     table = memory_estimate(args, count_params(args), env)
