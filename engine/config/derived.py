@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,37 @@ class Derived:
         if self.host_memory_gib is not None:
             out["host_memory_gib"] = dict(self.host_memory_gib)
         return out
+
+
+# What each figure is computed from: check() blanks a figure when one of its inputs has an error
+# of its own (a value that cannot run), so the derived block never shows a number made from it.
+_LAYOUT = ("actor_num_nodes", "actor_num_gpus_per_node", "tensor_model_parallel_size",
+           "pipeline_model_parallel_size", "context_parallel_size")
+_ROLLOUT_GPUS = ("rollout_num_gpus", "rollout_num_gpus_per_engine", "colocate")
+_SAMPLES = ("rollout_batch_size", "n_samples_per_prompt")
+_STEPS = (*_SAMPLES, "global_batch_size", "num_steps_per_rollout")
+_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+          "ffn_hidden_size", "vocab_size", "num_experts", "moe_ffn_hidden_size",
+          "make_vocab_size_divisible_by")
+_MEMORY = (*_SHAPE, *_LAYOUT, *_ROLLOUT_GPUS, *_SAMPLES, "micro_batch_size",
+           "max_tokens_per_gpu", "seq_length", "max_prompt_len", "rollout_max_response_len",
+           "rollout_max_context_len", "sglang_mem_fraction_static")
+INPUTS: dict[str, tuple[str, ...]] = {
+    "world_size": _LAYOUT[:2], "dp_size": _LAYOUT, "gpus_needed": (*_LAYOUT, *_ROLLOUT_GPUS),
+    "rollout_num_gpus": (*_LAYOUT[:2], *_ROLLOUT_GPUS), "rollout_engines": _ROLLOUT_GPUS,
+    "samples_per_rollout": _SAMPLES, "samples_trimmed": _STEPS,
+    "actor_steps_per_rollout": _STEPS, "critic_steps_per_rollout": _STEPS,
+    "total_train_iters": (*_STEPS, "num_rollout", "num_epoch"), "params": _SHAPE,
+    "memory_gib": _MEMORY, "host_memory_gib": _MEMORY,
+}
+_BLANK = {"memory_gib": {}, "host_memory_gib": None}
+
+
+def without_figures_from(derived: Derived, bad: set[str]) -> Derived:
+    """`derived` with every figure whose inputs include a dest in `bad` blanked."""
+    blanked = {name: _BLANK.get(name) for name, inputs in INPUTS.items()
+               if bad.intersection(inputs)}
+    return dataclasses.replace(derived, **blanked) if blanked else derived
 
 
 def derive(config: RunConfig) -> Derived:
