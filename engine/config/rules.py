@@ -23,6 +23,7 @@ from .model import RunConfig
 from .resolve import resolve_values, split_values
 from .rules_engine import (
     Machine,
+    as_run_here,
     current_machine,
     engine_rules,
     on_a_cluster,
@@ -507,7 +508,8 @@ def _derived_for(r: dict, m: Machine, engine: str) -> Derived:
     on_cpu = engine == "ppodeck" and not m.cuda and not on_a_cluster(r)
     gpus = m.holdings.gpus if m.holdings is not None else None
     gpu_total = min((g.total_gib for g in gpus), default=None) if gpus else None
-    derived = derive_resolved(r, on_cpu=on_cpu, gpu_total_gib=gpu_total)
+    here = r if on_a_cluster(r) or engine != "ppodeck" else as_run_here(r, m)
+    derived = derive_resolved(here, on_cpu=on_cpu, gpu_total_gib=gpu_total)
     if derived.host_memory_gib is None:
         return derived
     ram, available = host_figures(m)

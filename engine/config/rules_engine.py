@@ -325,7 +325,7 @@ def _devices(r: dict, m: Machine, out: Out) -> None:
                "`pip install megatron-bridge` (a GPU machine with transformer-engine), or use "
                "--megatron-to-hf-mode raw (PPO Deck's own converter)")
     if r["rollout_backend"] == "auto":
-        picked = "sglang" if m.cuda and m.sglang else "hf"
+        picked = picked_backend(r, m)
         _issue(out, "info", "engine.backend_auto", ("rollout_backend",),
                f"--rollout-backend auto picks {picked} on this machine "
                f"({'CUDA and sglang present' if picked == 'sglang' else _why_hf(m)}).")
@@ -336,9 +336,7 @@ def _devices(r: dict, m: Machine, out: Out) -> None:
 def _hf_engines(r: dict, m: Machine, out: Out) -> None:
     """The hf backend is one generator in one process: it decodes on one GPU, whatever the
     rollout side reserves (sglang runs one engine per --rollout-num-gpus-per-engine GPUs)."""
-    picked = r["rollout_backend"]
-    if picked == "auto":
-        picked = "sglang" if m.cuda and m.sglang else "hf"
+    picked = picked_backend(r, m)
     gpus, per_engine = r["rollout_num_gpus"] or 0, r["rollout_num_gpus_per_engine"]
     if picked != "hf" or r["debug_train_only"]:
         return
@@ -353,6 +351,20 @@ def _hf_engines(r: dict, m: Machine, out: Out) -> None:
         _issue(out, "info", "engine.hf_one_gpu_colocated", ("rollout_backend", "colocate"),
                f"colocated on {gpus} GPUs, the hf rollout decodes every sample on the first of "
                "them while the others wait; --rollout-backend sglang runs an engine per GPU.")
+
+
+def picked_backend(r: dict, m: Machine) -> str:
+    """--rollout-backend as it runs here: auto is sglang with CUDA and sglang, else hf (the
+    driver's select_backend decides the same)."""
+    if r["rollout_backend"] != "auto":
+        return r["rollout_backend"]
+    return "sglang" if m.cuda and m.sglang else "hf"
+
+
+def as_run_here(r: dict, m: Machine) -> dict:
+    """`r` with the rollout backend auto resolves to here (the memory estimate differs)."""
+    picked = picked_backend(r, m)
+    return r if picked == r["rollout_backend"] else {**r, "rollout_backend": picked}
 
 
 def _why_hf(m: Machine) -> str:
@@ -409,7 +421,7 @@ def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = N
     user_code_rules(r, out)  # reward functions, remote RM, filters (engine/config/rules_user_code)
     _precision(r, s, m, out)
     _devices(r, m, out)
-    memory_rules(r, m, out, on_a_cluster(r))  # engine/config/rules_memory.py
+    memory_rules(as_run_here(r, m), m, out, on_a_cluster(r))  # engine/config/rules_memory.py
 
 
 def engine_classes() -> dict[str, list[str]]:

@@ -287,3 +287,13 @@ def test_the_launch_preflight_reads_afresh_and_refuses_before_any_run_dir(
     assert f"Fix: stop run {RUN}" in text
     assert [p.name for p in runs_dir.iterdir()] == [RUN]  # no new run directory
     assert prepare_run(qwen06b(), "x", here=False).path.is_dir()  # a Ray job: judged there
+
+
+def test_auto_is_judged_as_the_backend_it_picks_here() -> None:
+    """Without sglang, auto runs hf: its rollout, not SGLang's share of the GPU, is counted."""
+    machine = dataclasses.replace(gpu_machine((79.6, 60.0, ())), sglang=False)
+    report = check(qwen06b(rollout_backend="auto"), machine)
+    assert report.derived.memory_gib["generate"]["rollout"] < 20  # hf, not 0.8 x 79.6
+    assert "engine.gpu_memory" not in report.codes()
+    with_sglang = check(qwen06b(rollout_backend="auto"), dataclasses.replace(machine, sglang=True))
+    assert with_sglang.derived.memory_gib["generate"]["rollout"] == pytest.approx(63.68, abs=0.01)
