@@ -63,13 +63,13 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "total_train_iters": (*_STEPS, "num_rollout", "num_epoch"), "params": _SHAPE,
     "memory_gib": _MEMORY, "host_memory_gib": _MEMORY,
 }
-_BLANK = {"memory_gib": {}, "host_memory_gib": None}
+_BLANK: dict[str, Any] = {"memory_gib": {}, "host_memory_gib": None}
 
 
 def without_figures_from(derived: Derived, bad: set[str]) -> Derived:
     """`derived` with every figure whose inputs include a dest in `bad` blanked."""
-    blanked = {name: _BLANK.get(name) for name, inputs in INPUTS.items()
-               if bad.intersection(inputs)}
+    blanked: dict[str, Any] = {name: _BLANK.get(name) for name, inputs in INPUTS.items()
+                               if bad.intersection(inputs)}
     return dataclasses.replace(derived, **blanked) if blanked else derived
 
 

@@ -176,6 +176,8 @@ def read_meminfo(path: Path) -> tuple[float | None, float | None]:
         parts = rest.split()
         if key in ("MemTotal", "MemAvailable") and parts and parts[0].isdigit():
             values[key] = int(parts[0]) * 1024 / GIB
+            if len(values) == 2:
+                break  # both are near the top
     return values.get("MemTotal"), values.get("MemAvailable")
 
 
