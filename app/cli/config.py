@@ -69,21 +69,43 @@ def _fmt(value: Any) -> str:
 
 def format_derived(derived: Any) -> str:
     d = derived
+    on_cpu = d.host_memory_gib is not None
+    where = (f"world size {_fmt(d.world_size)} CPU rank(s) · DP {_fmt(d.dp_size)} · engines "
+             f"{_fmt(d.rollout_engines)}" if on_cpu else
+             f"world size {_fmt(d.world_size)} · DP {_fmt(d.dp_size)} · rollout GPUs "
+             f"{_fmt(d.rollout_num_gpus)} · engines {_fmt(d.rollout_engines)} · GPUs needed "
+             f"{_fmt(d.gpus_needed)}")
     lines = [
         "derived:",
-        f"  world size {_fmt(d.world_size)} · DP {_fmt(d.dp_size)} · rollout GPUs "
-        f"{_fmt(d.rollout_num_gpus)} · engines {_fmt(d.rollout_engines)} · GPUs needed "
-        f"{_fmt(d.gpus_needed)}",
+        f"  {where}",
         f"  samples/rollout {_fmt(d.samples_per_rollout)} (trimmed {_fmt(d.samples_trimmed)})"
         f" · optimizer steps/rollout: actor {_fmt(d.actor_steps_per_rollout)}, critic "
         f"{_fmt(d.critic_steps_per_rollout)} · total train iters {_fmt(d.total_train_iters)}",
         f"  params {_fmt(d.params)}",
-        "  memory GiB/GPU (rough)" + "".join(f"{role:>9}" for role in ROLES),
     ]
+    return "\n".join(lines + (_host_lines(d.host_memory_gib) if on_cpu else _gpu_lines(d)))
+
+
+def _gib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _host_lines(host: Any) -> list[str]:
+    """A run on CPU: its ranks, rollout and processes in host memory, against this machine."""
+    parts = " · ".join(f"{part} {_gib(host.get(part))}"
+                       for part in ("actor", "critic", "rollout", "processes"))
+    machine = (f" of {_gib(host['available'])} available" if "available" in host else "") + (
+        f" ({_gib(host['ram'])} RAM)" if "ram" in host else "")
+    return [f"  host memory GiB (rough, CPU run): {parts} · total {_gib(host.get('total'))}"
+            f"{machine}"]
+
+
+def _gpu_lines(d: Any) -> list[str]:
+    lines = ["  memory GiB/GPU (rough)" + "".join(f"{role:>9}" for role in ROLES)]
     for phase in PHASES:
         row = d.memory_gib.get(phase, {})
         lines.append(f"    {phase:<20}" + "".join(f"{_fmt(row.get(r)):>9}" for r in ROLES))
-    return "\n".join(lines)
+    return lines
 
 
 def validate(

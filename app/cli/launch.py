@@ -176,7 +176,7 @@ def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach
     from ...engine.launch.local import LaunchError, prepare_run
 
     try:
-        rundir = prepare_run(config, preset_name, run_dir)
+        rundir = prepare_run(config, preset_name, run_dir, here=False)  # miles is judged there
         launch = prepare(rundir, config, root, submit)
     except (LaunchError, OSError) as exc:
         _fail(f"could not create the run directory: {exc}", EXIT_INVALID)
@@ -298,11 +298,13 @@ def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
 def _launch(
     config: RunConfig, preset_name: str, run_dir: Path | None
 ) -> tuple[RunDir, subprocess.Popen[bytes]]:
-    from ...engine.launch.local import LaunchError, prepare_run, start_driver
+    from ...engine.launch.local import LaunchError, MemoryRefused, prepare_run, start_driver
     from ...engine.run.secrets import secret_env
 
     try:
         rundir = prepare_run(config, preset_name, run_dir)
+    except MemoryRefused as exc:  # the pre-flight's own sentence: GiB, holders, fix
+        _fail(str(exc), EXIT_INVALID)
     except (LaunchError, OSError) as exc:
         _fail(f"could not create the run directory: {exc}", EXIT_INVALID)
     try:
@@ -321,7 +323,7 @@ def _submit(
     from ...engine.run.secrets import secret_env
 
     try:
-        rundir = prepare_run(config, preset_name, run_dir)
+        rundir = prepare_run(config, preset_name, run_dir, here=False)  # the cluster judges it
     except (LaunchError, OSError) as exc:
         _fail(f"could not create the run directory: {exc}", EXIT_INVALID)
     env = {**forwarded_env(), **secret_env(config)}

@@ -215,7 +215,7 @@ def launch(config: RunConfig, preset_name: str, miles_root: Path, submit: str | 
     if errors:
         raise MilesLaunchError("miles would refuse this config: " + "; ".join(
             f"{issue.code}: {issue.message}" for issue in errors))
-    rundir = prepare_run(config, preset_name)
+    rundir = prepare_run(config, preset_name, here=False)
     prepare(rundir, config, root, submit)
     return rundir, start_supervisor(rundir, env=secret_env(config))
 
