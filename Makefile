@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml setup.py
 run: setup
 	@if [ -t 0 ] && [ -t 1 ]; then $(BIN)/ppodeck; else $(BIN)/ppodeck run tiny-cpu --yes; fi
 
-# pytest exit 5 means "no tests collected": that is a failure, not a pass.
+# pytest exit 5 means "no tests collected": that is a failure, not a pass. --durations=25 puts
+# the slowest tests in every CI log, so a test that starts costing minutes is seen there.
 test: setup
-	@$(BIN)/python -m pytest -q; rc=$$?; \
+	@$(BIN)/python -m pytest -q --durations=25; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-all: setup

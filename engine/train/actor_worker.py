@@ -23,7 +23,7 @@ from ..host.clock import PartClock
 from . import weights
 from .base_worker import LossFactory, TrainWorker, per_sample_arrays
 from .batching import TrainSample, pad_rows, unpad_rows
-from .platform import device_scope, has_cuda
+from .platform import has_cuda
 from .settings import Role
 
 
@@ -252,17 +252,6 @@ class ActorWorker(TrainWorker):
             hf = export_hf_weights(self._bridge, self.model)
         return hf if torch.distributed.get_rank() == 0 else None
 
-    def gather_full_state_dict(self, device: str = "cpu") -> dict[str, torch.Tensor] | None:
-        """The TP=1/PP=1 Megatron state dict (global layer numbers) on global rank 0."""
-        from megatron.core import parallel_state as ps
-
-        with self._awake(), device_scope():
-            stage = weights.gather_tp(self.model, ps.get_tensor_model_parallel_group(),
-                                      self.settings.tp, device)
-        if self._dp_rank != 0 or self._tp_rank != 0 or self._cp.rank != 0:
-            return None
-        return weights.gather_pp_to_first(stage, ps.get_pipeline_model_parallel_group(),
-                                          self.settings.pp, ps.is_pipeline_first_stage())
 
 
 def _rollout_log_probs(batch: Any, samples: list[TrainSample]  # noqa: ANN401

@@ -406,7 +406,7 @@ class TrainWorker:
         return {k: (stats[i] / count).item() for i, k in enumerate(series)}
 
     # ----------------------------------------------------------------------------------------
-    # offload, memory
+    # offload, the full state, memory
     # ----------------------------------------------------------------------------------------
     def sleep(self) -> dict:
         """Params, master weights and optimizer state to host memory; grads freed."""
@@ -466,6 +466,18 @@ class TrainWorker:
         finally:
             if asleep:
                 self.sleep()
+
+    def gather_full_state_dict(self, device: str = "cpu") -> dict[str, torch.Tensor] | None:
+        """The TP=1/PP=1 Megatron state dict (global layer numbers) on global rank 0."""
+        from megatron.core import parallel_state as ps
+
+        with self._awake(), device_scope():
+            stage = weights.gather_tp(self.model, ps.get_tensor_model_parallel_group(),
+                                      self.settings.tp, device)
+        if self._dp_rank != 0 or self._tp_rank != 0 or self._cp.rank != 0:
+            return None
+        return weights.gather_pp_to_first(stage, ps.get_pipeline_model_parallel_group(),
+                                          self.settings.pp, ps.is_pipeline_first_stage())
 
     def memory(self) -> dict:
         import psutil
