@@ -1,8 +1,10 @@
 """Every `PPODECK_*` environment variable, declared once: docs/environment.md and `ppodeck --help`
-are generated from this table, and a test keeps it equal to the names the code reads.
+are generated from this table, and a test keeps it equal to the names the code, the tests and
+the benches use.
 
-PURE: stdlib only. The modules that read a variable keep their own `os.environ` lookup; the
-test (tests/contracts/test_env_vars.py) fails when one reads a name this table does not hold.
+PURE: stdlib only. The modules that read a variable keep their own `os.environ` lookup, at the
+edges: the pure config layer reads none (tests/contracts/test_env_vars.py lists the readers
+still to move out, and fails on a new one or on a name this table does not hold).
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     # --- tests only
     EnvVar("PPODECK_TEST_RAY_GPUS", "test", "0",
            "N > 0: a private local Ray declares N fake GPUs so CPU machines test GPU placement"),
+    EnvVar("PPODECK_RELIABILITY_FIGURES", "test", "(unset: no figures kept)",
+           "a JSON file the reliability tests add their measured figures to (set by "
+           "bench/reliability_figures.py)"),
 )
 
 BY_NAME = {var.name: var for var in ENV_VARS}

@@ -4,7 +4,7 @@ Under --offload-train (miles) each trainer is on its GPUs only while it trains o
 sleeps right after its init (before the next role allocates), wakes for its train phase and
 its save, and sleeps again after each; the actor also wakes for an export when it did not
 train first (the initial push, a push during the critic-only warmup). Every move is an
-`offload` event. The workers never decide on their own in a run (engine/train/worker.py
+`offload` event. The workers never decide on their own in a run (engine/train/base_worker.py
 refuses to train or save asleep; its export still wakes itself for direct callers such as
 the worker tests, which the driver never relies on).
 
@@ -18,9 +18,9 @@ only where check()'s estimate (engine/config/memory.py) of every role awake at o
   rollout:  also the first trainer (the critic, else the actor) onloads during generate, and
             the actor offloads behind the weight sync and the next generate (every role awake
             at once).
-The overlap is the default on a GPU (on the H200, qwen3-0.6b-ppo-1gpu's step went from 2.75 s
-to 1.89 s, bench/step_bench.py --overlap); PPODECK_OVERLAP_MOVES=0 keeps every move waited on
-where it starts (miles' order). The log line says which plan a run took and why.
+The overlap is the default on a GPU, where it shortens a colocated step by a third
+(docs/performance.md; bench/step_bench.py --overlap); PPODECK_OVERLAP_MOVES=0 keeps every
+move waited on where it starts (miles' order). The log line says which plan a run took and why.
 """
 
 from __future__ import annotations

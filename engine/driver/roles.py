@@ -27,8 +27,7 @@ from .offload import MovePlan, plan_moves, sleep, wake
 from .telemetry import Telemetry
 
 # a trainer's memory() runs on its own thread: Ray runs an actor's other calls in order, so the
-# driver's memory sample at a phase's end would otherwise wait behind an overlapped move (0.2 s
-# per phase on the H200)
+# driver's memory sample at a phase's end would otherwise wait behind an overlapped move
 TELEMETRY = "telemetry"
 
 
@@ -108,12 +107,12 @@ class TrainGroup:
     def __init__(self, role: str, args: dict[str, Any], placement: cluster.Placement,
                  share: float, use_gpu: bool, private: bool = True,
                  worker_cls: type | None = None) -> None:
-        from ..train.worker import TrainWorker
+        from ..train.worker import worker_class
 
         self.role = role
         world_size = args["actor_num_nodes"] * args["actor_num_gpus_per_node"]
         master_addr, port = cluster.rendezvous(placement, private)
-        remote_cls = ray.remote(concurrency_groups={TELEMETRY: 1})(worker_cls or TrainWorker)
+        remote_cls = ray.remote(concurrency_groups={TELEMETRY: 1})(worker_cls or worker_class(role))
         gpus = share if use_gpu else 0
         self.workers = [
             remote_cls.options(
@@ -257,8 +256,9 @@ def logging_rank(outs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def merged_samples(outs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each DP rank's per-token series of its samples (engine/train/worker.py _per_sample),
-    one part per rank; the driver's samples writer splits them by sample."""
+    """Each DP rank's per-token series of its samples (per_sample_arrays in
+    engine/train/base_worker.py), one part per rank; the driver's samples writer splits them by
+    sample."""
     return [out["samples"] for out in outs if out.get("samples")]
 
 
