@@ -35,7 +35,8 @@ def health(
 ) -> None:
     """Judge a run's PPO health from its events: clip fraction, KL jumps, entropy collapse,
     grad norm at the clip, explained variance, value loss, truncation, flat reward, the
-    rollout/train log-prob gap, and hangs (no event for 30 min while the driver is alive).
+    rollout/train log-prob gap, hangs (no event for 30 min while the driver is alive), reward
+    requests pending with none answered for 60 s, and a run that failed (named, exit code 4).
 
     Thresholds: miles' documented ones, overridden by the preset's [health] table. Findings
     are recorded in the run's health.jsonl (each once, whoever judged it). Exit code 4 when an
@@ -277,7 +278,7 @@ class TailJudge:
 
         self.rundir = rundir
         thresholds, _ = run_thresholds(rundir.path, read_status(rundir).get("preset"))
-        self.judge = HealthJudge(thresholds, run_facts(rundir.path)[0])
+        self.judge = HealthJudge(thresholds, run_facts(rundir.path)[0], rundir.path)
 
     def after(self, event: dict) -> list[dict]:
         return self._events(self.judge.feed([event]))
