@@ -176,6 +176,7 @@ def _model_words(call: TrainCall, run: LauncherRun, script: str, env: Mapping[st
     if found is None:
         problems.append(f"model args of megatron_model_type {name!r}: {source}")
         return []
+    run.model_source = f"model args of {name} (line {line}): {source}"
     origin = Origin("model", name, script, line)
     return [Word(token, origin) for token in found.split()]
 
@@ -249,6 +250,8 @@ def _launcher_lines(run: LauncherRun, call: TrainCall | None,
         lines.append(f"{run.args.cls.name} (line {run.args.cls.line}): "
                      f"{len(run.args.cls.fields)} fields"
                      + (f", launcher args {' '.join(overrides)}" if overrides else ""))
+    if run.model_source:
+        lines.append(run.model_source)
     if call is not None:
         gpus = call.num_gpus_per_node
         shown = describe_value(gpus)

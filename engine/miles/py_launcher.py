@@ -211,6 +211,7 @@ class LauncherRun:
     entry: str = ""
     problems: list[str] = field(default_factory=list)  # why static reading was not enough
     stops: list[Unresolved] = field(default_factory=list)  # a raise/assert/exit reached
+    model_source: str = ""  # where megatron_model_type's args came from (file or table)
 
 
 class _Return(Exception):  # noqa: N818 - control flow, not an error

@@ -51,15 +51,21 @@ def import_script(text: str, *, env: Mapping[str, str] | None = None,
     `name`: what the report and the flags' origins call pasted text (default <pasted>).
     A miles Python launcher (a .py file, a python shebang, Python text) goes to
     import_launcher; `overrides` are its own options (`--model-name Qwen3-0.6B`)."""
-    from .models import lookup
+    from .models import checkout_beside, lookup
     from .py_launcher import LauncherError, is_python_launcher
 
     script = path.name if path else (name or "<pasted>")
+    found_root = None if miles_root is not None else checkout_beside(path)
     if is_python_launcher(text, path or (Path(name) if name else None)):
         from .launcher_import import import_launcher
 
-        return import_launcher(text, script, env=env, miles_root=miles_root,
-                               overrides=overrides)
+        report = import_launcher(text, script, env=env, miles_root=miles_root or found_root,
+                                 overrides=overrides)
+        if found_root is not None:
+            report.launcher.append(f"miles checkout: {found_root} (the launcher sits in it; "
+                                   "--miles-root picks another)")
+        return report
+    miles_root = miles_root or found_root
     if overrides:
         raise LauncherError(f"launcher arguments ({' '.join(overrides)}) apply to miles' Python "
                             f"launchers; {script} is read as a bash script. Fix: set those "
