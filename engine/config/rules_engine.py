@@ -384,9 +384,9 @@ def _host_memory(r: dict, m: Machine, out: Out) -> None:
                "or spread the model over more GPUs or nodes (TP/PP) so each holds less")
         return
     _issue(out, "warning", "engine.host_memory_tight", ("offload_train",),
-           f"{pinned}; with the run's processes (up to {need['processes']:.0f} GiB on the H200 "
-           f"host) that is {need['total'] + need['processes']:.0f} GiB of the {usable:.0f} "
-           f"GiB usable of {ram:.0f} GiB RAM: it may not fit.",
+           f"{pinned}; with the run's processes (up to {need['processes']:.0f} GiB "
+           f"measured, docs/performance.md) that is {need['total'] + need['processes']:.0f} "
+           f"GiB of the {usable:.0f} GiB usable of {ram:.0f} GiB RAM: it may not fit.",
            "watch the host memory of the first rollouts (`ppodeck tail RUN` gpu events: "
            "rss_bytes), or turn --offload-train off")
 
