@@ -19,6 +19,8 @@ import re
 import time
 from typing import Any
 
+MAX_SCRIPT_CHARS = 256 << 10  # a script or launcher read at all (miles' largest: 26 KB);
+# parsing costs memory per statement (Python's ast about 3 KB each), so size bounds it first
 MAX_TEXT = 200_000  # characters in one string the reader builds or quotes from
 MAX_PIECES = 20_000  # pieces (each with its origin) in one string
 MAX_ITEMS = 100_000  # items in one list, tuple, dict or range

@@ -22,6 +22,7 @@ from .import_report import (
     note_issues,
     word_origins,
 )
+from .reader_bounds import MAX_SCRIPT_CHARS
 from .shell import Command, ScriptReader, ShellRun, Unresolved, Word
 
 __all__ = ["ImportReport", "describe_origin", "import_script", "parse_command_line"]
@@ -55,6 +56,8 @@ def import_script(text: str, *, env: Mapping[str, str] | None = None,
     from .py_launcher import LauncherError, is_python_launcher
 
     script = path.name if path else (name or "<pasted>")
+    if len(text) > MAX_SCRIPT_CHARS:
+        return _too_long(text, script)
     found_root = None if miles_root is not None else checkout_beside(path)
     if is_python_launcher(text, path or (Path(name) if name else None)):
         from .launcher_import import import_launcher
@@ -82,8 +85,23 @@ def import_script(text: str, *, env: Mapping[str, str] | None = None,
     config, argv_issues = parse_argv(argv)
     unresolved = list(dict.fromkeys(u for w in words for u in w.unresolved))
     issues += _unresolved_issues(unresolved, miles_root) + note_issues(run.notes) + argv_issues
+    refused = run.refused
+    if refused is not None:  # one refusal, naming the line; check()'s findings are knock-ons
+        issues.insert(0, Issue("error", "command.not_read", (script,),
+                               f"{script} line {refused.line}: {refused.why}.",
+                               "trim the script to the commands that launch training"))
     return ImportReport(config, issues, script, word_origins(words), unresolved, run.notes,
-                        command.line if command else None)
+                        command.line if command else None,
+                        unreadable=refused.why if refused is not None else None)
+
+
+def _too_long(text: str, script: str) -> ImportReport:
+    """A refusal before any parsing: parsing is what a huge paste would cost."""
+    why = (f"{script} is {len(text):,} characters; scripts and launchers are read up to "
+           f"{MAX_SCRIPT_CHARS:,} (miles' largest launcher is about 26,000)")
+    issue = Issue("error", "command.not_read", (script,), why + ".",
+                  "paste the command that launches training, or the launcher itself")
+    return ImportReport(RunConfig(), [issue], script, unreadable=why)
 
 
 def _train_words(run: ShellRun, issues: list[Issue]) -> tuple[Command | None, list[Word]]:

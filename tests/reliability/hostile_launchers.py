@@ -56,20 +56,26 @@ def extend_loop() -> str:
 
 
 def huge_literal_in_os_system() -> str:
-    """A 5 MB literal in a command line: quoting it must not cost the square of its size."""
-    big = "x" * 5_000_000
+    """A 220 kB literal in a command line (within the file cap, over the text cap): quoting it
+    must not cost the square of its size."""
+    big = "x" * 220_000
     return _main(f"import os\nos.system('python3 train.py --num-rollout 2 {big}')  # hostile\n"
                  + _train())
 
 
+def oversized_file() -> str:
+    """5 MB: refused before parsing, whose memory grows with the statements."""
+    return _main("x = 1\n" * 800_000 + _train())
+
+
 def huge_literal_in_train_args() -> str:
-    big = "--y " * 1_000_000
+    big = "--y " * 55_000
     return _main(f"extra = '{big}'  # hostile\n" + _train(" + extra"))
 
 
 def many_statements() -> str:
-    """20,000 statements: linear, not quadratic, in the file's size; past the step budget."""
-    body = "".join(f"v{i} = 'value {i} ' + str({i})\n" for i in range(20_000))
+    """7,000 statements (within the file cap): linear, not quadratic, in the file's size."""
+    body = "".join(f"v{i} = 'value {i} ' + str({i})\n" for i in range(7_000))
     return _main(body + _train())
 
 
@@ -156,7 +162,43 @@ def many_functions() -> str:
 
 HOSTILE = {fn.__name__: fn for fn in (
     doubled_string, doubled_augassign, doubled_list, extend_loop, huge_literal_in_os_system,
-    huge_literal_in_train_args, many_statements, deep_nesting, deep_expression, infinite_while,
-    nested_loops, recursion, mutual_recursion, fstring_doubling, integer_squaring,
+    oversized_file, huge_literal_in_train_args, many_statements, deep_nesting, deep_expression,
+    infinite_while, nested_loops, recursion, mutual_recursion, fstring_doubling, integer_squaring,
     join_doubling, replace_doubling, comprehension_product, width_padding, format_width,
     regex_backtracking, json_depth, many_functions)}
+
+
+# --- bash launch scripts --------------------------------------------------------------------
+
+TRAIN_SH = f"python3 train.py {TRAIN_ARGS}"
+
+
+def sh_doubled_variable() -> str:
+    """Doubled from 1 character, the 18th doubling passes 200,000: that line is named."""
+    return ("A=x\n" + 'A="$A$A"\n' * 17 + 'A="$A$A"  # hostile\n' + 'A="$A$A"\n' * 62
+            + TRAIN_SH + " $A\n")
+
+
+def sh_doubled_array() -> str:
+    return "ARGS=(--x)\n" + 'ARGS+=("${ARGS[@]}")\n' * 60 + TRAIN_SH + " ${ARGS[@]}\n"
+
+
+def sh_oversized() -> str:
+    return "".join(f"V{i}=value{i}\n" for i in range(100_000)) + TRAIN_SH + "\n"
+
+
+def sh_heredoc() -> str:
+    return "cat <<EOF\n" + "x\n" * 200_000 + "EOF\n" + TRAIN_SH + "\n"
+
+
+def sh_nested_substitution() -> str:
+    return "A=" + "$(" * 3000 + "echo x" + ")" * 3000 + "\n" + TRAIN_SH + " $A\n"
+
+
+def sh_sources_itself() -> str:
+    return "source ./sh_sources_itself.sh\n" + TRAIN_SH + "\n"
+
+
+HOSTILE_SCRIPTS = {fn.__name__: fn for fn in (
+    sh_doubled_variable, sh_doubled_array, sh_oversized, sh_heredoc, sh_nested_substitution,
+    sh_sources_itself)}

@@ -1,4 +1,5 @@
-"""Hostile miles launchers get an answer within 5 s of CPU and 1 GiB, naming the line.
+"""Hostile miles launchers and launch scripts get an answer within 5 s of CPU and 1 GiB, naming
+the line.
 
 Each launcher of tests/reliability/hostile_launchers is read through `ppodeck validate
 --from-command` in a forked child (the CLI already imported, so the figure is the read, not
@@ -21,7 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.hostile_launchers import HOSTILE, MARK, marked_line
+from tests.reliability.hostile_launchers import HOSTILE, HOSTILE_SCRIPTS, MARK, marked_line
+
+ALL = {**{f"{n}.py": make for n, make in HOSTILE.items()},
+       **{f"{n}.sh": make for n, make in HOSTILE_SCRIPTS.items()}}
 
 GIB = 1 << 30
 CPU_SECONDS = 5.0
@@ -76,8 +80,8 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
     folder = tmp_path_factory.mktemp("hostile")
     out: dict[str, dict] = {}
-    for name, make in HOSTILE.items():
-        path = folder / f"{name}.py"
+    for name, make in ALL.items():
+        path = folder / name
         path.write_text(make(), encoding="utf-8")
         out[name] = _read_in_child(path)
     if os.environ.get("PPODECK_RELIABILITY_FIGURES"):
@@ -91,7 +95,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     return out
 
 
-@pytest.mark.parametrize("name", list(HOSTILE))
+@pytest.mark.parametrize("name", list(ALL))
 def test_a_hostile_launcher_is_answered_in_bounds(answers: dict[str, dict], name: str) -> None:
     answer = answers[name]
     assert answer["exception"] is None, answer["exception"]
@@ -102,13 +106,13 @@ def test_a_hostile_launcher_is_answered_in_bounds(answers: dict[str, dict], name
     assert "MemoryError" not in answer["output"] and "memory for" not in answer["output"]
 
 
-@pytest.mark.parametrize("name", list(HOSTILE))
+@pytest.mark.parametrize("name", list(ALL))
 def test_a_refusal_is_one_error_naming_the_real_line(answers: dict[str, dict],
                                                      name: str) -> None:
     output = answers[name]["output"]
     errors = re.findall(r"^error +(\S+)", output, re.MULTILINE)
     assert len(errors) <= 1, (errors, output[-1500:])
-    text = HOSTILE[name]()
+    text = ALL[name]()
     if MARK in text:
         line = marked_line(text)
         assert re.search(rf"(line {line}\b|:{line}\))", output), (line, output[-1500:])
