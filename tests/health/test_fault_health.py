@@ -105,3 +105,19 @@ def test_the_scorer_writes_progress_while_it_scores(tmp_path: Path) -> None:
     assert during is not None and (during.sent, during.answered, during.pending) == (2, 1, 1)
     assert during.slowest_s >= 1.0 and during.rollout_id == 3
     assert after is not None and (after.answered, after.pending) == (2, 0)
+
+
+def test_tail_shows_the_reward_progress_while_requests_are_pending(runs_dir) -> None:
+    from ppodeck.app.cli.health import TailJudge
+    from ppodeck.app.cli.tail import format_event
+
+    runs_dir.mkdir()
+    rundir = make_run(runs_dir, stream(1), state="running")
+    judge = TailJudge(rundir)
+    _pending(rundir.path, stalled_s=5)
+    (line,) = judge.idle(driver_alive=True)
+    assert "reward " + URL + ": 16 sent, 13 answered, 3 pending, slowest 5 s" in \
+        format_event(line)
+    assert judge.idle(driver_alive=True) == []  # unchanged: not repeated at once
+    _pending(rundir.path, stalled_s=0, pending=0)
+    assert judge.idle(driver_alive=True) == []  # nothing pending: nothing to show
