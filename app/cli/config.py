@@ -15,6 +15,7 @@ import typer
 
 from ...engine.config import Issue, RunConfig, check, to_argv
 from ...engine.config.derived import PHASES, ROLES
+from ...engine.config.knock_on import group_knock_on
 from .common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -47,9 +48,20 @@ def build_config(preset: str | None, sets: list[str] | None,
                  launcher: str | None = None, run_launcher: bool = False, trust: bool = False
                  ) -> tuple[RunConfig, list[Issue], str]:
     """Preset, then a pasted command line on top, then --set overrides."""
+    config, issues, label, _ = build_config_and_report(preset, sets, from_command, miles_root,
+                                                       launcher, run_launcher, trust)
+    return config, issues, label
+
+
+def build_config_and_report(preset: str | None, sets: list[str] | None,
+                            from_command: str | None, miles_root: Path | None = None,
+                            launcher: str | None = None, run_launcher: bool = False,
+                            trust: bool = False) -> tuple[RunConfig, list[Issue], str, Any]:
+    """build_config, and the import report of --from-command (None without it)."""
     issues: list[Issue] = []
     config = RunConfig()
     label = "(flags)"
+    report = None
     if preset:
         config = resolve_or_fail(load_or_fail(preset))
         label = preset
@@ -60,7 +72,7 @@ def build_config(preset: str | None, sets: list[str] | None,
         config = RunConfig({**config.values, **pasted.values},
                            config.passthrough + pasted.passthrough)
         label = from_command if not preset else f"{preset} + {from_command}"
-    return apply_sets(config, sets), issues, label
+    return apply_sets(config, sets), issues, label, report
 
 
 def _fmt(value: Any) -> str:
@@ -144,15 +156,18 @@ def validate(
         fail("nothing to validate. Fix: pass a PRESET or --from-command FILE.", EXIT_USAGE)
     if engine not in ("ppodeck", "miles"):
         fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
-    config, parse_issues, label = build_config(preset, sets, from_command, miles_root,
-                                               launcher, run_launcher, trust)
+    config, parse_issues, label, imported = build_config_and_report(
+        preset, sets, from_command, miles_root, launcher, run_launcher, trust)
     report = check(config, engine=engine)
     issues = [*parse_issues, *report.issues]
     ok = not any(i.level == "error" for i in issues)
-    if as_json:
+    if as_json:  # every issue, knock-ons included: a program reads them all
         typer.echo(json.dumps({"ok": ok, "issues": [i.as_dict() for i in issues],
                                "derived": report.derived.as_dict()}, indent=2))
     else:
+        # over a preset, an unread launcher adds nothing: the preset's issues are its own
+        issues = imported.judged(list(report.issues)) if imported is not None and \
+            preset is None else group_knock_on(parse_issues, list(report.issues))
         counts = [sum(i.level == lvl for i in issues) for lvl in ("error", "warning", "info")]
         typer.echo(f"{label}: {'OK' if ok else 'INVALID'} ({count(counts[0], 'error')}, "
                    f"{count(counts[1], 'warning')}, {count(counts[2], 'info')})")

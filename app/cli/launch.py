@@ -220,6 +220,7 @@ def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
 def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | None = None
                    ) -> None:
     from ...engine.config import check
+    from ...engine.config.knock_on import group_knock_on
 
     machine = None
     if engine == "miles":
@@ -227,10 +228,12 @@ def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | Non
 
         machine = launch_machine(submit)
     report = check(config, machine=machine, engine=engine)
-    for issue in report.issues:
+    shown = group_knock_on([], list(report.issues))  # a refused --set value: its knock-ons
+    for issue in shown:
         _err(format_issue(issue))
-    if report.errors:
-        _fail(f"the config has {len(report.errors)} error(s); nothing was launched. "
+    errors = [i for i in shown if i.level == "error"]
+    if errors:
+        _fail(f"the config has {len(errors)} error(s); nothing was launched. "
               "Fix them in the preset or with --set.", EXIT_INVALID)
 
 

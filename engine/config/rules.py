@@ -328,9 +328,6 @@ def _data_source(e: dict, r: dict, s: set, out: Out) -> None:
                "no reward function: neither --rm-type nor --custom-rm-path is set (only samples "
                "whose metadata names an rm_type get a reward).",
                "set --rm-type (e.g. deepscaler, math) or --custom-rm-path")
-    if r["rm_type"] == "remote_rm" and not r["rm_url"]:
-        _issue(out, "error", "rollout.rm_url_required", ("rm_type", "rm_url"),
-               "--rm-type remote_rm needs --rm-url.", "set --rm-url")
     if r["eval_interval"] is not None and not r["eval_prompt_data"]:
         _issue(out, "error", "eval.interval_needs_data", ("eval_interval", "eval_prompt_data"),
                "--eval-interval is set but no eval datasets are given.",

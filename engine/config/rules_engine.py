@@ -21,8 +21,9 @@ from .issues import Out
 from .issues import add as _issue
 from .issues import fl as _fl
 from .memory import longest_sample
+from .reward_types import REMOTE_RM, RULE_REWARDS, base_type
 from .rules_memory import memory_rules
-from .rules_user_code import user_code_rules
+from .rules_user_code import remote_reward_rules, user_code_rules
 from .schema import BY_DEST, DEFAULTS, FLAGS
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ ESTIMATORS_RUN = ("ppo", "grpo")
 POSITION_EMBEDDINGS_RUN = ("rope", "learned_absolute")
 # The rule-based rewards of engine/rollout/rewards.py (a test keeps the two equal), each also
 # accepted with the "boxed_" prefix.
-RM_TYPES = ("copy-digit", "deepscaler", "math")
+RM_TYPES = RULE_REWARDS
 
 
 @dataclass(frozen=True)
@@ -294,8 +295,8 @@ def _reward(r: dict, out: Out) -> None:
     rm = r["rm_type"]
     if rm is None or r["custom_rm_path"]:  # a custom reward function overrides the type
         return
-    base = rm.removeprefix("boxed_")
-    if base not in RM_TYPES and base != "remote_rm":
+    base = base_type(rm)
+    if base not in RM_TYPES and base != REMOTE_RM:
         _issue(out, "error", "engine.rm_type", ("rm_type",),
                f"--rm-type {rm} is not a reward PPO Deck's rollout has (it has "
                f"{', '.join(RM_TYPES)} and remote_rm, each also as boxed_<type>).",
@@ -407,6 +408,7 @@ def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = N
     m = machine or current_machine()
     if engine == "miles":  # the capability classes describe our engine, not miles
         miles_rules(s, out, m, r)
+        remote_reward_rules(r, out)  # miles posts to --rm-url the same way
         return
     refused_flags(e, s, out)
     command_only_flags(e, s, out)

@@ -20,7 +20,13 @@ from typing import Any
 import ray
 
 from ..config.memory import count_params, init_peak_gib
-from ..host.workers import CALL_TIMEOUT_S, WorkerFailure, first_line, wait_ready
+from ..host.workers import (
+    CALL_TIMEOUT_S,
+    WorkerFailure,
+    death_cause,
+    first_line,
+    wait_ready,
+)
 from ..vocabulary import INIT_PHASE, InitStep, Kind
 from . import cluster
 from .offload import MovePlan, plan_moves, sleep, wake
@@ -73,7 +79,7 @@ class RolloutHandle:
             raise WorkerFailure("rollout", 0, f"{what} did not return within "
                                 f"{CALL_TIMEOUT_S:.0f} s") from err
         except ray.exceptions.RayActorError as err:
-            raise WorkerFailure("rollout", 0, "the rollout process died") from err
+            raise WorkerFailure("rollout", 0, death_cause(err, self.actor)) from err
         except ray.exceptions.RayTaskError as err:
             raise WorkerFailure("rollout", 0, first_line(err)) from err
 
@@ -222,8 +228,8 @@ class TrainGroup:
                 results[rank] = ray.get(done[0])
             except ray.exceptions.RayActorError as err:
                 self.kill()
-                raise WorkerFailure(self.role, rank, "the worker process died "
-                                    f"({type(err).__name__})") from err
+                raise WorkerFailure(self.role, rank,
+                                    death_cause(err, self.workers[rank])) from err
             except ray.exceptions.RayTaskError as err:
                 self.kill()
                 raise WorkerFailure(self.role, rank, first_line(err)) from err
