@@ -99,6 +99,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     # --- tests only
     EnvVar("PPODECK_TEST_RAY_GPUS", "test", "0",
            "N > 0: a private local Ray declares N fake GPUs so CPU machines test GPU placement"),
+    EnvVar("PPODECK_TEST_FLIP_ADVANTAGES", "test", "0",
+           "1: the actor trains on negated advantages, a deliberately broken loss that "
+           "`ppodeck canary` must catch (its own test)"),
 )
 
 BY_NAME = {var.name: var for var in ENV_VARS}

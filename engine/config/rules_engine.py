@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 
 from .derived import longest_sample
+from .forecast import Calibration, kept_calibrations
 from .issues import Out
 from .issues import add as _issue
 from .issues import fl as _fl
@@ -38,6 +39,8 @@ class Machine:
     sglang: bool  # importable
     host_memory_bytes: int | None = None  # MemTotal of /proc/meminfo; None: unknown
     megatron_bridge: bool = False  # importable (`--megatron-to-hf-mode bridge`)
+    kind: str = ""  # engine/host/kind.py: the forecast is calibrated per machine kind
+    calibrations: tuple[Calibration, ...] = ()  # kept runs' timings (engine/config/forecast.py)
 
     @property
     def cuda(self) -> bool:
@@ -47,11 +50,13 @@ class Machine:
 @functools.cache
 def this_machine() -> Machine:
     """Probed once per process: find_spec only (nothing is imported), NVML or /proc for GPUs."""
+    from ..host.kind import machine_kind
     from ..host.machine import host_memory_bytes, visible_gpus
 
     return Machine(gpus=visible_gpus(), transformer_engine=_importable("transformer_engine"),
                    sglang=_importable("sglang"), host_memory_bytes=host_memory_bytes(),
-                   megatron_bridge=_installed("megatron-bridge"))
+                   megatron_bridge=_installed("megatron-bridge"), kind=machine_kind(),
+                   calibrations=kept_calibrations())
 
 
 def _importable(module: str) -> bool:

@@ -286,6 +286,24 @@ def save(args: dict[str, Any], roles: Roles, tm: Telemetry, rollout_id: int,
         wake(group, tm, offload)
         group.save(rollout_id)
         sleep(group, tm, offload)
+    report_save_check(args, tm, rollout_id)
+
+
+def report_save_check(args: dict[str, Any], tm: Telemetry, rollout_id: int) -> None:
+    """Read the save back against its manifest (sizes) with its critic sibling: the event the
+    monitor's and `runs ls`' save badge shows. A damaged save is said at once, not at resume."""
+    from ..run.save_manifest import check_iteration, required_roots
+
+    critic = Path(args["critic_save"]) if args["use_critic"] and args["critic_save"] else None
+    roots = required_roots(Path(args["save"]), critic, int(args["num_critic_only_steps"] or 0),
+                           rollout_id)
+    check = check_iteration(rollout_id, roots, checksums=False)
+    damage = [d.text() for d in check.damage]
+    msg = (f"save of rollout {rollout_id} verified: files and sizes match its manifest"
+           + (", critic sibling present" if critic else "") if check.good
+           else f"save of rollout {rollout_id} is DAMAGED: {'; '.join(damage)}")
+    tm.writer.emit("log", level="info" if check.good else "error", source="driver", msg=msg,
+                   save_check={"rollout_id": rollout_id, "ok": check.good, "damage": damage})
 
 
 def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: Any,
