@@ -167,7 +167,7 @@ def forecast(r: Mapping[str, Any], work: Work | None, gpus: int | None, machine:
     """The forecast of the resolved config `r` on a machine of kind `machine`."""
     if work is None:
         return Forecast(None, None, "the model shape or batch is not set")
-    c = counts(r, gpus)
+    c = counts(r, gpus if machine.startswith("gpu:") else 0)  # a CPU run holds no GPU
     same = [cal for cal in calibrations if cal.machine == machine]
     if same:
         return _from_calibration(r, c, work, _nearest(same, work))

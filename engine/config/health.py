@@ -33,6 +33,7 @@ RULES = (
     Rule("health.reward_flat", "warning", "reward flat"),
     Rule("health.logprob_gap_climbing", "warning", "rollout/train log-prob gap climbing"),
     Rule("health.hang", "error", "no new event while the driver is alive"),
+    Rule("health.pace_far_off", "warning", "steady rollouts far off their forecast pace"),
 )
 BY_CODE = {rule.code: rule for rule in RULES}
 
@@ -57,6 +58,8 @@ class Thresholds:
     logprob_gap_rollouts: int = 5  # rising in each of these rollouts ...
     logprob_gap_factor: float = 2.0  # ... to at least 2x where the climb started
     hang_minutes: float = 30.0  # no new event while the driver is alive
+    pace_factor: float = 2.0  # steady rollouts 2x slower (or faster) than the forecast ...
+    pace_rollouts: int = 3  # ... over at least this many steady rollouts
     disable: tuple[str, ...] = ()  # rule codes not to judge, e.g. ["health.reward_flat"]
 
 

@@ -61,14 +61,25 @@ class PhaseTimes:
         first = min(self.by_rollout, default=0)
         return {rid: p for rid, p in self.by_rollout.items() if rid > first}
 
+    def occurrences(self, phase: str) -> list[float]:
+        return [self.by_rollout[rid][phase] for rid in sorted(self.by_rollout)
+                if phase in self.by_rollout[rid]]
+
     def median_per_phase(self) -> dict[str, float]:
-        """Each phase's median seconds over the steady rollouts it ran in (saves apart)."""
+        """Each phase's median seconds per rollout it ran in, its first time left out: that one
+        carries the one-off compiles and warm-ups (the actor's comes after the critic-only
+        warmup, so not in the first rollout)."""
         out = {}
         for phase in ROLLOUT_PHASES:
-            seen = [p[phase] for p in self.steady().values() if phase in p]
-            if seen:
-                out[phase] = statistics.median(seen)
+            seen = self.occurrences(phase)
+            if len(seen) > 1:  # a phase seen once has no steady time yet
+                out[phase] = statistics.median(seen[1:])
         return out
+
+    def first_extra(self) -> float:
+        """What the first time of each phase took beyond its steady median, summed."""
+        medians = self.median_per_phase()
+        return sum(max(0.0, self.occurrences(p)[0] - m) for p, m in medians.items())
 
 
 def phase_times(events: Iterable[Mapping[str, Any]]) -> PhaseTimes:
@@ -94,15 +105,12 @@ def calibration_of(rundir: RunDir) -> Calibration | None:
         return None
     assert times.first_ts is not None and times.last_end_ts is not None
     phase_s = times.median_per_phase()
-    first = min(times.by_rollout)
-    steady_total = sum(phase_s.values())
-    first_total = sum(s for p, s in times.by_rollout[first].items() if p != Phase.SAVE)
     saves = [p[Phase.SAVE] for p in times.by_rollout.values() if Phase.SAVE in p]
     return Calibration(
         machine=str(machine), source=f"run {rundir.id}", work=work,
         launch_s=max(0.0, times.first_ts - float(created))
         + max(0.0, float(ended) - times.last_end_ts),
-        init_s=times.init_s, first_extra_s=max(0.0, first_total - steady_total),
+        init_s=times.init_s, first_extra_s=times.first_extra(),
         phase_s=phase_s, save_s=statistics.median(saves) if saves else None,
         wall_s=float(ended) - float(created))
 
@@ -188,3 +196,44 @@ def run_pace(rundir: RunDir) -> Pace:
     """The verdict of a run directory, from its recorded forecast and its events."""
     events, _ = read_events(rundir.events_jsonl)
     return judge_pace(phase_times(events), read_status(rundir).get("forecast"))
+
+
+def save_badge(events: Iterable[Mapping[str, Any]]) -> str:
+    """The saves' badge: "ok x3" (each save read back whole), "DAMAGED r29", or "-" (none)."""
+    checks = [e["save_check"] for e in events if isinstance(e.get("save_check"), dict)]
+    if not checks:
+        return "-"
+    bad = [c for c in checks if not c.get("ok")]
+    if bad:
+        return f"DAMAGED r{bad[-1].get('rollout_id')}"
+    return f"ok x{len(checks)}"
+
+
+def run_verdicts(rundir: RunDir) -> tuple[Pace, str]:
+    """A run's pace and save badge, from one read of its events."""
+    try:
+        events, _ = read_events(rundir.events_jsonl)
+    except OSError:
+        events = []
+    return (judge_pace(phase_times(events), read_status(rundir).get("forecast")),
+            save_badge(events))
+
+
+class PaceWatch:
+    """For a follower: the verdict after each finished rollout, only when it changed."""
+
+    def __init__(self, forecast: Mapping[str, Any] | None) -> None:
+        self.forecast = forecast
+        self.times = PhaseTimes()
+        self.shown: str | None = None
+
+    def after(self, event: Mapping[str, Any]) -> str | None:
+        self.times.add(event)
+        if not self.forecast or event.get("kind") != Kind.METRICS or \
+                event.get("step_key") != "rollout/step":
+            return None
+        pace = judge_pace(self.times, self.forecast)
+        if pace.ratio is None or pace.text == self.shown:
+            return None
+        self.shown = pace.text
+        return f"pace: {pace.text}"
