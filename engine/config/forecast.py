@@ -174,8 +174,9 @@ def forecast(r: Mapping[str, Any], work: Work | None, gpus: int | None, machine:
     facts = _gpu_facts(machine)
     if facts is not None and calibrations:
         return _from_facts(r, c, work, facts, machine, calibrations)
-    return Forecast(None, None, f"no kept run on this machine kind ({machine}): run one "
-                                "(e.g. `ppodeck run tiny-cpu --set num-rollout=5`) to calibrate")
+    return Forecast(None, None, f"no kept run on this machine kind ({machine or 'unknown'}): "
+                                "run one (e.g. `ppodeck run tiny-cpu --set num-rollout=5`) to "
+                                "calibrate")
 
 
 def _nearest(calibrations: Sequence[Calibration], work: Work) -> Calibration:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from . import rules_engine
 from .derived import Derived, derive_resolved
 from .forecast import Forecast, forecast, work_of
 from .issues import Issue, Out, Report
@@ -21,7 +22,7 @@ from .issues import add as _issue
 from .issues import fl as _fl
 from .model import RunConfig
 from .resolve import resolve_values, split_values
-from .rules_engine import Machine, engine_rules, passthrough_flags, this_machine
+from .rules_engine import Machine, engine_rules, passthrough_flags
 from .rules_ppo import PPO_AND_PLACEMENT_RULES
 from .schema import BY_DEST, DEFAULTS
 
@@ -463,7 +464,7 @@ def check(config: RunConfig, machine: Machine | None = None, engine: str = "ppod
         engine_rules(e, r, s, out, machine, engine)
         derived = derive_resolved(r)
         _batch_arithmetic(e, r, s, out, derived)
-        predicted = _forecast(r, derived, machine or this_machine())
+        predicted = _forecast(r, derived, machine or rules_engine.this_machine())
     except Exception as exc:  # a rule bug must never take the UI down
         out.append(Issue("error", "internal.check_failed", (),
                          f"validation stopped early: {type(exc).__name__}: {exc}",

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..config import rules_engine
 from ..config.forecast import ROLLOUT_PHASES, Calibration, Work, work_of
-from ..config.rules_engine import Machine, this_machine
+from ..config.rules_engine import Machine
 from ..vocabulary import INIT_PHASE, PHASE_LABEL, Kind, Phase, State
 from .events import read_events
 from .rundir import RunDir, list_runs, read_status
@@ -151,7 +152,7 @@ def local_calibrations(kind: str, root: Path | None = None) -> list[Calibration]
 
 def machine_here(root: Path | None = None) -> Machine:
     """This machine, with its runs' calibrations ahead of the kept ones (the forecast's)."""
-    machine = this_machine()
+    machine = rules_engine.this_machine()  # by module: tests pin the machine there
     local = tuple(local_calibrations(machine.kind, root))
     return replace(machine, calibrations=local + machine.calibrations)
 

@@ -20,7 +20,6 @@ from ppodeck.engine.config.forecast import (
     kept_calibrations,
     work_of,
 )
-from ppodeck.engine.config.rules_engine import this_machine
 from ppodeck.engine.launch.local import prepare_run
 from ppodeck.engine.presets import load_preset, resolve_preset
 from ppodeck.engine.run.health import HealthJudge, RunFacts
@@ -33,6 +32,7 @@ from ppodeck.engine.run.pace import (
     save_badge,
 )
 from ppodeck.engine.run.rundir import write_status
+from tests.conftest import CPU_MACHINE
 
 KIND = "cpu: test CPU x2"
 # seconds per rollout of a made-up run: generate, critic and actor train, sync
@@ -83,7 +83,7 @@ def test_a_finished_run_is_a_calibration_and_forecasts_its_own_wall_time(runs_di
     assert cal.launch_s == pytest.approx(3.0)
     r = resolve(resolve_preset(load_preset("tiny-cpu")).with_values(num_rollout=10))
     report = check(resolve_preset(load_preset("tiny-cpu")).with_values(num_rollout=10),
-                   replace(this_machine(), kind=KIND, calibrations=(cal,)))
+                   replace(CPU_MACHINE, kind=KIND, calibrations=(cal,)))
     assert report.forecast.seconds == pytest.approx(cal.wall_s, rel=1e-6)
     assert report.forecast.gpu_hours == 0 and f"run {path.name}" in report.forecast.basis
     assert r["num_rollout"] == 10
@@ -120,9 +120,9 @@ def test_a_gpu_without_its_own_runs_is_scaled_from_kept_evidence_by_machine_fact
     config = resolve_preset(load_preset("qwen3-0.6b-ppo-1gpu")).with_values(
         rollout_backend="hf", num_rollout=3)
     r = resolve(config)
-    report = check(config, replace(this_machine(), gpus=1, kind="gpu: NVIDIA H100 80GB HBM3 x1",
+    report = check(config, replace(CPU_MACHINE, gpus=1, kind="gpu: NVIDIA H100 80GB HBM3 x1",
                                    calibrations=kept))
-    on_h200 = check(config, replace(this_machine(), gpus=1, kind="gpu: NVIDIA H200 x1",
+    on_h200 = check(config, replace(CPU_MACHINE, gpus=1, kind="gpu: NVIDIA H200 x1",
                                     calibrations=kept)).forecast
     assert report.forecast.basis.startswith("machine facts")
     assert report.forecast.seconds > on_h200.seconds  # the H100's decode is slower
@@ -135,7 +135,7 @@ def test_the_forecast_of_the_kept_h200_run_is_within_20_percent_of_another_kept_
     (3 rollouts, 87.0 s from its first event to its last)."""
     config = resolve_preset(load_preset("qwen3-0.6b-ppo-1gpu")).with_values(
         rollout_backend="hf", num_rollout=3)
-    out = check(config, replace(this_machine(), gpus=1, kind="gpu: NVIDIA H200 x1",
+    out = check(config, replace(CPU_MACHINE, gpus=1, kind="gpu: NVIDIA H200 x1",
                                 calibrations=kept_calibrations())).forecast
     assert abs(out.seconds / 87.03 - 1) <= 0.20
 
@@ -186,7 +186,7 @@ def test_the_save_badge() -> None:
 def test_check_with_local_runs_stays_fast(runs_dir) -> None:
     _finished_run(runs_dir, 5)
     config = resolve_preset(load_preset("tiny-cpu"))
-    machine = replace(this_machine(), kind=KIND, calibrations=tuple(local_calibrations(KIND)))
+    machine = replace(CPU_MACHINE, kind=KIND, calibrations=tuple(local_calibrations(KIND)))
     start = time.perf_counter()
     for _ in range(20):
         check(config, machine)
