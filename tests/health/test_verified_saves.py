@@ -31,7 +31,8 @@ def saved_run(tmp_path_factory) -> RunDir:
     """tiny-cpu for 4 rollouts, saved after rollouts 1 and 3 (the warmup is rollout 0)."""
     pytest.importorskip("megatron.core")
     tmp = tmp_path_factory.mktemp("saved")
-    rundir, status, _ = run_preset(tmp, "tiny-cpu", timeout=600, num_rollout=4, save="${RUN_DIR}/ck", save_interval=2)
+    rundir, status, _ = run_preset(tmp, "tiny-cpu", timeout=600, num_rollout=4,
+                                   save="${RUN_DIR}/ck", save_interval=2)
     assert status["state"] == "succeeded", driver_log_tail(rundir)
     return rundir
 
