@@ -39,6 +39,7 @@ class PhaseTimes:
     init_s: float | None = None
     first_ts: float | None = None  # the first phase start (init's)
     last_end_ts: float | None = None
+    _ranks: dict[tuple[int, str], dict[Any, float]] = field(default_factory=dict, repr=False)
 
     def add(self, event: Mapping[str, Any]) -> None:
         if event.get("kind") != Kind.PHASE or event.get("parent"):
@@ -54,8 +55,13 @@ class PhaseTimes:
         if event.get("name") == INIT_PHASE:
             self.init_s = seconds
         elif event.get("rollout_id") is not None:
-            phases = self.by_rollout.setdefault(int(event["rollout_id"]), {})
-            phases[event["name"]] = phases.get(event["name"], 0.0) + seconds
+            # miles' timers come per rank (a watched or driven miles run): the phase lasts as
+            # long as its slowest rank; our driver's spans carry no rank
+            rid, name = int(event["rollout_id"]), event["name"]
+            ranks = self._ranks.setdefault((rid, name), {})
+            rank = event.get("rank")
+            ranks[rank] = ranks.get(rank, 0.0) + seconds
+            self.by_rollout.setdefault(rid, {})[name] = max(ranks.values())
 
     def steady(self) -> dict[int, dict[str, float]]:
         """Rollouts after the first one of the run (which carries one-off warm-ups)."""

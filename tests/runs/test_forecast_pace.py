@@ -22,6 +22,7 @@ from ppodeck.engine.config.forecast import (
 )
 from ppodeck.engine.launch.local import prepare_run
 from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.run.events import read_events
 from ppodeck.engine.run.health import HealthJudge, RunFacts
 from ppodeck.engine.run.pace import (
     PaceWatch,
@@ -192,3 +193,19 @@ def test_check_with_local_runs_stays_fast(runs_dir) -> None:
         check(config, machine)
     assert (time.perf_counter() - start) / 20 < 0.05
     assert calibration_of is not None and work_of is not None
+
+
+def test_pace_reads_a_watched_miles_run_from_its_own_timers(runs_dir) -> None:
+    """tests/data/miles_dump's timers (rollout, actor_train, update_weights per rank), read by
+    the watch adapter, judged against a forecast of the same per-rollout seconds."""
+    from ppodeck.engine.miles.watch import open_dump
+
+    rundir, _ = open_dump(Path(__file__).parents[1] / "data" / "miles_dump", runs_dir)
+    events, _ = read_events(rundir.events_jsonl)
+    times = phase_times(events)
+    observed = times.median_per_phase()
+    assert observed["generate"] == pytest.approx(40.0)  # the rollout manager's interval
+    assert observed["actor_train"] == pytest.approx(39.3, abs=0.05)  # the slower rank
+    assert judge_pace(times, {"phase_s": observed}).text == "on pace"
+    slow = judge_pace(times, {"phase_s": {**observed, "generate": 20.0}})
+    assert "generate 2.0x its forecast" in slow.text
