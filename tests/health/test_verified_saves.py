@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ppodeck.app.cli import launch as cli_launch
+from ppodeck.app.cli.root import app as root_app
 from ppodeck.engine.config import resolve
 from ppodeck.engine.config.resolve import TRACKER
 from ppodeck.engine.launch.local import prepare_resume
@@ -56,9 +56,7 @@ def _args(rundir: RunDir) -> dict:
 
 
 def _cli() -> typer.Typer:
-    app = typer.Typer()
-    cli_launch.register(app)
-    return app
+    return root_app
 
 
 def _halve(path: Path) -> None:
