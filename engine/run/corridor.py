@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..vocabulary import INIT_PHASE, Kind, StepKey
+from ..vocabulary import INIT_PHASE, Kind, Metric, StepKey
 
 CORRIDOR_VERSION = 1
 CORRIDOR_DIR = Path(__file__).resolve().parent / "corridors"
@@ -26,10 +26,10 @@ CORRIDOR_DIR = Path(__file__).resolve().parent / "corridors"
 # metric -> (what the user reads, how a rollout's value is made from its events, abs, rel
 # margin). Reward is smoothed over three rollouts: one rollout of 128 samples moves it by noise.
 METRICS: dict[str, tuple[str, str, float, float]] = {
-    "rollout/raw_reward": ("reward", "rollout-mean3", 0.04, 0.25),
-    "train/critic-value_loss": ("value loss", "train-mean", 0.01, 0.6),
-    "train/ppo_kl": ("KL", "train-mean", 0.01, 1.0),
-    "train/pg_clipfrac": ("clip fraction", "train-mean", 0.05, 1.0),
+    Metric.REWARD: ("reward", "rollout-mean3", 0.04, 0.25),
+    Metric.VALUE_LOSS: ("value loss", "train-mean", 0.01, 0.6),
+    Metric.PPO_KL: ("KL", "train-mean", 0.01, 1.0),
+    Metric.PG_CLIPFRAC: ("clip fraction", "train-mean", 0.05, 1.0),
 }
 STEP_TIME = "step_time"
 STEP_TIME_FACTOR = 3.0  # slower than 3x the trusted median (or faster than 1/3) is a regression

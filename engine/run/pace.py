@@ -22,7 +22,7 @@ from typing import Any
 from ..config import rules_engine
 from ..config.forecast import ROLLOUT_PHASES, Calibration, Work, work_of
 from ..config.rules_engine import Machine
-from ..vocabulary import INIT_PHASE, PHASE_LABEL, Kind, Phase, State
+from ..vocabulary import INIT_PHASE, PHASE_LABEL, Kind, Phase, State, StepKey
 from .events import read_events
 from .rundir import RunDir, list_runs, read_status
 
@@ -237,7 +237,7 @@ class PaceWatch:
     def after(self, event: Mapping[str, Any]) -> str | None:
         self.times.add(event)
         if not self.forecast or event.get("kind") != Kind.METRICS or \
-                event.get("step_key") != "rollout/step":
+                event.get("step_key") != StepKey.ROLLOUT:
             return None
         pace = judge_pace(self.times, self.forecast)
         if pace.ratio is None or pace.text == self.shown:
