@@ -3,6 +3,7 @@ runs; `--refresh` makes the corridor (engine/launch/canary.py, engine/run/corrid
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -47,7 +48,7 @@ def canary(
     from ...engine.config.rules_engine import this_machine
     from ...engine.host.kind import machine_kind
     from ...engine.launch import canary as recipe
-    from ...engine.run.corridor import corridor_path, read_corridor
+    from ...engine.run.corridor import STEP_TIME, corridor_path, read_corridor
     from ...engine.run.rundir import runs_root
 
     name = preset or recipe.default_recipe(this_machine().gpus)
@@ -76,6 +77,9 @@ def canary(
                f"{run.rundir.path}")
     for breach in breaches[:8]:
         typer.echo(f"  {breach.text()}")
+    if any(b.metric == STEP_TIME for b in breaches):  # a busy machine is slow too: say how busy
+        load = os.getloadavg()[0]
+        typer.echo(f"  (load average {load:.1f} on {os.cpu_count()} CPUs while it ran)")
     raise typer.Exit(EXIT_REGRESSED)
 
 

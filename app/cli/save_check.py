@@ -19,6 +19,7 @@ def settle_damaged_save(rundir: RunDir, config: RunConfig, yes: bool) -> None:
     exit with the damage named otherwise."""
     from ...engine.config import resolve
     from ...engine.launch.resume_check import damaged_saves, fallback, take_save
+    from ...engine.run.save_manifest import iteration_of
 
     if not config.is_set("load"):  # as prepare_resume: the actor resumes from the run's --save
         config = config.with_values(load=config.get("save"))
@@ -29,7 +30,7 @@ def settle_damaged_save(rundir: RunDir, config: RunConfig, yes: bool) -> None:
     err(f"run {rundir.id}: the save it would resume from is damaged and will not be loaded:")
     for item in damage:
         err(f"  {item.text()}")
-    damaged = [int(d.save_dir.name[5:]) for d in damage if d.save_dir.name[5:].isdigit()]
+    damaged = [i for d in damage if (i := iteration_of(d.save_dir)) is not None]
     good = fallback(args, min(damaged) if damaged else None)
     if good is None:
         fail("no older save of this run is whole, so it cannot resume. Fix: start a new run",

@@ -118,7 +118,8 @@ class Forecast:
     def text(self) -> str:
         if self.seconds is None:
             return f"forecast: none ({self.basis})"
-        hours = f", {self.gpu_hours:.3g} GPU-hours" if self.gpu_hours else ""
+        hours = (f", {self.gpu_hours:.3g} GPU-hours" if self.gpu_hours
+                 else ", no GPU-hours (a CPU run)")
         return f"forecast: {format_seconds(self.seconds)} launch to done{hours} ({self.basis})"
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.resolve import TRACKER
-from ..run.save_manifest import Damage, SaveCheck, newest_good, verify_save
+from ..run.save_manifest import Damage, SaveCheck, iteration_of, newest_good, verify_save
 
 RELEASE = "release"
 
@@ -116,17 +116,12 @@ def _damage_problem(args: Mapping[str, Any], source: Source, damage: list[Damage
     text = f"{source.flag}: the save {damage[0].save_dir} is damaged and is not loaded: {named}"
     if not source.resume:
         return f"{text}. Fix: convert or copy the checkpoint again"
-    good = fallback(args, _iteration_of(damage[0].save_dir))
+    good = fallback(args, iteration_of(damage[0].save_dir))
     if good is None:
         return f"{text}. No older save of this run is whole: start a new run"
     return (f"{text}. Fix: resume from iteration {good.iteration}, the newest whole save "
             f"(`ppodeck run --resume RUN --yes` takes it), or write {good.iteration} into "
             f"both {TRACKER} files")
-
-
-def _iteration_of(save_dir: Path) -> int | None:
-    tail = save_dir.name.removeprefix("iter_")
-    return int(tail) if tail.isdigit() else None
 
 
 def resume_roots(args: Mapping[str, Any]) -> tuple[Path | None, Path | None]:

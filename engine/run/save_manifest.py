@@ -175,6 +175,12 @@ def save_path(root: Path, iteration: int) -> Path:
     return root / f"iter_{iteration:07d}"
 
 
+def iteration_of(save_dir: Path) -> int | None:
+    """The iteration an `iter_XXXXXXX` directory holds (None for `release` and others)."""
+    tail = save_dir.name.removeprefix("iter_")
+    return int(tail) if tail.isdigit() else None
+
+
 @dataclass(frozen=True)
 class SaveCheck:
     """One iteration of a run: the actor's and the critic's save, checked together."""
