@@ -23,6 +23,13 @@ facts (peak bf16 FLOP/s and memory bandwidth of the GPU model, at the efficienci
 runs reached) and says so in its basis; a CPU kind without kept runs gets no forecast, and its
 basis says which command to run to calibrate one.
 
+On a CPU machine kind every phase shares the cores with whatever else runs there, so the
+forecast is scaled by the load: each run records the 1-minute load average at its launch, and a
+forecast multiplies by slowdown(load now) / slowdown(the calibration's load), where
+slowdown(L) = max(1, (L + 1) / CPUs) (a runnable process's share of the cores once they are all
+taken). It assumes the load at launch holds through the run; a load that changes mid-run is
+what the pace verdict then shows.
+
 GPU-hours = wall seconds x the GPUs the run holds / 3600 (0 on CPU).
 """
 
@@ -86,12 +93,13 @@ class Calibration:
     phase_s: Mapping[str, float]  # seconds per steady rollout
     save_s: float | None = None
     wall_s: float | None = None
+    load: float | None = None  # the machine's 1-min load average at the run's launch
 
     def as_dict(self) -> dict[str, Any]:
         return {"machine": self.machine, "source": self.source, "work": vars(self.work),
                 "launch_s": self.launch_s, "init_s": self.init_s,
                 "first_extra_s": self.first_extra_s, "phase_s": dict(self.phase_s),
-                "save_s": self.save_s, "wall_s": self.wall_s}
+                "save_s": self.save_s, "wall_s": self.wall_s, "load": self.load}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Calibration:
@@ -99,7 +107,23 @@ class Calibration:
                    launch_s=float(data["launch_s"]), init_s=float(data["init_s"]),
                    first_extra_s=float(data["first_extra_s"]),
                    phase_s={k: float(v) for k, v in data["phase_s"].items()},
-                   save_s=data.get("save_s"), wall_s=data.get("wall_s"))
+                   save_s=data.get("save_s"), wall_s=data.get("wall_s"),
+                   load=data.get("load"))
+
+
+@dataclass(frozen=True)
+class Load:
+    """How busy this machine is at launch: its 1-min load average and its CPUs."""
+
+    average: float | None = None
+    cpus: int | None = None
+
+    def slowdown(self, average: float | None) -> float:
+        """How much slower a CPU-bound run goes at `average` than on an idle machine: each
+        runnable process gets cpus / (load + 1) of a core once the cores are all taken."""
+        if average is None or not self.cpus:
+            return 1.0
+        return max(1.0, (average + 1.0) / self.cpus)
 
 
 @dataclass(frozen=True)
@@ -164,20 +188,37 @@ def work_of(r: Mapping[str, Any], params: int | None, samples: int | None) -> Wo
 
 # ------------------------------------------------------------------------------- forecasting
 def forecast(r: Mapping[str, Any], work: Work | None, gpus: int | None, machine: str,
-             calibrations: Sequence[Calibration]) -> Forecast:
-    """The forecast of the resolved config `r` on a machine of kind `machine`."""
+             calibrations: Sequence[Calibration], load: Load | None = None) -> Forecast:
+    """The forecast of the resolved config `r` on a machine of kind `machine`; on a CPU kind,
+    scaled by `load` (this machine's now) against the calibration runs' at their launch."""
     if work is None:
         return Forecast(None, None, "the model shape or batch is not set")
     c = counts(r, gpus if machine.startswith("gpu:") else 0)  # a CPU run holds no GPU
     same = [cal for cal in calibrations if cal.machine == machine]
     if same:
-        return _from_calibration(r, c, work, _nearest(same, work))
+        cal = _nearest(same, work)
+        out = _from_calibration(r, c, work, cal)
+        return _under_load(out, cal, load) if machine.startswith("cpu:") else out
     facts = _gpu_facts(machine)
     if facts is not None and calibrations:
         return _from_facts(r, c, work, facts, machine, calibrations)
     return Forecast(None, None, f"no kept run on this machine kind ({machine or 'unknown'}): "
                                 "run one (e.g. `ppodeck run tiny-cpu --set num-rollout=5`) to "
                                 "calibrate")
+
+
+def _under_load(out: Forecast, cal: Calibration, load: Load | None) -> Forecast:
+    """Every phase of a CPU run shares the cores: scale the whole forecast by the slowdown at
+    this load against the calibration's, and say so."""
+    if load is None or load.average is None or cal.load is None or out.seconds is None:
+        return out
+    factor = load.slowdown(load.average) / load.slowdown(cal.load)
+    if abs(factor - 1.0) < 0.01:
+        return out
+    basis = (f"{out.basis}; x{factor:.2f} for this machine's load ({load.average:.1f} now, "
+             f"{cal.load:.1f} at the calibration's launch, {load.cpus} CPUs)")
+    return Forecast(out.seconds * factor, out.gpu_hours, basis,
+                    (out.init_s or 0.0) * factor, {p: s * factor for p, s in out.phase_s.items()})
 
 
 def _nearest(calibrations: Sequence[Calibration], work: Work) -> Calibration:
@@ -196,13 +237,15 @@ def _median(group: Sequence[Calibration]) -> Calibration:
         return group[0]
     phases = {name for cal in group for name in cal.phase_s}
     saves = [cal.save_s for cal in group if cal.save_s is not None]
+    loads = [cal.load for cal in group if cal.load is not None]
     return Calibration(
         machine=group[0].machine, source=f"the median of {len(group)} {_kinds(group)}",
         work=group[0].work, launch_s=statistics.median(c.launch_s for c in group),
         init_s=statistics.median(c.init_s for c in group),
         first_extra_s=statistics.median(c.first_extra_s for c in group),
         phase_s={p: statistics.median(c.phase_s.get(p, 0.0) for c in group) for p in phases},
-        save_s=statistics.median(saves) if saves else None)
+        save_s=statistics.median(saves) if saves else None,
+        load=statistics.median(loads) if len(loads) == len(group) else None)
 
 
 def _kinds(group: Sequence[Calibration]) -> str:

@@ -16,7 +16,7 @@ import os
 
 from . import rules_engine
 from .derived import Derived, derive_resolved
-from .forecast import Forecast, forecast, work_of
+from .forecast import Forecast, Load, forecast, work_of
 from .issues import Issue, Out, Report
 from .issues import add as _issue
 from .issues import fl as _fl
@@ -476,4 +476,5 @@ def check(config: RunConfig, machine: Machine | None = None, engine: str = "ppod
 
 def _forecast(r: dict, derived: Derived, machine: Machine) -> Forecast:
     work = work_of(r, derived.params, derived.samples_per_rollout)
-    return forecast(r, work, derived.gpus_needed, machine.kind, machine.calibrations)
+    return forecast(r, work, derived.gpus_needed, machine.kind, machine.calibrations,
+                    Load(machine.load, machine.cpus))

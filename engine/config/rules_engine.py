@@ -41,6 +41,8 @@ class Machine:
     megatron_bridge: bool = False  # importable (`--megatron-to-hf-mode bridge`)
     kind: str = ""  # engine/host/kind.py: the forecast is calibrated per machine kind
     calibrations: tuple[Calibration, ...] = ()  # kept runs' timings (engine/config/forecast.py)
+    load: float | None = None  # 1-min load average when probed for a forecast (engine/run/pace)
+    cpus: int | None = None
 
     @property
     def cuda(self) -> bool:

@@ -18,7 +18,19 @@ def machine_kind() -> str:
     gpus = visible_gpus()
     if gpus > 0:
         return f"gpu: {_gpu_name() or 'unknown GPU'} x{gpus}"
-    return f"cpu: {_cpu_model() or 'unknown CPU'} x{len(os.sched_getaffinity(0))}"
+    return f"cpu: {_cpu_model() or 'unknown CPU'} x{cpu_count()}"
+
+
+def load_average() -> float | None:
+    """The 1-minute load average now: on a shared CPU machine, how busy it is at launch."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def cpu_count() -> int:
+    return len(os.sched_getaffinity(0))
 
 
 def _gpu_name() -> str | None:

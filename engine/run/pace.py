@@ -119,7 +119,7 @@ def calibration_of(rundir: RunDir) -> Calibration | None:
         + max(0.0, float(ended) - times.last_end_ts),
         init_s=times.init_s, first_extra_s=times.first_extra(),
         phase_s=phase_s, save_s=statistics.median(saves) if saves else None,
-        wall_s=float(ended) - float(created))
+        wall_s=float(ended) - float(created), load=status.get("load_at_launch"))
 
 
 def _work(rundir: RunDir) -> Work | None:
@@ -158,9 +158,12 @@ def local_calibrations(kind: str, root: Path | None = None) -> list[Calibration]
 
 def machine_here(root: Path | None = None) -> Machine:
     """This machine, with its runs' calibrations ahead of the kept ones (the forecast's)."""
+    from ..host.kind import cpu_count, load_average
+
     machine = rules_engine.this_machine()  # by module: tests pin the machine there
     local = tuple(local_calibrations(machine.kind, root))
-    return replace(machine, calibrations=local + machine.calibrations)
+    return replace(machine, calibrations=local + machine.calibrations, load=load_average(),
+                   cpus=cpu_count())
 
 
 # ------------------------------------------------------------------------------- the verdict

@@ -15,6 +15,7 @@ from ppodeck.app.cli.root import app
 from ppodeck.engine.config import check, resolve
 from ppodeck.engine.config.forecast import (
     Calibration,
+    Load,
     Work,
     forecast,
     kept_calibrations,
@@ -105,6 +106,21 @@ def test_the_forecast_scales_with_rollouts_and_work() -> None:
     gpu = replace(cal, machine="gpu: NVIDIA H200 x2")
     assert forecast(r, work, 2, gpu.machine, [gpu]).gpu_hours == pytest.approx(
         2 * expected / 3600)
+
+
+def test_a_busier_cpu_machine_gets_a_longer_forecast_and_says_why() -> None:
+    work = Work(params=1000, samples=100, response_tokens=10, seq_tokens=20)
+    cal = Calibration(KIND, "run x", work, launch_s=2.0, init_s=40.0, first_extra_s=4.0,
+                      phase_s=STEADY, load=3.0)  # slowdown (3 + 1) / 2 = 2
+    r = resolve(resolve_preset(load_preset("tiny-cpu")).with_values(num_rollout=30))
+    base = forecast(r, work, 0, KIND, [cal])
+    busy = forecast(r, work, 0, KIND, [cal], Load(average=7.0, cpus=2))  # slowdown 4
+    assert busy.seconds == pytest.approx(2 * base.seconds)
+    assert "x2.00 for this machine's load (7.0 now, 3.0 at the calibration's launch" in busy.basis
+    idle = forecast(r, work, 0, KIND, [cal], Load(average=0.2, cpus=2))  # slowdown 1
+    assert idle.seconds == pytest.approx(base.seconds / 2)
+    same = forecast(r, work, 0, KIND, [cal], Load(average=3.0, cpus=2))
+    assert same.seconds == pytest.approx(base.seconds) and same.basis == base.basis
 
 
 def test_no_calibration_of_this_kind_says_how_to_get_one() -> None:
