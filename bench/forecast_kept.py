@@ -7,6 +7,7 @@ driver's own (first event to init, last phase to the final status), not the CLI'
 
     python bench/forecast_kept.py            # rewrite the file
     python bench/forecast_kept.py --check    # exit 1 when the file differs from the evidence
+    python bench/forecast_kept.py --against  # the kept forecast vs the other kept GPU run
 """
 
 from __future__ import annotations
@@ -52,10 +53,40 @@ def calibration(name: str, preset: str, overrides: dict, machine: str) -> Calibr
         wall_s=round(last_event - first_event, 3))
 
 
+# a kept run the calibration was not made from: (results dir, preset, overrides, machine kind)
+HELD_OUT = ("e2e-qwen3-0.6b-369204e", "qwen3-0.6b-ppo-1gpu",
+            {"rollout_backend": "hf", "num_rollout": 3}, "gpu: NVIDIA H200 x1")
+
+
+def against() -> None:
+    """The forecast from the kept calibrations for HELD_OUT's config, against its wall time
+    (its first event to its last: the driver's, as the calibration counts it)."""
+    from dataclasses import replace
+
+    from ppodeck.engine.config import check
+    from ppodeck.engine.config.forecast import kept_calibrations
+    from ppodeck.engine.config.rules_engine import Machine
+
+    name, preset, overrides, kind = HELD_OUT
+    events = [json.loads(line) for line in
+              gzip.open(ROOT / "bench" / "results" / name / "events.jsonl.gz", "rt")]
+    measured = events[-1]["ts"] - events[0]["ts"]
+    machine = replace(Machine(gpus=1, transformer_engine=False, sglang=False), kind=kind,
+                      calibrations=kept_calibrations())
+    out = check(resolve_preset(load_preset(preset)).with_values(**overrides), machine).forecast
+    assert out is not None and out.seconds is not None
+    print(f"{name}: forecast {out.seconds:.1f} s, measured {measured:.1f} s, error "
+          f"{(out.seconds / measured - 1) * 100:+.1f}% ({out.basis})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--against", action="store_true")
     ns = parser.parse_args()
+    if ns.against:
+        against()
+        return 0
     data = {"calibrations": [calibration(*entry).as_dict() for entry in EVIDENCE]}
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"
     if ns.check:
