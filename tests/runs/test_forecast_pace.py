@@ -4,6 +4,8 @@ verdict and its health rule (engine/run/pace.py), and `validate --json`'s foreca
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -225,3 +227,12 @@ def test_pace_reads_a_watched_miles_run_from_its_own_timers(runs_dir) -> None:
     assert judge_pace(times, {"phase_s": observed}).text == "on pace"
     slow = judge_pace(times, {"phase_s": {**observed, "generate": 20.0}})
     assert "generate 2.0x its forecast" in slow.text
+
+
+def test_the_kept_calibrations_match_their_evidence() -> None:
+    """engine/config/data/forecast_kept.json is what bench/forecast_kept.py makes of the kept
+    bench/results files (one home per fact: the file is derived, never edited by hand)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(root / "bench" / "forecast_kept.py"), "--check"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
