@@ -115,6 +115,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PPODECK_RELIABILITY_FIGURES", "test", "(unset: no figures kept)",
            "a JSON file the reliability tests add their measured figures to (set by "
            "bench/reliability_figures.py)"),
+    EnvVar("PPODECK_TEST_FLIP_ADVANTAGES", "test", "0",
+           "1: the actor trains on negated advantages, a deliberately broken loss that "
+           "`ppodeck canary` must catch (its own test)"),
 )
 
 BY_NAME = {var.name: var for var in ENV_VARS}

@@ -16,6 +16,7 @@ import typer
 from ...engine.config import Issue, RunConfig, check, to_argv
 from ...engine.config.derived import PHASES, ROLES
 from ...engine.config.knock_on import group_knock_on
+from ...engine.run.pace import machine_here
 from .common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -158,12 +159,14 @@ def validate(
         fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
     config, parse_issues, label, imported = build_config_and_report(
         preset, sets, from_command, miles_root, launcher, run_launcher, trust)
-    report = check(config, engine=engine)
+    report = check(config, machine=machine_here(), engine=engine)
     issues = [*parse_issues, *report.issues]
     ok = not any(i.level == "error" for i in issues)
+    forecast = report.forecast.as_dict() if report.forecast else None
     if as_json:  # every issue, knock-ons included: a program reads them all
         typer.echo(json.dumps({"ok": ok, "issues": [i.as_dict() for i in issues],
-                               "derived": report.derived.as_dict()}, indent=2))
+                               "derived": report.derived.as_dict(), "forecast": forecast},
+                              indent=2))
     else:
         # over a preset, an unread launcher adds nothing: the preset's issues are its own
         issues = imported.judged(list(report.issues)) if imported is not None and \
@@ -175,6 +178,8 @@ def validate(
         for issue in sorted(issues, key=lambda i: order[i.level]):
             typer.echo(format_issue(issue))
         typer.echo(format_derived(report.derived))
+        if report.forecast is not None:
+            typer.echo(report.forecast.text())
     raise typer.Exit(0 if ok else EXIT_INVALID)
 
 

@@ -129,7 +129,7 @@ def run(
         if submit is not None:
             _fail("--resume runs here; --submit starts new runs on a cluster. Drop one.",
                   EXIT_USAGE)
-        popen = _relaunch(rundir, config)
+        popen = _relaunch(rundir, config, yes)
     elif submit is not None:
         rundir, popen = _submit(config, preset_name, run_dir, submit)
     else:
@@ -282,10 +282,12 @@ def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunD
     return apply_sets(config, sets), preset_name, rundir
 
 
-def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
+def _relaunch(rundir: RunDir, config: RunConfig, yes: bool) -> subprocess.Popen[bytes]:
     from ...engine.launch.local import LaunchError, prepare_resume, start_driver
     from ...engine.run.secrets import secret_env
+    from .save_check import settle_damaged_save
 
+    settle_damaged_save(rundir, config, yes)  # before the run is touched
     try:
         start = prepare_resume(rundir, config)
     except (LaunchError, OSError) as exc:

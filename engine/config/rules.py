@@ -16,6 +16,7 @@ import dataclasses
 import os
 
 from .derived import Derived, derive_resolved, without_figures_from
+from .forecast import Forecast, Load, forecast, work_of
 from .issues import Issue, Out, Report
 from .issues import add as _issue
 from .issues import fl as _fl
@@ -539,9 +540,17 @@ def check(config: RunConfig, machine: Machine | None = None, engine: str = "ppod
         _batch_arithmetic(e, r, s, out, derived)
         derived = without_figures_from(derived, _dests_in_error(out))
         out[:] = _without_knock_ons(out)
+        predicted = _forecast(r, derived, m)
     except Exception as exc:  # a rule bug must never take the UI down
         out.append(Issue("error", "internal.check_failed", (),
                          f"validation stopped early: {type(exc).__name__}: {exc}",
                          "please report this with the preset or command line"))
         derived = Derived()
-    return Report(tuple(out), derived)
+        predicted = None
+    return Report(tuple(out), derived, predicted)
+
+
+def _forecast(r: dict, derived: Derived, machine: Machine) -> Forecast:
+    work = work_of(r, derived.params, derived.samples_per_rollout)
+    return forecast(r, work, derived.gpus_needed, machine.kind, machine.calibrations,
+                    Load(machine.load, machine.cpus))

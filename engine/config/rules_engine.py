@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .forecast import Calibration, kept_calibrations
 from .issues import Out
 from .issues import add as _issue
 from .issues import fl as _fl
@@ -47,6 +48,10 @@ class Machine:
     megatron_bridge: bool = False  # importable (`--megatron-to-hf-mode bridge`)
     # what the GPUs and the host hold now (engine/host/memory.py); None: not read
     holdings: Holdings | None = None
+    kind: str = ""  # engine/host/kind.py: the forecast is calibrated per machine kind
+    calibrations: tuple[Calibration, ...] = ()  # kept runs' timings (engine/config/forecast.py)
+    load: float | None = None  # 1-min load average when probed for a forecast (engine/run/pace)
+    cpus: int | None = None
 
     @property
     def cuda(self) -> bool:
@@ -56,11 +61,13 @@ class Machine:
 @functools.cache
 def this_machine() -> Machine:
     """Probed once per process: find_spec only (nothing is imported), NVML or /proc for GPUs."""
+    from ..host.kind import machine_kind
     from ..host.machine import host_memory_bytes, visible_gpus
 
     return Machine(gpus=visible_gpus(), transformer_engine=_importable("transformer_engine"),
                    sglang=_importable("sglang"), host_memory_bytes=host_memory_bytes(),
-                   megatron_bridge=_installed("megatron-bridge"))
+                   megatron_bridge=_installed("megatron-bridge"), kind=machine_kind(),
+                   calibrations=kept_calibrations())
 
 
 def live_holdings() -> Holdings | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -149,6 +150,8 @@ class ActorWorker(TrainWorker):
         else:
             advantages = grpo_advantages(rewards, mask)
             series = {"rollout/returns": advantages.clone()}
+        if os.environ.get("PPODECK_TEST_FLIP_ADVANTAGES") == "1":  # the canary's self-test
+            advantages = -advantages
         raw = advantages
         if self.settings.normalize_advantages:
             advantages = normalize_advantages(advantages, mask, group=self._dp_group_or_none())

@@ -22,6 +22,7 @@ from textual.widgets import Button, Collapsible, Input, Static
 
 from ....engine.config import BY_DEST, BY_NAME, FLAGS, Flag, Report, RunConfig, check, to_argv
 from ....engine.config.schema import GROUP_TITLES, GROUPS
+from ....engine.run.pace import machine_here
 from .. import drafts
 from ..errors import guard
 from ..messages import LaunchFailed, RunLaunched
@@ -140,7 +141,8 @@ class EditScreen(Screen[None]):
         self.restored_draft = draft is not None
         self.draft_note = draft_note
         self.parse_errors: dict[str, str] = {}
-        self.report: Report = check(self.config)
+        self.machine = machine_here()  # with this machine's finished runs: the forecast's
+        self.report: Report = check(self.config, self.machine)
         self.query_text = ""
         self._draft_timer: Timer | None = None
         self._draft_dirty = False
@@ -299,7 +301,7 @@ class EditScreen(Screen[None]):
 
     def _revalidate(self) -> None:
         with guard(self, "validating the config"):
-            self.report = check(self.config)
+            self.report = check(self.config, self.machine)
             self._apply_report()
         self._schedule_draft()
 
@@ -311,7 +313,7 @@ class EditScreen(Screen[None]):
             field.mark_changed(self.is_changed(dest))
         self._update_groups(issues)
         self.query_one(IssuesPanel).show(self.panel_issues())
-        self.query_one(DerivedPanel).show(self.report.derived)
+        self.query_one(DerivedPanel).show(self.report.derived, self.report.forecast)
         self.query_one(CommandPreview).show(self.masked_argv())
         self._update_bar()
 
@@ -589,6 +591,8 @@ class EditScreen(Screen[None]):
         where = runs_root().resolve() / f"<YYmmdd-HHMMSS>-{self.preset_name}-<hex4>"
         body = Text.assemble(("Run directory (created on confirm)\n", "bold"), f"{where}\n\n",
                              ("Command\n", "bold"), format_argv(self.masked_argv()))
+        if self.report.forecast is not None:
+            body.append(f"\n\n{self.report.forecast.text()}", "italic")
         code = code_to_run(self.config)
         if code:  # confirming is the explicit consent to run it
             body.append("\n\nThis run will execute code named by the config:\n", "bold red")

@@ -13,6 +13,7 @@ from ....engine.vocabulary import PHASE_LABEL
 
 if TYPE_CHECKING:
     from ....engine.config import Derived
+    from ....engine.config.forecast import Forecast
 
 ROWS = (("world_size", "world size"), ("dp_size", "DP"),
         ("rollout_num_gpus", "rollout GPUs"), ("rollout_engines", "rollout engines"),
@@ -40,17 +41,21 @@ class DerivedPanel(Static):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
         self.derived: Derived | None = None
+        self.forecast: Forecast | None = None
 
-    def show(self, derived: Derived) -> None:
-        if derived == self.derived:
+    def show(self, derived: Derived, forecast: Forecast | None = None) -> None:
+        if derived == self.derived and forecast == self.forecast:
             return
         # the rows are fixed; the height changes only the first time and when the memory
         # table appears or goes (model shape completed or broken)
-        relayout = self.derived is None or (
+        relayout = self.derived is None or forecast != self.forecast or (
             bool(self.derived.memory_gib) != bool(derived.memory_gib)) or (
             (self.derived.host_memory_gib is None) != (derived.host_memory_gib is None))
-        self.derived = derived
-        self.update(Group(self._numbers(derived), self._memory(derived)), layout=relayout)
+        self.derived, self.forecast = derived, forecast
+        parts = [self._numbers(derived), self._memory(derived)]
+        if forecast is not None:
+            parts.append(Text(forecast.text(), "italic"))
+        self.update(Group(*parts), layout=relayout)
 
     @staticmethod
     def _numbers(derived: Derived) -> Table:
