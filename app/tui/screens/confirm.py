@@ -15,6 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from ..widgets.footer import DeckFooter
+from ..widgets.text_input import DeckInput
 
 
 class ConfirmDialog(ModalScreen[bool]):
@@ -84,11 +85,11 @@ class LaunchDialog(ConfirmDialog):
                 yield Static(self.body, id="dialog-text")
             with Horizontal(classes="dialog-buttons"):
                 # one row with the buttons: the dialog keeps its height on small terminals
-                yield Input("", placeholder="empty: run here; or submit to a Ray cluster: "
+                yield DeckInput("", placeholder="empty: run here; or submit to a Ray cluster: "
                             "http://HEAD:8265", id="submit-address",
                             tooltip="Ray Jobs: the cluster's dashboard address. Auth headers "
                                     "come from $PPODECK_RAY_JOB_HEADERS (JSON).")
-                yield Input("", placeholder="empty: PPO Deck's engine; or a miles checkout",
+                yield DeckInput("", placeholder="empty: PPO Deck's engine; or a miles checkout",
                             id="miles-root",
                             tooltip="`ppodeck run --engine miles --miles-root DIR`: miles' own "
                                     "train.py with this command (PPO Deck's own flags left "
@@ -137,7 +138,7 @@ class FormDialog(ModalScreen[dict[str, str] | None]):
             yield Static(self.title_text, classes="dialog-title")
             for spec in self.fields:
                 yield Label(spec.label)
-                yield Input(spec.value, placeholder=spec.placeholder, id=spec.id)
+                yield DeckInput(spec.value, placeholder=spec.placeholder, id=spec.id)
             if self.note:
                 yield Static(self.note, classes="dialog-note", markup=False)
             yield Static("", id="dialog-error", classes="dialog-error", markup=False)

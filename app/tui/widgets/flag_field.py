@@ -1,9 +1,12 @@
 """One flag, rendered from its schema entry: the control follows `Flag.kind`, never the name.
 
-int/float -> Input(type integer/number), str/list -> Input, bool -> Switch,
-tristate -> Select(unset | on | off), choice -> Select(unset | choices...).
+int/float/str/list -> Input, bool -> Switch, tristate -> Select(unset | on | off),
+choice -> Select(unset | choices...).
 The field turns widget values into typed values (engine.config.coerce) and posts
 FlagField.Changed; the edit screen validates and hands issues back down via `show_issue`.
+Number fields are plain text inputs: Textual's integer/number inputs drop a character they
+do not accept (`4.5` became `45`, `x` vanished), while the CLI refuses the same text. Here the
+text stays as typed, and a value that does not parse is marked as an error until it is fixed.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
 from .. import fmt
+from .text_input import DeckInput
 
 if TYPE_CHECKING:
     from ....engine.config import Flag
@@ -57,8 +61,9 @@ def _default_hint(flag: Flag) -> str:
     return "unset" if flag.default is None else f"default {fmt.flag_value(flag.default)}"
 
 
-def build_control(flag: Flag, value: Any) -> Widget:
-    """The input widget for a flag kind (the one place that maps kinds to widgets)."""
+def build_control(flag: Flag, value: Any, text: str | None = None) -> Widget:
+    """The input widget for a flag kind (the one place that maps kinds to widgets); `text`:
+    what the user typed when it does not parse (shown as typed, never rewritten)."""
     control_id = f"control-{flag.dest}"
     if flag.kind == "bool":
         return Switch(value=bool(value), id=control_id, classes="flag-control")
@@ -70,11 +75,10 @@ def build_control(flag: Flag, value: Any) -> Widget:
         return FlagSelect(((c, c) for c in flag.choices), prompt=f"unset ({_default_hint(flag)})",
                       value=_select_value(value), compact=True, id=control_id,
                       classes="flag-control")
-    input_type = {"int": "integer", "float": "number"}.get(flag.kind, "text")
     placeholder = _default_hint(flag) + (" (secret)" if flag.secret else "")
-    return Input(fmt.flag_value(value), placeholder=placeholder, type=input_type,  # type: ignore[arg-type]
-                 password=flag.secret, compact=True, id=control_id, classes="flag-control",
-                 select_on_focus=False)
+    shown = fmt.flag_value(value) if text is None else text
+    return DeckInput(shown, placeholder=placeholder, password=flag.secret, compact=True,
+                 id=control_id, classes="flag-control", select_on_focus=False)
 
 
 ENGINE_CLASS_STYLE = {"honoured": "green", "refused": "bold red", "command-only": "yellow"}
@@ -101,6 +105,7 @@ class FlagField(Widget):
         dest: str
         value: Any
         error: str = ""
+        text: str = ""  # with `error`: the text as typed
 
         @property
         def control(self) -> FlagField:
@@ -112,12 +117,13 @@ class FlagField(Widget):
         dest: str
 
     def __init__(self, flag: Flag, value: Any, changed: bool = False,
-                 issue: FieldIssue | None = None) -> None:
+                 issue: FieldIssue | None = None, text: str | None = None) -> None:
         super().__init__(id=f"field-{flag.dest}", classes="flag-field")
         self.flag = flag
         self.value = value  # the typed value the field shows (None = unset)
+        self.text = text  # text that does not parse, kept as typed (None: `value` is shown)
         self.issue = issue
-        self.parse_error = ""
+        self.parse_error = issue.message if text is not None and issue is not None else ""
         self.set_class(changed, "-changed")
         if issue is not None:  # classes before mount cost nothing; after, a restyle
             self.add_class(f"-{issue.level}")
@@ -138,7 +144,7 @@ class FlagField(Widget):
         if len(self.flag.name) > 28:  # the column may cut it: hovering shows all of it
             name.tooltip = self.flag.name
         yield name
-        yield build_control(self.flag, self.value)
+        yield build_control(self.flag, self.value, self.text)
         yield Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
         yield Static(self._detail_text(), classes="flag-detail")
 
@@ -193,7 +199,8 @@ class FlagField(Widget):
             value = coerce(self.flag, text)
         except ValueError as exc:
             self.parse_error = str(exc)
-            self.post_message(self.Changed(self, self.dest, None, self.parse_error))
+            self.text = text
+            self.post_message(self.Changed(self, self.dest, None, self.parse_error, text))
             return
         self._emit(value)
 
@@ -201,6 +208,7 @@ class FlagField(Widget):
         if value == self.value and not self.parse_error:
             return  # echo of a programmatic set_value, or no real change
         self.parse_error = ""
+        self.text = None
         self.value = value
         self.post_message(self.Changed(self, self.dest, value))
 
@@ -210,6 +218,7 @@ class FlagField(Widget):
         """Show `value` without reporting it back as a user change."""
         self.value = value
         self.parse_error = ""
+        self.text = None
         control = self.control
         if isinstance(control, Input):
             control.value = fmt.flag_value(value)
