@@ -264,7 +264,7 @@ def draw(runs: list, out: Path) -> None:  # list[engine.run.stats.RunStats]
     plt.close(fig)
 
 
-# --------------------------------------------------------------- tail and runs ls (cli/runs)
+# ------------------------------------------------------ tail and runs ls (cli/tail, cli/runs)
 
 
 class TailJudge:
