@@ -27,7 +27,7 @@ def waits_for_focus(screen: Screen) -> bool:
     field the next keys belong to (`holding_keys`)."""
     if screen.id == "_default":
         return True
-    if getattr(screen, "holding_keys", False):
+    if getattr(screen, "holding_keys", False) or getattr(screen, "settling_focus", False):
         return True
     return bool(getattr(screen, "TYPEAHEAD", False)) and screen.focused is None
 
