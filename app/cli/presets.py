@@ -261,6 +261,9 @@ def presets_new(
 ) -> None:
     """Create a preset in your user presets dir, optionally extending another.
 
+    The file is written even when the resulting config does not validate (a preset may be a
+    start to edit further); its errors are then listed on stderr.
+
     Example:
 
     \b
@@ -276,6 +279,16 @@ def presets_new(
     path = user_preset_dir() / f"{name}.toml"
     _write_new(path, text, force)
     typer.echo(str(path))
+    _say_if_invalid(name, apply_sets(resolve_or_fail(load_or_fail(str(path))), None))
+
+
+def _say_if_invalid(name: str, config: RunConfig) -> None:
+    errors = check(config).errors
+    if errors:
+        _err(f"{name}: written, but INVALID as it stands ({count(len(errors), 'error')}):")
+        for issue in errors:
+            _err(format_issue(issue))
+        _err(f"Fix: edit the file, then `ppodeck validate {name}`.")
 
 
 def _refuse_bad_values(config: RunConfig) -> None:
@@ -356,3 +369,13 @@ def presets_from_command(
     path = user_preset_dir() / f"{name}.toml"
     _write_new(path, text, force)
     typer.echo(str(path))
+    _say_if_invalid(name, apply_sets(resolve_or_fail(load_or_fail(str(path))), None))
+
+
+def _say_if_invalid(name: str, config: RunConfig) -> None:
+    errors = check(config).errors
+    if errors:
+        _err(f"{name}: written, but INVALID as it stands ({count(len(errors), 'error')}):")
+        for issue in errors:
+            _err(format_issue(issue))
+        _err(f"Fix: edit the file, then `ppodeck validate {name}`.")

@@ -20,6 +20,8 @@ from .messages import PresetChosen, RunChosen, RunLaunched
 from .typeahead import Typeahead, fresh_copy, waits_for_focus
 
 if TYPE_CHECKING:
+    from textual.notifications import SeverityLevel
+
     from ...engine.miles.script_import import ImportReport
 
 
@@ -240,6 +242,12 @@ class PPODeckApp(App[None]):
 
     def action_stop_run(self) -> None:
         self.action_screen("stop_run")
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every notification as plain text: messages quote files and TOML (`[health]`,
+        `tables are [name]`) that markup would eat; none of ours uses markup."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     # ---- last-resort error handling -----------------------------------------------------------
 

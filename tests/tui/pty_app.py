@@ -20,7 +20,8 @@ from pathlib import Path
 
 ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 KEYS = {"enter": b"\r", "tab": b"\t", "backspace": b"\x7f", "escape": b"\x1b",
-        "ctrl+q": b"\x11", "ctrl+f": b"\x06", "down": b"\x1b[B", "up": b"\x1b[A"}
+        "ctrl+q": b"\x11", "ctrl+f": b"\x06", "down": b"\x1b[B", "up": b"\x1b[A",
+        "home": b"\x1b[H"}
 
 
 def entry_code(tree: Path) -> str:
@@ -63,7 +64,9 @@ class PtyApp:
             self._read(gap_s)
 
     def set_mark(self) -> None:
-        self._read(0)
+        """From here on: what the app had written so far, all of it, is before the mark."""
+        while self._read(0.02):
+            pass
         self.mark = len(self.text)
 
     def _read(self, timeout: float) -> bool:

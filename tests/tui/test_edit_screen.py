@@ -75,7 +75,7 @@ async def test_kl_coef_error_shows_on_field_and_panel_and_blocks_launch() -> Non
         field = screen.fields()["kl_coef"]
         assert field.issue is not None and field.issue.level == "error"
         assert "--kl-coef" in field.issue.message
-        assert field.has_class("-error") and field.changed
+        assert field.level == "error" and field.changed
         panel = screen.query_one(IssuesPanel)
         [ppo_error] = [i for i in panel.issues if i.code == "ppo.kl_coef_nonzero"]
         assert ppo_error.level == "error" and ppo_error.flags == ("--kl-coef",)
@@ -176,7 +176,7 @@ async def test_search_finds_flags_by_name_and_help() -> None:
         await pilot.press("ctrl+f")
         await pilot.press(*"critic-only")
         await wait_until(pilot, lambda: not screen.query_one("#group-model").display)
-        visible = [d for d, f in screen.fields().items() if not f.has_class("-hidden")]
+        visible = [d for d, f in screen.fields().items() if f.display]
         assert "num_critic_only_steps" in visible and "kl_coef" not in visible
         hidden_groups = [g.group for g in screen.groups if not g.display]
         assert "model" in hidden_groups and "critic" not in hidden_groups

@@ -22,6 +22,7 @@ class ConfirmDialog(ModalScreen[bool]):
     """Yes/no with a body; dismisses True on confirm."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+y", "confirm", "Confirm")]
+    TYPEAHEAD = True  # keys typed while it opens wait for its focus (typeahead.py)
 
     def __init__(self, title: str, body: RenderableType, confirm_label: str,
                  variant: str = "primary", dialog_id: str = "confirm-dialog") -> None:
@@ -122,6 +123,7 @@ class FormDialog(ModalScreen[dict[str, str] | None]):
     """A few labelled inputs; dismisses {id: text} or None. `validate` may veto with a reason."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    TYPEAHEAD = True
 
     def __init__(self, title: str, fields: tuple[FieldSpec, ...], confirm_label: str,
                  note: str = "", validate: Callable[[dict[str, str]], str] | None = None,

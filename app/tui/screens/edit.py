@@ -8,9 +8,11 @@ command preview are set from the report; Launch stays disabled while any error e
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -34,6 +36,7 @@ from ..widgets.issues_panel import IssuesPanel, PanelIssue
 from ..widgets.text_input import DeckInput
 from ..widgets.view_tabs import ViewTabs
 from .confirm import (
+    ConfirmDialog,
     FieldSpec,
     FormDialog,
     LaunchChoice,
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
     from ....engine.presets import Preset
 
 DRAFT_DEBOUNCE_S = 0.4
-SEARCH_DEBOUNCE_S = 0.15
+SEARCH_DEBOUNCE_S = 0.03  # a burst of keys filters once; one key is filtered at once
 SIDE_WIDTH = 64  # the issues/derived/command column in the wide layout (app.tcss)
 FOCUS_TRIES = 100  # refreshes to wait for a group's fields before giving the keys back
 SEARCH_OPEN_MAX = 40  # matches across all groups at most this many: open their groups
@@ -53,6 +56,8 @@ OPEN_GROUPS = ("critic", "ppo")  # the PPO-specific groups start expanded
 LEVEL_RANK = {"error": 0, "warning": 1, "info": 2}
 VIEWS = (("flags", "Flags"), ("issues", "Issues"), ("derived", "Derived"),
          ("command", "Command"))
+DESTS = tuple(flag.dest for flag in FLAGS)  # Flag.dest is computed: look it up once
+ALL_DESTS = frozenset(DESTS)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 HELP = """\
@@ -69,8 +74,9 @@ Search: `ctrl+f` (or `/`) puts the cursor in the search box with its text select
 replaces the old search; `enter` or `tab` there jumps to the first matching field.
 A value that does not parse stays as you typed it, marked as an error, until you fix it.
 
-Keys: `ctrl+z` reset the focused field, `ctrl+s` save as preset,
-`ctrl+t` export, `ctrl+l` launch (disabled while errors exist), `esc` back to presets.
+Keys: `ctrl+z` reset the focused field, `ctrl+s` save as preset, `ctrl+t` export, `ctrl+l`
+launch (disabled while errors exist), `esc` back to presets (an imported config that is not
+saved yet asks first).
 """
 
 
@@ -93,13 +99,20 @@ def load_for_editing(preset_name: str | None
 
 def flag_matches(flag: Flag, query: str) -> bool:
     """Fuzzy on the name, all words as substrings of the help text."""
+    return flag.dest in matching_dests(query)
+
+
+@lru_cache(maxsize=64)
+def matching_dests(query: str) -> frozenset[str]:
+    """The dests of every flag `query` matches: one matcher for all the flags of a keystroke
+    (a Matcher per flag cost ~40 ms a key on two cores)."""
     query = query.strip().lower()
     if not query:
-        return True
-    if Matcher(query).match(flag.name[2:]) > 0:
-        return True
-    text = flag.help.lower()
-    return all(word in text for word in query.split())
+        return ALL_DESTS
+    matcher, words = Matcher(query), query.split()
+    return frozenset(dest for dest, flag in zip(DESTS, FLAGS, strict=True)
+                     if matcher.match(flag.name[2:]) > 0
+                     or all(word in flag.help.lower() for word in words))
 
 
 def masked_argv(config: RunConfig) -> list[str]:
@@ -140,7 +153,7 @@ class EditScreen(Screen[None]):
         Binding("ctrl+t", "export", "Export"),
         Binding("ctrl+z", "reset_field", "Reset field"),
         Binding("ctrl+f,slash", "search", "Search", show=False),
-        Binding("escape", "app.back", "Back"),
+        Binding("escape", "back", "Back"),
     ]
     HELP = HELP
     AUTO_FOCUS = "#flag-search"
@@ -231,7 +244,7 @@ class EditScreen(Screen[None]):
                           else None, self.is_changed(flag.dest),
                           _field_issue(self._issues_by_dest().get(flag.dest, [])),
                           text=self.typed.get(flag.dest))
-        field.set_class(not flag_matches(flag, self.query_text), "-hidden")
+        field.display = flag_matches(flag, self.query_text)
         return field
 
     def on_mount(self) -> None:
@@ -372,14 +385,15 @@ class EditScreen(Screen[None]):
 
     def _update_bar(self) -> None:
         counts = self.query_one(IssuesPanel).counts
-        changed = sum(self.is_changed(flag.dest) for flag in FLAGS)
+        changed = sum(self.is_changed(dest) for dest in DESTS)
         summary = (f"[b]{self.preset_name}[/b]  ● {changed} changed  "
                    f"[red]✖ {counts['error']}[/]  [yellow]⚠ {counts['warning']}[/]  "
                    f"ℹ {counts['info']}")
         # one line of fixed size: repaint it without laying out the whole screen again
         self.query_one("#edit-summary", Static).update(summary, layout=False)
         launch = self.query_one("#launch", Button)
-        launch.disabled = self.error_count > 0
+        if launch.disabled != (self.error_count > 0):  # a restyle: only when it flips
+            launch.disabled = self.error_count > 0
         launch.tooltip = (f"fix {self.error_count} error(s) first" if launch.disabled
                           else "launch this config")
         self.query_one(ViewTabs).set_label("issues",
@@ -396,24 +410,28 @@ class EditScreen(Screen[None]):
         self.query_text = event.value
         if self._search_timer is not None:
             self._search_timer.stop()
-        # debounced: typing a word filters once, not once per letter
-        self._search_timer = self.set_timer(SEARCH_DEBOUNCE_S, self.apply_search)
+        # debounced: typing a word filters once, not once per letter; and after the next
+        # refresh, so the letter itself is on screen before the filtering work starts
+        self._search_timer = self.set_timer(
+            SEARCH_DEBOUNCE_S, lambda: self.call_after_refresh(self.apply_search))
 
     def apply_search(self) -> None:
         """Hide flags that do not match; open the groups with matches once few enough remain
         (opening every group for a one-letter query would mount all 209 fields)."""
-        matches = {group.group: [f for f in group.flags if flag_matches(f, self.query_text)]
+        hits = matching_dests(self.query_text)
+        matches = {group.group: [f for f in group.flags if f.dest in hits]
                    for group in self.groups}
         total = sum(len(found) for found in matches.values())
         self._show_no_match(total)
         for group in self.groups:
             found = matches[group.group]
+            found_dests = {flag.dest for flag in found}
             group.display = bool(found)
             group.set_matches(len(found) if self.query_text.strip() else None)
             if self.query_text.strip() and found and total <= SEARCH_OPEN_MAX:
                 group.collapsed = False
             for field in group.fields.values():
-                field.set_class(field.flag not in found, "-hidden")
+                field.show_match(field.dest in found_dests)
 
     def _show_no_match(self, total: int) -> None:
         note = self.query_one("#no-match", Static)
@@ -476,7 +494,7 @@ class EditScreen(Screen[None]):
                     self.holding_keys = False
                 return
             self.holding_keys = False
-            field.remove_class("-hidden")
+            field.show_match(True)
             field.focus_control()
             self.query_one("#flag-groups", VerticalScroll).scroll_to_widget(field, top=True)
             self.query_one(CommandPreview).point_at(flag.name)
@@ -503,6 +521,28 @@ class EditScreen(Screen[None]):
             field.set_value(self.base.values.get(dest))
         self._revalidate()
         self.notify(f"back to the values of {self.preset_name}")
+
+    # ---- leaving -----------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        """Back to where the editor was opened from. A preset's edits are a draft already; an
+        import saved nowhere yet would be lost, so Esc asks first."""
+        if self.imported is None or self.preset is not None:
+            self.app.action_back()  # type: ignore[attr-defined]
+            return
+        body = (f"The config imported from {self.imported.script} is not saved as a preset "
+                "yet. Leaving discards it (and any edits made here).\n\nKeep it: cancel, then "
+                "ctrl+s saves it as a preset.")
+        self.app.push_screen(ConfirmDialog("Discard the imported config?", Text(body), "Discard",
+                                           variant="error", dialog_id="discard-import"),
+                             self._discard_confirmed)
+
+    def _discard_confirmed(self, discard: bool | None) -> None:
+        if not discard:
+            return
+        self._draft_dirty = False
+        drafts.delete_draft(self.preset_name)
+        self.app.action_back()  # type: ignore[attr-defined]
 
     # ---- drafts -------------------------------------------------------------------------------
 
@@ -661,7 +701,6 @@ class EditScreen(Screen[None]):
             self.notify(f"fix {self.error_count} error(s) before launching (see Issues)",
                         severity="error")
             return
-        from rich.text import Text
 
         from ....engine.launch.local import code_to_run, missing_inputs
         from ....engine.run.rundir import runs_root

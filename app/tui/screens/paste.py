@@ -90,6 +90,7 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"),
                 Binding("ctrl+y", "import_text", "Import", priority=True)]  # over TextArea redo
+    TYPEAHEAD = True  # keys typed while it opens wait for its focus (typeahead.py)
 
     def __init__(self, text: str = "") -> None:
         super().__init__(id="paste-dialog")

@@ -124,9 +124,10 @@ class FlagField(Widget):
         self.text = text  # text that does not parse, kept as typed (None: `value` is shown)
         self.issue = issue
         self.parse_error = issue.message if text is not None and issue is not None else ""
-        self.set_class(changed, "-changed")
-        if issue is not None:  # classes before mount cost nothing; after, a restyle
-            self.add_class(f"-{issue.level}")
+        # Changed, issue level and search hits are attributes and inline styles, not CSS
+        # classes: a class change restyles the field and all its widgets (~4 ms each), and a
+        # keystroke touched up to 200 fields.
+        self._changed = changed
         self.set_class(flag.runs_code, "-runs-code")
 
     @property
@@ -135,7 +136,16 @@ class FlagField(Widget):
 
     @property
     def changed(self) -> bool:
-        return self.has_class("-changed")
+        return self._changed
+
+    @property
+    def level(self) -> str | None:
+        """The level of the issue shown under the field (None: no issue)."""
+        return self.issue.level if self.issue is not None else None
+
+    def show_match(self, matches: bool) -> None:
+        if self.display != matches:
+            self.display = matches
 
     def compose(self) -> ComposeResult:
         # A grid (name | control | reset, then the detail across all three) instead of nested
@@ -145,12 +155,15 @@ class FlagField(Widget):
             name.tooltip = self.flag.name
         yield name
         yield build_control(self.flag, self.value, self.text)
-        yield Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
+        reset = Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
+        reset.styles.visibility = "visible" if self._changed else "hidden"
+        yield reset
         yield Static(self._detail_text(), classes="flag-detail")
 
     def _name_text(self) -> Content:
+        style = "$error" if self.level == "error" else ""
         return Content.assemble(("● " if self.changed else "  ", "bold $warning"),
-                                self.flag.name)
+                                (self.flag.name, style))
 
     def _detail_text(self) -> Text:
         """Engine class, help, then the issue (if any) on its own line, in one widget."""
@@ -213,13 +226,18 @@ class FlagField(Widget):
         self.post_message(self.Changed(self, self.dest, value))
 
     # ---- attributes down --------------------------------------------------------------------
+    # A field may not have composed yet (its group mounts fields a few at a time, FlagGroup):
+    # then only the attributes change, and compose() builds from them.
+
+    def _part(self, selector: str) -> Any:  # noqa: ANN401
+        return next(iter(self.query(selector)), None)
 
     def set_value(self, value: Any) -> None:
         """Show `value` without reporting it back as a user change."""
         self.value = value
         self.parse_error = ""
         self.text = None
-        control = self.control
+        control = self._part(".flag-control")
         if isinstance(control, Input):
             control.value = fmt.flag_value(value)
         elif isinstance(control, Switch):
@@ -228,18 +246,24 @@ class FlagField(Widget):
             control.value = _select_value(value)
 
     def mark_changed(self, changed: bool) -> None:
-        if changed != self.changed:
-            self.set_class(changed, "-changed")
-            self.query_one(".flag-name", Label).update(self._name_text())
+        if changed != self._changed:
+            self._changed = changed
+            reset, name = self._part(".flag-reset"), self._part(".flag-name")
+            if reset is not None and name is not None:
+                reset.styles.visibility = "visible" if changed else "hidden"
+                name.update(self._name_text())
 
     def show_issue(self, issue: FieldIssue | None) -> None:
         if issue == self.issue:
             return
+        was_error = self.level == "error"
         self.issue = issue
-        level = issue.level if issue is not None else None
-        for name in LEVEL_ICON:
-            self.set_class(level == name, f"-{name}")
-        self.query_one(".flag-detail", Static).update(self._detail_text())
+        name, detail = self._part(".flag-name"), self._part(".flag-detail")
+        if name is None or detail is None:
+            return
+        if was_error != (self.level == "error"):
+            name.update(self._name_text())
+        detail.update(self._detail_text())
 
     def focus_control(self) -> None:
         self.control.focus()
