@@ -388,10 +388,10 @@ class MonitorScreen(Screen[None]):
 
     def _refresh_header(self) -> None:
         s, now = self.state, self._now()
-        begun, total = s.rollout_progress()
+        _, total = s.rollout_progress()
         state = s.state if s.state != State.UNKNOWN or self.replay is None else "replay"
         self.query_one(RunHeader).show(HeaderData(
-            title=self.title_text, state=state, detail=s.detail, rollout=begun,
+            title=self.title_text, state=state, detail=s.detail, rollout_id=s.rollout_id,
             num_rollout=total, phase=_phase_shown(s), elapsed=s.elapsed(now), eta=s.eta(now)))
 
 
