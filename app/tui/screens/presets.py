@@ -53,14 +53,18 @@ def _hardware(preset: Preset) -> str:
 
 
 def _gpus(preset: Preset) -> str:
-    """GPUs the preset declares it needs, else what its config derives (placement bundles)."""
-    gpus = preset.provenance.get("gpus")
-    if gpus is not None or preset.error:
-        return "?" if gpus is None else str(gpus)
+    """GPUs the preset (or the nearest preset it extends) declares, else what its config
+    derives (placement bundles): a preset extending tiny-cpu needs tiny-cpu's 0, not 1."""
+    if preset.error:
+        return "?"
     from ....engine.config import derive
-    from ....engine.presets import resolve_preset
+    from ....engine.presets import extends_chain, resolve_preset
 
     try:
+        chain = extends_chain(preset)
+        declared = [p.provenance["gpus"] for p in chain if "gpus" in p.provenance]
+        if declared:
+            return str(declared[-1])  # the chain runs root first: the last is the nearest
         needed = derive(resolve_preset(preset)).gpus_needed
     except Exception:  # a broken extends chain shows in the preview, not here
         return "?"
