@@ -483,7 +483,9 @@ def _derived_for(r: dict, m: Machine, engine: str) -> Derived:
     here = r if on_a_cluster(r) or engine != "ppodeck" else as_run_here(r, m)
     derived = derive_resolved(here, on_cpu=on_cpu, gpu_total_gib=gpu_total)
     if derived.host_memory_gib is None:
-        return derived
+        taken = (gpus or ())[:derived.gpus_needed or 0]
+        return dataclasses.replace(derived, gpu_free_gib=tuple(
+            (g.index, round(g.free_gib, 2), round(g.total_gib, 2)) for g in taken))
     ram, available = host_figures(m)
     seen = {"ram": ram, "available": available}
     return dataclasses.replace(derived, host_memory_gib={
