@@ -295,6 +295,36 @@ def start_follower(rundir: RunDir) -> subprocess.Popen[bytes]:
     return popen
 
 
+def stop_follower(rundir: RunDir, grace_s: float = 5.0) -> str:
+    """`ppodeck stop` on a watched dump: end the follower that keeps the run current (miles
+    itself is not PPO Deck's to stop), mark the run ended, and say what was done. The dump is
+    left as it is; `ppodeck attach` or `tail --follow` follow it again."""
+    import signal
+
+    dump = dump_of(rundir)
+    status = read_status(rundir)
+    if not _follower_alive(rundir, status):
+        return (f"run {rundir.id} watches the miles dump {dump} (read-only) and no follower is "
+                "running; PPO Deck did not launch miles and does not stop it")
+    pid = int(status["pid"])
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, signum)  # its own session (start_follower): the whole group
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace_s
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not pid_alive(pid):
+            break
+    write_status(rundir, state=State.ENDED, ended=time.time(), pid=None, pgid=None,
+                 detail=f"follower of miles dump {dump} stopped at the user's request "
+                        "(read-only; miles itself was not touched). `ppodeck attach` follows "
+                        "it again")
+    return (f"stopped the follower of run {rundir.id} (pid {pid}); the miles dump {dump} is "
+            "left as it is, and miles, if it still writes there, is not PPO Deck's to stop")
+
+
 def follow(rundir: RunDir, poll_s: float = POLL_S) -> str:
     """The follower's loop: sync until the dump has been idle for idle_seconds()."""
     dump = dump_of(rundir)

@@ -22,8 +22,9 @@ from ppodeck.engine.miles.watch import (
     last_write,
     open_dump,
     record_time,
+    stop_follower,
 )
-from ppodeck.engine.run.rundir import RunDir, read_status
+from ppodeck.engine.run.rundir import RunDir, pid_alive, read_status
 
 DUMP = Path(__file__).resolve().parents[1] / "data" / "miles_events_dump"
 ROLLOUTS = [0, 1, 2, 3, 4]
@@ -102,6 +103,29 @@ def test_a_dump_is_live_while_its_own_records_are_recent(tmp_path, monkeypatch) 
                               "type": "metric", "rollout_id": None, "attempt": None,
                               "metrics": {"rollout/step": 5}}) + "\n")
     assert is_live(dump)
+
+
+def test_stop_on_a_watched_dump_ends_its_follower_and_says_so(runs_dir, tmp_path, monkeypatch
+                                                               ) -> None:
+    monkeypatch.setenv("PPODECK_MILES_IDLE_S", "600")
+    dump = shutil.copytree(DUMP, tmp_path / "dump")
+    with open(dump / "events" / "rollout_manager.jsonl", "a") as out:  # miles is writing
+        now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        out.write(json.dumps({"timestamp": now, "source": {"component": "rollout_manager"},
+                              "type": "metric", "rollout_id": None, "attempt": None,
+                              "metrics": {"rollout/step": 5}}) + "\n")
+    rundir, _ = open_dump(dump)
+    status = read_status(rundir)
+    assert status["state"] == "running" and pid_alive(status["pid"])
+    before = sorted(p.name for p in (dump / "events").iterdir())
+
+    said = stop_follower(rundir)
+    assert f"stopped the follower of run {rundir.id}" in said and "left as it is" in said
+    assert not pid_alive(status["pid"])
+    after = read_status(rundir)
+    assert after["state"] == "ended" and "stopped at the user's request" in after["detail"]
+    assert sorted(p.name for p in (dump / "events").iterdir()) == before
+    assert "no follower is running" in stop_follower(rundir)  # a second stop says so
 
 
 def test_a_directory_without_anything_readable_names_what_was_looked_for(tmp_path) -> None:
