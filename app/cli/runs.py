@@ -200,9 +200,10 @@ def stop(
 
     rundir = find_run_or_fail(run_name)
     if dump_of(rundir) is not None and not is_driven(rundir):
-        _fail(f"run {rundir.id} watches the miles dump {dump_of(rundir)}; PPO Deck did not "
-              "launch it and only reads it. Stop it where it was launched (its Ray job or "
-              "train.py).", EXIT_USAGE)
+        from ...engine.miles.watch import stop_follower
+
+        typer.echo(stop_follower(rundir))  # the follower ends; miles is not ours to stop
+        return
     try:
         typer.echo(stop_run(rundir, force=force))
     except OSError as exc:

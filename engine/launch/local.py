@@ -347,7 +347,8 @@ def stop_run(rundir: RunDir, force: bool = False) -> str:
     update_status(rundir, _mark_stopping)
     if status.get("engine") == "miles":
         return (f"asked run {rundir.id} to stop (SIGINT to its supervisor, pid "
-                f"{status.get('pid') or pgid}); it stops miles' Ray job through the Jobs API")
+                f"{status.get('pid') or pgid}); it stops miles: its Ray job through the Jobs API, "
+                "or train.py itself where it runs it directly")
     return (f"asked run {rundir.id} to stop (SIGINT to process group {pgid}); "
             "it stops after the current rollout")
 

@@ -105,8 +105,9 @@ def test_a_finished_dump_is_a_run_everywhere_and_stays_byte_for_byte(runs_dir, t
     else:
         assert plotted.exit_code == 0 and (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
-    refused = invoke("stop", str(dump))
-    assert refused.exit_code == 2 and "only reads it" in refused.stderr
+    stopped = invoke("stop", str(dump))  # ends what PPO Deck runs for it; miles is not touched
+    assert stopped.exit_code == 0 and "read-only" in stopped.stdout
+    assert read_status(rundir)["state"] == "ended"
     again = invoke("runs", "add", str(dump))
     assert again.stdout.strip() == run_id and "already watched" in again.stderr
     assert digest(dump) == before
