@@ -16,6 +16,7 @@ import typer
 from ...engine.config import Issue, RunConfig, check, to_argv
 from ...engine.config.derived import PHASES, ROLES
 from ...engine.config.knock_on import group_knock_on
+from ...engine.run.pace import machine_here
 from .common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -81,21 +82,46 @@ def _fmt(value: Any) -> str:
 
 def format_derived(derived: Any) -> str:
     d = derived
+    on_cpu = d.host_memory_gib is not None
+    where = (f"world size {_fmt(d.world_size)} CPU rank(s) · DP {_fmt(d.dp_size)} · engines "
+             f"{_fmt(d.rollout_engines)}" if on_cpu else
+             f"world size {_fmt(d.world_size)} · DP {_fmt(d.dp_size)} · rollout GPUs "
+             f"{_fmt(d.rollout_num_gpus)} · engines {_fmt(d.rollout_engines)} · GPUs needed "
+             f"{_fmt(d.gpus_needed)}")
     lines = [
         "derived:",
-        f"  world size {_fmt(d.world_size)} · DP {_fmt(d.dp_size)} · rollout GPUs "
-        f"{_fmt(d.rollout_num_gpus)} · engines {_fmt(d.rollout_engines)} · GPUs needed "
-        f"{_fmt(d.gpus_needed)}",
+        f"  {where}",
         f"  samples/rollout {_fmt(d.samples_per_rollout)} (trimmed {_fmt(d.samples_trimmed)})"
         f" · optimizer steps/rollout: actor {_fmt(d.actor_steps_per_rollout)}, critic "
         f"{_fmt(d.critic_steps_per_rollout)} · total train iters {_fmt(d.total_train_iters)}",
         f"  params {_fmt(d.params)}",
-        "  memory GiB/GPU (rough)" + "".join(f"{role:>9}" for role in ROLES),
     ]
+    return "\n".join(lines + (_host_lines(d.host_memory_gib) if on_cpu else _gpu_lines(d)))
+
+
+def _gib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _host_lines(host: Any) -> list[str]:
+    """A run on CPU: its ranks, rollout and processes in host memory, against this machine."""
+    parts = " · ".join(f"{part} {_gib(host.get(part))}"
+                       for part in ("actor", "critic", "rollout", "processes"))
+    machine = (f" of {_gib(host['available'])} available" if "available" in host else "") + (
+        f" ({_gib(host['ram'])} RAM)" if "ram" in host else "")
+    return [f"  host memory GiB (rough, CPU run): {parts} · total {_gib(host.get('total'))}"
+            f"{machine}"]
+
+
+def _gpu_lines(d: Any) -> list[str]:
+    lines = ["  memory GiB/GPU (rough)" + "".join(f"{role:>9}" for role in ROLES)]
     for phase in PHASES:
         row = d.memory_gib.get(phase, {})
         lines.append(f"    {phase:<20}" + "".join(f"{_fmt(row.get(r)):>9}" for r in ROLES))
-    return "\n".join(lines)
+    if d.gpu_free_gib:  # what the estimate is judged against (read now, through NVML)
+        lines.append("  free now: " + " · ".join(f"GPU {index} {_gib(free)} of {_gib(total)}"
+                                                 for index, free, total in d.gpu_free_gib))
+    return lines
 
 
 def validate(
@@ -125,7 +151,7 @@ def validate(
 
     \b
         ppodeck validate qwen3-4b-ppo
-        ppodeck validate tiny-cpu --set kl-coef=0.1 --json
+        ppodeck validate tiny-cpu --set eps-clip=0.25 --json
         ppodeck validate qwen3-4b-ppo --engine miles
         ppodeck validate --from-command run-qwen3-4b-ppo.sh
         ppodeck validate --from-command run_qwen3_4b.py --launcher-args "--mode debug_minimal"
@@ -136,12 +162,14 @@ def validate(
         fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
     config, parse_issues, label, imported = build_config_and_report(
         preset, sets, from_command, miles_root, launcher, run_launcher, trust)
-    report = check(config, engine=engine)
+    report = check(config, machine=machine_here(), engine=engine)
     issues = [*parse_issues, *report.issues]
     ok = not any(i.level == "error" for i in issues)
+    forecast = report.forecast.as_dict() if report.forecast else None
     if as_json:  # every issue, knock-ons included: a program reads them all
         typer.echo(json.dumps({"ok": ok, "issues": [i.as_dict() for i in issues],
-                               "derived": report.derived.as_dict()}, indent=2))
+                               "derived": report.derived.as_dict(), "forecast": forecast},
+                              indent=2))
     else:
         # over a preset, an unread launcher adds nothing: the preset's issues are its own
         issues = imported.judged(list(report.issues)) if imported is not None and \
@@ -153,6 +181,8 @@ def validate(
         for issue in sorted(issues, key=lambda i: order[i.level]):
             typer.echo(format_issue(issue))
         typer.echo(format_derived(report.derived))
+        if report.forecast is not None:
+            typer.echo(report.forecast.text())
     raise typer.Exit(0 if ok else EXIT_INVALID)
 
 

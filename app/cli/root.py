@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from ...engine.env_vars import cli_help
-from . import config, health, prepare, presets, runs, samples
+from . import canary, config, health, prepare, presets, runs, samples
 from .common import EXIT_INVALID, err, fail
 
 ENV_HELP = cli_help()
@@ -40,10 +40,9 @@ def _run_tui(preset: str | None) -> None:
     except ImportError as exc:
         fail(f"the TUI is not available in this installation ({exc}). Fix: use the headless "
              "commands, see `ppodeck --help`.", EXIT_INVALID)
-    if preset is None:
-        run_tui()
-    else:
-        run_tui(preset=preset)
+    code = run_tui() if preset is None else run_tui(preset=preset)
+    if code:  # an internal error: the app has printed why and where its crash log is
+        raise typer.Exit(code)
 
 
 def _print_version(value: bool) -> None:
@@ -121,5 +120,5 @@ def main() -> None:
         sys.exit(EXIT_INVALID)
 
 
-for _noun in (config, presets, runs, health, prepare, samples):  # each adds its own commands
+for _noun in (config, presets, runs, health, prepare, samples, canary):  # each adds its commands
     _noun.register(app)

@@ -17,7 +17,7 @@ from .issues import Issue
 
 KNOCK_ON = "input.knock_on"
 # issues that refuse what the user wrote: the flag they name is left unset in the config
-REFUSING_CODES = frozenset({"value.bad_type"})
+REFUSING_CODES = frozenset({"value.bad_type", "value.empty_path"})
 
 
 def group_knock_on(read_issues: list[Issue], checked: list[Issue], *,

@@ -53,7 +53,7 @@ def _scan(path: str, metadata_key: str, _mtime_ns: int, size: int) -> RmTypeCoun
     return RmTypeCounts(tuple(sorted(counts.items())), samples, size <= MAX_BYTES)
 
 
-def _lines(handle: TextIO, limit: int) -> Iterator[str]:
+def _lines(handle: TextIO, limit: int) -> Iterator[str]:  # a text file's lines, bounded
     read = 0
     for line in handle:
         read += len(line)

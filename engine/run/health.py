@@ -38,6 +38,7 @@ from ..config.health import (
 )
 from ..vocabulary import Kind, Metric, State
 from .events import SCHEMA_VERSION, encode_event, read_events
+from .pace import PhaseTimes, judge_pace
 
 HEALTH_FILE = "health.jsonl"
 HEALTH_SNAPSHOT = "health.toml"  # the [health] table of the preset a run was launched from
@@ -65,6 +66,7 @@ class RunFacts:
     num_critic_only_steps: int = 0
     rollout_max_response_len: int | None = None
     use_critic: bool = True
+    forecast: Mapping[str, Any] | None = None  # status.json's, from launch (engine/run/pace.py)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> RunFacts:
@@ -151,6 +153,7 @@ class HealthJudge:
         self._value_loss_best: float | None = None
         self._value_loss_above = 0
         self._seen_ids: set[str] = set()
+        self._phases = PhaseTimes()
 
     # ---- ingest -----------------------------------------------------------------------------
 
@@ -172,6 +175,7 @@ class HealthJudge:
             return []
         self.last_rollout_id = max(self.last_rollout_id or 0, rollout_id)
         fired = self._close_before(rollout_id)
+        self._phases.add(event)
         if event.get("kind") == Kind.METRICS and isinstance(event.get("metrics"), dict):
             metrics = event["metrics"]
             self._open.setdefault(rollout_id, _Rollout(rollout_id)).add(metrics)
@@ -206,6 +210,7 @@ class HealthJudge:
             self._truncation(r.rollout_id, means.get(TRUNCATED), means.get(RESPONSE_LEN)),
             self._reward_flat(r.rollout_id, means.get(REWARD)),
             self._logprob_gap(r.rollout_id, means.get(LOGPROB_GAP)),
+            self._pace(r.rollout_id),
         ]
         return [f for group in checks for f in group]
 
@@ -351,6 +356,23 @@ class HealthJudge:
                          "correct the mismatch; compare the rollout and train precisions")
 
     # ---- time-based rule ----------------------------------------------------------------------
+
+    def _pace(self, rid: int) -> list[Finding]:
+        """Steady rollouts against the forecast made at launch, naming the costliest phase."""
+        if not self.facts.forecast or len(self._phases.steady()) < self.t.pace_rollouts:
+            return []
+        pace = judge_pace(self._phases, self.facts.forecast)
+        if pace.ratio is None:
+            return []
+        factor = self.t.pace_factor
+        off = pace.ratio >= factor or pace.ratio <= 1 / factor
+        return self._set("health.pace_far_off", pace.worst_phase or "pace", rid, off,
+                         pace.ratio, factor, f"{pace.text} (steady rollouts take "
+                         f"{pace.ratio:.1f}x the forecast made at launch)",
+                         "see the phase named: a busy machine, a slower path than the "
+                         "calibration's (`ppodeck tail RUN --kind log`), or a config that "
+                         "changed the work; `ppodeck validate` shows the forecast's basis",
+                         keep_active=True)
 
     def check_hang(self, now: float, driver_alive: bool) -> list[Finding]:
         """No new event for hang_minutes while the driver process is alive: a hang. And,
@@ -498,7 +520,16 @@ def snapshot_thresholds(run_path: Path, table: Mapping[str, Any]) -> None:
 
 
 def run_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
-    """RunFacts from the run's config.toml, resolved; defaults (and a note) if unreadable."""
+    """RunFacts from the run's config.toml, resolved, with the forecast status.json keeps from
+    launch; defaults (and a note) if unreadable."""
+    from .rundir import RunDir, read_status
+
+    facts, notes = _config_facts(run_path)
+    forecast = read_status(RunDir(Path(run_path))).get("forecast") or None
+    return replace(facts, forecast=forecast), notes
+
+
+def _config_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
     from ..config import resolve
     from ..presets import PresetError, config_from_toml
 

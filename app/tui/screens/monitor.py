@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from ....engine.run.pace import PaceWatch
 from ....engine.run.state import RunState
 from ....engine.vocabulary import FINAL_STATES, INIT_PHASE, INIT_STEP_LABEL, Kind, Metric, State
 from ..errors import guard
@@ -111,9 +112,9 @@ class MonitorScreen(Screen[None]):
         Binding("1", "view('charts')", "Charts", show=False),
         Binding("2", "view('gpu')", "GPU", show=False),
         Binding("3", "view('timeline')", "Timeline", show=False),
-        Binding("x", "app.stop_run", "Stop run"),
+        Binding("x", "stop_run", "Stop run"),
         Binding("a", "samples", "Samples"),
-        Binding("f", "finding_samples", "Finding's samples", show=False),  # in HELP
+        Binding("f", "finding_samples", "Finding's samples"),
         Binding("s", "screenshot", "Screenshot"),
         Binding("r", "app.open_runs", "Runs"),
         Binding("escape", "app.back", "Back"),
@@ -128,6 +129,7 @@ class MonitorScreen(Screen[None]):
         self.replay_speed = replay_speed
         self.fixed_now = now  # tests freeze the clock of live runs
         self.state = RunState()
+        self.pace = PaceWatch(None)  # its forecast arrives with status.json
         self.tail_ended: str | None = None  # why the tail worker stopped (None while reading)
         self.stop_reading = threading.Event()
         self.batch_applied = threading.Event()
@@ -186,6 +188,12 @@ class MonitorScreen(Screen[None]):
     def on_unmount(self) -> None:
         self.stop_reading.set()
         self.batch_applied.set()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`x` only while there is a process to stop: not for a replay or a finished run."""
+        if action == "stop_run":
+            return self.run_dir is not None and not self.state.finished
+        return True
 
     def action_stop_run(self) -> None:
         if self.run_dir is None:
@@ -327,6 +335,8 @@ class MonitorScreen(Screen[None]):
         try:
             with guard(self, "showing new run events"):
                 changed = self.state.apply(message.events)
+                for event in message.events:
+                    self.pace.after(event)
                 for warning in message.warnings:
                     self.notify(warning, severity="warning", timeout=6)
                 self._refresh_all(changed)
@@ -337,6 +347,8 @@ class MonitorScreen(Screen[None]):
     def _status_read(self, message: RunStatusRead) -> None:
         with guard(self, "reading status.json"):
             self.state.apply_status(message.status)
+            if self.pace.forecast is None and message.status.get("forecast"):
+                self.pace.forecast = message.status["forecast"]
             self._refresh_all({Kind.STATUS})
 
     @on(TailEnded)
@@ -388,11 +400,15 @@ class MonitorScreen(Screen[None]):
 
     def _refresh_header(self) -> None:
         s, now = self.state, self._now()
-        begun, total = s.rollout_progress()
+        if s.finished != getattr(self, "_finished_shown", None):
+            self._finished_shown = s.finished
+            self.refresh_bindings()  # `x` (stop) goes once the run has ended
+        _, total = s.rollout_progress()
         state = s.state if s.state != State.UNKNOWN or self.replay is None else "replay"
         self.query_one(RunHeader).show(HeaderData(
-            title=self.title_text, state=state, detail=s.detail, rollout=begun,
-            num_rollout=total, phase=_phase_shown(s), elapsed=s.elapsed(now), eta=s.eta(now)))
+            title=self.title_text, state=state, detail=s.detail, rollout_id=s.rollout_id,
+            num_rollout=total, phase=_phase_shown(s), elapsed=s.elapsed(now), eta=s.eta(now),
+            pace=self.pace.shown or ""))
 
 
 def _phase_shown(s: RunState) -> str | None:

@@ -24,7 +24,8 @@ class Feature:
     name: str  # as named in PPODECK_DECODE; its DecodeOptions field is name with `_` for `-`
     does: str  # one line: what it changes
     default: bool  # in BACKEND_VARIANT (the hf backend's CUDA default); else opt-in
-    measured: str  # the figure that decided it (H200, Qwen3-0.6B shape, batch 64)
+    measured: str  # the figure that decided it (the GPU of docs/performance.md, Qwen3-0.6B
+    # shape, batch 64)
     needs: tuple[str, ...] = ()  # features that must be named with it
     implies: tuple[str, ...] = ()  # features it turns on (left out of the variant's name)
     # the kernels module whose Triton kernels it runs (they need CUDA with Triton importable,
