@@ -227,9 +227,9 @@ class TrainGroup:
             try:
                 results[rank] = ray.get(done[0])
             except ray.exceptions.RayActorError as err:
+                cause = death_cause(err, self.workers[rank])  # before kill() marks it dead
                 self.kill()
-                raise WorkerFailure(self.role, rank,
-                                    death_cause(err, self.workers[rank])) from err
+                raise WorkerFailure(self.role, rank, cause) from err
             except ray.exceptions.RayTaskError as err:
                 self.kill()
                 raise WorkerFailure(self.role, rank, first_line(err)) from err

@@ -1419,7 +1419,7 @@ def _text_size(value: Any) -> tuple[int, int] | None:
     """(characters, pieces) of a Text, for the reader's caps; None for other values."""
     if not isinstance(value, Text):
         return None
-    return sum(len(p.text) for p in value.pieces), len(value.pieces)
+    return len(value.text), len(value.pieces)  # Text.text is cached: O(1) when asked again
 
 
 def _bounded_range(*args: int) -> range:
