@@ -136,3 +136,17 @@ def test_write_manifest_lists_every_file(tmp_path: Path) -> None:
     write_manifest(tmp_path)
     files = json.loads((tmp_path / MANIFEST).read_text())["files"]
     assert set(files) == {"metadata.json", "a.distcp"} and files["a.distcp"]["bytes"] == 10
+
+
+def test_runs_saves_lists_each_iteration_with_its_damage(copy: RunDir) -> None:
+    target = copy.path / "ck_critic" / "iter_0000003" / "__0_0.distcp"
+    _halve(target)
+    result = CliRunner().invoke(_cli(), ["runs", "saves", str(copy.path)])
+    assert result.exit_code == 1, result.output
+    assert "iteration 3: DAMAGED" in result.output and str(target) in result.output
+    assert "iteration 1: whole" in result.output
+    # a save directory without manifests (as miles writes them): its shard index is the check
+    for manifest in copy.path.glob(f"ck*/iter_*/{MANIFEST}"):
+        manifest.unlink()
+    result = CliRunner().invoke(_cli(), ["runs", "saves", str(copy.path / "ck"), "--quick"])
+    assert result.exit_code == 1 and "truncated" in result.output, result.output
