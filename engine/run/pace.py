@@ -105,6 +105,8 @@ def calibration_of(rundir: RunDir) -> Calibration | None:
         return None
     if status.get("resumed_from") is not None:
         return None  # a resumed run's events start mid-way: its init is not one launch's
+    if status.get("job"):
+        return None  # a Ray job ran on the cluster's machines, not on the kind it recorded
     work = _work(rundir)
     events, _ = read_events(rundir.events_jsonl)
     times = phase_times(events)
