@@ -154,8 +154,8 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
 
 def first_to_train(roles: Roles, actor_will_train: bool) -> Any:  # noqa: ANN401 - a TrainGroup
     """The trainer to onload during generate: the critic, else the actor. A critic's actor
-    onloads while the critic trains, done before the critic is: on the H200 two onloads beside
-    the decode (15 GB/s each, against 36 alone) slowed it by 0.10 s, one by 0.07 s."""
+    onloads while the critic trains, done before the critic is: two onloads beside the decode
+    share the host link and slow it more than one (docs/performance.md)."""
     if roles.critic is not None:
         return roles.critic
     return roles.actor if actor_will_train else None
@@ -248,7 +248,7 @@ def export_woken(roles: Roles, tm: Telemetry, offload: bool) -> ExportedWeights:
 def export_while_awake(args: dict[str, Any], roles: Roles,
                        rollout_id: int) -> ExportedWeights | None:
     """This rollout's push, exported right after training while the actor is on the GPU:
-    exporting after its sleep woke it again (0.37 s of a 0.43 s sync, 0.6B on the H200)."""
+    exporting after its sleep woke it again, which was most of a sync's time."""
     return export_weights(roles, while_awake=True) if push_due(args, rollout_id) else None
 
 

@@ -162,7 +162,7 @@ def machine_here(root: Path | None = None) -> Machine:
     """This machine, with its runs' calibrations ahead of the kept ones (the forecast's)."""
     from ..host.kind import cpu_count, load_average
 
-    machine = rules_engine.this_machine()  # by module: tests pin the machine there
+    machine = rules_engine.current_machine()  # by module: tests pin the machine there
     local = tuple(local_calibrations(machine.kind, root))
     return replace(machine, calibrations=local + machine.calibrations, load=load_average(),
                    cpus=cpu_count())

@@ -20,7 +20,7 @@ import pytest
 from tests.contracts.import_graph import ROOT, Edge, cycles, import_edges, in_package
 
 BOTTOM = ("ppodeck.engine.vocabulary", "ppodeck.engine.config", "ppodeck.engine.algo",
-          "ppodeck.engine.host.machine",  # these three: leaf probes of check()
+          "ppodeck.engine.host.machine", "ppodeck.engine.host.memory",  # leaf probes of check()
           "ppodeck.engine.host.tracking_support",
           "ppodeck.engine.host.kind")  # the machine kind a forecast is calibrated for
 
