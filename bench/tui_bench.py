@@ -19,6 +19,14 @@ Each figure is printed next to its goal as a ratio (< 1.0 meets the goal).
   RunState *and* redrawing the widgets, minus that ts.
 - memory: a fresh process attaches the monitor to a finished run of --events events and
   reports its RSS once the whole file has been folded in (plus ingest time).
+- keys: what a user waits for after a key, in a 160x48 pty (tests/tui/pty_app.py), each
+  from the moment the key is written to the terminal until the screen shows its effect:
+  Enter on the picker's first preset -> the editor's open groups painted with their fields;
+  a key in the flag search -> that character on screen, and -> the groups filtered (the PPO
+  group's "N matches" for the query so far); a key in --eps-clip that breaks the config
+  (`-` before 0.2) -> "✖ 1" in the editor's summary. With --compare, the
+  other checkout runs alternately in the same sitting (the machine is shared: only figures
+  from one sitting compare).
 """
 
 from __future__ import annotations
@@ -46,7 +54,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out"
-GOALS = {"paint_s": 0.8, "lag_s": 0.25, "rss_mb": 300.0}
+GOALS = {"paint_s": 0.8, "lag_s": 0.25, "rss_mb": 300.0, "key_char_s": 0.05,
+         "search_s": 0.1, "validation_s": 0.15, "open_editor_s": 0.3}
+
+
+def _load_test_module(name: str, relative: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / relative)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _load_make_events():
@@ -405,9 +422,90 @@ def bench_memory(events: int) -> None:
     _report("RSS after a 1M-event run", int(rss) / 1e6, GOALS["rss_mb"], "MB", extra)
 
 
+# ---- key latencies in a pty ------------------------------------------------------------------
+
+SEARCH_WORD = "eps-clip"
+SETTLE_S = 3.0  # between steps: each measures one key on an app that has caught up
+
+
+def _ppo_group_matches(query: str) -> int:
+    from ppodeck.app.tui.screens.edit import flag_matches
+    from ppodeck.engine.config import FLAGS
+
+    return sum(flag_matches(f, query) for f in FLAGS if f.group == "ppo")
+
+
+def _since(pty, written: float, pattern: str) -> float:
+    pty.wait_for(pattern)
+    return time.monotonic() - written
+
+
+def _keys_once(tree: Path, env: dict[str, str], figures: dict[str, list[float]]) -> None:
+    pty_app = _load_test_module("pty_app", "tests/tui/pty_app.py")
+    pty = pty_app.PtyApp(tree, env)
+    try:
+        pty.wait_for(r"Choose a preset")
+        pty.wait_for(_list_painted_mark().pattern.decode())
+        time.sleep(SETTLE_S)
+        pty.set_mark()
+        figures["open_editor_s"].append(_since(pty, pty.write("enter"),
+                                               r"--critic-num-nodes\s+unset"))
+        time.sleep(SETTLE_S)
+        for end in range(1, len(SEARCH_WORD) + 1):
+            query = SEARCH_WORD[:end]
+            pty.set_mark()
+            written = pty.write(query[-1])
+            figures["key_char_s"].append(_since(pty, written, re.escape(query)))
+            matches = _ppo_group_matches(query)
+            figures["search_s"].append(_since(
+                pty, written, rf"PPO algorithm \(\d+\)\s+{matches} match"))
+            time.sleep(SETTLE_S / 4)
+        pty.write("enter")  # to the first match, --eps-clip (0.2 in every preset here)
+        time.sleep(SETTLE_S)
+        pty.write("home")
+        time.sleep(SETTLE_S)
+        pty.set_mark()
+        figures["validation_s"].append(_since(pty, pty.write("-"), r"✖ 1\s"))
+        pty.write("ctrl+q")
+    finally:
+        pty.close()
+
+
+# first in the picker (names sort), valid on a CPU machine, --eps-clip set to 0.2
+BENCH_PRESET = """\
+name = "0-keys-bench"
+description = "tiny-cpu for bench/tui_bench.py --only keys"
+extends = "tiny-cpu"
+
+[flags]
+eps-clip = 0.2
+"""
+
+
+def bench_keys(runs: int, compare: Path | None = None) -> None:
+    trees = _trees(compare)
+    names = ("key_char_s", "search_s", "validation_s", "open_editor_s")
+    figures = {tree: {name: [] for name in names} for _, tree in trees}
+    with tempfile.TemporaryDirectory() as tmp:
+        team = Path(tmp) / "team"
+        team.mkdir()
+        (team / "0-keys-bench.toml").write_text(BENCH_PRESET)
+        for _ in range(runs):
+            for _, tree in trees:  # alternate, so a load spike hits both checkouts
+                env = dict(_env(Path(tmp), tree), PPODECK_PRESET_PATH=str(team))
+                _keys_once(tree, env, figures[tree])
+    print(f"key latencies in a 160x48 pty, {runs} app start(s) per checkout:")
+    for label, tree in trees:
+        for name in names:
+            values = figures[tree][name]
+            _report(f"  {name} (median){label}", statistics.median(values), GOALS[name], "s",
+                    f"n={len(values)} p90={sorted(values)[int(0.9 * (len(values) - 1))]:.3f} "
+                    f"max={max(values):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("paint", "pty", "tmux", "lag", "memory"))
+    parser.add_argument("--only", choices=("paint", "pty", "tmux", "lag", "memory", "keys"))
     parser.add_argument("--paint-runs", type=int, default=5)
     parser.add_argument("--compare", type=Path, metavar="DIR",
                         help="paint/pty: also measure this checkout, alternating with this one")
@@ -422,6 +520,8 @@ def main() -> None:
         bench_paint(args.paint_runs, args.compare)
     if args.only in (None, "pty"):
         bench_pty(args.paint_runs, args.compare)
+    if args.only in (None, "keys"):
+        bench_keys(args.paint_runs, args.compare)
     if args.only == "tmux":  # not in the default set: it needs tmux
         bench_tmux(args.paint_runs, args.compare)
     if args.only in (None, "lag"):

@@ -69,7 +69,9 @@ class Preset:
     passthrough: tuple[str, ...] = ()
     unset: tuple[str, ...] = ()  # dests dropped from the parent (extends)
     shadows: tuple[Path, ...] = ()  # same-name files further down the search path
-    error: str | None = None  # set by list_presets() for a file that does not load
+    error: str | None = None  # set by list_presets(): every error of a file that does not load
+    # set by list_presets() when the file's `name` is another preset's name: which file opens
+    clash: str = ""
     # [health]: thresholds of the run's health rules (engine/config/health.py), never flags
     health: Mapping[str, Any] = field(default_factory=dict)
 
@@ -109,19 +111,40 @@ def _preset_files() -> list[tuple[Source, Path]]:
 
 
 def list_presets() -> list[Preset]:
-    """Every preset on the search path, winners first by name; broken files carry `error`."""
+    """Every preset on the search path, winners first by name. A file that does not load (its
+    own errors, or its extends chain) carries `error`; one whose `name` is another file's name
+    carries `clash`, saying which file that name opens."""
     by_name: dict[str, list[tuple[Source, Path]]] = {}
     for source, path in _preset_files():
         by_name.setdefault(path.stem, []).append((source, path))
     presets = []
     for name in sorted(by_name):
         (source, path), *shadowed = by_name[name]
+        presets.append(_with(_listed(name, source, path), shadows=tuple(p for _, p in shadowed)))
+    return [_with(p, clash=_clash(p, by_name)) for p in presets]
+
+
+def _listed(stem: str, source: Source, path: Path) -> Preset:
+    try:
+        preset = read_preset_file(path, source)
+    except PresetError as exc:
+        return Preset(stem, "", source, path, error=str(exc))
+    if preset.extends:
         try:
-            preset = read_preset_file(path, source)
-        except PresetError as exc:
-            preset = Preset(name, "", source, path, error=str(exc))
-        presets.append(_with(preset, shadows=tuple(p for _, p in shadowed)))
-    return presets
+            extends_chain(preset)
+        except PresetError as exc:  # unknown parent, a cycle, a parent that does not load
+            return _with(preset, error=str(exc))
+    return preset
+
+
+def _clash(preset: Preset, by_name: Mapping[str, list[tuple[Source, Path]]]) -> str:
+    """A file whose declared name is another file's name opens under its own file name only."""
+    if preset.name == preset.path.stem or preset.name not in by_name:
+        return ""
+    winner = by_name[preset.name][0][1]
+    return (f"{preset.path.name} says name = {preset.name!r}, but `{preset.name}` opens "
+            f"{winner}; this file opens as `{preset.path.stem}`. Fix: give it a name of its "
+            f"own (name = \"{preset.path.stem}\"), or rename the file.")
 
 
 def _with(preset: Preset, **changes: Any) -> Preset:
@@ -200,41 +223,75 @@ def _where(path: Path | str, text: str, key: str, section: str | None) -> str:
     return f"{path}:{line}" if line else str(path)
 
 
+class _Errors:
+    """Every problem of one preset file, so a reader fixes them all in one pass."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def check(self, read: Callable[[], Any], fallback: Any = None) -> Any:
+        try:
+            return read()
+        except PresetError as exc:
+            self.messages.append(str(exc))
+            return fallback
+
+    def raise_any(self) -> None:
+        if self.messages:
+            raise PresetError("\n".join(self.messages))
+
+
 def parse_preset_text(text: str, path: Path, source: Source = "file") -> Preset:
+    """The preset in `text`; PresetError lists every error of the file, one per line."""
     data = _toml_loads(text, path)
+    errors = _Errors()
     for key in data:
-        if key not in TOP_KEYS:
-            close = difflib.get_close_matches(key, TOP_KEYS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise PresetError(f"{_where(path, text, key, None)}: unknown top-level key {key!r}. "
-                              f"Fix: {hint}allowed keys: {', '.join(TOP_KEYS)}.")
+        errors.check(partial(_top_key, key, path, text))
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
-        raise PresetError(f"{_where(path, text, 'schema_version', None)}: schema_version "
-                          f"{version!r} is not supported. Fix: set schema_version = 1.")
-    name = _opt_str(data, "name", path, text) or path.stem
-    description = _opt_str(data, "description", path, text) or ""
-    extends = _opt_str(data, "extends", path, text)
-    provenance = data.get("provenance", {})
-    if not isinstance(provenance, dict):
-        raise PresetError(f"{_where(path, text, 'provenance', None)}: provenance must be a "
-                          "table. Fix: write it as [provenance] with author, created, "
-                          "tested_hardware, gpus.")
-    flags_table = data.get("flags", {})
-    if not isinstance(flags_table, dict):
-        raise PresetError(f"{_where(path, text, 'flags', None)}: flags must be a table. Fix: "
-                          "write the values under a [flags] header.")
+        errors.messages.append(f"{_where(path, text, 'schema_version', None)}: schema_version "
+                               f"{version!r} is not supported. Fix: set schema_version = 1.")
+    name = errors.check(partial(_opt_str, data, "name", path, text)) or path.stem
+    description = errors.check(partial(_opt_str, data, "description", path, text)) or ""
+    extends = errors.check(partial(_opt_str, data, "extends", path, text))
+    provenance = errors.check(partial(_table, data, "provenance", path, text), {})
+    flags_table = errors.check(partial(_table, data, "flags", path, text), {})
     flags = {}
     for key, value in flags_table.items():
-        flag = _flag_for_key(key, path, text)
-        # the line is looked up only for an error message: once per flag was quadratic
-        flags[flag.dest] = _typed(flag, value, partial(_where, path, text, key, "flags"))
+        flag = errors.check(partial(_flag_for_key, key, path, text))
+        if flag is not None:
+            # the line is looked up only for an error message: once per flag was quadratic
+            where = partial(_where, path, text, key, "flags")
+            flags[flag.dest] = errors.check(partial(_typed, flag, value, where))
+    health = errors.check(partial(_health_table, data, path, text), {})
+    passthrough = errors.check(partial(_str_list, data, "passthrough", path, text), ())
+    unset_keys = errors.check(partial(_str_list, data, "unset", path, text), ())
+    unset = [errors.check(partial(_flag_for_key, k, path, text, "unset")) for k in unset_keys]
+    errors.raise_any()
     return Preset(name=name, description=description, source=source, path=path,
                   extends=extends, provenance=MappingProxyType(dict(provenance)),
-                  flags=MappingProxyType(flags), health=_health_table(data, path, text),
-                  passthrough=_str_list(data, "passthrough", path, text),
-                  unset=tuple(_flag_for_key(k, path, text, "unset").dest
-                              for k in _str_list(data, "unset", path, text)))
+                  flags=MappingProxyType(flags), health=health, passthrough=passthrough,
+                  unset=tuple(flag.dest for flag in unset if flag is not None))
+
+
+TABLE_FIX = {"provenance": "write it as [provenance] with author, created, tested_hardware, gpus",
+             "flags": "write the values under a [flags] header"}
+
+
+def _top_key(key: str, path: Path, text: str) -> None:
+    if key not in TOP_KEYS:
+        close = difflib.get_close_matches(key, TOP_KEYS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise PresetError(f"{_where(path, text, key, None)}: unknown top-level key {key!r}. "
+                          f"Fix: {hint}allowed keys: {', '.join(TOP_KEYS)}.")
+
+
+def _table(data: dict, key: str, path: Path, text: str) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise PresetError(f"{_where(path, text, key, None)}: {key} must be a table. Fix: "
+                          f"{TABLE_FIX[key]}.")
+    return value
 
 
 def _health_table(data: dict, path: Path, text: str) -> Mapping[str, Any]:

@@ -35,8 +35,9 @@ EXIT_INVALID, EXIT_USAGE, EXIT_FAILED, EXIT_UNHEALTHY, EXIT_INTERRUPTED = 1, 2, 
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", metavar="FLAG=VALUE",
-                 help="Override a flag: kl-coef=0.1, --kl-coef=0.1, colocate, "
-                      "no-offload-train, offload-train=false. Repeatable."),
+                 help="Override a flag: eps-clip=0.25, --eps-clip=0.25, colocate, "
+                      "no-offload-train, offload-train=false; FLAG= (nothing after =) "
+                      "unsets it. Repeatable."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 MilesRootOption = Annotated[Path | None, typer.Option(
@@ -202,7 +203,7 @@ def parse_set(item: str) -> dict[str, Any]:
     name, eq, raw = body.partition("=")
     name = name.strip().replace("_", "-")
     if not name:
-        raise typer.BadParameter(f"{item!r}: expected FLAG=VALUE, e.g. kl-coef=0.1",
+        raise typer.BadParameter(f"{item!r}: expected FLAG=VALUE, e.g. eps-clip=0.25",
                                  param_hint="--set")
     flag = BY_NAME.get("--" + name)
     if flag is None:
@@ -210,6 +211,8 @@ def parse_set(item: str) -> dict[str, Any]:
         hint = f" Did you mean {guess[2:]}?" if guess else ""
         raise typer.BadParameter(f"unknown flag --{name}.{hint}", param_hint="--set")
     negative = "--" + name == flag.negative
+    if eq and not raw.strip():
+        return {flag.dest: None}  # `--set FLAG=`: unset, as clearing the field in the editor
     if flag.kind in ("bool", "tristate"):
         value = True
         if eq:

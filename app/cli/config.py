@@ -148,7 +148,7 @@ def validate(
 
     \b
         ppodeck validate qwen3-4b-ppo
-        ppodeck validate tiny-cpu --set kl-coef=0.1 --json
+        ppodeck validate tiny-cpu --set eps-clip=0.25 --json
         ppodeck validate qwen3-4b-ppo --engine miles
         ppodeck validate --from-command run-qwen3-4b-ppo.sh
         ppodeck validate --from-command run_qwen3_4b.py --launcher-args "--mode debug_minimal"

@@ -65,6 +65,7 @@ def _preset_json(preset: Preset) -> dict[str, Any]:
         "name": preset.name, "source": preset.source, "path": str(preset.path),
         "description": preset.description, "extends": preset.extends,
         "shadows": [str(p) for p in preset.shadows], "error": preset.error,
+        "errors": preset.error.splitlines() if preset.error else [], "clash": preset.clash,
         "provenance": dict(preset.provenance),
         "flags": {BY_DEST[d].name[2:]: list(v) if isinstance(v, tuple) else v
                   for d, v in preset.flags.items() if not BY_DEST[d].secret},
@@ -76,7 +77,9 @@ def _preset_json(preset: Preset) -> dict[str, Any]:
 def presets_ls(as_json: JsonOption = False) -> None:
     """List presets on the search path; when a name is shadowed, show which file wins.
 
-    Search order (first match wins): built-ins, user dir, $PPODECK_PRESET_PATH dirs.
+    Search order (first match wins): built-ins, user dir, $PPODECK_PRESET_PATH dirs. A file
+    that does not load is listed with every error it has; a file whose `name` is another
+    file's name is marked with which file that name opens.
 
     Example:
 
@@ -89,11 +92,17 @@ def presets_ls(as_json: JsonOption = False) -> None:
         typer.echo(json.dumps([_preset_json(p) for p in presets], indent=2))
         return
     width = max((len(p.name) for p in presets), default=4)
+    indent = " " * (width + 12)
     for p in presets:
-        text = p.description if p.error is None else f"(invalid: {p.error.splitlines()[0]})"
+        errors = p.error.splitlines() if p.error else []
+        text = p.description if not errors else f"(invalid: {len(errors)} error(s), below)"
         typer.echo(f"{p.name:<{width}}  {p.source:<8}  {text}")
         for shadowed in p.shadows:
-            typer.echo(f"{'':<{width}}  {'':<8}  wins over {shadowed}")
+            typer.echo(f"{indent}wins over {shadowed}")
+        if p.clash:
+            typer.echo(f"{indent}name clash: {p.clash}")
+        for error in errors:
+            typer.echo(f"{indent}✖ {error}")
 
 
 @presets_app.command("show")
@@ -252,6 +261,9 @@ def presets_new(
 ) -> None:
     """Create a preset in your user presets dir, optionally extending another.
 
+    The file is written even when the resulting config does not validate (a preset may be a
+    start to edit further); its errors are then listed on stderr.
+
     Example:
 
     \b
@@ -267,6 +279,16 @@ def presets_new(
     path = user_preset_dir() / f"{name}.toml"
     _write_new(path, text, force)
     typer.echo(str(path))
+    _say_if_invalid(name, apply_sets(resolve_or_fail(load_or_fail(str(path))), None))
+
+
+def _say_if_invalid(name: str, config: RunConfig) -> None:
+    errors = check(config).errors
+    if errors:
+        _err(f"{name}: written, but INVALID as it stands ({count(len(errors), 'error')}):")
+        for issue in errors:
+            _err(format_issue(issue))
+        _err(f"Fix: edit the file, then `ppodeck validate {name}`.")
 
 
 def _refuse_bad_values(config: RunConfig) -> None:
@@ -347,3 +369,13 @@ def presets_from_command(
     path = user_preset_dir() / f"{name}.toml"
     _write_new(path, text, force)
     typer.echo(str(path))
+    _say_if_invalid(name, apply_sets(resolve_or_fail(load_or_fail(str(path))), None))
+
+
+def _say_if_invalid(name: str, config: RunConfig) -> None:
+    errors = check(config).errors
+    if errors:
+        _err(f"{name}: written, but INVALID as it stands ({count(len(errors), 'error')}):")
+        for issue in errors:
+            _err(format_issue(issue))
+        _err(f"Fix: edit the file, then `ppodeck validate {name}`.")

@@ -136,9 +136,10 @@ def eval_rewards(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 def rollout_count_text(rollout_id: int | None, num_rollout: int | None) -> str:
-    """"4/10" while rollout_id 3 (0-based) runs or once it is done."""
-    done = "-" if rollout_id is None else str(rollout_id + 1)
-    return f"{done}/{'?' if num_rollout is None else num_rollout}"
+    """"3 (4/10)": rollout id 3 (0-based, as `samples --rollout 3`), 4 of 10 begun."""
+    from ...engine.run.state import rollout_text
+
+    return rollout_text(rollout_id, num_rollout)
 
 
 
@@ -166,6 +167,8 @@ class _View:
         self.progress = progress
         self.live = Live(progress, refresh_per_second=4, console=Console()) if live else None
         self.printed: int | None = None  # last rollout with a plain line
+        # the launcher and the driver both report "running" as a run starts: say it once
+        self.last_status: tuple[Any, Any] | None = None
 
     def __enter__(self) -> _View:
         if self.live is not None:
@@ -185,7 +188,12 @@ class _View:
             self.progress.apply(event)
             kind = event["kind"]
             loud_log = kind == Kind.LOG and event.get("level") in ("warning", "error")
-            if kind == Kind.STATUS or loud_log:
+            if kind == Kind.STATUS:
+                status = (event.get("state"), event.get("detail"))
+                if status != self.last_status:
+                    self.say(format_event(event))
+                self.last_status = status
+            elif loud_log:
                 self.say(format_event(event))
 
     def _line_if_rollout_done(self, rollout_id: Any) -> None:

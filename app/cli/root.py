@@ -40,10 +40,9 @@ def _run_tui(preset: str | None) -> None:
     except ImportError as exc:
         fail(f"the TUI is not available in this installation ({exc}). Fix: use the headless "
              "commands, see `ppodeck --help`.", EXIT_INVALID)
-    if preset is None:
-        run_tui()
-    else:
-        run_tui(preset=preset)
+    code = run_tui() if preset is None else run_tui(preset=preset)
+    if code:  # an internal error: the app has printed why and where its crash log is
+        raise typer.Exit(code)
 
 
 def _print_version(value: bool) -> None:

@@ -55,12 +55,14 @@ def samples(
     rollout_log_probs, values, returns, advantages, entropy, loss_mask). The run keeps them
     under samples/ (--samples-per-rollout caps how many per rollout).
 
+    RUN is a run id from `ppodeck runs ls` (or the path of a run directory).
+
     Example:
 
     \b
         ppodeck samples 260101-000000-tiny-cpu-abcd
-        ppodeck samples tiny --rollout 3 --sort advantage
-        ppodeck samples tiny -r 3 --json | jq '.[0].advantages'
+        ppodeck samples 260101-000000-tiny-cpu-abcd --rollout 3 --sort advantage
+        ppodeck samples 260101-000000-tiny-cpu-abcd -r 3 --json | jq '.[0].advantages'
     """
     if sort not in SORTS:
         fail(f"--sort {sort}: expected one of {', '.join(SORTS)}", EXIT_USAGE)

@@ -11,17 +11,21 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textual import on
+from textual import events, on
 from textual.app import App
 from textual.binding import Binding
 
 from .commands import DeckCommands
 from .messages import PresetChosen, RunChosen, RunLaunched
+from .typeahead import Typeahead, fresh_copy, waits_for_focus
 
 if TYPE_CHECKING:
+    from textual.notifications import SeverityLevel
+
     from ...engine.miles.script_import import ImportReport
 
 
+RELEASE_POLL_S = 0.02  # how often held keys look for a screen that can take them
 GC_BACK_ON_S = 3.0  # the collector is back on by then even if no screen says it painted
 
 
@@ -45,6 +49,7 @@ class PPODeckApp(App[None]):
         self.replay_speed = replay_speed  # tests: 0 replays instantly
         self.fixed_now = now  # tests: freeze the wall clock of live runs
         self.drivers: list[subprocess.Popen[bytes]] = []
+        self.typeahead = Typeahead()
 
     def on_mount(self) -> None:
         self.set_interval(2.0, self._reap_drivers)
@@ -57,6 +62,37 @@ class PPODeckApp(App[None]):
             self.open_editor(self.start_preset)
         else:
             self.open_picker()
+
+    # ---- keys typed ahead (typeahead.py) -----------------------------------------------------
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            await self._deliver_keys([event])
+            return
+        await super().on_event(event)
+
+    async def _deliver_keys(self, keys: list[events.Key]) -> None:
+        """Held keys first, then `keys`; whatever the screen on top cannot take yet is held."""
+        pending = [*self.typeahead.take(), *keys]
+        for index, key in enumerate(pending):
+            if self._must_hold():
+                for held in pending[index:]:
+                    self.hold_key(held)
+                return
+            await super().on_event(key)
+        self.typeahead.delivered()
+
+    def hold_key(self, key: events.Key) -> None:
+        """Keep `key` until the screen on top can take it (also for widgets: DeckInput)."""
+        self.typeahead.hold(fresh_copy(key))
+        self.set_timer(RELEASE_POLL_S, self._release_held)
+
+    def _must_hold(self) -> bool:
+        return waits_for_focus(self.screen) and not self.typeahead.expired()
+
+    async def _release_held(self) -> None:
+        if self.typeahead.keys:
+            await self._deliver_keys([])
 
     # ---- routes -------------------------------------------------------------------------------
 
@@ -207,6 +243,12 @@ class PPODeckApp(App[None]):
     def action_stop_run(self) -> None:
         self.action_screen("stop_run")
 
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every notification as plain text: messages quote files and TOML (`[health]`,
+        `tables are [name]`) that markup would eat; none of ours uses markup."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
     # ---- last-resort error handling -----------------------------------------------------------
 
     def _handle_exception(self, error: Exception) -> None:
@@ -222,7 +264,9 @@ class PPODeckApp(App[None]):
 
 
 def run_tui(preset: str | None = None, attach: str | None = None,
-            replay: str | None = None) -> None:
-    """Open the TUI: the preset picker, or a preset in the editor, or a run's monitor."""
+            replay: str | None = None) -> int:
+    """Open the TUI: the preset picker, or a preset in the editor, or a run's monitor. Returns
+    the exit code: 1 after an internal error (see _handle_exception), else 0."""
     app = PPODeckApp(preset=preset, attach=attach, replay=replay)
     app.run()
+    return app.return_code or 0

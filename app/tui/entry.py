@@ -30,7 +30,7 @@ def open_tui() -> None:
     try:
         from .app import run_tui
 
-        run_tui()
+        code = run_tui()
     except KeyboardInterrupt:
         from ..cli.common import (  # typer: only once something failed
             EXIT_INTERRUPTED,
@@ -46,3 +46,5 @@ def open_tui() -> None:
         path = write_crash_log(exc)
         err(f"ppodeck: unexpected error: {type(exc).__name__}: {exc} (details in {path})")
         sys.exit(EXIT_INVALID)
+    if code:
+        sys.exit(code)  # an internal error: the app has said why and where its log is

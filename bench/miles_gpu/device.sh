@@ -19,6 +19,10 @@
 #              SGLANG_ROLLOUTS rollouts (6), through bench/gpu_device_run.sh (stock sglang, no
 #              shims), launch time kept for the first-metric figure
 #   hf         the same preset on our hf decoder, for the per-phase comparison
+#   preflight  the launch pre-flight beside a live run (needs only .whl: run(carry=[".whl"],
+#              "bash bench/miles_gpu/device.sh preflight")): qwen3-1.7b-ppo-1gpu detached, and
+#              once it has a metric, `validate` and `run` of a config that cannot fit beside
+#              it (PREFLIGHT_SETS); both must refuse, naming the GiB and the holding run
 set -uo pipefail
 OUT=${OUT:-/tmp/ppodeck-gpu-out}
 S=${S:-/tmp/s}
@@ -138,6 +142,26 @@ run_ours() {  # NAME BACKEND: our preset through bench/gpu_device_run.sh's e2e_r
   gpu_holders "after our $2 run"
 }
 
+preflight() {
+  ( export PYTHONPATH=/tmp/site:$REPO
+    bash bench/gpu_device_run.sh setup > /dev/null || exit 1
+    timeout 60 python3 -m ppodeck run qwen3-1.7b-ppo-1gpu --yes --detach \
+      --set num-rollout=200 > "$OUT/preflight_holder_cli.log" 2>&1
+    run=$(latest_run); id=$(basename "$run")
+    for _ in $(seq 1 ${PREFLIGHT_WAIT_S:-150}); do
+      grep -q '"kind":"metrics"' "$run/events.jsonl" 2>/dev/null && break; sleep 1; done
+    { gpu_holders "holder $id running"
+      sets=${PREFLIGHT_SETS:---set offload-train=false --set offload-rollout=false}
+      echo "\$ ppodeck validate qwen3-1.7b-ppo-1gpu $sets"
+      timeout 120 python3 -m ppodeck validate qwen3-1.7b-ppo-1gpu $sets 2>&1 | head -30
+      echo "rc ${PIPESTATUS[0]}"
+      echo "\$ ppodeck run qwen3-1.7b-ppo-1gpu $sets --yes"
+      timeout 120 python3 -m ppodeck run qwen3-1.7b-ppo-1gpu $sets --yes 2>&1 | tail -15
+      echo "rc ${PIPESTATUS[0]}"
+      timeout 90 python3 -m ppodeck stop "$id" 2>&1 | tail -2; sleep 8
+      gpu_holders "after stopping $id"; } 2>&1 | tee "$OUT/preflight.txt" )
+}
+
 for step in "$@"; do
   case $step in
     carry)
@@ -148,6 +172,7 @@ for step in "$@"; do
     miles-stop) install || exit 1; stop_test ;;
     sglang) run_ours sglang sglang ;;
     hf) run_ours hf hf ;;
+    preflight) preflight ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

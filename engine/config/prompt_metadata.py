@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TextIO
 
 MAX_BYTES = 64 << 20  # the first 64 MiB of a prompt file are counted
 
@@ -51,7 +53,7 @@ def _scan(path: str, metadata_key: str, _mtime_ns: int, size: int) -> RmTypeCoun
     return RmTypeCounts(tuple(sorted(counts.items())), samples, size <= MAX_BYTES)
 
 
-def _lines(handle, limit: int):  # noqa: ANN001, ANN202 - a text file; yields its lines
+def _lines(handle: TextIO, limit: int) -> Iterator[str]:  # a text file's lines, bounded
     read = 0
     for line in handle:
         read += len(line)

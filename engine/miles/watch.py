@@ -83,7 +83,7 @@ OPEN_T1 = -1.0  # miles' PhaseEvent.OPEN_T1: the interval is still running
 PHASE_NAMES = {"rollout": Phase.GENERATE, "save_model": Phase.SAVE, "eval_rollout": Phase.EVAL}
 EVENTS_SUBDIR = "events"  # miles' EventLogger files: <dump>/events/<process>.jsonl
 # perf/<name>_time values that are not one timer's sum: log_perf_data_raw derives step_time
-DERIVED_TIMES = {"step_time"}
+DERIVED_TIMES = {"step"}
 
 
 class MilesDumpError(Exception):
@@ -496,13 +496,18 @@ class _Translator:
         ts = record_time(record)
         step_key = _step_key_of(metrics)
         step = metrics.get(step_key) if step_key else None
-        if not isinstance(step, int) or isinstance(step, bool):
-            step = record.get("rollout_id") if isinstance(record.get("rollout_id"), int) else None
-        rollout_id = self._rollout_of(step_key, step)
+        # the record's own rollout_id (the train processes' event context) is authoritative;
+        # the rollout manager's records carry none, and their rollout/step says it
+        own = record.get("rollout_id")
+        if isinstance(own, int) and not isinstance(own, bool):
+            self.state.last_rollout = max(self.state.last_rollout or 0, own)
+            rollout_id = own
+        else:
+            rollout_id = self._rollout_of(step_key, step)
         self._emit(Kind.METRICS, ts, step_key=step_key, step=step, rollout_id=rollout_id,
                    metrics=metrics, process=process)
         if step_key == StepKey.ROLLOUT and ts is not None:
-            self._timer_phases(metrics, ts, step, process, _role_of(record, process))
+            self._timer_phases(metrics, ts, rollout_id, process, _role_of(record, process))
 
     def _timer_phases(self, metrics: dict[str, Any], end: float, rollout_id: Any,
                       process: str, role: str) -> None:

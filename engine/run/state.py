@@ -453,3 +453,12 @@ class RunState:
     def points(self, key: str) -> SeriesPoints | None:
         series = self.series.get(key)
         return series.points() if series is not None and len(series) else None
+
+
+def rollout_text(rollout_id: int | None, num_rollout: int | None) -> str:
+    """One numbering for every front end: rollout ids are 0-based, as in events, `samples
+    --rollout`, `health` and `compare`; the count done follows. "3 (4/10)": rollout 3 under way
+    or done, 4 of 10 begun; "- (0/10)" before the first."""
+    begun = 0 if rollout_id is None else rollout_id + 1
+    total = "?" if num_rollout is None else str(num_rollout)
+    return f"{'-' if rollout_id is None else rollout_id} ({begun}/{total})"

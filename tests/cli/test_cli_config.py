@@ -56,7 +56,7 @@ def test_validate_json_shape() -> None:
     result = run("validate", "tiny-cpu", "--json")
     assert result.exit_code == 0
     data = json.loads(result.stdout)
-    assert set(data) == {"ok", "issues", "derived"} and data["ok"] is True
+    assert set(data) == {"ok", "issues", "derived", "forecast"} and data["ok"] is True
     assert set(data["issues"][0]) == {"level", "code", "flags", "message", "fix"}
     assert data["derived"]["world_size"] == 1
     assert data["derived"]["memory_gib"] == {} and data["derived"]["gpus_needed"] is None

@@ -259,7 +259,7 @@ def test_run_attached_follows_to_the_end(app, runner, runs_dir, fake_driver,
                                          built_in_preset) -> None:
     result = runner.invoke(app, ["run", built_in_preset])
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[-1].startswith("rollout 2/60")
+    assert result.stdout.splitlines()[-1].startswith("rollout 1 (2/60)")
     assert "succeeded" in result.stderr
 
 

@@ -204,7 +204,14 @@ def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monk
                              "--json", "--kind", "metrics"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        sampler = next((dump / "dashboard" / "gpu_util").glob("*.jsonl"))
+
         def following() -> RunDir | None:
+            # miles' dashboard samples the GPU every second while it runs: the dump stays live
+            # however long tail takes to start
+            with open(sampler, "a") as out:
+                out.write(json.dumps({"ts": time.time(), "node": "10.0.0.1", "gpu": 0,
+                                      "util": 20, "mem_mb": 30000, "power_w": 300}) + "\n")
             rundir = find_registered(dump)
             return rundir if rundir and read_status(rundir).get("state") == "running" else None
 

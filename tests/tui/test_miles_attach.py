@@ -34,7 +34,7 @@ async def test_attach_shows_a_miles_dump_with_miles_values(tui_env: Path) -> Non
         assert charts["chart-reward"].plotted["rollout/raw_reward"] == (
             [float(m["step"]) for m in rows], [m["metrics"]["rollout/raw_reward"] for m in rows])
         header = screen.query_one(RunHeader).data
-        assert (header.state, header.rollout) == ("ended", 3)
+        assert (header.state, header.rollout_id) == ("ended", 2)
         assert "engine: miles (watched, read-only" in header.title
         assert sorted(screen.query_one(PhaseTimeline).rollouts) == [0, 1, 2]
         panel = screen.query_one(OffloadPanel)

@@ -75,7 +75,8 @@ async def test_attaching_to_a_recorded_run_fills_charts_and_offload_panel(
             for d in last_gpu["devices"]]
 
         header = screen.query_one(RunHeader).data
-        assert (header.state, header.rollout, header.num_rollout) == ("succeeded", 20, 20)
+        assert (header.state, header.rollout_id, header.num_rollout) == ("succeeded", 19, 20)
+        assert "rollout 19 (20/20)" in str(RunHeader.render_text(header))
         assert header.elapsed == T_END - T0 and header.eta == 0.0 and header.phase is None
 
         timeline = screen.query_one(PhaseTimeline)
@@ -112,7 +113,7 @@ async def test_a_running_run_shows_history_then_live_updates(tui_env: Path) -> N
         await wait_until(pilot, lambda: screen.state.events_seen == half)
         first = screen.query_one(RunHeader).data
         assert (first.state, first.elapsed, first.phase) == ("running", 1000.0, "critic_train")
-        assert first.rollout == 11 and first.eta is not None and first.eta > 0
+        assert first.rollout_id == 10 and first.eta is not None and first.eta > 0
         with open(run / "events.jsonl", "a") as out:
             out.write("".join(lines[half:]))
         await wait_until(pilot, lambda: screen.state.events_seen == len(lines))
@@ -206,19 +207,37 @@ async def test_runs_list_attaches_to_the_selected_run(recorded_run: Path) -> Non
         assert app.screen.run_dir == recorded_run
 
 
-async def test_stop_run_asks_then_signals_the_driver(recorded_run: Path, monkeypatch) -> None:
+async def test_stop_run_asks_then_signals_the_driver(tui_env: Path, monkeypatch) -> None:
     import ppodeck.engine.launch.local as launch
 
     stopped: list[Path] = []
     monkeypatch.setattr(launch, "stop_run",
                         lambda rundir, force=False: stopped.append(rundir.path) or "asked")
-    app = PPODeckApp(attach=str(recorded_run))
+    run = tui_env / "runs" / "260101-000000-live-0002"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps(
+        {"state": "running", "pid": 4242, "host": "elsewhere", "started": T0, "num_rollout": 20,
+         "preset": "x"}))
+    (run / "events.jsonl").write_text("".join(EVENTS_TINY.read_text().splitlines(True)[:40]))
+    app = PPODeckApp(attach=str(run), now=T0 + 100.0)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
         await pilot.press("x")
         await wait_until(pilot, lambda: app.screen.id == "confirm-stop")
         await pilot.click("#confirm")
-        await wait_until(pilot, lambda: stopped == [recorded_run])
+        await wait_until(pilot, lambda: stopped == [run])
+
+
+async def test_a_finished_run_offers_no_stop(recorded_run: Path) -> None:
+    app = PPODeckApp(attach=str(recorded_run))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen))
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.state.finished)
+        assert screen.check_action("stop_run", ()) is False
+        await pilot.press("x")
+        await pilot.pause(0.2)
+        assert app.screen is screen  # no stop dialog
 
 
 async def test_palette_opens_a_preset_by_name() -> None:

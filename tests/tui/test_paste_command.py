@@ -29,7 +29,7 @@ async def test_pasting_a_script_shows_the_report_then_opens_the_editor() -> None
     app = PPODeckApp()
     async with app.run_test(size=(140, 44)) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, PresetPickerScreen))
-        await pilot.press("i")
+        await pilot.press("ctrl+g")
         await wait_until(pilot, lambda: isinstance(app.screen, PasteCommandScreen))
         screen = app.screen
         screen.query_one("#paste-text").load_text(SCRIPT)
@@ -46,6 +46,15 @@ async def test_pasting_a_script_shows_the_report_then_opens_the_editor() -> None
         assert editor.preset_name == "pasted"
         assert editor.config.get("num_layers") == 2
         assert editor.config.get("n_samples_per_prompt") == 4
+        # Esc on an import saved nowhere asks first; cancelling keeps it
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen.id == "discard-import")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is editor)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen.id == "discard-import")
+        await pilot.press("ctrl+y")
+        await wait_until(pilot, lambda: isinstance(app.screen, PresetPickerScreen))
 
 
 async def test_an_empty_paste_says_so_and_keeps_the_dialog() -> None:
@@ -62,7 +71,7 @@ async def test_an_empty_paste_says_so_and_keeps_the_dialog() -> None:
 
 async def _import(pilot, app: PPODeckApp, text: str = "", name: str = "") -> PasteCommandScreen:
     await wait_until(pilot, lambda: isinstance(app.screen, PresetPickerScreen))
-    await pilot.press("i")
+    await pilot.press("ctrl+g")
     await wait_until(pilot, lambda: isinstance(app.screen, PasteCommandScreen))
     screen = app.screen
     assert isinstance(screen, PasteCommandScreen)

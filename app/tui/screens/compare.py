@@ -36,12 +36,21 @@ class RunsLoaded(Message):
         self.error = error
 
 
+def run_label(run_id: str) -> str:
+    """`<preset>-<hex4>` of a `YYmmdd-HHMMSS-<preset>-<hex4>` id: what tells runs apart, whole
+    (a fixed cut of the last 12 characters showed `iny-cpu-8759`)."""
+    parts = run_id.split("-", 2)
+    stamped = len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit()
+    return parts[2] if stamped else run_id
+
+
 def chart_lines(run_ids: list[str], metrics: tuple[str, ...]) -> tuple[Line, ...]:
     """One line per (run, metric); its key is "<run index>:<metric>"."""
     lines = []
     for i, run_id in enumerate(run_ids):
         for j, metric in enumerate(metrics):
-            label = run_id[-12:] + (f" {SHORT.get(metric, metric)}" if len(metrics) > 1 else "")
+            label = run_label(run_id) + (f" {SHORT.get(metric, metric)}" if len(metrics) > 1
+                                         else "")
             lines.append(Line(f"{i}:{metric}", label, COLORS[(i + j * 3) % len(COLORS)]))
     return tuple(lines)
 

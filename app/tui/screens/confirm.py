@@ -15,12 +15,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from ..widgets.footer import DeckFooter
+from ..widgets.text_input import DeckInput
 
 
 class ConfirmDialog(ModalScreen[bool]):
     """Yes/no with a body; dismisses True on confirm."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+y", "confirm", "Confirm")]
+    TYPEAHEAD = True  # keys typed while it opens wait for its focus (typeahead.py)
 
     def __init__(self, title: str, body: RenderableType, confirm_label: str,
                  variant: str = "primary", dialog_id: str = "confirm-dialog") -> None:
@@ -84,11 +86,11 @@ class LaunchDialog(ConfirmDialog):
                 yield Static(self.body, id="dialog-text")
             with Horizontal(classes="dialog-buttons"):
                 # one row with the buttons: the dialog keeps its height on small terminals
-                yield Input("", placeholder="empty: run here; or submit to a Ray cluster: "
+                yield DeckInput("", placeholder="empty: run here; or submit to a Ray cluster: "
                             "http://HEAD:8265", id="submit-address",
                             tooltip="Ray Jobs: the cluster's dashboard address. Auth headers "
                                     "come from $PPODECK_RAY_JOB_HEADERS (JSON).")
-                yield Input("", placeholder="empty: PPO Deck's engine; or a miles checkout",
+                yield DeckInput("", placeholder="empty: PPO Deck's engine; or a miles checkout",
                             id="miles-root",
                             tooltip="`ppodeck run --engine miles --miles-root DIR`: miles' own "
                                     "train.py with this command (PPO Deck's own flags left "
@@ -121,6 +123,7 @@ class FormDialog(ModalScreen[dict[str, str] | None]):
     """A few labelled inputs; dismisses {id: text} or None. `validate` may veto with a reason."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    TYPEAHEAD = True
 
     def __init__(self, title: str, fields: tuple[FieldSpec, ...], confirm_label: str,
                  note: str = "", validate: Callable[[dict[str, str]], str] | None = None,
@@ -137,7 +140,7 @@ class FormDialog(ModalScreen[dict[str, str] | None]):
             yield Static(self.title_text, classes="dialog-title")
             for spec in self.fields:
                 yield Label(spec.label)
-                yield Input(spec.value, placeholder=spec.placeholder, id=spec.id)
+                yield DeckInput(spec.value, placeholder=spec.placeholder, id=spec.id)
             if self.note:
                 yield Static(self.note, classes="dialog-note", markup=False)
             yield Static("", id="dialog-error", classes="dialog-error", markup=False)

@@ -8,9 +8,11 @@ command preview are set from the report; Launch stays disabled while any error e
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -32,8 +34,10 @@ from ..widgets.flag_field import FieldIssue, FlagField
 from ..widgets.flag_group import FlagGroup
 from ..widgets.footer import DeckFooter
 from ..widgets.issues_panel import IssuesPanel, PanelIssue
+from ..widgets.text_input import DeckInput
 from ..widgets.view_tabs import ViewTabs
 from .confirm import (
+    ConfirmDialog,
     FieldSpec,
     FormDialog,
     LaunchChoice,
@@ -45,13 +49,16 @@ if TYPE_CHECKING:
     from ....engine.presets import Preset
 
 DRAFT_DEBOUNCE_S = 0.4
-SEARCH_DEBOUNCE_S = 0.15
+SEARCH_DEBOUNCE_S = 0.03  # a burst of keys filters once; one key is filtered at once
 SIDE_WIDTH = 64  # the issues/derived/command column in the wide layout (app.tcss)
+FOCUS_TRIES = 100  # refreshes to wait for a group's fields before giving the keys back
 SEARCH_OPEN_MAX = 40  # matches across all groups at most this many: open their groups
 OPEN_GROUPS = ("critic", "ppo")  # the PPO-specific groups start expanded
 LEVEL_RANK = {"error": 0, "warning": 1, "info": 2}
 VIEWS = (("flags", "Flags"), ("issues", "Issues"), ("derived", "Derived"),
          ("command", "Command"))
+DESTS = tuple(flag.dest for flag in FLAGS)  # Flag.dest is computed: look it up once
+ALL_DESTS = frozenset(DESTS)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 HELP = """\
@@ -64,8 +71,13 @@ Command shows the exact miles-style argv (secrets masked).
 
 Unsaved edits are kept as a draft in the state directory and come back next time.
 
-Keys: `ctrl+f` search flags, `ctrl+z` reset the focused field, `ctrl+s` save as preset,
-`ctrl+t` export, `ctrl+l` launch (disabled while errors exist), `esc` back to presets.
+Search: `ctrl+f` (or `/`) puts the cursor in the search box with its text selected, so typing
+replaces the old search; `enter` or `tab` there jumps to the first matching field.
+A value that does not parse stays as you typed it, marked as an error, until you fix it.
+
+Keys: `ctrl+z` reset the focused field, `ctrl+s` save as preset, `ctrl+t` export, `ctrl+l`
+launch (disabled while errors exist), `esc` back to presets (an imported config that is not
+saved yet asks first).
 """
 
 
@@ -88,13 +100,20 @@ def load_for_editing(preset_name: str | None
 
 def flag_matches(flag: Flag, query: str) -> bool:
     """Fuzzy on the name, all words as substrings of the help text."""
+    return flag.dest in matching_dests(query)
+
+
+@lru_cache(maxsize=64)
+def matching_dests(query: str) -> frozenset[str]:
+    """The dests of every flag `query` matches: one matcher for all the flags of a keystroke
+    (a Matcher per flag cost ~40 ms a key on two cores)."""
     query = query.strip().lower()
     if not query:
-        return True
-    if Matcher(query).match(flag.name[2:]) > 0:
-        return True
-    text = flag.help.lower()
-    return all(word in text for word in query.split())
+        return ALL_DESTS
+    matcher, words = Matcher(query), query.split()
+    return frozenset(dest for dest, flag in zip(DESTS, FLAGS, strict=True)
+                     if matcher.match(flag.name[2:]) > 0
+                     or all(word in flag.help.lower() for word in words))
 
 
 def masked_argv(config: RunConfig) -> list[str]:
@@ -115,6 +134,19 @@ def _field_issue(issues: list[Any]) -> FieldIssue | None:
     return FieldIssue(worst.level, worst.message, worst.fix)
 
 
+class FlagSearch(DeckInput):
+    """The flag search box: `enter` and `tab` go to the first matching field; the keys typed
+    after them wait for that field (EditScreen.holding_keys) instead of landing here."""
+
+    BINDINGS = [Binding("tab", "first_match", "First match", show=False)]
+
+    def action_first_match(self) -> None:
+        screen = self.screen
+        if isinstance(screen, EditScreen) and screen.focus_first_match():
+            return
+        self.screen.focus_next()
+
+
 class EditScreen(Screen[None]):
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch"),
@@ -122,10 +154,11 @@ class EditScreen(Screen[None]):
         Binding("ctrl+t", "export", "Export"),
         Binding("ctrl+z", "reset_field", "Reset field"),
         Binding("ctrl+f,slash", "search", "Search", show=False),
-        Binding("escape", "app.back", "Back"),
+        Binding("escape", "back", "Back"),
     ]
     HELP = HELP
     AUTO_FOCUS = "#flag-search"
+    TYPEAHEAD = True  # keys typed while the editor opens wait for the search box (typeahead.py)
 
     def __init__(self, preset: Preset | None, base: RunConfig, draft: RunConfig | None = None,
                  draft_note: str = "", name: str | None = None,
@@ -140,7 +173,9 @@ class EditScreen(Screen[None]):
         self.config = draft if draft is not None else base
         self.restored_draft = draft is not None
         self.draft_note = draft_note
-        self.parse_errors: dict[str, str] = {}
+        self.parse_errors: dict[str, str] = {}  # dest -> why its text does not parse
+        self.typed: dict[str, str] = {}  # dest -> that text, as typed (shown, drafted)
+        self._restore_typed()
         self.machine = machine_here()  # with this machine's finished runs: the forecast's
         self.report: Report = check(self.config, self.machine)
         self.query_text = ""
@@ -149,6 +184,7 @@ class EditScreen(Screen[None]):
         self._groups_cache: list[FlagGroup] = []
         self._search_timer: Timer | None = None
         self._issues_cache: tuple[Any, dict[str, list[Any]]] = (None, {})
+        self.holding_keys = False  # True while a jump to a field waits for it (typeahead.py)
 
     # ---- layout -------------------------------------------------------------------------------
 
@@ -161,9 +197,11 @@ class EditScreen(Screen[None]):
         yield ViewTabs(*VIEWS, id="view-tabs")
         with Grid(id="edit-body"):
             with Vertical(id="pane-flags", classes="pane -active"):
-                yield Input(placeholder="search flags by name or help (ctrl+f)",
-                            id="flag-search", compact=True)
+                yield FlagSearch(placeholder="search flags by name or help (ctrl+f; enter "
+                                 "or tab: first match)", id="flag-search", compact=True,
+                                 select_on_focus=False, holds_on_submit=True)
                 with VerticalScroll(id="flag-groups"):
+                    yield Static("", id="no-match", markup=False)
                     yield from self._groups()
             with Vertical(id="edit-side", classes="pane-host"):
                 with Vertical(id="pane-issues", classes="pane"):
@@ -187,12 +225,28 @@ class EditScreen(Screen[None]):
                                         group in OPEN_GROUPS or has_error)))
         return groups
 
+    def _restore_typed(self) -> None:
+        """Field texts of the draft that did not parse: back in their fields, still marked."""
+        from ....engine.config import coerce
+
+        for name, text in drafts.read_typed(self.preset_name).items():
+            flag = BY_NAME.get(name)
+            if flag is None or flag.secret:
+                continue
+            try:
+                coerce(flag, text)
+            except ValueError as exc:
+                self.parse_errors[flag.dest] = str(exc)
+                self.typed[flag.dest] = text
+                self.restored_draft = True
+
     def _field_for(self, flag: Flag) -> FlagField:
         """Build one field with the screen's current state (used when a group first opens)."""
         field = FlagField(flag, self.config.get(flag.dest) if self.config.is_set(flag.dest)
                           else None, self.is_changed(flag.dest),
-                          _field_issue(self._issues_by_dest().get(flag.dest, [])))
-        field.set_class(not flag_matches(flag, self.query_text), "-hidden")
+                          _field_issue(self._issues_by_dest().get(flag.dest, [])),
+                          text=self.typed.get(flag.dest))
+        field.display = flag_matches(flag, self.query_text)
         return field
 
     def on_mount(self) -> None:
@@ -280,11 +334,17 @@ class EditScreen(Screen[None]):
         message.stop()
         dest = message.dest
         if message.error:
+            # the config goes back to the preset's value, so no issue speaks of a value that is
+            # no longer on screen; the text itself is kept (and drafted) until it parses
             self.parse_errors[dest] = message.error
+            self.typed[dest] = message.text
+            self.config = self.config.with_values(**{dest: self.base.values.get(dest)})
         else:
             self.parse_errors.pop(dest, None)
+            self.typed.pop(dest, None)
             self.config = self._with_value(dest, message.value)
         self._revalidate()
+        self.query_one(CommandPreview).point_at(BY_DEST[dest].name)
 
     @on(FlagField.ResetRequested)
     def _reset_requested(self, message: FlagField.ResetRequested) -> None:
@@ -293,6 +353,7 @@ class EditScreen(Screen[None]):
 
     def reset_field(self, dest: str) -> None:
         self.parse_errors.pop(dest, None)
+        self.typed.pop(dest, None)
         self.config = self.config.with_values(**{dest: self.base.values.get(dest)})
         field = self.fields().get(dest)
         if field is not None:
@@ -326,14 +387,15 @@ class EditScreen(Screen[None]):
 
     def _update_bar(self) -> None:
         counts = self.query_one(IssuesPanel).counts
-        changed = sum(self.is_changed(flag.dest) for flag in FLAGS)
+        changed = sum(self.is_changed(dest) for dest in DESTS)
         summary = (f"[b]{self.preset_name}[/b]  ● {changed} changed  "
                    f"[red]✖ {counts['error']}[/]  [yellow]⚠ {counts['warning']}[/]  "
                    f"ℹ {counts['info']}")
         # one line of fixed size: repaint it without laying out the whole screen again
         self.query_one("#edit-summary", Static).update(summary, layout=False)
         launch = self.query_one("#launch", Button)
-        launch.disabled = self.error_count > 0
+        if launch.disabled != (self.error_count > 0):  # a restyle: only when it flips
+            launch.disabled = self.error_count > 0
         launch.tooltip = (f"fix {self.error_count} error(s) first" if launch.disabled
                           else "launch this config")
         self.query_one(ViewTabs).set_label("issues",
@@ -350,35 +412,63 @@ class EditScreen(Screen[None]):
         self.query_text = event.value
         if self._search_timer is not None:
             self._search_timer.stop()
-        # debounced: typing a word filters once, not once per letter
-        self._search_timer = self.set_timer(SEARCH_DEBOUNCE_S, self.apply_search)
+        # debounced: typing a word filters once, not once per letter; and after the next
+        # refresh, so the letter itself is on screen before the filtering work starts
+        self._search_timer = self.set_timer(
+            SEARCH_DEBOUNCE_S, lambda: self.call_after_refresh(self.apply_search))
 
     def apply_search(self) -> None:
         """Hide flags that do not match; open the groups with matches once few enough remain
         (opening every group for a one-letter query would mount all 209 fields)."""
-        matches = {group.group: [f for f in group.flags if flag_matches(f, self.query_text)]
+        hits = matching_dests(self.query_text)
+        matches = {group.group: [f for f in group.flags if f.dest in hits]
                    for group in self.groups}
         total = sum(len(found) for found in matches.values())
+        self._show_no_match(total)
         for group in self.groups:
             found = matches[group.group]
+            found_dests = {flag.dest for flag in found}
             group.display = bool(found)
             group.set_matches(len(found) if self.query_text.strip() else None)
             if self.query_text.strip() and found and total <= SEARCH_OPEN_MAX:
                 group.collapsed = False
             for field in group.fields.values():
-                field.set_class(field.flag not in found, "-hidden")
+                field.show_match(field.dest in found_dests)
+
+    def _show_no_match(self, total: int) -> None:
+        note = self.query_one("#no-match", Static)
+        searching = bool(self.query_text.strip())
+        note.display = searching and total == 0
+        if note.display:
+            note.update(f"No flag matches {self.query_text.strip()!r} (names are fuzzy-matched, "
+                        "help text word by word). Clear the search (ctrl+f, then delete) to "
+                        "see every flag.")
 
     @on(Input.Submitted, "#flag-search")
     def _search_submitted(self, event: Input.Submitted) -> None:
         event.stop()
+        self.focus_first_match()
+
+    def focus_first_match(self) -> bool:
+        """Jump to the first flag the search matches; False when none does."""
+        if self._search_timer is not None:
+            self._search_timer.stop()
+        # the box itself: its Changed message may still be on its way (a burst of keys)
+        self.query_text = self.query_one("#flag-search", Input).value
         self.apply_search()
         visible = [f for f in FLAGS if flag_matches(f, self.query_text)]
         if visible:
             self.focus_flag(visible[0].dest)
+        else:
+            self.holding_keys = False  # nowhere to go: the keys stay in the search box
+        return bool(visible)
 
     def action_search(self) -> None:
+        """Focus the search with its text selected: what is typed next replaces it."""
         self.query_one(ViewTabs).active = "flags"
-        self.query_one("#flag-search", Input).focus()
+        search = self.query_one("#flag-search", Input)
+        search.focus()
+        search.select_all()
 
     @on(IssuesPanel.Selected)
     def _issue_selected(self, message: IssuesPanel.Selected) -> None:
@@ -394,14 +484,22 @@ class EditScreen(Screen[None]):
         group = self.query_one(f"#group-{flag.group}", FlagGroup)
         group.display = True
         group.collapsed = False
+        self.holding_keys = True  # typeahead.py: what is typed next belongs to that field
+        group.ensure_fields()
 
-        def focus() -> None:
+        def focus(tries: int = 0) -> None:
             field = group.fields.get(dest)
-            if field is None:
+            if field is None or not field.query(".flag-control"):
+                if tries < FOCUS_TRIES:  # its group is still mounting its fields
+                    self.call_after_refresh(focus, tries + 1)
+                else:
+                    self.holding_keys = False
                 return
-            field.remove_class("-hidden")
+            self.holding_keys = False
+            field.show_match(True)
             field.focus_control()
             self.query_one("#flag-groups", VerticalScroll).scroll_to_widget(field, top=True)
+            self.query_one(CommandPreview).point_at(flag.name)
 
         self.call_after_refresh(focus)
 
@@ -419,11 +517,34 @@ class EditScreen(Screen[None]):
 
     def action_revert_all(self) -> None:
         self.parse_errors.clear()
+        self.typed.clear()
         self.config = self.base
         for dest, field in self.fields().items():
             field.set_value(self.base.values.get(dest))
         self._revalidate()
         self.notify(f"back to the values of {self.preset_name}")
+
+    # ---- leaving -----------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        """Back to where the editor was opened from. A preset's edits are a draft already; an
+        import saved nowhere yet would be lost, so Esc asks first."""
+        if self.imported is None or self.preset is not None:
+            self.app.action_back()  # type: ignore[attr-defined]
+            return
+        body = (f"The config imported from {self.imported.script} is not saved as a preset "
+                "yet. Leaving discards it (and any edits made here).\n\nKeep it: cancel, then "
+                "ctrl+s saves it as a preset.")
+        self.app.push_screen(ConfirmDialog("Discard the imported config?", Text(body), "Discard",
+                                           variant="error", dialog_id="discard-import"),
+                             self._discard_confirmed)
+
+    def _discard_confirmed(self, discard: bool | None) -> None:
+        if not discard:
+            return
+        self._draft_dirty = False
+        drafts.delete_draft(self.preset_name)
+        self.app.action_back()  # type: ignore[attr-defined]
 
     # ---- drafts -------------------------------------------------------------------------------
 
@@ -443,12 +564,18 @@ class EditScreen(Screen[None]):
             else:
                 drafts.write_draft(self.preset_name, self._toml(
                     self.preset_name, f"unsaved edits of {self.preset_name}",
-                    "PPO Deck editor draft: unsaved edits, restored when the preset reopens."))
+                    "PPO Deck editor draft: unsaved edits, restored when the preset reopens."),
+                    self._typed_by_name())
         except OSError as exc:
             self.notify(f"could not save the draft: {exc}", severity="warning")
 
+    def _typed_by_name(self) -> dict[str, str]:
+        """Texts that do not parse, by flag name; a secret's text never goes to disk."""
+        return {BY_DEST[dest].name: text for dest, text in self.typed.items()
+                if not BY_DEST[dest].secret}
+
     def _unchanged(self) -> bool:
-        return (dict(self.config.values) == dict(self.base.values)
+        return (not self.typed and dict(self.config.values) == dict(self.base.values)
                 and tuple(self.config.passthrough) == tuple(self.base.passthrough))
 
     def _toml(self, name: str, description: str, header: str) -> str:
@@ -576,7 +703,6 @@ class EditScreen(Screen[None]):
             self.notify(f"fix {self.error_count} error(s) before launching (see Issues)",
                         severity="error")
             return
-        from rich.text import Text
 
         from ....engine.launch.local import code_to_run, missing_inputs
         from ....engine.launch.memory_check import memory_refusals, refusal_text

@@ -112,9 +112,9 @@ class MonitorScreen(Screen[None]):
         Binding("1", "view('charts')", "Charts", show=False),
         Binding("2", "view('gpu')", "GPU", show=False),
         Binding("3", "view('timeline')", "Timeline", show=False),
-        Binding("x", "app.stop_run", "Stop run"),
+        Binding("x", "stop_run", "Stop run"),
         Binding("a", "samples", "Samples"),
-        Binding("f", "finding_samples", "Finding's samples", show=False),  # in HELP
+        Binding("f", "finding_samples", "Finding's samples"),
         Binding("s", "screenshot", "Screenshot"),
         Binding("r", "app.open_runs", "Runs"),
         Binding("escape", "app.back", "Back"),
@@ -188,6 +188,12 @@ class MonitorScreen(Screen[None]):
     def on_unmount(self) -> None:
         self.stop_reading.set()
         self.batch_applied.set()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`x` only while there is a process to stop: not for a replay or a finished run."""
+        if action == "stop_run":
+            return self.run_dir is not None and not self.state.finished
+        return True
 
     def action_stop_run(self) -> None:
         if self.run_dir is None:
@@ -394,10 +400,13 @@ class MonitorScreen(Screen[None]):
 
     def _refresh_header(self) -> None:
         s, now = self.state, self._now()
-        begun, total = s.rollout_progress()
+        if s.finished != getattr(self, "_finished_shown", None):
+            self._finished_shown = s.finished
+            self.refresh_bindings()  # `x` (stop) goes once the run has ended
+        _, total = s.rollout_progress()
         state = s.state if s.state != State.UNKNOWN or self.replay is None else "replay"
         self.query_one(RunHeader).show(HeaderData(
-            title=self.title_text, state=state, detail=s.detail, rollout=begun,
+            title=self.title_text, state=state, detail=s.detail, rollout_id=s.rollout_id,
             num_rollout=total, phase=_phase_shown(s), elapsed=s.elapsed(now), eta=s.eta(now),
             pace=self.pace.shown or ""))
 

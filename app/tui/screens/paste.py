@@ -28,6 +28,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static, TextArea
 
 from ..widgets.footer import DeckFooter
+from ..widgets.text_input import DeckInput, DeckTextArea
 
 if TYPE_CHECKING:
     from ....engine.config.issues import Issue
@@ -89,6 +90,7 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"),
                 Binding("ctrl+y", "import_text", "Import", priority=True)]  # over TextArea redo
+    TYPEAHEAD = True  # keys typed while it opens wait for its focus (typeahead.py)
 
     def __init__(self, text: str = "") -> None:
         super().__init__(id="paste-dialog")
@@ -98,8 +100,8 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static("Import a miles command or launch script", classes="dialog-title")
-            yield Input(placeholder=NAME_PLACEHOLDER, id="paste-name", compact=True)
-            yield TextArea(self.initial_text, id="paste-text", soft_wrap=False,
+            yield DeckInput(placeholder=NAME_PLACEHOLDER, id="paste-name", compact=True)
+            yield DeckTextArea(self.initial_text, id="paste-text", soft_wrap=False,
                            placeholder=PLACEHOLDER)
             with VerticalScroll(classes="dialog-body", id="paste-report-scroll"):
                 yield Static("ctrl+y imports; nothing in the script is run.", id="paste-report")

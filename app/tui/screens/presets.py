@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Input, Static
 from .. import drafts, fmt
 from ..messages import PresetChosen
 from ..widgets.footer import DeckFooter
+from ..widgets.text_input import DeckInput
 
 if TYPE_CHECKING:
     from ....engine.presets import Preset
@@ -26,10 +27,16 @@ SOURCE_STYLE = {"built-in": "cyan", "user": "green", "team": "magenta", "file": 
 HELP = """\
 ## Preset picker
 Built-in presets ship with PPO Deck; user presets live in the config directory
-($PPODECK_CONFIG_DIR/presets); team presets come from $PPODECK_PRESET_PATH. Type to fuzzy-search
-names, descriptions and hardware. The preview lists every flag the preset changes from the
-defaults. `enter` opens it in the editor; `d` opens the editor on the defaults alone.
-A `draft` tag means unsaved edits are waiting for that preset.
+($PPODECK_CONFIG_DIR/presets); team presets come from $PPODECK_PRESET_PATH. The search box
+has the keys: every letter you type searches names, descriptions and hardware; `up`/`down`
+(and page keys) move through the list; `enter` opens the selected preset in the editor.
+`ctrl+n` opens the editor on the defaults alone, `ctrl+r` lists runs, `ctrl+g` imports a miles
+command or launch script.
+
+The preview lists every flag the preset changes from the defaults. A `draft` tag means unsaved
+edits are waiting for that preset. A red row is a file that does not load (every error of the
+file is in the preview); a `clash` tag means two files claim one name, and the preview says
+which file that name opens.
 """
 
 
@@ -46,24 +53,55 @@ def _hardware(preset: Preset) -> str:
 
 
 def _gpus(preset: Preset) -> str:
-    """GPUs the preset declares it needs, else what its config derives (placement bundles)."""
-    gpus = preset.provenance.get("gpus")
-    if gpus is not None or preset.error:
-        return "?" if gpus is None else str(gpus)
+    """GPUs the preset (or the nearest preset it extends) declares, else what its config
+    derives (placement bundles): a preset extending tiny-cpu needs tiny-cpu's 0, not 1."""
+    if preset.error:
+        return "?"
     from ....engine.config import derive
-    from ....engine.presets import resolve_preset
+    from ....engine.presets import extends_chain, resolve_preset
 
     try:
+        chain = extends_chain(preset)
+        declared = [p.provenance["gpus"] for p in chain if "gpus" in p.provenance]
+        if declared:
+            return str(declared[-1])  # the chain runs root first: the last is the nearest
         needed = derive(resolve_preset(preset)).gpus_needed
     except Exception:  # a broken extends chain shows in the preview, not here
         return "?"
     return "?" if needed is None else str(needed)
 
 
+def preset_clash(preset: Preset) -> str:
+    return getattr(preset, "clash", "") or ""
+
+
+def _row_text(preset: Preset) -> str:
+    if preset.error:
+        errors = preset.error.count("\n") + 1
+        first = preset.error.splitlines()[0]
+        return f"{errors} errors: {first}" if errors > 1 else first
+    return preset.description
+
+
+def _file_head(preset: Preset) -> Text:
+    head = Text.assemble((preset.name, "bold"), f"  ({preset.source} preset, {preset.path})")
+    if preset_clash(preset):
+        head.append(f"\nname clash: {preset_clash(preset)}", "magenta")
+    for shadowed in preset.shadows:
+        head.append(f"\nwins over {shadowed} (same file name, later on the search path)",
+                    "magenta")
+    return head
+
+
 def preview(preset: Preset) -> Text:
     """What the preset changes from the schema defaults, plus its provenance."""
     if preset.error:
-        return Text(preset.error, "bold red")
+        errors = preset.error.splitlines()
+        head = _file_head(preset)
+        head.append(f"\n\ndoes not load: {len(errors)} error(s)\n", "bold red")
+        for error in errors:
+            head.append(f"✖ {error}\n", "red")
+        return head
     from ....engine.config import RunConfig
     from ....engine.presets import diff_configs, resolve_preset
 
@@ -72,9 +110,12 @@ def preview(preset: Preset) -> Text:
     except Exception as exc:  # a broken extends chain: show why instead of a preview
         return Text(str(exc), "bold red")
     # the file name, not the path: paths differ per machine (and per test run)
-    source = f"  ({preset.source} preset, {preset.path.name})\n"
-    head = Text.assemble((preset.name, "bold"), source,
-                         (preset.description or "(no description)", "italic"))
+    source = f"  ({preset.source} preset, {preset.path.name})"
+    head = Text.assemble((preset.name, "bold"), source)
+    if preset_clash(preset) or preset.shadows:
+        head = _file_head(preset)
+    head.append("\n")
+    head.append(preset.description or "(no description)", "italic")
     for key in ("author", "created", "tested_hardware", "gpus"):
         if key in preset.provenance:
             head.append(f"\n{key.replace('_', ' ')}: ", "dim")
@@ -95,14 +136,23 @@ def preview(preset: Preset) -> Text:
 
 
 class PresetPickerScreen(Screen[None]):
+    # The search box keeps the focus, so every printable key is search text and none is lost
+    # to a command; commands are keys that type nothing. Enter in the box holds the keys
+    # typed after it (DeckInput.holds_on_submit) until the editor it opens can take them.
     BINDINGS = [
         Binding("enter", "open", "Open", show=True),
-        Binding("d", "defaults", "Defaults"),
-        Binding("ctrl+f,slash", "search", "Search", show=False),
-        Binding("r", "app.open_runs", "Runs"),
-        Binding("i", "app.paste_command", "Import command"),
+        Binding("ctrl+n", "defaults", "Defaults"),
+        Binding("ctrl+r", "app.open_runs", "Runs"),
+        Binding("ctrl+g", "app.paste_command", "Import command"),
+        Binding("up", "move(-1)", show=False),
+        Binding("down", "move(1)", show=False),
+        Binding("pageup", "move(-10)", show=False),
+        Binding("pagedown", "move(10)", show=False),
+        Binding("ctrl+f", "search", "Search", show=False),
     ]
     HELP = HELP
+    AUTO_FOCUS = "#picker-search"
+    TYPEAHEAD = True  # keys typed before the search box has focus wait for it (typeahead.py)
 
     def __init__(self) -> None:
         super().__init__()
@@ -110,12 +160,14 @@ class PresetPickerScreen(Screen[None]):
         self.shown: list[Preset] = []
         self._filled_width = 0
         self._previewed: Preset | None = None
+        self.holding_keys = False  # set by the search box's Enter (typeahead.py)
 
     def compose(self) -> ComposeResult:
-        yield Static("Choose a preset  ·  type to search  ·  enter opens it in the editor  ·  "
-                     "i imports a miles command or script",
-                     id="picker-hint")
-        yield Input(placeholder="fuzzy search presets", id="picker-search", compact=True)
+        yield Static("Choose a preset  ·  type to search, up/down to choose  ·  enter opens it in "
+                     "the editor  ·  ctrl+g imports a miles command or script",
+                     id="picker-hint", markup=False)
+        yield DeckInput(placeholder="fuzzy search presets", id="picker-search", compact=True,
+                        select_on_focus=False, holds_on_submit=True)
         with Vertical(id="picker-body"):
             yield DataTable(id="preset-table", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="preset-preview"):
@@ -124,9 +176,9 @@ class PresetPickerScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
+        table.can_focus = False  # the search box drives it: no key goes astray in the table
         table.add_columns("preset", "source", "GPUs", "tested hardware", "description")
         self.load()
-        table.focus()
         self.call_after_refresh(self._painted)
 
     def _painted(self) -> None:
@@ -152,7 +204,9 @@ class PresetPickerScreen(Screen[None]):
             # a hit in the name outranks one spread over description and hardware
             scored = [(2 * matcher.match(p.name) + matcher.match(_haystack(p)), p)
                       for p in self.presets]
-            self.shown = [p for score, p in sorted(scored, key=lambda s: -s[0]) if score > 0]
+            # a name clash ranks below the file that name opens
+            ranked = sorted(scored, key=lambda s: (-s[0], bool(preset_clash(s[1]))))
+            self.shown = [p for score, p in ranked if score > 0]
         else:
             self.shown = list(self.presets)
         self._fill()
@@ -175,14 +229,16 @@ class PresetPickerScreen(Screen[None]):
         table.clear()
         hardware_width, description_width = self._column_widths()
         self._filled_width = self.size.width
-        for preset in self.shown:
+        for index, preset in enumerate(self.shown):
             name = Text(preset.name, "bold red" if preset.error else "bold")
             if drafts.has_draft(preset.name):
                 name.append(" draft", "italic yellow")
+            if preset_clash(preset):
+                name.append(" clash", "italic magenta")
+            # rows are keyed by position: two files may claim one name (a teammate's copy)
             table.add_row(name, Text(preset.source, SOURCE_STYLE.get(preset.source, "")),
                           _gpus(preset), _cut(_hardware(preset), hardware_width),
-                          _cut(preset.error or preset.description, description_width),
-                          key=preset.name)
+                          _cut(_row_text(preset), description_width), key=str(index))
         if cursor and self.shown:
             table.move_cursor(row=min(cursor, len(self.shown) - 1))
         self._show_preview()
@@ -210,7 +266,10 @@ class PresetPickerScreen(Screen[None]):
     @on(Input.Submitted, "#picker-search")
     def _submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        self.action_open()
+        try:
+            self.action_open()  # the editor, pushed now, holds the keys typed after Enter
+        finally:
+            self.holding_keys = False
 
     @on(DataTable.RowHighlighted)
     def _highlighted(self) -> None:
@@ -220,24 +279,32 @@ class PresetPickerScreen(Screen[None]):
     def action_open(self) -> None:
         preset = self.selected
         if preset is None:
+            self.notify("no preset matches the search; clear it to see every preset",
+                        severity="warning")
             return
         if preset.error:
-            self.notify(preset.error, title="preset does not load", severity="error")
+            self.notify(preset.error, title="preset does not load", severity="error",
+                        markup=False, timeout=12)
             return
-        self.post_message(PresetChosen(str(preset.path) if preset.source == "file"
-                                       else preset.name))
+        # the file itself: a clashing name could open another file than the row shows
+        self._choose(str(preset.path) if preset.source == "file" or preset_clash(preset)
+                     else preset.name)
 
     def action_defaults(self) -> None:
-        self.post_message(PresetChosen(None))
+        self._choose(None)
+
+    def _choose(self, preset: str | None) -> None:
+        """Open the editor now (from the key queue: see BINDINGS), or tell the app to."""
+        open_editor = getattr(self.app, "open_editor", None)
+        if open_editor is not None:
+            open_editor(preset)
+        else:
+            self.post_message(PresetChosen(preset))
+
+    def action_move(self, rows: int) -> None:
+        table = self.query_one(DataTable)
+        if self.shown:
+            table.move_cursor(row=max(0, min(len(self.shown) - 1, table.cursor_row + rows)))
 
     def action_search(self) -> None:
         self.query_one("#picker-search", Input).focus()
-
-    def on_key(self, event: Any) -> None:
-        # Typing a letter on the table starts a search (the table has no use for letters).
-        if (self.focused is self.query_one(DataTable) and event.is_printable
-                and event.character and event.character not in "dri/"):
-            search = self.query_one("#picker-search", Input)
-            search.focus()
-            search.insert_text_at_cursor(event.character)
-            event.stop()

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
+from ....engine.run.state import rollout_text
 from .. import fmt
 from ..messages import RunChosen, RunsListed
 from ..widgets.footer import DeckFooter
@@ -26,7 +27,7 @@ the marked ones (their charts overlaid by rollout, and the flags that differ).
 """
 
 
-COLUMNS = (("run", 34), ("state", 10), ("preset", 18), ("rollout", 8), ("started", 16),
+COLUMNS = (("run", 34), ("state", 10), ("preset", 16), ("rollout", 11), ("started", 16),
            ("detail", 48))
 
 
@@ -106,11 +107,9 @@ class RunsScreen(Screen[None]):
         cursor = table.cursor_row
         table.clear()
         for run in self.runs:
-            total = "?" if run.num_rollout is None else run.num_rollout
-            done = "-" if run.rollout_id is None else run.rollout_id + 1
             mark = "* " if str(run.path) in self.marked else ""
             table.add_row(mark + run.id, Text(run.state, STATE_STYLES.get(run.state, "")),
-                          run.preset or "-", f"{done}/{total}",
+                          run.preset or "-", rollout_text(run.rollout_id, run.num_rollout),
                           _started(run, getattr(self.app, "fixed_now", None)),
                           run.detail[:60], key=str(run.path))
         if not self.runs:

@@ -40,6 +40,15 @@ class CommandPreview(Static):
         self.update(format_argv(self.argv),
                     layout=sum(t.startswith("--") for t in self.argv) != flags_before)
 
+    def point_at(self, flag_name: str) -> None:
+        """Scroll the pane so the line of `flag_name` (or its --no- form) is in view."""
+        negative = "--no-" + flag_name[2:]
+        flags = [token for token in self.argv if token.startswith("--")]
+        line = next((i + 1 for i, token in enumerate(flags) if token in (flag_name, negative)),
+                    None)  # line 0 is `python3 train.py`
+        if line is not None and self.parent is not None:
+            self.parent.scroll_to(y=max(0, line - 2), animate=False)  # type: ignore[attr-defined]
+
     @property
     def command_line(self) -> str:
         return shlex.join(["python3", "train.py", *self.argv])

@@ -1,9 +1,12 @@
 """One flag, rendered from its schema entry: the control follows `Flag.kind`, never the name.
 
-int/float -> Input(type integer/number), str/list -> Input, bool -> Switch,
-tristate -> Select(unset | on | off), choice -> Select(unset | choices...).
+int/float/str/list -> Input, bool -> Switch, tristate -> Select(unset | on | off),
+choice -> Select(unset | choices...).
 The field turns widget values into typed values (engine.config.coerce) and posts
 FlagField.Changed; the edit screen validates and hands issues back down via `show_issue`.
+Number fields are plain text inputs: Textual's integer/number inputs drop a character they
+do not accept (`4.5` became `45`, `x` vanished), while the CLI refuses the same text. Here the
+text stays as typed, and a value that does not parse is marked as an error until it is fixed.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
 from .. import fmt
+from .text_input import DeckInput
 
 if TYPE_CHECKING:
     from ....engine.config import Flag
@@ -57,8 +61,9 @@ def _default_hint(flag: Flag) -> str:
     return "unset" if flag.default is None else f"default {fmt.flag_value(flag.default)}"
 
 
-def build_control(flag: Flag, value: Any) -> Widget:
-    """The input widget for a flag kind (the one place that maps kinds to widgets)."""
+def build_control(flag: Flag, value: Any, text: str | None = None) -> Widget:
+    """The input widget for a flag kind (the one place that maps kinds to widgets); `text`:
+    what the user typed when it does not parse (shown as typed, never rewritten)."""
     control_id = f"control-{flag.dest}"
     if flag.kind == "bool":
         return Switch(value=bool(value), id=control_id, classes="flag-control")
@@ -70,11 +75,10 @@ def build_control(flag: Flag, value: Any) -> Widget:
         return FlagSelect(((c, c) for c in flag.choices), prompt=f"unset ({_default_hint(flag)})",
                       value=_select_value(value), compact=True, id=control_id,
                       classes="flag-control")
-    input_type = {"int": "integer", "float": "number"}.get(flag.kind, "text")
     placeholder = _default_hint(flag) + (" (secret)" if flag.secret else "")
-    return Input(fmt.flag_value(value), placeholder=placeholder, type=input_type,  # type: ignore[arg-type]
-                 password=flag.secret, compact=True, id=control_id, classes="flag-control",
-                 select_on_focus=False)
+    shown = fmt.flag_value(value) if text is None else text
+    return DeckInput(shown, placeholder=placeholder, password=flag.secret, compact=True,
+                 id=control_id, classes="flag-control", select_on_focus=False)
 
 
 ENGINE_CLASS_STYLE = {"honoured": "green", "refused": "bold red", "command-only": "yellow"}
@@ -101,6 +105,7 @@ class FlagField(Widget):
         dest: str
         value: Any
         error: str = ""
+        text: str = ""  # with `error`: the text as typed
 
         @property
         def control(self) -> FlagField:
@@ -112,15 +117,17 @@ class FlagField(Widget):
         dest: str
 
     def __init__(self, flag: Flag, value: Any, changed: bool = False,
-                 issue: FieldIssue | None = None) -> None:
+                 issue: FieldIssue | None = None, text: str | None = None) -> None:
         super().__init__(id=f"field-{flag.dest}", classes="flag-field")
         self.flag = flag
         self.value = value  # the typed value the field shows (None = unset)
+        self.text = text  # text that does not parse, kept as typed (None: `value` is shown)
         self.issue = issue
-        self.parse_error = ""
-        self.set_class(changed, "-changed")
-        if issue is not None:  # classes before mount cost nothing; after, a restyle
-            self.add_class(f"-{issue.level}")
+        self.parse_error = issue.message if text is not None and issue is not None else ""
+        # Changed, issue level and search hits are attributes and inline styles, not CSS
+        # classes: a class change restyles the field and all its widgets (~4 ms each), and a
+        # keystroke touched up to 200 fields.
+        self._changed = changed
         self.set_class(flag.runs_code, "-runs-code")
 
     @property
@@ -129,7 +136,16 @@ class FlagField(Widget):
 
     @property
     def changed(self) -> bool:
-        return self.has_class("-changed")
+        return self._changed
+
+    @property
+    def level(self) -> str | None:
+        """The level of the issue shown under the field (None: no issue)."""
+        return self.issue.level if self.issue is not None else None
+
+    def show_match(self, matches: bool) -> None:
+        if self.display != matches:
+            self.display = matches
 
     def compose(self) -> ComposeResult:
         # A grid (name | control | reset, then the detail across all three) instead of nested
@@ -138,13 +154,16 @@ class FlagField(Widget):
         if len(self.flag.name) > 28:  # the column may cut it: hovering shows all of it
             name.tooltip = self.flag.name
         yield name
-        yield build_control(self.flag, self.value)
-        yield Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
+        yield build_control(self.flag, self.value, self.text)
+        reset = Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
+        reset.styles.visibility = "visible" if self._changed else "hidden"
+        yield reset
         yield Static(self._detail_text(), classes="flag-detail")
 
     def _name_text(self) -> Content:
+        style = "$error" if self.level == "error" else ""
         return Content.assemble(("● " if self.changed else "  ", "bold $warning"),
-                                self.flag.name)
+                                (self.flag.name, style))
 
     def _detail_text(self) -> Text:
         """Engine class, help, then the issue (if any) on its own line, in one widget."""
@@ -193,7 +212,8 @@ class FlagField(Widget):
             value = coerce(self.flag, text)
         except ValueError as exc:
             self.parse_error = str(exc)
-            self.post_message(self.Changed(self, self.dest, None, self.parse_error))
+            self.text = text
+            self.post_message(self.Changed(self, self.dest, None, self.parse_error, text))
             return
         self._emit(value)
 
@@ -201,16 +221,23 @@ class FlagField(Widget):
         if value == self.value and not self.parse_error:
             return  # echo of a programmatic set_value, or no real change
         self.parse_error = ""
+        self.text = None
         self.value = value
         self.post_message(self.Changed(self, self.dest, value))
 
     # ---- attributes down --------------------------------------------------------------------
+    # A field may not have composed yet (its group mounts fields a few at a time, FlagGroup):
+    # then only the attributes change, and compose() builds from them.
+
+    def _part(self, selector: str) -> Any:  # noqa: ANN401
+        return next(iter(self.query(selector)), None)
 
     def set_value(self, value: Any) -> None:
         """Show `value` without reporting it back as a user change."""
         self.value = value
         self.parse_error = ""
-        control = self.control
+        self.text = None
+        control = self._part(".flag-control")
         if isinstance(control, Input):
             control.value = fmt.flag_value(value)
         elif isinstance(control, Switch):
@@ -219,18 +246,24 @@ class FlagField(Widget):
             control.value = _select_value(value)
 
     def mark_changed(self, changed: bool) -> None:
-        if changed != self.changed:
-            self.set_class(changed, "-changed")
-            self.query_one(".flag-name", Label).update(self._name_text())
+        if changed != self._changed:
+            self._changed = changed
+            reset, name = self._part(".flag-reset"), self._part(".flag-name")
+            if reset is not None and name is not None:
+                reset.styles.visibility = "visible" if changed else "hidden"
+                name.update(self._name_text())
 
     def show_issue(self, issue: FieldIssue | None) -> None:
         if issue == self.issue:
             return
+        was_error = self.level == "error"
         self.issue = issue
-        level = issue.level if issue is not None else None
-        for name in LEVEL_ICON:
-            self.set_class(level == name, f"-{name}")
-        self.query_one(".flag-detail", Static).update(self._detail_text())
+        name, detail = self._part(".flag-name"), self._part(".flag-detail")
+        if name is None or detail is None:
+            return
+        if was_error != (self.level == "error"):
+            name.update(self._name_text())
+        detail.update(self._detail_text())
 
     def focus_control(self) -> None:
         self.control.focus()

@@ -24,6 +24,9 @@ class MetricChart(PlotextPlot):
     def __init__(self, title: str, lines: tuple[Line, ...], **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.title = title
+        # The title on the widget's border, not plotext's: plotext drops a title wider than
+        # the plot, and two of the monitor's charts lost theirs on an 80-column terminal.
+        self.border_title = f"{title} (no data yet)"
         self.lines = lines
         self.plotted: dict[str, tuple[list[float], list[float]]] = {}
 
@@ -51,7 +54,7 @@ class MetricChart(PlotextPlot):
     def _replot(self) -> None:
         plt = self.plt
         plt.clear_data()
-        plt.title(self.title if self.plotted else f"{self.title} (no data yet)")
+        self.border_title = self.title if self.plotted else f"{self.title} (no data yet)"
         # A braille cell holds 2 x-dots: more points than that only cost drawing time.
         limit = max(16, 2 * self.size.width)
         for line in self.lines:
@@ -61,11 +64,24 @@ class MetricChart(PlotextPlot):
             xs, ys = thin(*data, limit)
             plt.plot(xs, ys, label=line.label, color=line.color, marker="braille",
                      yside="right" if line.right else "left")
+        ticks = whole_ticks([x for xs, _ in self.plotted.values() for x in xs])
+        if ticks:
+            plt.xticks(ticks)
         self.refresh()
 
     def on_resize(self) -> None:
         if self.plotted:
             self._replot()
+
+
+def whole_ticks(xs: list[float], most: int = 6) -> list[int]:
+    """Whole-number ticks for an axis of rollout ids or steps (plotext's own put ticks at
+    0.75, 1.50 on a 3-rollout run); [] when the xs are not whole numbers."""
+    if not xs or any(x != int(x) for x in xs):
+        return []
+    low, high = int(min(xs)), int(max(xs))
+    step = max(1, -(-(high - low) // (most - 1)))  # ceiling division
+    return list(range(low, high + 1, step))
 
 
 def thin(xs: list[float], ys: list[float], limit: int) -> tuple[list[float], list[float]]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
+from ....engine.run.state import rollout_text
 from ....engine.vocabulary import State
 from .. import fmt
 
@@ -23,7 +24,7 @@ class HeaderData:
     title: str = ""
     state: str = State.UNKNOWN
     detail: str = ""
-    rollout: int = 0
+    rollout_id: int | None = None  # 0-based, as samples, health and compare number them
     num_rollout: int | None = None
     phase: str | None = None
     elapsed: float | None = None
@@ -48,10 +49,9 @@ class RunHeader(Static):
 
     @staticmethod
     def render_text(data: HeaderData) -> Text:
-        total = "?" if data.num_rollout is None else str(data.num_rollout)
         text = Text()
         text.append(f" {data.state.upper()} ", STATE_STYLES.get(data.state, "bold") + " reverse")
-        text.append(f"  rollout {data.rollout}/{total}", "bold")
+        text.append(f"  rollout {rollout_text(data.rollout_id, data.num_rollout)}", "bold")
         text.append("  phase ")
         text.append(data.phase or "-", "bold magenta")
         text.append(f"  elapsed {fmt.duration(data.elapsed)}")
