@@ -99,7 +99,8 @@ EVENT_MEASURES: dict[str, Callable[[list[dict], str], list[float]]] = {
     "offload": offload_gbps, "rollout_wall": lambda evs, _: rollout_walls(evs),
     "rollouts_with": rollouts_with}
 SUMMARIES: dict[str, Callable[[list[float]], float]] = {
-    "mean": statistics.fmean, "median": statistics.median, "min": min, "max": max, "sum": sum}
+    "mean": statistics.fmean, "median": statistics.median, "min": min, "max": max, "sum": sum,
+    "count": lambda values: float(len(values))}
 
 
 def compute(directory: Path, figure: dict) -> float:

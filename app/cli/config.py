@@ -118,6 +118,9 @@ def _gpu_lines(d: Any) -> list[str]:
     for phase in PHASES:
         row = d.memory_gib.get(phase, {})
         lines.append(f"    {phase:<20}" + "".join(f"{_fmt(row.get(r)):>9}" for r in ROLES))
+    if d.gpu_free_gib:  # what the estimate is judged against (read now, through NVML)
+        lines.append("  free now: " + " · ".join(f"GPU {index} {_gib(free)} of {_gib(total)}"
+                                                 for index, free, total in d.gpu_free_gib))
     return lines
 
 

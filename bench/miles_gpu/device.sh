@@ -158,6 +158,9 @@ preflight() {
       echo "\$ ppodeck run qwen3-1.7b-ppo-1gpu $sets --yes"
       timeout 120 python3 -m ppodeck run qwen3-1.7b-ppo-1gpu $sets --yes 2>&1 | tail -15
       echo "rc ${PIPESTATUS[0]}"
+      echo "\$ ppodeck validate qwen3-0.6b-ppo-1gpu   # one that fits beside it"
+      timeout 120 python3 -m ppodeck validate qwen3-0.6b-ppo-1gpu 2>&1 | grep -E \
+        "^qwen3|memory|GiB" | head -12
       timeout 90 python3 -m ppodeck stop "$id" 2>&1 | tail -2; sleep 8
       gpu_holders "after stopping $id"; } 2>&1 | tee "$OUT/preflight.txt" )
 }

@@ -33,6 +33,8 @@ class Derived:
     memory_gib: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
     # a run on CPU: what its ranks hold in host memory (memory.cpu_host_gib), else None
     host_memory_gib: Mapping[str, float] | None = None
+    # the GPUs the run takes, as read now (rules_memory judges them): (index, free, total) GiB
+    gpu_free_gib: tuple[tuple[int, float, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -1,7 +1,8 @@
 """Knock-on issues: what check() says about a config that was not read as the user wrote it.
 
 When a launcher cannot be read, the imported config is empty, and check() rightly finds a
-dozen flags unset. Those issues are true of the config but not of what the user wrote, and
+dozen flags unset; when a `--set` value is refused, the flag is left unset, and every rule
+that needs it says so. Those issues are true of the config but not of what the user wrote, and
 they bury the one that is. Here they are grouped under the refusal as one info line that names
 them (nothing is dropped silently): the user fixes the refusal, and the rest come back judged
 on what they meant.
@@ -15,17 +16,27 @@ from __future__ import annotations
 from .issues import Issue
 
 KNOCK_ON = "input.knock_on"
+# issues that refuse what the user wrote: the flag they name is left unset in the config
+REFUSING_CODES = frozenset({"value.bad_type", "value.empty_path"})
 
 
 def group_knock_on(read_issues: list[Issue], checked: list[Issue], *,
                    unreadable: str | None = None) -> list[Issue]:
-    """`read_issues` (from reading the input) then check()'s `checked`. `unreadable`: why the
-    input as a whole could not be read (a launcher the reader refused); then everything check()
-    says is about an empty config, a knock-on. (A refused `--set` value's knock-ons are left out
-    by check() itself and named on the refusal: engine/config/rules.py `_without_knock_ons`.)"""
+    """`read_issues` (from reading the input) then check()'s `checked`, with knock-on issues
+    grouped. `unreadable`: why the input as a whole could not be read (a launcher the reader
+    refused); then everything check() says is about an empty config, a knock-on."""
     if unreadable:
         return [*read_issues, *_summary(checked, unreadable)]
-    return [*read_issues, *checked]
+    issues = [*read_issues, *checked]
+    refused = {flag for i in issues if i.code in REFUSING_CODES for flag in i.flags}
+    if not refused:
+        return issues
+    grouped = [i for i in issues if i.code not in REFUSING_CODES and i.level != "info"
+               and refused & set(i.flags)]
+    if not grouped:
+        return issues
+    because = f"the refused value of {', '.join(sorted(refused))}"
+    return [i for i in issues if i not in grouped] + _summary(grouped, because)
 
 
 def _summary(grouped: list[Issue], because: str) -> list[Issue]:

@@ -469,31 +469,6 @@ def _value_issues(config: RunConfig, bad: list, unknown: list, out: Out) -> None
                       out)
 
 
-_DROPPED = ("value.bad_type", "value.empty_path")  # the value is left out, the default judged
-
-
-def _without_knock_ons(out: Out) -> Out:
-    """An error naming a flag whose value was refused and dropped judged the default in its
-    place (`--set num-rollout=4.5`: "num_rollout is not set"): left out, and counted on the
-    refusal so nothing disappears unsaid."""
-    dropped = {name for i in out if i.code in _DROPPED for name in i.flags}
-    knock_ons = [i for i in out if i.level == "error" and i.code not in _DROPPED
-                 and dropped.intersection(i.flags)]
-    if not knock_ons:
-        return out
-    kept = []
-    for issue in out:
-        if issue in knock_ons:
-            continue
-        if issue.code in _DROPPED:
-            mine = sorted({k.code for k in knock_ons if set(k.flags) & set(issue.flags)})
-            if mine:
-                issue = dataclasses.replace(issue, message=(
-                    f"{issue.message} (left out, as they follow from it: {', '.join(mine)})"))
-        kept.append(issue)
-    return kept
-
-
 def _dests_in_error(out: Out) -> set[str]:
     """The flags whose own value is wrong (value.* errors: out of range, bad type, empty)."""
     return {BY_NAME[name].dest for issue in out if issue.level == "error"
@@ -509,7 +484,9 @@ def _derived_for(r: dict, m: Machine, engine: str) -> Derived:
     here = r if on_a_cluster(r) or engine != "ppodeck" else as_run_here(r, m)
     derived = derive_resolved(here, on_cpu=on_cpu, gpu_total_gib=gpu_total)
     if derived.host_memory_gib is None:
-        return derived
+        taken = (gpus or ())[:derived.gpus_needed or 0]
+        return dataclasses.replace(derived, gpu_free_gib=tuple(
+            (g.index, round(g.free_gib, 2), round(g.total_gib, 2)) for g in taken))
     ram, available = host_figures(m)
     seen = {"ram": ram, "available": available}
     return dataclasses.replace(derived, host_memory_gib={
@@ -539,7 +516,6 @@ def check(config: RunConfig, machine: Machine | None = None, engine: str = "ppod
         derived = _derived_for(r, m, engine)
         _batch_arithmetic(e, r, s, out, derived)
         derived = without_figures_from(derived, _dests_in_error(out))
-        out[:] = _without_knock_ons(out)
         predicted = _forecast(r, derived, m)
     except Exception as exc:  # a rule bug must never take the UI down
         out.append(Issue("error", "internal.check_failed", (),

@@ -8,6 +8,7 @@ import pytest
 
 from ppodeck.engine.config import check
 from ppodeck.engine.config.derived import INPUTS
+from ppodeck.engine.config.knock_on import group_knock_on
 from ppodeck.engine.config.rules import _NAMES_A_PATH, _POSITIVE
 from ppodeck.engine.presets import load_preset, resolve_preset
 
@@ -48,9 +49,14 @@ def test_an_empty_path_is_an_error_naming_the_flag_not_a_missing_file() -> None:
     assert {"ref_load", "save", "custom_rm_path", "prompt_data"} <= _NAMES_A_PATH
 
 
-def test_a_value_that_cannot_be_read_gives_one_error_not_its_knock_ons() -> None:
+def test_a_value_that_cannot_be_read_blanks_what_it_feeds_and_groups_its_knock_ons() -> None:
+    """check() stays whole; the front ends group the knock-ons under the refusal
+    (engine/config/knock_on.py), an empty path's as a bad type's."""
     report = check(tiny(num_rollout="4.5"))
-    [issue] = report.errors
-    assert issue.code == "value.bad_type" and "4.5" in issue.message
-    assert "data.num_rollout_required" in issue.message  # counted on the refusal, not lost
+    assert "value.bad_type" in report.codes("error")
     assert report.derived.total_train_iters is None
+    shown = group_knock_on([], list(report.issues))
+    assert [i.code for i in shown if i.level == "error"] == ["value.bad_type"]
+    empty = group_knock_on([], list(check(tiny(prompt_data="", synthetic_task=None)).issues))
+    assert [i.code for i in empty if i.level == "error"] == ["value.empty_path"]
+    assert "input.knock_on" in {i.code for i in empty}

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 from ppodeck.engine.config import check
+from ppodeck.engine.config.issues import Issue
 from ppodeck.engine.config.knock_on import KNOCK_ON, group_knock_on
 from ppodeck.engine.miles.script_import import import_script
 from ppodeck.engine.presets import load_preset, resolve_preset
 
 
 def test_a_refused_set_value_is_one_error_and_its_knock_ons_are_named() -> None:
-    """check() leaves out what follows from a refused value and names it on the refusal."""
     from ppodeck.app.cli.common import parse_set
 
     config = resolve_preset(load_preset("tiny-cpu")).with_values(**parse_set("num-rollout=4.5"))
     checked = list(check(config).issues)
-    errors = [i for i in checked if i.level == "error"]
+    assert {"value.bad_type", "data.num_rollout_required"} <= {i.code for i in checked}
+    grouped = group_knock_on([], checked)
+    errors = [i for i in grouped if i.level == "error"]
     assert [i.code for i in errors] == ["value.bad_type"]
-    assert "data.num_rollout_required" in errors[0].message
-    assert group_knock_on([], checked) == checked  # nothing left for the grouping to do
+    summary = next(i for i in grouped if i.code == KNOCK_ON)
+    assert "data.num_rollout_required" in summary.message
+    assert "--num-rollout" in summary.message
+
+
+def test_nothing_is_grouped_without_a_refusal() -> None:
+    checked = [Issue("error", "data.num_rollout_required", ("--num-rollout",), "not set")]
+    assert group_knock_on([], checked) == checked
 
 
 def test_an_unreadable_launcher_gives_one_error_and_one_summary() -> None:

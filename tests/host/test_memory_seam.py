@@ -297,3 +297,13 @@ def test_auto_is_judged_as_the_backend_it_picks_here() -> None:
     assert "engine.gpu_memory" not in report.codes()
     with_sglang = check(qwen06b(rollout_backend="auto"), dataclasses.replace(machine, sglang=True))
     assert with_sglang.derived.memory_gib["generate"]["rollout"] == pytest.approx(63.68, abs=0.01)
+
+
+def test_validate_shows_what_each_taken_gpu_has_free() -> None:
+    from ppodeck.app.cli.config import format_derived
+
+    machine = gpu_machine((79.6, 23.0, (Holder(9, 56.0, RUN),)), (79.6, 78.0, ()))
+    derived = check(qwen06b(), machine).derived
+    assert derived.gpu_free_gib == ((0, 23.0, 79.6),)  # the one GPU the preset takes
+    assert "free now: GPU 0 23.0 of 79.6" in format_derived(derived)
+    assert check(qwen06b(), GPU_MACHINE).derived.gpu_free_gib == ()  # nothing read
