@@ -39,6 +39,7 @@ from .common import err as _err
 from .common import fail as _fail
 from .launch import run
 from .progress import rollout_count_text
+from .save_check import runs_saves
 from .tail import tail
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ def register(app: typer.Typer) -> None:
                            rich_markup_mode=None, pretty_exceptions_enable=False)
     runs_app.command("ls")(runs_ls)
     runs_app.command("add")(runs_add)
+    runs_app.command("saves")(runs_saves)
     app.add_typer(runs_app, name="runs")
     app.command("tail")(tail)
     app.command("stop")(stop)

@@ -193,6 +193,9 @@ def forecast(r: Mapping[str, Any], work: Work | None, gpus: int | None, machine:
     scaled by `load` (this machine's now) against the calibration runs' at their launch."""
     if work is None:
         return Forecast(None, None, "the model shape or batch is not set")
+    if r.get("ray_address"):
+        return Forecast(None, None, "the run joins a Ray cluster (--ray-address): its machines "
+                                    "are not this one, and no kept run says how fast they are")
     c = counts(r, gpus if machine.startswith("gpu:") else 0)  # a CPU run holds no GPU
     same = [cal for cal in calibrations if cal.machine == machine]
     if same:

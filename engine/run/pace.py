@@ -105,9 +105,10 @@ def calibration_of(rundir: RunDir) -> Calibration | None:
         return None
     if status.get("resumed_from") is not None:
         return None  # a resumed run's events start mid-way: its init is not one launch's
+    if status.get("job"):
+        return None  # a Ray job ran on the cluster's machines, not on the kind it recorded
     work = _work(rundir)
-    events, _ = read_events(rundir.events_jsonl)
-    times = phase_times(events)
+    times = phase_times(_phase_events(rundir.events_jsonl))
     if work is None or times.init_s is None or len(times.steady()) < 2:
         return None
     assert times.first_ts is not None and times.last_end_ts is not None
@@ -120,6 +121,23 @@ def calibration_of(rundir: RunDir) -> Calibration | None:
         init_s=times.init_s, first_extra_s=times.first_extra(),
         phase_s=phase_s, save_s=statistics.median(saves) if saves else None,
         wall_s=float(ended) - float(created), load=status.get("load_at_launch"))
+
+
+def _phase_events(path: Path) -> Iterable[dict[str, Any]]:
+    """Only the `phase` lines: a long run's events are mostly metrics, and validate reads up
+    to MAX_LOCAL_RUNS runs' files for a forecast. A torn or bad line is skipped (tail says so)."""
+    import json
+
+    try:
+        with open(path, "rb") as handle:
+            for line in handle:
+                if b'"kind":"phase"' in line or b'"kind": "phase"' in line:
+                    try:
+                        yield json.loads(line)
+                    except ValueError:
+                        continue
+    except OSError:
+        return
 
 
 def _work(rundir: RunDir) -> Work | None:

@@ -72,6 +72,11 @@ def test_each_save_has_a_manifest_and_the_driver_checked_it(saved_run: RunDir) -
     events, _ = read_events(saved_run.events_jsonl)
     checks = [e["save_check"] for e in events if e.get("save_check")]
     assert [(c["rollout_id"], c["ok"]) for c in checks] == [(1, True), (3, True)]
+    # the same run's train phases carry their achieved TFLOP/s (no GPU peak on CPU: no MFU)
+    perf = {e["step"]: e["metrics"] for e in events if e["kind"] == "metrics"
+            and e.get("step_key") == "rollout/step"}
+    assert perf[0]["perf/critic_train_tflops"] > 0 and "perf/actor_train_tflops" not in perf[0]
+    assert perf[3]["perf/actor_train_tflops"] > 0 and "perf/actor_train_mfu" not in perf[3]
 
 
 @pytest.mark.parametrize(("root", "file", "damage", "said"), [
@@ -136,3 +141,17 @@ def test_write_manifest_lists_every_file(tmp_path: Path) -> None:
     write_manifest(tmp_path)
     files = json.loads((tmp_path / MANIFEST).read_text())["files"]
     assert set(files) == {"metadata.json", "a.distcp"} and files["a.distcp"]["bytes"] == 10
+
+
+def test_runs_saves_lists_each_iteration_with_its_damage(copy: RunDir) -> None:
+    target = copy.path / "ck_critic" / "iter_0000003" / "__0_0.distcp"
+    _halve(target)
+    result = CliRunner().invoke(_cli(), ["runs", "saves", str(copy.path)])
+    assert result.exit_code == 1, result.output
+    assert "iteration 3: DAMAGED" in result.output and str(target) in result.output
+    assert "iteration 1: whole" in result.output
+    # a save directory without manifests (as miles writes them): its shard index is the check
+    for manifest in copy.path.glob(f"ck*/iter_*/{MANIFEST}"):
+        manifest.unlink()
+    result = CliRunner().invoke(_cli(), ["runs", "saves", str(copy.path / "ck"), "--quick"])
+    assert result.exit_code == 1 and "truncated" in result.output, result.output

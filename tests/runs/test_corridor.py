@@ -63,6 +63,7 @@ def test_kl_and_step_time_leave_the_corridor() -> None:
     (slow,) = judge(corridor, run_series(_events(RISING, step_s=10.0)))
     assert slow.metric == STEP_TIME and slow.rollout is None
     assert "over the run" in slow.text()
+    assert judge(corridor, run_series(_events(RISING, step_s=0.1))) == []  # a quieter machine
 
 
 def test_a_missing_metric_is_a_breach() -> None:
