@@ -29,6 +29,9 @@ NOT_HERE: list[tuple[str, str]] = [
     (r"^ppodeck prepare", "a network (downloads checkpoints and data)"),
     (r"qwen3-4b-ppo --engine miles$|sglang|^ppodeck run qwen3", "a GPU"),
     (r"^ppodeck run( |$)", "a full run: minutes on CPU (tests/engine runs tiny-cpu end to end)"),
+    (r"^ppodeck canary", "a canary run: minutes on CPU (tests/engine/test_canary.py runs it)"),
+    (r"^ppodeck runs saves", "a run's or a miles run's saves at that path "
+     "(tests/health/test_verified_saves.py checks real tiny-cpu saves)"),
     (r"^ppodeck (attach|stop|tail|health|compare|plot|runs add)( |$)",
      "a live or recorded run of that id (tests/cli, tests/runs use fixtures)"),
     (r"presets import", "a teammate's preset file at that path"),
