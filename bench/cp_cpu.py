@@ -65,17 +65,17 @@ def make_batch(args: dict[str, Any], response_len: int, seed: int) -> RolloutBat
 
 def body(rank: int, world: int, ports: list[int], cp: int, rollouts: int,
          response_len: int) -> dict:
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     args = preset_args(cp, world)
     batches = [make_batch(args, response_len, seed) for seed in range(rollouts + 1)]
     out: dict[str, Any] = {}
-    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
+    critic = train_worker("critic", rank, world, "127.0.0.1", ports[0], args)
     critic.init()
     critic_runs = [critic.train_critic(i, b) for i, b in enumerate(batches)]
     values = [all_values(r["values"]) for r in critic_runs]
     critic.shutdown()
-    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[1], args)
+    actor = train_worker("actor", rank, world, "127.0.0.1", ports[1], args)
     actor.init()
     actor_runs = [actor.train_actor(i, b, values[i]) for i, b in enumerate(batches)]
     actor.shutdown()

@@ -1,8 +1,10 @@
 """Every `PPODECK_*` environment variable, declared once: docs/environment.md and `ppodeck --help`
-are generated from this table, and a test keeps it equal to the names the code reads.
+are generated from this table, and a test keeps it equal to the names the code, the tests and
+the benches use.
 
-PURE: stdlib only. The modules that read a variable keep their own `os.environ` lookup; the
-test (tests/contracts/test_env_vars.py) fails when one reads a name this table does not hold.
+PURE: stdlib only. The modules that read a variable keep their own `os.environ` lookup, at the
+edges: the pure config layer reads none (tests/contracts/test_env_vars.py lists the readers
+still to move out, and fails on a new one or on a name this table does not hold).
 """
 
 from __future__ import annotations
@@ -46,6 +48,17 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "launchers use python3)"),
     EnvVar("PPODECK_MEGATRON_PATH", "user", "Megatron-LM next to --miles-root",
            "the Megatron-LM checkout put on miles' PYTHONPATH for `--engine miles`"),
+    EnvVar("PPODECK_MILES_DASHBOARD", "user", "1",
+           "0: `--engine miles` does not add --use-miles-dashboard; the run is watched through "
+           "the events/ records miles' --dump-details writes (for a miles install whose "
+           "dashboard cannot run)"),
+    EnvVar("PPODECK_MILES_DIRECT", "user", "0",
+           "1: `--engine miles` runs train.py as its supervisor's child on the private Ray head "
+           "even where Ray's Jobs API is installed (without it, it does so anyway and says why)"),
+    EnvVar("PPODECK_MILES_DEPARTURES", "user", "unset",
+           "a JSON list of {what, why}: how this machine's miles setup departs from miles' own "
+           "image (shims, stubs, carried packages); `--engine miles` shows each in the run's log "
+           "and events (bench/miles_gpu/shims.sh writes one)"),
     # --- engine switches (escape hatches, bench baselines); the defaults are what was measured best
     EnvVar("PPODECK_FUSED", "switch", "1",
            "0 turns every CUDA fast path of the trainer off (fused ops and compiled layers)"),
@@ -99,6 +112,12 @@ ENV_VARS: tuple[EnvVar, ...] = (
     # --- tests only
     EnvVar("PPODECK_TEST_RAY_GPUS", "test", "0",
            "N > 0: a private local Ray declares N fake GPUs so CPU machines test GPU placement"),
+    EnvVar("PPODECK_RELIABILITY_FIGURES", "test", "(unset: no figures kept)",
+           "a JSON file the reliability tests add their measured figures to (set by "
+           "bench/reliability_figures.py)"),
+    EnvVar("PPODECK_TEST_FLIP_ADVANTAGES", "test", "0",
+           "1: the actor trains on negated advantages, a deliberately broken loss that "
+           "`ppodeck canary` must catch (its own test)"),
 )
 
 BY_NAME = {var.name: var for var in ENV_VARS}

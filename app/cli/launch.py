@@ -129,7 +129,7 @@ def run(
         if submit is not None:
             _fail("--resume runs here; --submit starts new runs on a cluster. Drop one.",
                   EXIT_USAGE)
-        popen = _relaunch(rundir, config)
+        popen = _relaunch(rundir, config, yes)
     elif submit is not None:
         rundir, popen = _submit(config, preset_name, run_dir, submit)
     else:
@@ -176,7 +176,7 @@ def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach
     from ...engine.launch.local import LaunchError, prepare_run
 
     try:
-        rundir = prepare_run(config, preset_name, run_dir)
+        rundir = prepare_run(config, preset_name, run_dir, here=False)  # miles is judged there
         launch = prepare(rundir, config, root, submit)
     except (LaunchError, OSError) as exc:
         _fail(f"could not create the run directory: {exc}", EXIT_INVALID)
@@ -220,6 +220,7 @@ def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
 def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | None = None
                    ) -> None:
     from ...engine.config import check
+    from ...engine.config.knock_on import group_knock_on
 
     machine = None
     if engine == "miles":
@@ -227,10 +228,12 @@ def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | Non
 
         machine = launch_machine(submit)
     report = check(config, machine=machine, engine=engine)
-    for issue in report.issues:
+    shown = group_knock_on([], list(report.issues))  # a refused --set value: its knock-ons
+    for issue in shown:
         _err(format_issue(issue))
-    if report.errors:
-        _fail(f"the config has {len(report.errors)} error(s); nothing was launched. "
+    errors = [i for i in shown if i.level == "error"]
+    if errors:
+        _fail(f"the config has {len(errors)} error(s); nothing was launched. "
               "Fix them in the preset or with --set.", EXIT_INVALID)
 
 
@@ -279,10 +282,12 @@ def _resume_config(run_name: str, sets: list[str]) -> tuple[RunConfig, str, RunD
     return apply_sets(config, sets), preset_name, rundir
 
 
-def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
+def _relaunch(rundir: RunDir, config: RunConfig, yes: bool) -> subprocess.Popen[bytes]:
     from ...engine.launch.local import LaunchError, prepare_resume, start_driver
     from ...engine.run.secrets import secret_env
+    from .save_check import settle_damaged_save
 
+    settle_damaged_save(rundir, config, yes)  # before the run is touched
     try:
         start = prepare_resume(rundir, config)
     except (LaunchError, OSError) as exc:
@@ -298,11 +303,13 @@ def _relaunch(rundir: RunDir, config: RunConfig) -> subprocess.Popen[bytes]:
 def _launch(
     config: RunConfig, preset_name: str, run_dir: Path | None
 ) -> tuple[RunDir, subprocess.Popen[bytes]]:
-    from ...engine.launch.local import LaunchError, prepare_run, start_driver
+    from ...engine.launch.local import LaunchError, MemoryRefused, prepare_run, start_driver
     from ...engine.run.secrets import secret_env
 
     try:
         rundir = prepare_run(config, preset_name, run_dir)
+    except MemoryRefused as exc:  # the pre-flight's own sentence: GiB, holders, fix
+        _fail(str(exc), EXIT_INVALID)
     except (LaunchError, OSError) as exc:
         _fail(f"could not create the run directory: {exc}", EXIT_INVALID)
     try:
@@ -321,7 +328,7 @@ def _submit(
     from ...engine.run.secrets import secret_env
 
     try:
-        rundir = prepare_run(config, preset_name, run_dir)
+        rundir = prepare_run(config, preset_name, run_dir, here=False)  # the cluster judges it
     except (LaunchError, OSError) as exc:
         _fail(f"could not create the run directory: {exc}", EXIT_INVALID)
     env = {**forwarded_env(), **secret_env(config)}

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from ...engine.env_vars import cli_help
-from . import config, health, prepare, presets, runs, samples
+from . import canary, config, health, prepare, presets, runs, samples
 from .common import EXIT_INVALID, err, fail
 
 ENV_HELP = cli_help()
@@ -120,5 +120,5 @@ def main() -> None:
         sys.exit(EXIT_INVALID)
 
 
-for _noun in (config, presets, runs, health, prepare, samples):  # each adds its own commands
+for _noun in (config, presets, runs, health, prepare, samples, canary):  # each adds its commands
     _noun.register(app)

@@ -85,7 +85,8 @@ def runs_ls(
     infos = list_runs(root)
     if as_json:
         typer.echo(json.dumps([{**asdict(i), "path": str(i.path), "job": _job_of(i),
-                                "health": _health_of(i)} for i in infos], indent=2))
+                                "health": _health_of(i), **_pace_json(i)} for i in infos],
+                              indent=2))
         return
     if not infos:
         _err(f"no runs under {root or runs_root()}; start one with `ppodeck run PRESET`")
@@ -125,9 +126,10 @@ def runs_add(
 
 def _runs_table(infos: list[RunInfo]) -> Table:
     """Every column but detail keeps its full width; detail folds into what is left."""
-    headers = ("id", "state", "preset", "rollout", "started", "health")
+    headers = ("id", "state", "preset", "rollout", "started", "health", "pace", "saves")
     rows = [(i.id, i.state, i.preset, rollout_count_text(i.rollout_id, i.num_rollout),
-             _when(i.started), _health_of(i), _job_note(_job_of(i)) + i.detail) for i in infos]
+             _when(i.started), _health_of(i), *_pace_and_saves(i),
+             _job_note(_job_of(i)) + i.detail) for i in infos]
     table = Table(box=None)
     for col, header in enumerate(headers):
         table.add_column(header, no_wrap=True,
@@ -148,6 +150,22 @@ def _health_of(info: RunInfo) -> str:
     from .health import health_column
 
     return health_column(info.path)
+
+
+def _pace_json(info: RunInfo) -> dict[str, Any]:
+    from ...engine.run.pace import run_verdicts
+
+    pace, saves = run_verdicts(RunDir(info.path))
+    return {"pace": pace.text if pace.ratio is not None else None, "pace_ratio": pace.ratio,
+            "saves": saves}
+
+
+def _pace_and_saves(info: RunInfo) -> tuple[str, str]:
+    """Pace against the launch forecast (engine/run/pace.py) and the saves' badge."""
+    from ...engine.run.pace import run_verdicts
+
+    pace, saves = run_verdicts(RunDir(info.path))
+    return (pace.text.removeprefix("pace: ") if pace.ratio is not None else "-"), saves
 
 
 def _job_note(job: dict[str, Any] | None) -> str:
@@ -182,9 +200,10 @@ def stop(
 
     rundir = find_run_or_fail(run_name)
     if dump_of(rundir) is not None and not is_driven(rundir):
-        _fail(f"run {rundir.id} watches the miles dump {dump_of(rundir)}; PPO Deck did not "
-              "launch it and only reads it. Stop it where it was launched (its Ray job or "
-              "train.py).", EXIT_USAGE)
+        from ...engine.miles.watch import stop_follower
+
+        typer.echo(stop_follower(rundir))  # the follower ends; miles is not ours to stop
+        return
     try:
         typer.echo(stop_run(rundir, force=force))
     except OSError as exc:

@@ -90,11 +90,13 @@ def samples(
 
 
 def table(records: list[SampleRow]) -> str:
-    header = f"{'rollout':>7} {'index':>5} {'reward':>8} {'adv':>8} {'length':>6} " \
+    """`raw`: the reward function's score (miles' raw_reward); `reward`: as trained (GRPO
+    normalizes it per group; a miles dump's is its training data's)."""
+    header = f"{'rollout':>7} {'index':>5} {'raw':>8} {'reward':>8} {'adv':>8} {'length':>6} " \
              f"{'status':<9} response"
     lines = [header]
     for r in records:
-        lines.append(f"{r.rollout_id:>7} {r.index:>5} {_num(r.reward):>8} "
+        lines.append(f"{r.rollout_id:>7} {r.index:>5} {_num(r.raw_reward):>8} {_num(r.reward):>8} "
                      f"{_num(r.mean_advantage):>8} {r.response_length:>6} {r.status:<9} "
                      f"{one_line(r.response, RESPONSE_WIDTH)}")
     return "\n".join(lines)

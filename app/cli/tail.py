@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ...engine.run.events import follow, read_events
+from ...engine.run.pace import PaceWatch
 from ...engine.run.rundir import (
     RunDir,
     driver_alive,
@@ -76,7 +77,8 @@ def tail(
     from .health import TailJudge
 
     judge = TailJudge(rundir)  # health findings are shown after the event that fired them
-    show = _printer(as_json, set(kinds or ()), judge)
+    pace = None if as_json or kinds else _pace_watch(rundir)  # a filter asked for events only
+    show = _printer(as_json, set(kinds or ()), judge, pace)
     if follow_:
         raise typer.Exit(_tail_follow(rundir, show, judge))
     try:
@@ -93,8 +95,13 @@ def tail(
             show(finding)
 
 
-def _printer(as_json: bool, kinds: set[str], judge: TailJudge | None = None
-             ) -> Callable[[dict[str, Any]], None]:
+def _pace_watch(rundir: RunDir) -> PaceWatch:
+    """The pace line against the forecast made at launch (engine/run/pace.py)."""
+    return PaceWatch(read_status(rundir).get("forecast"))
+
+
+def _printer(as_json: bool, kinds: set[str], judge: TailJudge | None = None,
+             pace: PaceWatch | None = None) -> Callable[[dict[str, Any]], None]:
     def emit(event: dict[str, Any]) -> None:
         if kinds and event["kind"] not in kinds:
             return
@@ -105,6 +112,9 @@ def _printer(as_json: bool, kinds: set[str], judge: TailJudge | None = None
         if judge is not None and event["kind"] != Kind.HEALTH:
             for finding in judge.after(event):
                 emit(finding)
+        line = pace.after(event) if pace is not None else None
+        if line is not None:
+            typer.echo(line)
 
     return show
 

@@ -61,8 +61,8 @@ def explained_variance(
     1 = the critic predicts the returns exactly, 0 = no better than their mean, < 0 = worse.
     None when it is undefined: no masked tokens, or Var(R) zero up to rounding (absolute and
     relative tolerance), e.g. every sample got the same reward under gamma = lambda = 1, where
-    R = A + V carries only the rounding of V: the ratio is then noise over noise (-3.8e18 was
-    logged on an H200). None becomes null in the events, a gap in a chart; 0.0 would read as
+    R = A + V carries only the rounding of V: the ratio is then noise over noise (a GPU run logged
+    -3.8e18). None becomes null in the events, a gap in a chart; 0.0 would read as
     "the critic explains nothing".
     """
     error = returns - values

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .derived import Derived
+from .forecast import Forecast
 from .schema import BY_DEST
 
 Level = Literal["error", "warning", "info"]
@@ -28,6 +29,7 @@ class Issue:
 class Report:
     issues: tuple[Issue, ...]
     derived: Derived
+    forecast: Forecast | None = None  # wall time and GPU-hours (engine/config/forecast.py)
 
     @property
     def ok(self) -> bool:

@@ -11,12 +11,14 @@ Everything around it (Ray, placement, events, signals, status) lives in the help
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,8 +85,9 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
             tm.offload("rollout", "offload", roles.rollout.offload())
 
         critic_out = None  # grpo: no critic, advantages from the group-normalized rewards
+        spent: dict[str, float] = {}  # train phase -> seconds, for its MFU
         if roles.critic is not None:
-            with tm.phase(Phase.CRITIC_TRAIN, rollout_id):
+            with tm.phase(Phase.CRITIC_TRAIN, rollout_id), timed(spent, "critic"):
                 moves.wake(roles.critic)
                 if together and actor_will_train:  # the actor onloads while the critic trains
                     moves.prefetch(roles.actor)
@@ -93,7 +96,7 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
 
         if actor_will_train:
             values = None if critic_out is None else critic_out["values"]
-            with tm.phase(Phase.ACTOR_TRAIN, rollout_id):
+            with tm.phase(Phase.ACTOR_TRAIN, rollout_id), timed(spent, "actor"):
                 moves.wake(roles.actor)
                 actor_out = roles.actor.train_actor(rollout_id, batch, values)
                 exported = export_while_awake(args, roles, rollout_id)
@@ -126,7 +129,8 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
         elif roles.actor is not None and not args["debug_train_only"]:
             log_push_skipped(args, tm, rollout_id)
 
-        rollout_metrics = report_rollout(args, tm, rollout_id, batch, critic_out, actor_out)
+        rollout_metrics = report_rollout(args, tm, rollout_id, batch, critic_out, actor_out,
+                                         perf=train_mfu(args, batch, spent))
         keeper.keep(rollout_id, batch, details, critic_out, actor_out)  # written off-thread
         if ci is not None:
             ci.after_rollout(rollout_id, critic_out, actor_out, rollout_metrics,
@@ -150,8 +154,8 @@ def train(args: dict[str, Any], roles: Roles, tm: Telemetry, stop: StopFlag,
 
 def first_to_train(roles: Roles, actor_will_train: bool) -> Any:  # noqa: ANN401 - a TrainGroup
     """The trainer to onload during generate: the critic, else the actor. A critic's actor
-    onloads while the critic trains, done before the critic is: on the H200 two onloads beside
-    the decode (15 GB/s each, against 36 alone) slowed it by 0.10 s, one by 0.07 s."""
+    onloads while the critic trains, done before the critic is: two onloads beside the decode
+    share the host link and slow it more than one (docs/performance.md)."""
     if roles.critic is not None:
         return roles.critic
     return roles.actor if actor_will_train else None
@@ -244,7 +248,7 @@ def export_woken(roles: Roles, tm: Telemetry, offload: bool) -> ExportedWeights:
 def export_while_awake(args: dict[str, Any], roles: Roles,
                        rollout_id: int) -> ExportedWeights | None:
     """This rollout's push, exported right after training while the actor is on the GPU:
-    exporting after its sleep woke it again (0.37 s of a 0.43 s sync, 0.6B on the H200)."""
+    exporting after its sleep woke it again, which was most of a sync's time."""
     return export_weights(roles, while_awake=True) if push_due(args, rollout_id) else None
 
 
@@ -286,12 +290,48 @@ def save(args: dict[str, Any], roles: Roles, tm: Telemetry, rollout_id: int,
         wake(group, tm, offload)
         group.save(rollout_id)
         sleep(group, tm, offload)
+    report_save_check(args, tm, rollout_id)
+
+
+def report_save_check(args: dict[str, Any], tm: Telemetry, rollout_id: int) -> None:
+    """Read the save back against its manifest (sizes) with its critic sibling: the event the
+    monitor's and `runs ls`' save badge shows. A damaged save is said at once, not at resume."""
+    from ..run.save_manifest import check_iteration, required_roots
+
+    critic = Path(args["critic_save"]) if args["use_critic"] and args["critic_save"] else None
+    roots = required_roots(Path(args["save"]), critic, int(args["num_critic_only_steps"] or 0),
+                           rollout_id)
+    check = check_iteration(rollout_id, roots, checksums=False)
+    damage = [d.text() for d in check.damage]
+    msg = (f"save of rollout {rollout_id} verified: files and sizes match its manifest"
+           + (", critic sibling present" if critic else "") if check.good
+           else f"save of rollout {rollout_id} is DAMAGED: {'; '.join(damage)}")
+    tm.writer.emit("log", level="info" if check.good else "error", source="driver", msg=msg,
+                   save_check={"rollout_id": rollout_id, "ok": check.good, "damage": damage})
+
+
+@contextlib.contextmanager
+def timed(spent: dict[str, float], key: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        spent[key] = time.perf_counter() - start
+
+
+def train_mfu(args: dict[str, Any], batch: Any, spent: dict[str, float]) -> dict[str, float]:
+    """perf/{critic,actor}_train_tflops (and _mfu on a known GPU): engine/driver/mfu.py."""
+    from ..config.derived import count_params
+    from ..host.kind import machine_kind
+    from .mfu import mfu_metrics, trained_tokens
+
+    return mfu_metrics(args, count_params(args), trained_tokens(batch), spent, machine_kind())
 
 
 def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: Any,
-                   critic_out: dict[str, Any] | None, actor_out: dict[str, Any] | None
-                   ) -> dict[str, Any]:
-    rollout_metrics = dict(batch.metrics)
+                   critic_out: dict[str, Any] | None, actor_out: dict[str, Any] | None,
+                   perf: dict[str, float] | None = None) -> dict[str, Any]:
+    rollout_metrics = {**batch.metrics, **(perf or {})}
     if critic_out is not None:
         steps = critic_out["step_metrics"]
         for i, metrics in enumerate(steps):

@@ -46,18 +46,47 @@ class LaunchError(Exception):
     """str() is the user-facing message, with a fix."""
 
 
+class MemoryRefused(LaunchError):
+    """The memory pre-flight refused the run: it does not fit what the machine holds now."""
+
+
 def prepare_run(
-    config: RunConfig, preset_name: str, run_dir: str | os.PathLike[str] | None = None
+    config: RunConfig, preset_name: str, run_dir: str | os.PathLike[str] | None = None,
+    here: bool = True,
 ) -> RunDir:
-    """Create the run directory with config.toml, command.txt and status "created"."""
+    """Create the run directory with config.toml, command.txt and status "created". `here`:
+    PPO Deck's engine starts on this machine, so first the memory pre-flight
+    (engine/launch/memory_check.py) must find that the run fits what the GPUs and the host
+    hold now: LaunchError, naming the GiB and the holders, when it does not. A Ray job or
+    miles' own train.py pass False (the cluster, or miles, is judged where it runs)."""
+    if here:
+        from .memory_check import memory_refusals, refusal_text
+
+        refused = memory_refusals(config)
+        if refused:
+            raise MemoryRefused("not launched: " + refusal_text(refused))
     rundir = _new_run_dir(run_dir) if run_dir is not None else create_run_dir(preset_name)
     _write_config(rundir, config, preset_name)
+    machine, predicted, load = _forecast(config)
     write_status(
         rundir, state=State.CREATED, detail="", pid=None, pgid=None, created=time.time(),
         started=None, ended=None, rollout_id=None, num_rollout=config.get("num_rollout"),
-        preset=preset_name,
+        preset=preset_name, machine=machine, forecast=predicted, load_at_launch=load,
     )
     return rundir
+
+
+def _forecast(config: RunConfig) -> tuple[str, dict[str, Any], float | None]:
+    """The machine kind the run's timings belong to, its forecast at launch (what pace is
+    judged against) and the machine's load then (the calibration the run becomes once it
+    succeeds is held against the load of later launches)."""
+    from ..config import check
+    from ..run.pace import machine_here
+
+    machine = machine_here()
+    report = check(config, machine)
+    forecast = report.forecast.as_dict() if report.forecast else {}
+    return machine.kind, forecast, machine.load
 
 
 # --- resume --------------------------------------------------------------------------------
@@ -318,7 +347,8 @@ def stop_run(rundir: RunDir, force: bool = False) -> str:
     update_status(rundir, _mark_stopping)
     if status.get("engine") == "miles":
         return (f"asked run {rundir.id} to stop (SIGINT to its supervisor, pid "
-                f"{status.get('pid') or pgid}); it stops miles' Ray job through the Jobs API")
+                f"{status.get('pid') or pgid}); it stops miles: its Ray job through the Jobs API, "
+                "or train.py itself where it runs it directly")
     return (f"asked run {rundir.id} to stop (SIGINT to process group {pgid}); "
             "it stops after the current rollout")
 

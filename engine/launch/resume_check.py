@@ -5,7 +5,9 @@ hold a checkpoint, else --ref-load's weights (engine/train/worker.py `_checkpoin
 Before anything starts, for each directory it will load:
 
 - the tracker names an iteration (a number or "release") whose directory exists and is a
-  complete torch_dist checkpoint (its metadata.json is written last);
+  complete torch_dist checkpoint (its metadata.json is written last) whose files match the
+  manifest written at save time, or, without one, its torch_dist index
+  (engine/run/save_manifest.py): a damaged save is named, file by file, and never loaded;
 - actor and critic resume from the same iteration (the critic alone during the warmup);
 - a resumed checkpoint holds optimizer state (the engine always loads it: --no-load-optim is
   refused), and a resumed critic's checkpoint holds a value head (else the critic would restart
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.resolve import TRACKER
+from ..run.save_manifest import Damage, SaveCheck, iteration_of, newest_good, verify_save
 
 RELEASE = "release"
 
@@ -101,9 +104,62 @@ def light_problems(args: Mapping[str, Any]) -> list[str]:
             problems.append(f"{source.flag} {path} is incomplete (no metadata.json: the save "
                             f"was cut). Fix: write the previous iteration into "
                             f"{source.root / TRACKER}{_others(source.root)}")
+        elif damage := verify_save(path):
+            problems.append(_damage_problem(args, source, damage))
         elif source.resume and tag != RELEASE:
             iterations[source.role] = int(tag)
     return problems or _agreement(args, iterations)  # agreement means little past a broken one
+
+
+def _damage_problem(args: Mapping[str, Any], source: Source, damage: list[Damage]) -> str:
+    named = "; ".join(d.text() for d in damage)
+    text = f"{source.flag}: the save {damage[0].save_dir} is damaged and is not loaded: {named}"
+    if not source.resume:
+        return f"{text}. Fix: convert or copy the checkpoint again"
+    good = fallback(args, iteration_of(damage[0].save_dir))
+    if good is None:
+        return f"{text}. No older save of this run is whole: start a new run"
+    return (f"{text}. Fix: resume from iteration {good.iteration}, the newest whole save "
+            f"(`ppodeck run --resume RUN --yes` takes it), or write {good.iteration} into "
+            f"both {TRACKER} files")
+
+
+def resume_roots(args: Mapping[str, Any]) -> tuple[Path | None, Path | None]:
+    """The actor's and the critic's save roots a resume loads from (None: not a resume root)."""
+    roots = {s.role: s.root for s in load_sources(args) if s.resume}
+    return roots.get("actor"), roots.get("critic")
+
+
+def damaged_saves(args: Mapping[str, Any]) -> list[Damage]:
+    """Every damaged file of the saves a resume would load (the trackers' iterations)."""
+    damage: list[Damage] = []
+    for source in load_sources(args):
+        tag, problem = tracker_iteration(source.root)
+        if problem is None and tag is not None:
+            path = checkpoint_dir(source.root, tag)
+            damage += verify_save(path) if path.is_dir() else []
+    return damage
+
+
+def fallback(args: Mapping[str, Any], below: int | None) -> SaveCheck | None:
+    """The newest iteration under `below` whose actor and critic saves are both whole."""
+    actor, critic = resume_roots(args)
+    if actor is None and critic is None:
+        return None
+    return newest_good(actor, critic, int(args["num_critic_only_steps"] or 0), below)
+
+
+def take_save(args: Mapping[str, Any], iteration: int) -> list[Path]:
+    """Point the actor's and the critic's trackers at `iteration`; the trackers rewritten.
+    The damaged saves stay on disk (the user may want them), but nothing loads them."""
+    written = []
+    for root in resume_roots(args):
+        if root is not None and (checkpoint_dir(root, str(iteration))).is_dir():
+            tmp = root / f"{TRACKER}.tmp"
+            tmp.write_text(str(iteration))
+            tmp.replace(root / TRACKER)
+            written.append(root / TRACKER)
+    return written
 
 
 def _others(root: Path) -> str:

@@ -14,9 +14,9 @@ RECOMPILE_LIMIT = 32
 
 
 def raise_global_recompile_limit() -> None:
-    """Where torch.compile takes no per-function budget (torch < 2.13, e.g. the H200's 2.11),
-    dynamo's global limit of 8 graphs per function applies; once hit, every later call pays
-    for a failed guard check and a warning (seen: ~7 ms per norm call). Our inputs are
+    """Where torch.compile takes no per-function budget (torch < 2.13), dynamo's global
+    limit of 8 graphs per function applies; once hit, every later call pays for a failed
+    guard check and a warning (milliseconds per norm call). Our inputs are
     canonicalized to ~4 graphs per op; the headroom covers dtypes and grad modes."""
     import torch._dynamo
 

@@ -1,13 +1,13 @@
 """The colocated hf rollout's weight sync through CUDA IPC, without SGLang.
 
-The packed path (engine/model/weight_transfer.py: pack/unpack) copies the actor's 1.19 GB of
-HF tensors to the host, through Ray's object store and back to the same GPU: 1.54 s on the
-H200 for Qwen3-0.6B. When the hf generator shares the actor's one GPU, the actor instead copies
+The packed path (engine/model/weight_transfer.py: pack/unpack) copies the actor's HF tensors to the
+host, through Ray's object store and back to the same GPU: seconds per sync even for a small model
+(docs/performance.md). When the hf generator shares the actor's one GPU, the actor instead copies
 its HF tensors into one flat device buffer and sends only the CUDA IPC handle of that buffer
 (torch.multiprocessing.reductions.reduce_tensor: a few hundred bytes through Ray). The rollout
-process maps the buffer and copies each tensor in place into its model's parameter storages,
-device to device. The handle carries the GPU's UUID so the receiver opens the right device
-whatever its CUDA_VISIBLE_DEVICES numbering.
+process maps the buffer and copies each tensor in place into its model's parameter storages, device
+to device. The handle carries the GPU's UUID so the receiver opens the right device whatever its
+CUDA_VISIBLE_DEVICES numbering.
 
 `weight_sync_path` is the one decision between "cuda_ipc" and "packed_host" (SGLang's own
 IPC payload, weight_transfer.pack_cuda_ipc, is the cuda_ipc path of the sglang backend).

@@ -127,7 +127,7 @@ class StorageOffloader:
     def reserve_host(self, sizes: Iterable[int]) -> None:
         """Pin host buffers of these byte sizes in a background thread, for storages that do
         not exist yet (Adam's moments appear at the first optimizer step): pinning costs
-        ~0.55 s per GB (2.7 s for the 0.6B critic's 4.8 GB on the H200), paid here while the
+        about half a second per GB (docs/performance.md), paid here while the
         trainer waits for its first phase instead of inside it. The next offload that tracks
         new storages takes them by size (waiting for the thread if it is still pinning);
         what it does not use is released then."""

@@ -1,10 +1,9 @@
 """Page-locked host buffers of exactly the bytes asked for.
 
 torch's pinned allocator (`pin_memory=True`, CachingHostAllocator) rounds every allocation up
-to the next power of two. The offload pins one buffer per storage: at Qwen3-1.7B the fp32
-master weights and Adam moments (fc1 100.7 MB -> 134 MB, the embedding 1.24 GB -> 2.15 GB)
-take 1.34x their size, so the offloaded state of actor, critic and rollout would hold about
-78 GB of host RAM for 59 GB of tensors (the H200 run's process RSS: 104 GB). Here one plain
+to the next power of two. The offload pins one buffer per storage, so the fp32 master weights
+and Adam moments would take about a third more host RAM than their size (the figures at
+Qwen3-1.7B: docs/performance.md). Here one plain
 host allocation holds every buffer of a batch, back to back, and is page-locked with
 cudaHostRegister: pinned bytes = tensor bytes (+ at most 3 pages per batch).
 

@@ -1,7 +1,7 @@
 """The actor -> rollout weight push through Ray's object store, as one flat byte buffer.
 
-A dict of ~300 torch tensors goes through Ray's pickling tensor by tensor: on the H200 the
-1.19 GB Qwen3-0.6B push took ~4.5 s between the actor's export and the rollout's load. One
+A dict of ~300 torch tensors goes through Ray's pickling tensor by tensor, which made the push
+the slowest part of a weight sync (docs/performance.md). One
 numpy byte array travels out of band instead (pickle protocol 5): one copy into the object
 store, and the receiver maps it without copying. `unpack` gives torch views over that buffer;
 the backend's load copies them onto its device.
@@ -114,7 +114,7 @@ def pack_cuda_ipc(state: Mapping[str, torch.Tensor]) -> tuple[IpcWeights, torch.
     tensors come over in that copy); sglang's own serializer writes the handles with the
     device's UUID, so the engine maps the right GPU whatever its CUDA_VISIBLE_DEVICES.
     That patch stays for the process: sglang's patched reduce_tensor then fails on CPU tensors
-    (IndexError, seen on the H200), so a process that called this sends only CUDA tensors.
+    (IndexError), so a process that called this sends only CUDA tensors.
     """
     from sglang.srt.utils import MultiprocessingSerializer
     from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions

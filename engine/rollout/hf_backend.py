@@ -32,7 +32,7 @@ class HFGenerator:
                  init_weights: bool = True, max_context_len: int | None = None) -> None:
         """`init_weights=False` when the actor's weights are pushed before the first rollout:
         the parameters are then made as zeros on the device, never randomly initialized
-        (a seeded init of the 0.6B shape took ~35 s on one host core, all overwritten).
+        (a seeded init on one host core takes tens of seconds, all of it overwritten).
         `max_context_len` (--rollout-max-context-len) bounds prompt + response per row."""
         from transformers import AutoModelForCausalLM
 

@@ -145,7 +145,7 @@ class SDPADotProductAttention(MegatronModule):
             # Megatron builds the causal mask itself when none is given (only for sq > 1).
             # An `if`, not an expression: under torch.compile with a symbolic length, `if`
             # becomes a guard while `bool(sq > 1)` stays symbolic, and SDPA needs a real bool
-            # (seen on the H200: a graph break in every compiled layer)
+            # (else a graph break in every compiled layer)
             causal = mask_type == AttnMaskType.causal
             if q.shape[2] <= 1:
                 causal = False

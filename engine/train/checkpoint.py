@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from ..config.resolve import TRACKER
+from ..run.save_manifest import write_manifest
 from .platform import device_scope, has_cuda
 
 RELEASE = "release"
@@ -205,10 +206,12 @@ def _on_rank0(action: Callable[[], None]) -> None:
 
 
 def _publish(tmp: Path, final: Path, tracker_tag: str, summary: Mapping[str, Any]) -> None:
-    """ppodeck.json, rename tmp -> final (replacing a same-iteration dir), then the tracker."""
+    """ppodeck.json and the manifest, rename tmp -> final (replacing a same-iteration dir),
+    then the tracker."""
     root = final.parent
     try:
         (tmp / EXTRA_FILE).write_text(json.dumps(dict(summary), indent=1, sort_keys=True))
+        write_manifest(tmp)  # sizes and checksums, read back before a resume loads it
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if exc.errno == errno.ENOSPC:

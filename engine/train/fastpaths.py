@@ -1,8 +1,8 @@
 """Fast paths for Megatron-core on a machine without transformer-engine or apex.
 
 Megatron falls back to slow local code when neither TE nor apex is installed (our GPU machine:
-TE cannot be built there). On the H200 the Qwen3-0.6B actor step spent ~40% of its time in
-those fallbacks. Each fast path below keeps Megatron's maths and is installed only where
+TE cannot be built there), and those fallbacks took a large share of a train step
+(docs/performance.md). Each fast path below keeps Megatron's maths and is installed only where
 Megatron is still using its own fallback; `describe()` gives a line per path in effect for the
 run log, so the user sees what replaced what.
 

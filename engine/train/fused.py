@@ -1,15 +1,15 @@
 """Fused RoPE and RMSNorm for Megatron's LOCAL layer spec (no transformer-engine).
 
 Why: without TE, the local spec runs rotary embeddings, RMSNorm (incl. the per-head q/k norms)
-and SwiGLU as chains of unfused elementwise kernels: ~35% of a Qwen3-0.6B train step on the
-H200 (8 x 1024 tokens, bf16; rope ~15 ms, norms ~16 ms, SwiGLU ~5 ms per step). Here each op is
+and SwiGLU as chains of unfused elementwise kernels, about a third of a train step
+(docs/performance.md). Here each op is
 one pure function compiled with `torch.compile(fullgraph=True)`; AOTAutograd derives its
 backward, so forward and backward are each one or two fused kernels (incl. the norm's weight
 gradient reduction, which is slow in torch's generic kernel at the q/k norms' width of 128).
 
 This per-op fusion is the CUDA path with PPODECK_COMPILE_LAYERS=0; by default each whole layer
-is compiled instead (engine/train/layer_compile.py: 0.41 against 0.34 of the H200's matmul
-rate at 8 x 1024 tokens, the GPU no longer waiting on the host between small kernels).
+is compiled instead (engine/train/layer_compile.py), the GPU no longer waiting on the host
+between small kernels.
 
 - `fused_rope`: Megatron's unfused bshd RoPE maths, bit-for-bit (see `_ROPE_OPTIONS`);
   `install_fused_rope()` puts it into Megatron's `rope_utils.fused_apply_rotary_pos_emb`

@@ -1,11 +1,10 @@
 """Regional compilation: each Megatron TransformerLayer compiled whole with torch.compile.
 
-Why: on the H200 the Qwen3-0.6B actor step at 8 x 1024 tokens was host-bound with per-op
-fusion (engine/train/fused.py): 110 ms of kernels in a 155 ms step, Python launching ~40
-kernels per layer forward and more in the backward. Compiled whole, a layer is one graph
+Why: with per-op fusion (engine/train/fused.py) a train step was host-bound, Python launching
+~40 kernels per layer forward and more in the backward. Compiled whole, a layer is one graph
 forward and one backward: inductor fuses norms, RoPE, SwiGLU and the residual adds between
-the GEMMs and the attention kernel, so the host launches fewer, larger kernels (measured:
-0.34 -> 0.41 of the H200's bf16 matmul rate, bench/gpu_bench.py).
+the GEMMs and the attention kernel, so the host launches fewer, larger kernels (the matmul
+rate before and after: docs/performance.md, bench/gpu_bench.py).
 
 - The layers of a model share one compiled graph (torch's "regional compilation": modules
   are traced as inputs, so identical layers reuse one cache entry). The sequence dim is
@@ -65,14 +64,9 @@ def _mark_tokens_dynamic(kwargs: dict[str, Any], static_batch: bool) -> None:
     varying length), so the first graph already serves every length; the hidden width stays
     static for the kernels; the batch dim static (`static_batch`: marked so, which also keeps
     dynamo from making it dynamic when a second size comes) or dynamic too.
-    Why not always dynamic, measured on the H200 (bench/gpu_bench.py): with batch
-    and sequence both symbolic inductor indexes some backward kernels with 64-bit divisions by
-    runtime sizes (the q/k/v gradient's cat: 8.4 ms of a 90 ms critic step at 8 x 1024). With
-    the batch dim static (this code, one run) the matmul-rate fractions were actor 0.46 / 0.52
-    and critic 0.38 / 0.51 at 8 / 16 x 1024, against 0.43 / 0.49 and 0.40 / 0.47 dynamic; the
-    critic's 8 x 1024 row, 0.44 in two earlier runs of a patch that left the dim unmarked, was
-    not understood; alternated with dynamic in one later run, static led all eight pairs
-    (critic 8 x 1024: 0.406 / 0.437 against 0.369 / 0.419). Token-budget micro-batches change
+    Why not always dynamic: with batch and sequence both symbolic, inductor indexes some
+    backward kernels with 64-bit divisions by runtime sizes, and the static batch dim trained
+    faster (the alternated runs: docs/performance.md). Token-budget micro-batches change
     the batch dim every call, so there it stays dynamic: a graph per size would compile at
     every new one."""
     import torch._dynamo

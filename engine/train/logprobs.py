@@ -9,7 +9,7 @@ all-reduce over the TP group, so TP=1 and TP>1 give the same numbers.
 
 On CUDA with TP=1 the rows go instead through one torch.compile'd function (gather, fp32 cast,
 temperature, logsumexp, entropy, and their backward fused): the eager path makes ~10 passes
-over fp32 full-vocab rows, which cost ~20 ms of a 185 ms Qwen3-0.6B step on the H200.
+over fp32 full-vocab rows, a tenth of a train step (docs/performance.md).
 `PPODECK_FUSED=0` turns it off; if compiling fails the eager maths run and a warning says so.
 """
 
@@ -110,7 +110,7 @@ def fused_log_probs(row_maths: Callable, flat: torch.Tensor, index: torch.Tensor
 
     `every_row`: run it over all rows of `flat` and pick the indexed results afterwards. The
     backward then writes the logits' gradient in one fused pass instead of zero-filling it and
-    scattering the selected rows into it (9 ms at 8 x 1024 x 152k on the H200); responses
+    scattering the selected rows into it (a full-vocab pass of its own); responses
     are most of the rows, so the extra rows cost less than the scatter. The index work stays
     outside the compiled function, which sees plain rows only."""
     if not every_row:

@@ -21,15 +21,13 @@ def has_cuda() -> bool:
 # environment escape hatches, and the GPU bench's baselines.
 FUSED_ENV = "PPODECK_FUSED"
 LAYERS_ENV = "PPODECK_COMPILE_LAYERS"
-# transformer-engine's layer spec is opt-in: PPODECK_TE=1 uses it where it imports. Measured on
-# the H200 (bench/gpu_bench.py --only train --layer-spec local --layer-spec te, TE 2.19.0,
-# Qwen3-0.6B shape, 16x1024 tokens), the local spec with SDPA and compiled layers trains
-# faster: actor 83.9k vs 73.8k tok/s (0.45 vs 0.39 of the matmul rate), critic 101.4k vs 83.2k.
-# The engine needs TE for nothing (its own attention splits sequences under context
-# parallelism). The run log's layer-spec line says which spec ran and why.
+# transformer-engine's layer spec is opt-in (PPODECK_TE=1): the local spec with SDPA and
+# compiled layers trained faster (docs/performance.md), and the engine needs TE for nothing
+# (its own attention splits sequences under context parallelism). The run log's layer-spec
+# line says which spec ran and why.
 TE_ENV = "PPODECK_TE"
-TE_NOT_ASKED = (f"the local spec with compiled layers trains faster on one H200 "
-                f"(0.45 vs 0.39 of the matmul rate); {TE_ENV}=1 uses it")
+TE_NOT_ASKED = (f"the local spec with compiled layers trains faster (0.45 vs 0.39 of the "
+                f"matmul rate, docs/performance.md); {TE_ENV}=1 uses it")
 
 
 def _switched_off(env: str) -> bool:

@@ -96,9 +96,9 @@ def init_weights(model: torch.nn.Module, config, seed: int, role: str,  # noqa: 
     Megatron's own init draws from one RNG stream in construction order, so different PP
     layouts (and GPU init under TP) would give different networks; here every full tensor is
     drawn from its own seeded generator and then sharded, so TP/PP/DP layouts of one seed
-    start from identical weights. The draw happens on the parameter's device: on a GPU it
-    takes milliseconds, where the host took 3.6-5.7 s for the 0.6B shape (one core per
-    worker); a CUDA run and a CPU run of one seed therefore start from different weights.
+    start from identical weights. The draw happens on the parameter's device (on a GPU it
+    takes milliseconds, on one host core seconds); a CUDA run and a CPU run of one seed
+    therefore start from different weights.
     """
     for _, global_name, param in global_names(model):
         source = _source_name(model, global_name)

@@ -39,7 +39,7 @@ def test_the_latest_rollout_as_a_table(app, run) -> None:
     result = invoke(app, run.id)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:6] == ["rollout", "index", "reward", "adv", "length", "status"]
+    assert lines[0].split()[:7] == ["rollout", "index", "raw", "reward", "adv", "length", "status"]
     assert len(lines) == 1 + 8 and all(line.split()[0] == "2" for line in lines[1:])
     assert "rollout 2, 8 samples (rollouts with samples: 0-2; samples/ holds" in result.stderr
 
@@ -47,10 +47,10 @@ def test_the_latest_rollout_as_a_table(app, run) -> None:
 def test_sort_by_reward_and_advantage(app, run) -> None:
     write_run(run.path, rollouts=1, samples=12)
     by_reward = invoke(app, run.id, "--rollout", "0", "--sort", "reward")
-    rewards = [float(line.split()[2]) for line in by_reward.stdout.splitlines()[1:]]
+    rewards = [float(line.split()[3]) for line in by_reward.stdout.splitlines()[1:]]
     assert rewards == sorted(rewards, reverse=True) and len(set(rewards)) == 2
     by_adv = invoke(app, run.id, "-r", "0", "--sort", "advantage")
-    advs = [float(line.split()[3]) for line in by_adv.stdout.splitlines()[1:]]
+    advs = [float(line.split()[4]) for line in by_adv.stdout.splitlines()[1:]]
     assert advs == sorted(advs, reverse=True)
     assert invoke(app, run.id, "--sort", "size").exit_code == 2
 

@@ -7,7 +7,7 @@ from typing import Any
 
 
 class PlacementProbe:
-    """Has TrainWorker's constructor; reports its node, GPU ids and rendezvous."""
+    """Has the trainer ranks' constructor; reports its node, GPU ids and rendezvous."""
 
     def __init__(self, role: str, rank: int, world_size: int, master_addr: str,
                  master_port: int, args: dict[str, Any]) -> None:
@@ -36,7 +36,7 @@ class EngineStarter:
 
 
 class MoveProbe:
-    """Has TrainWorker's constructor and the calls train() makes; each call takes MOVE_S and
+    """Has the trainer ranks' constructor and the calls train() makes; each call takes MOVE_S and
     records (name, start, end, awake before) on this worker's clock (one host: comparable)."""
 
     MOVE_S = 0.3
@@ -84,7 +84,7 @@ class MoveProbe:
         return self.memory_calls
 
     def memory(self) -> dict[str, Any]:
-        """At once, as TrainWorker.memory does (on the telemetry thread); records when."""
+        """At once, as a trainer rank's memory() does (on the telemetry thread); records when."""
         import time
 
         self.memory_calls.append(time.time())

@@ -19,7 +19,7 @@ def job_log(n: int) -> str:
     lines = ["ppodeck: job run directory /tmp/x", "some ray warning"]
     for i in range(n):
         lines.append(f"{jobs.EVENT_PREFIX}{i} {event(i)}")
-        lines.append("(TrainWorker pid=1) a worker log line")
+        lines.append("(ActorWorker pid=1) a worker log line")
     return "\n".join(lines) + "\n"
 
 

@@ -130,6 +130,45 @@ def test_a_submitted_miles_run_is_a_job_on_the_cluster(ray_cluster, cli_env, tmp
     assert len(events.splitlines()) == 3
 
 
+def test_without_the_jobs_api_train_py_is_the_supervisors_child(cli_env, tmp_path) -> None:
+    """Where Ray's dashboard packages are missing (a GPU image with Ray alone) there is no Jobs
+    API: train.py runs as the supervisor's child on the private head, the head carries the
+    job's environment to Ray's workers, and a stop interrupts it (PPODECK_MILES_DIRECT=1 takes
+    that path here, where the Jobs API exists). The departures a setup records are shown."""
+    departures = tmp_path / "departures.json"
+    departures.write_text(json.dumps([{"what": "a stub module", "why": "the image lacks it"}]))
+    env = {**cli_env, "PPODECK_MILES_DIRECT": "1",
+           "PPODECK_MILES_DEPARTURES": str(departures)}
+    rundir = RunDir(tmp_path / "runs" / "direct")
+    out = ppodeck("run", "tiny-cpu", *SETS, "--engine", "miles", "--miles-root", str(STANDIN),
+                  "--run-dir", str(rundir.path), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = rundir.driver_log.read_text()
+    assert "PPODECK_MILES_DIRECT=1" in log and "runs as a child of this supervisor" in log
+    assert "departure from miles' image (outside the miles checkout): a stub module" in log
+    status = read_status(rundir)
+    assert (status["state"], status["rollout_id"]) == ("succeeded", 2)
+    assert status["miles_job"]["private_head"] is True and "pid" in status["miles_job"]
+    assert not pid_alive(status["miles_job"]["pid"]) and not pid_alive(status["pid"])
+    assert standin_lines(rundir, "STANDIN_ARGV") == expected_argv(cli_env, rundir)
+    assert standin_lines(rundir, "STANDIN_ENV")["PYTHONPATH"].split(os.pathsep)[0] == \
+        str(STANDIN)
+    warned = ppodeck("tail", rundir.id, "--json", "--kind", "log", env=cli_env).stdout
+    assert "a stub module" in warned
+
+    stopped = RunDir(tmp_path / "runs" / "direct-stopped")
+    out = ppodeck("run", "tiny-cpu", "--set", "num-rollout=500", "--engine", "miles",
+                  "--miles-root", str(STANDIN), "--run-dir", str(stopped.path), "--detach",
+                  env={**env, "STANDIN_ROLLOUT_S": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    wait_for(lambda: read_status(stopped).get("rollout_id") is not None, 120)
+    child = read_status(stopped)["miles_job"]["pid"]
+    ppodeck("stop", stopped.id, env=cli_env)
+    wait_for(lambda: read_status(stopped)["state"] == "stopped", 90)
+    wait_for(lambda: not pid_alive(read_status(stopped)["pid"]), 60)
+    assert not pid_alive(child)
+
+
 def wait_for(probe, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not probe():

@@ -641,18 +641,18 @@ def test_sglang_max_running_requests_reaches_the_engine_arguments(tmp_path: Path
 # micro-batching of the trainer's forward-only pass (TrainWorker._forward_only's plan)
 # --------------------------------------------------------------------------------------------
 def _worker_stub(**flags: Any) -> Any:  # noqa: ANN401
-    """A TrainWorker's state for its host-side methods (one rank, no model)."""
+    """An actor rank's state for its host-side methods (one rank, no model)."""
     from types import MethodType
 
+    from ppodeck.engine.train.actor_worker import ActorWorker
     from ppodeck.engine.train.context_parallel import CPLayout
-    from ppodeck.engine.train.worker import TrainWorker
 
     worker = SimpleNamespace(
         settings=TrainSettings.from_args("actor", tiny_args(**flags), 1, cuda=False),
         _cp=CPLayout(1, False), model=torch.nn.Module(), _dp_size=1,
-        _is_last_stage=lambda: True, _critic_values=TrainWorker._critic_values)
+        _is_last_stage=lambda: True, _critic_values=ActorWorker._critic_values)
     for name in ("_plan", "_advantages", "_sample_means", "_mean_over_dp", "_dp_group_or_none"):
-        setattr(worker, name, MethodType(getattr(TrainWorker, name), worker))
+        setattr(worker, name, MethodType(getattr(ActorWorker, name), worker))
     return worker
 
 
@@ -685,7 +685,7 @@ def test_advantage_flags_change_the_advantages_trained_on(flags_a: dict, flags_b
 
 def _forward_only_micro_batches(**flags: Any) -> list[int]:  # noqa: ANN401
     """The sizes of the micro-batches the worker's log-prob pass runs over 8 samples."""
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.base_worker import TrainWorker
 
     sizes: list[int] = []
 
@@ -761,14 +761,15 @@ def test_num_rollout_is_how_many_rollouts_the_loop_runs(tmp_path: Path) -> None:
 def _checkpoint_worker(role: str, **flags: Any) -> Any:  # noqa: ANN401
     from types import MethodType
 
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import worker_class
 
     args = tiny_args(**flags)
     worker = SimpleNamespace(role=role, args=args, ddp="ddp", optimizer="opt", scheduler="sch",
                              settings=TrainSettings.from_args(role, args, 1, cuda=False),
                              _require_awake=lambda what: None, _bridge=None, _init_notes=[])
-    for name in ("save", "_checkpoint_sources", "_load_checkpoints", "_init_weights"):
-        setattr(worker, name, MethodType(getattr(TrainWorker, name), worker))
+    for name in ("save", "_checkpoint_sources", "_load_checkpoints", "_load_from",
+                 "_init_weights"):
+        setattr(worker, name, MethodType(getattr(worker_class(role), name), worker))
     return worker
 
 
@@ -818,7 +819,7 @@ def test_load_ref_load_and_critic_load_pick_what_init_loads(
 
 def test_hf_checkpoint_and_model_init_pick_the_initial_weights(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from ppodeck.engine.train import worker as worker_module
+    from ppodeck.engine.train import base_worker as worker_module
 
     def start(**flags: Any) -> str:  # noqa: ANN401
         picked: list[str] = []
@@ -839,13 +840,13 @@ def test_ref_update_interval_copies_the_actor_into_the_ref_every_nth_rollout(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from types import MethodType
 
-    from ppodeck.engine.train import worker as worker_module
+    from ppodeck.engine.train import actor_worker as worker_module
 
     def copied_after(interval: int | None) -> list[int]:
         rollouts: list[int] = []
         w = SimpleNamespace(settings=_settings(ref_update_interval=interval), model=None,
                             _ref_weights={}, _is_logging_rank=lambda: False)
-        update = MethodType(worker_module.TrainWorker._maybe_update_ref, w)
+        update = MethodType(worker_module.ActorWorker._maybe_update_ref, w)
         for rollout_id in range(6):
             monkeypatch.setattr(worker_module.weights, "backup",
                                 lambda model, into, _r=rollout_id: rollouts.append(_r) or into)

@@ -104,6 +104,12 @@ def first_losses(events) -> dict[str, float]:
     return out
 
 
+# A second driver run (two ranks per role over Ray): the longest test of tests/engine after the
+# run above. Its claim holds in the default suite at the worker level
+# (tests/train/test_worker.py::test_pp2_values_and_losses_match_one_rank: PP=2 over gloo ranks,
+# the same losses as one rank), and the ranks' placement and rendezvous through Ray in
+# tests/cluster/test_placement_on_cluster.py. The nightly bench runs it.
+@pytest.mark.slow
 def test_two_pipeline_stages_through_ray_match_one_rank(tiny_run, tmp_path):
     """PP=2 over gloo, value head on the last stage only: the same losses as one rank."""
     full = resolve_preset(load_preset("tiny-cpu"))

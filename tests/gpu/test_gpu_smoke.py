@@ -3,7 +3,7 @@
 - our SDPA core attention agrees with Megatron's stock attention in bf16, and its no-mask
   path really runs on the FlashAttention backend (enable_gqa, causal);
 - fast_generate's CUDA graph replays exactly what its eager decode loop computes;
-- a tiny PPO round (critic then actor TrainWorker) trains on CUDA in bf16;
+- a tiny PPO round (a CriticWorker then an ActorWorker) trains on CUDA in bf16;
 - NVML sampling (engine.host.machine.nvml_devices) sees the GPU.
 """
 
@@ -230,11 +230,11 @@ def test_tiny_ppo_round_trains_on_cuda() -> None:
     """Critic (values, GAE returns, value steps), then the actor with those values, bf16."""
     import math
 
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
     from tests.train.worker_harness import tiny_args, tiny_batch
 
     args, batch = tiny_args(), tiny_batch()
-    critic = TrainWorker("critic", 0, 1, "127.0.0.1", free_port(), args)
+    critic = train_worker("critic", 0, 1, "127.0.0.1", free_port(), args)
     critic.init()
     critic_out = critic.train_critic(0, batch)
     dtype = next(critic.model.parameters()).dtype
@@ -242,7 +242,7 @@ def test_tiny_ppo_round_trains_on_cuda() -> None:
     assert dtype == torch.bfloat16
     values = critic_out["values"]
     assert sorted(values) == batch.sample_indices
-    actor = TrainWorker("actor", 0, 1, "127.0.0.1", free_port(), args)
+    actor = train_worker("actor", 0, 1, "127.0.0.1", free_port(), args)
     actor.init()
     before = {n: p.detach().float().clone() for n, p in actor.model.named_parameters()}
     actor_out = actor.train_actor(0, batch, values)

@@ -20,6 +20,7 @@ from ppodeck.engine.launch.resume_check import (
 )
 from ppodeck.engine.presets import load_preset, resolve_preset
 from ppodeck.engine.run.rundir import write_status
+from ppodeck.engine.run.save_manifest import write_manifest
 
 
 def fake_checkpoint(root: Path, *iterations: int, tracker: str | None = None,
@@ -28,8 +29,9 @@ def fake_checkpoint(root: Path, *iterations: int, tracker: str | None = None,
     for it in iterations:
         d = root / f"iter_{it:07d}"
         d.mkdir()
-        if complete:
+        if complete:  # a whole save: its files and the manifest written with them
             (d / "metadata.json").write_text("{}")
+            write_manifest(d)
     tag = tracker if tracker is not None else str(max(iterations))
     (root / TRACKER).write_text(tag)
     return root

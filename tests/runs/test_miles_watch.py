@@ -105,8 +105,9 @@ def test_a_finished_dump_is_a_run_everywhere_and_stays_byte_for_byte(runs_dir, t
     else:
         assert plotted.exit_code == 0 and (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
-    refused = invoke("stop", str(dump))
-    assert refused.exit_code == 2 and "only reads it" in refused.stderr
+    stopped = invoke("stop", str(dump))  # ends what PPO Deck runs for it; miles is not touched
+    assert stopped.exit_code == 0 and "read-only" in stopped.stdout
+    assert read_status(rundir)["state"] == "ended"
     again = invoke("runs", "add", str(dump))
     assert again.stdout.strip() == run_id and "already watched" in again.stderr
     assert digest(dump) == before
@@ -188,14 +189,15 @@ def test_an_open_phase_is_started_once_and_ended_when_miles_closes_it(runs_dir, 
 def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monkeypatch
                                                          ) -> None:
     """tail --follow on a dump miles is still writing: new records appear as they land; when
-    the dump stops growing the run ends and the follower exits. ~4 s (2 s of it: the idle
-    time that ends a run)."""
+    the dump stops growing the run ends and the follower exits. Live means the dump's own
+    records are recent (their `ts`), as miles stamps them while it writes. ~4 s (2 s of it:
+    the idle time that ends a run)."""
     monkeypatch.setenv("PPODECK_MILES_IDLE_S", "2")
     dump = copy_dump(tmp_path / "dump")
     shutil.rmtree(dump / "rollout_data")  # samples are another test's; torch stays unloaded
     metrics = dump / "dashboard" / "metrics.jsonl"
     lines = metrics.read_text().splitlines(keepends=True)
-    metrics.write_text("".join(lines[:2]))  # miles has written two records so far
+    metrics.write_text("".join(stamped_now(line) for line in lines[:2]))  # two records so far
     before_bytes = metrics.read_bytes()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     ppodeck = str(Path(sys.executable).with_name("ppodeck"))
@@ -203,8 +205,14 @@ def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monk
                              "--json", "--kind", "metrics"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        sampler = next((dump / "dashboard" / "gpu_util").glob("*.jsonl"))
+
         def following() -> RunDir | None:
-            os.utime(metrics)  # miles is still writing: the dump stays live while tail starts
+            # miles' dashboard samples the GPU every second while it runs: the dump stays live
+            # however long tail takes to start
+            with open(sampler, "a") as out:
+                out.write(json.dumps({"ts": time.time(), "node": "10.0.0.1", "gpu": 0,
+                                      "util": 20, "mem_mb": 30000, "power_w": 300}) + "\n")
             rundir = find_registered(dump)
             return rundir if rundir and read_status(rundir).get("state") == "running" else None
 
@@ -212,7 +220,7 @@ def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monk
         follower = read_status(rundir)["pid"]
         for line in lines[2:]:  # miles goes on writing
             with open(metrics, "a") as out:
-                out.write(line)
+                out.write(stamped_now(line))
             time.sleep(0.05)
         out, err = tail.communicate(timeout=30)
     finally:
@@ -224,6 +232,11 @@ def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monk
     assert status["state"] == "ended" and "miles records no final state" in status["detail"]
     _wait_for(lambda: not _alive(follower))
     assert metrics.read_bytes().startswith(before_bytes)
+
+
+def stamped_now(line: str) -> str:
+    """A dashboard record as miles writes it now: its `ts` is the present."""
+    return json.dumps({**json.loads(line), "ts": time.time()}) + "\n"
 
 
 def _alive(pid: int) -> bool:

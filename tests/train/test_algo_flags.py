@@ -30,10 +30,10 @@ def _batch() -> Any:  # noqa: ANN401 - a RolloutBatch
 
 
 def _scenarios(rank: int, world: int, ports: list[int]) -> dict[str, Any]:
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
-    def worker(role: str, port: int, **flags: Any) -> TrainWorker:
-        w = TrainWorker(role, rank, world, "127.0.0.1", ports[port], tiny_args(**flags))
+    def worker(role: str, port: int, **flags: Any) -> Any:
+        w = train_worker(role, rank, world, "127.0.0.1", ports[port], tiny_args(**flags))
         w.init()
         return w
 
@@ -227,10 +227,10 @@ def test_seed_zero_reaches_the_random_init(results: dict) -> None:
 
 
 def _per_token_dp(rank: int, world: int, ports: list[int]) -> dict[str, Any]:
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     flags = {**PLAIN, "calculate_per_token_loss": True}
-    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], tiny_args(**flags))
+    critic = train_worker("critic", rank, world, "127.0.0.1", ports[0], tiny_args(**flags))
     critic.init()
     out = {"critic": critic.train_critic(0, _batch())}
     critic.shutdown()

@@ -22,10 +22,10 @@ def test_bridge_mode_without_megatron_bridge_names_the_install_and_the_alternati
 def test_worker_refuses_bridge_mode_before_building_anything(monkeypatch):
     from ppodeck.engine.config import resolve
     from ppodeck.engine.presets import load_preset, resolve_preset
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     if importlib.util.find_spec("megatron.bridge") is not None:
         pytest.skip("Megatron-Bridge is installed here")
     config = resolve_preset(load_preset("tiny-cpu")).with_values(megatron_to_hf_mode="bridge")
     with pytest.raises(BridgeUnavailable):
-        TrainWorker("actor", 0, 1, "127.0.0.1", 1, dict(resolve(config)))
+        train_worker("actor", 0, 1, "127.0.0.1", 1, dict(resolve(config)))

@@ -136,15 +136,15 @@ def test_cp_attention_matches_causal_attention_forward_and_backward(tmp_path: Pa
 # --------------------------------------------------------------------------------------------
 def _round(rank: int, world: int, ports: list[int], overrides: dict[str, Any]) -> dict:
     """Critic then actor on one rollout (tests/train/test_worker.py's round, without export)."""
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     args, batch = tiny_args(**overrides), tiny_batch()
-    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
+    critic = train_worker("critic", rank, world, "127.0.0.1", ports[0], args)
     critic.init()
     result: dict[str, Any] = {"critic": critic.train_critic(0, batch)}
     values = all_values(result["critic"]["values"])
     critic.shutdown()
-    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[1], args)
+    actor = train_worker("actor", rank, world, "127.0.0.1", ports[1], args)
     actor.init()
     result["actor"] = actor.train_actor(0, batch, values)
     result["state"] = actor.gather_full_state_dict()
@@ -176,16 +176,16 @@ def _rollouts(rank: int, world: int, ports: list[int], overrides: dict[str, Any]
     """ROLLOUTS rollouts of new samples (different lengths each): the critic trains on all of
     them (its values of each), then the actor (one process group per process at a time; the
     batches do not depend on the actor, so the order changes nothing)."""
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     args = tiny_args(**overrides)
     batches = [tiny_batch(seed=rollout) for rollout in range(ROLLOUTS)]
-    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
+    critic = train_worker("critic", rank, world, "127.0.0.1", ports[0], args)
     notes = critic.init()["notes"]
     critic_out = [critic.train_critic(i, batch) for i, batch in enumerate(batches)]
     values = [all_values(out["values"]) for out in critic_out]
     critic.shutdown()
-    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[1], args)
+    actor = train_worker("actor", rank, world, "127.0.0.1", ports[1], args)
     actor.init()
     actor_out = [actor.train_actor(i, batch, values[i]) for i, batch in enumerate(batches)]
     state = actor.gather_full_state_dict()
@@ -229,11 +229,11 @@ def test_three_rollouts_match_one_rank(one_rank_rollouts: list[dict], world: int
 def _save(rank: int, world: int, ports: list[int], root: str, cp: int) -> dict:
     """Train, save, train on (no KL reference: a resume without --ref-load would take the
     loaded weights as its reference)."""
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     batch = tiny_batch()
     values = {i: [0.1] * n for i, n in enumerate(batch.response_lengths)}
-    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[0],
+    actor = train_worker("actor", rank, world, "127.0.0.1", ports[0],
                         tiny_args(context_parallel_size=cp, save=root, use_kl_loss=False))
     actor.init()
     actor.train_actor(0, batch, values)
@@ -244,11 +244,11 @@ def _save(rank: int, world: int, ports: list[int], root: str, cp: int) -> dict:
 
 
 def _resume(rank: int, world: int, ports: list[int], root: str, cp: int) -> dict:
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     batch = tiny_batch()
     values = {i: [0.1] * n for i, n in enumerate(batch.response_lengths)}
-    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[0],
+    actor = train_worker("actor", rank, world, "127.0.0.1", ports[0],
                         tiny_args(context_parallel_size=cp, load=root, use_kl_loss=False))
     init = actor.init()
     steps = actor.train_actor(1, batch, values)["step_metrics"]

@@ -312,6 +312,11 @@ def forward_backward(model: torch.nn.Module, ids: torch.Tensor
         weights = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))
         (logits.float() * weights).sum().backward()
     return logits.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+# A whole GPTModel through the compiled fused ops, forward and backward: the slowest tests of
+# tests/train on a 2-core CI. The same comparison runs on CUDA, where the fused ops run in a real
+# run (tests/gpu/test_fused_gpu.py, mode `ops`, fp32 and bf16); each op's own match against
+# Megatron stays in the default suite above. The nightly bench runs these two.
+@pytest.mark.slow
 def test_fused_gpt_matches_stock_local_spec(monkeypatch: pytest.MonkeyPatch,
                                             empty_rope_slot: None,
                                             no_compile_warnings: None) -> None:
@@ -351,6 +356,7 @@ def test_fused_gpt_matches_stock_local_spec(monkeypatch: pytest.MonkeyPatch,
         assert_close(fused(ids, position_ids, None), logits_stock, "no-grad logits")
     assert all(op.compiled is not None and not op.failed
                for op in (fused_mod._ROPE, fused_mod._RMS_NORM))
+@pytest.mark.slow  # see the note above the previous test
 def test_fused_gpt_bf16_stays_close_to_stock(monkeypatch: pytest.MonkeyPatch,
                                              empty_rope_slot: None,
                                              no_compile_warnings: None) -> None:

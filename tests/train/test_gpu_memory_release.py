@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import torch
 
-from ppodeck.engine.train import worker as worker_module
-from ppodeck.engine.train.worker import TrainWorker
+from ppodeck.engine.train import actor_worker as worker_module
+from ppodeck.engine.train.actor_worker import ActorWorker
 
 
-def _bare_actor(backend: str) -> TrainWorker:
-    actor = TrainWorker.__new__(TrainWorker)  # no process group, no model: only the buffer
+def _bare_actor(backend: str) -> ActorWorker:
+    actor = ActorWorker.__new__(ActorWorker)  # no process group, no model: only the buffer
     actor.args = {"rollout_backend": backend}
     actor._ipc_buffer = torch.empty(16, dtype=torch.uint8)
     return actor

@@ -1,8 +1,9 @@
 """Regional compilation of the transformer layers (engine/train/layer_compile.py), on CPU.
 
 On CPU the device shim splits each layer's graph (its torch-function mode is seen by dynamo),
-so graph counts are checked on the GPU (tests/gpu/test_fused_gpu.py); here: same numbers as
-eager across micro-batch shapes, the switch, and the eager fallback.
+so graph counts are checked on the GPU (tests/gpu/test_fused_gpu.py); here: the wrapping, the
+switch and the eager fallback, and (`-m slow`) the same numbers as eager across micro-batch
+shapes.
 """
 
 from __future__ import annotations
@@ -44,6 +45,24 @@ def _run(model, batch: int, length: int, seed: int):  # noqa: ANN001, ANN202
     return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+def test_compile_layers_wraps_every_layer_and_says_so() -> None:
+    """The wrapping alone (torch.compile is lazy: nothing compiles until a layer runs)."""
+    from ppodeck.engine.train.fastpaths import describe
+    from ppodeck.engine.train.layer_compile import compile_layers, layers_compiled
+    from ppodeck.engine.train.platform import device_scope
+
+    with device_scope():
+        _eager, compiled = _pair()
+        assert compile_layers(compiled) and layers_compiled(compiled) == 3
+        assert any(line.startswith("transformer layers: 3 compiled")
+                   for line in describe(compiled, None))
+
+
+# Inductor's CPU compile of three layers, forward and backward, at three shapes: minutes on a
+# loaded 2-core CI. The same numbers are checked on CUDA, where the compile runs in a real run
+# (tests/gpu/test_fused_gpu.py, modes `layers` and `layers-static`); the wrapping and the log
+# line stay in the default suite above. The nightly bench runs these two.
+@pytest.mark.slow
 def test_compiled_layers_match_eager_across_micro_batch_shapes() -> None:
     from ppodeck.engine.train.fastpaths import describe
     from ppodeck.engine.train.layer_compile import compile_layers, layers_compiled
@@ -64,6 +83,33 @@ def test_compiled_layers_match_eager_across_micro_batch_shapes() -> None:
     assert not compiled.decoder.layers[0]._compiled_call_impl.state["failed"]
 
 
+def test_fixed_micro_batches_mark_the_batch_dim_static(monkeypatch) -> None:
+    """What fixed_micro_batches asks of the compile, without compiling: the batch dim marked
+    static, the sequence dim dynamic, on every layer, and the log line says which."""
+    from ppodeck.engine.train import model as model_mod
+    from ppodeck.engine.train.fastpaths import describe
+    from ppodeck.engine.train.layer_compile import _mark_tokens_dynamic, compiled_calls
+    from ppodeck.engine.train.model import build_gpt, transformer_config
+    from ppodeck.engine.train.platform import Parallelism, device_scope
+
+    hidden = torch.zeros(5, 3, 8)
+    _mark_tokens_dynamic({"hidden_states": hidden}, static_batch=True)
+    assert 1 in hidden._dynamo_static_indices and 0 in hidden._dynamo_weak_dynamic_indices
+    hidden = torch.zeros(5, 3, 8)
+    _mark_tokens_dynamic({"hidden_states": hidden}, static_batch=False)
+    assert {0, 1} <= hidden._dynamo_weak_dynamic_indices
+    with device_scope():
+        config = transformer_config(_shape(), Parallelism(), bf16=False)
+        eager = build_gpt(_shape(), "actor", config, seed=3)  # CPU: no layer compile
+        monkeypatch.setattr(model_mod, "fusion_mode", lambda: "layers")  # as on CUDA
+        fixed = build_gpt(_shape(), "actor", config, seed=3, fixed_micro_batches=True)
+        assert not compiled_calls(eager)
+        assert len(compiled_calls(fixed)) == 3
+        assert all(call.static_batch for call in compiled_calls(fixed))
+        assert any("batch dim static" in line for line in describe(fixed, None))
+
+
+@pytest.mark.slow  # the numbers under the compile: see the note above the first slow test
 def test_fixed_micro_batches_compile_the_batch_dim_static(monkeypatch) -> None:
     """fixed_micro_batches: the layers' batch dim marked static (dynamo then never makes it
     dynamic), the sequence dim dynamic; the numbers still equal eager's across lengths and a

@@ -1,4 +1,4 @@
-"""TrainWorker on CPU ranks: PPO steps run and learn; TP=2, DP=2 and PP=2 match one rank.
+"""Trainer ranks on CPU ranks: PPO steps run and learn; TP=2, DP=2 and PP=2 match one rank.
 
 Each scenario runs once per module (a fixture) in fresh gloo ranks; the tests compare what the
 ranks returned.
@@ -24,16 +24,16 @@ REPEATS = 4  # train_critic / train_actor calls when checking that training move
 
 def _ppo_round(rank: int, world: int, ports: list[int], overrides: dict[str, Any]) -> dict:
     """Critic then actor on one rollout, as the driver runs them; plus export and offload."""
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     args, batch = tiny_args(**overrides), tiny_batch()
-    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
+    critic = train_worker("critic", rank, world, "127.0.0.1", ports[0], args)
     result: dict[str, Any] = {"critic_init": critic.init()}
     result["critic"] = critic.train_critic(0, batch)
     values = all_values(result["critic"]["values"])
     result["sleep"], result["wake"] = critic.sleep(), critic.wake_up()
     critic.shutdown()
-    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[1], args)
+    actor = train_worker("actor", rank, world, "127.0.0.1", ports[1], args)
     result["actor_init"] = actor.init()
     result["actor"] = actor.train_actor(0, batch, values)
     result["full_state"] = actor.gather_full_state_dict()
@@ -45,10 +45,10 @@ def _ppo_round(rank: int, world: int, ports: list[int], overrides: dict[str, Any
 def _learning(rank: int, world: int, ports: list[int]) -> dict:
     """Repeated rounds on a fixed batch: the value loss falls; with a positive advantage on
     every token the log-probs of the response rise."""
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     args, batch = tiny_args(normalize_advantages=False), tiny_batch()
-    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[0], args)
+    critic = train_worker("critic", rank, world, "127.0.0.1", ports[0], args)
     critic.init()
     manual_values = _per_sample_outputs(critic, batch, lambda out: out[..., 0])
     results = [critic.train_critic(i, batch) for i in range(REPEATS)]
@@ -56,7 +56,7 @@ def _learning(rank: int, world: int, ports: list[int]) -> dict:
     critic.shutdown()
     winning = tiny_batch(reward=1.0)
     zero_values = {i: [0.0] * n for i, n in enumerate(winning.response_lengths)}
-    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[1], args)
+    actor = train_worker("actor", rank, world, "127.0.0.1", ports[1], args)
     actor.init()
     manual_log_probs = _per_sample_outputs(actor, batch, _manual_log_probs(batch, args))
     samples, _ = actor._shard(batch)
@@ -64,7 +64,7 @@ def _learning(rank: int, world: int, ports: list[int]) -> dict:
     log_probs = [actor.train_actor(i, winning, zero_values)["rollout_metrics"]["rollout/log_probs"]
                  for i in range(REPEATS)]
     actor.shutdown()
-    dynamic = TrainWorker("critic", rank, world, "127.0.0.1", ports[2],
+    dynamic = train_worker("critic", rank, world, "127.0.0.1", ports[2],
                           tiny_args(use_dynamic_batch_size=True, max_tokens_per_gpu=40))
     dynamic.init()
     first_dynamic = dynamic.train_critic(0, batch)["step_metrics"][0]
@@ -104,12 +104,12 @@ def _manual_log_probs(batch: Any, args: dict[str, Any]) -> Any:  # noqa: ANN401
 def _resume(rank: int, world: int, ports: list[int], root: str) -> dict:
     """Save, resume in a new worker, train on: the resumed worker continues exactly. The KL
     reference comes from --ref-load (the initial weights, saved before training)."""
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     ref_dir, run_dir = f"{root}/ref", f"{root}/run"
     batch = tiny_batch()
     values = {i: [0.1] * n for i, n in enumerate(batch.response_lengths)}
-    first = TrainWorker("actor", rank, world, "127.0.0.1", ports[0],
+    first = train_worker("actor", rank, world, "127.0.0.1", ports[0],
                         tiny_args(save=ref_dir))
     first.init()
     first.save(0)
@@ -119,13 +119,13 @@ def _resume(rank: int, world: int, ports: list[int], root: str) -> dict:
     saved = first.gather_full_state_dict()
     continued = first.train_actor(3, batch, values)["step_metrics"]
     first.shutdown()
-    resumed = TrainWorker("actor", rank, world, "127.0.0.1", ports[1],
+    resumed = train_worker("actor", rank, world, "127.0.0.1", ports[1],
                           tiny_args(load=run_dir, ref_load=ref_dir))
     init = resumed.init()
     state = resumed.gather_full_state_dict()
     after = resumed.train_actor(3, batch, values)["step_metrics"]
     resumed.shutdown()
-    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[2],
+    critic = train_worker("critic", rank, world, "127.0.0.1", ports[2],
                          tiny_args(ref_load=ref_dir))
     critic_init = critic.init()
     critic_steps = critic.train_critic(0, batch)["step_metrics"]
@@ -146,15 +146,15 @@ def learning(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def _from_hf(rank: int, world: int, ports: list[int], hf_dir: str) -> dict:
     """Actor and critic start from an HF checkpoint under TP=2 (untied embeddings)."""
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     args = tiny_args(tensor_model_parallel_size=2, untie_embeddings_and_output_weights=True,
                      model_init="hf", hf_checkpoint=hf_dir)
-    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[0], args)
+    actor = train_worker("actor", rank, world, "127.0.0.1", ports[0], args)
     actor.init()
     exported = actor.export_hf_weights()
     actor.shutdown()
-    critic = TrainWorker("critic", rank, world, "127.0.0.1", ports[1], args)
+    critic = train_worker("critic", rank, world, "127.0.0.1", ports[1], args)
     critic.init()
     critic_state = critic.gather_full_state_dict()
     critic.shutdown()

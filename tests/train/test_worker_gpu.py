@@ -1,4 +1,4 @@
-"""TrainWorker on one CUDA GPU: bf16 + fp32 master weights, real offload (sleep/wake_up).
+"""Trainer ranks on one CUDA GPU: bf16 + fp32 master weights, real offload (sleep/wake_up).
 
 Run on the GPU machine: `python -m pytest tests/train/test_worker_gpu.py -m gpu -q`.
 """
@@ -18,12 +18,12 @@ pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
 
 def _offload_round(rank: int, world: int, ports: list[int]) -> dict:
     """Twin critics: one sleeps and wakes between two rollouts, one does not. Same numbers."""
-    from ppodeck.engine.train.worker import TrainWorker
+    from ppodeck.engine.train.worker import train_worker
 
     args, batch = tiny_args(), tiny_batch()
     out: dict[str, Any] = {}
     for name, port, offload in (("plain", ports[0], False), ("slept", ports[1], True)):
-        critic = TrainWorker("critic", rank, world, "127.0.0.1", port, args)
+        critic = train_worker("critic", rank, world, "127.0.0.1", port, args)
         critic.init()
         first = critic.train_critic(0, batch)
         if offload:
@@ -41,7 +41,7 @@ def _offload_round(rank: int, world: int, ports: list[int]) -> dict:
         out["values"] = all_values(first["values"])
         out["memory"] = critic.memory()
         critic.shutdown()
-    actor = TrainWorker("actor", rank, world, "127.0.0.1", ports[2], args)
+    actor = train_worker("actor", rank, world, "127.0.0.1", ports[2], args)
     actor.init()
     out["actor"] = actor.train_actor(0, batch, out["values"])["step_metrics"]
     out["actor_sleep"], out["actor_wake"] = actor.sleep(), actor.wake_up()

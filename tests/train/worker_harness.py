@@ -1,4 +1,4 @@
-"""Run TrainWorkers on CPU ranks (torch.multiprocessing, gloo) and collect what they return.
+"""Run trainer ranks on CPU ranks (torch.multiprocessing, gloo) and collect what they return.
 
 On the CPU, children come from a forkserver that has torch and megatron imported already, so a
 2-rank run starts in well under a second instead of re-importing megatron (~5 s) per process.

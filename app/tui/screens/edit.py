@@ -24,6 +24,7 @@ from textual.widgets import Button, Collapsible, Input, Static
 
 from ....engine.config import BY_DEST, BY_NAME, FLAGS, Flag, Report, RunConfig, check, to_argv
 from ....engine.config.schema import GROUP_TITLES, GROUPS
+from ....engine.run.pace import machine_here
 from .. import drafts
 from ..errors import guard
 from ..messages import LaunchFailed, RunLaunched
@@ -175,7 +176,8 @@ class EditScreen(Screen[None]):
         self.parse_errors: dict[str, str] = {}  # dest -> why its text does not parse
         self.typed: dict[str, str] = {}  # dest -> that text, as typed (shown, drafted)
         self._restore_typed()
-        self.report: Report = check(self.config)
+        self.machine = machine_here()  # with this machine's finished runs: the forecast's
+        self.report: Report = check(self.config, self.machine)
         self.query_text = ""
         self._draft_timer: Timer | None = None
         self._draft_dirty = False
@@ -366,7 +368,7 @@ class EditScreen(Screen[None]):
 
     def _revalidate(self) -> None:
         with guard(self, "validating the config"):
-            self.report = check(self.config)
+            self.report = check(self.config, self.machine)
             self._apply_report()
         self._schedule_draft()
 
@@ -378,7 +380,7 @@ class EditScreen(Screen[None]):
             field.mark_changed(self.is_changed(dest))
         self._update_groups(issues)
         self.query_one(IssuesPanel).show(self.panel_issues())
-        self.query_one(DerivedPanel).show(self.report.derived)
+        self.query_one(DerivedPanel).show(self.report.derived, self.report.forecast)
         self.query_one(CommandPreview).show(self.masked_argv())
         self._update_bar()
 
@@ -709,6 +711,7 @@ class EditScreen(Screen[None]):
             return
 
         from ....engine.launch.local import code_to_run, missing_inputs
+        from ....engine.launch.memory_check import memory_refusals, refusal_text
         from ....engine.run.rundir import runs_root
 
         missing = missing_inputs(self.config)
@@ -720,10 +723,17 @@ class EditScreen(Screen[None]):
         where = runs_root().resolve() / f"<YYmmdd-HHMMSS>-{self.preset_name}-<hex4>"
         body = Text.assemble(("Run directory (created on confirm)\n", "bold"), f"{where}\n\n",
                              ("Command\n", "bold"), format_argv(self.masked_argv()))
+        if self.report.forecast is not None:
+            body.append(f"\n\n{self.report.forecast.text()}", "italic")
         code = code_to_run(self.config)
         if code:  # confirming is the explicit consent to run it
             body.append("\n\nThis run will execute code named by the config:\n", "bold red")
             body.append("\n".join(f"  {flag} {value}" for flag, value in code))
+        refused = memory_refusals(self.config)  # read now: the last keystroke's may be stale
+        if refused:  # a Ray job is judged on the cluster: submitting stays open
+            body.append("\n\nThis machine cannot hold the run now; launching here is refused:"
+                        "\n", "bold red")
+            body.append(refusal_text(refused))
         self.app.push_screen(LaunchDialog("Launch run", body), self._launch_confirmed)
 
     def _launch_confirmed(self, choice: LaunchChoice | bool | None) -> None:
@@ -744,7 +754,7 @@ class EditScreen(Screen[None]):
                 rundir, popen = launch_miles(config, preset_name, Path(miles_root), submit or None)
                 self.post_message(RunLaunched(rundir.path, popen))
                 return
-            rundir = prepare_run(config, preset_name)
+            rundir = prepare_run(config, preset_name, here=not submit)  # a job: judged there
             if submit:  # a Ray job; the returned process mirrors it into the run directory
                 from ....engine.launch.jobs import forwarded_env
                 from ....engine.launch.jobs import submit as submit_job

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from ....engine.run.pace import PaceWatch
 from ....engine.run.state import RunState
 from ....engine.vocabulary import FINAL_STATES, INIT_PHASE, INIT_STEP_LABEL, Kind, Metric, State
 from ..errors import guard
@@ -128,6 +129,7 @@ class MonitorScreen(Screen[None]):
         self.replay_speed = replay_speed
         self.fixed_now = now  # tests freeze the clock of live runs
         self.state = RunState()
+        self.pace = PaceWatch(None)  # its forecast arrives with status.json
         self.tail_ended: str | None = None  # why the tail worker stopped (None while reading)
         self.stop_reading = threading.Event()
         self.batch_applied = threading.Event()
@@ -333,6 +335,8 @@ class MonitorScreen(Screen[None]):
         try:
             with guard(self, "showing new run events"):
                 changed = self.state.apply(message.events)
+                for event in message.events:
+                    self.pace.after(event)
                 for warning in message.warnings:
                     self.notify(warning, severity="warning", timeout=6)
                 self._refresh_all(changed)
@@ -343,6 +347,8 @@ class MonitorScreen(Screen[None]):
     def _status_read(self, message: RunStatusRead) -> None:
         with guard(self, "reading status.json"):
             self.state.apply_status(message.status)
+            if self.pace.forecast is None and message.status.get("forecast"):
+                self.pace.forecast = message.status["forecast"]
             self._refresh_all({Kind.STATUS})
 
     @on(TailEnded)
@@ -401,7 +407,8 @@ class MonitorScreen(Screen[None]):
         state = s.state if s.state != State.UNKNOWN or self.replay is None else "replay"
         self.query_one(RunHeader).show(HeaderData(
             title=self.title_text, state=state, detail=s.detail, rollout_id=s.rollout_id,
-            num_rollout=total, phase=_phase_shown(s), elapsed=s.elapsed(now), eta=s.eta(now)))
+            num_rollout=total, phase=_phase_shown(s), elapsed=s.elapsed(now), eta=s.eta(now),
+            pace=self.pace.shown or ""))
 
 
 def _phase_shown(s: RunState) -> str | None:
@@ -418,7 +425,7 @@ def _run_judge(run_dir: Path):  # noqa: ANN202 - engine.run.health.HealthJudge, 
     from ....engine.run.rundir import RunDir, read_status
 
     thresholds, _ = run_thresholds(run_dir, read_status(RunDir(run_dir)).get("preset"))
-    return HealthJudge(thresholds, run_facts(run_dir)[0])
+    return HealthJudge(thresholds, run_facts(run_dir)[0], run_dir)  # run_dir: reward stalls
 
 
 class _Batcher:

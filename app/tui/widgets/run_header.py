@@ -29,6 +29,7 @@ class HeaderData:
     phase: str | None = None
     elapsed: float | None = None
     eta: float | None = None
+    pace: str = ""  # against the launch forecast (engine/run/pace.py)
 
 
 class RunHeader(Static):
@@ -56,6 +57,8 @@ class RunHeader(Static):
         text.append(f"  elapsed {fmt.duration(data.elapsed)}")
         eta = "done" if data.eta == 0 and data.state == State.SUCCEEDED else fmt.duration(data.eta)
         text.append(f"  ETA {eta}")
+        if data.pace:
+            text.append(f"  {data.pace}", "yellow" if "slower" in data.pace else "")
         second = "  ·  ".join(part for part in (data.title, data.detail) if part)
         if second:
             text.append(f"\n {second}", "dim")

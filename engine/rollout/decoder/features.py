@@ -24,7 +24,8 @@ class Feature:
     name: str  # as named in PPODECK_DECODE; its DecodeOptions field is name with `_` for `-`
     does: str  # one line: what it changes
     default: bool  # in BACKEND_VARIANT (the hf backend's CUDA default); else opt-in
-    measured: str  # the figure that decided it (H200, Qwen3-0.6B shape, batch 64)
+    measured: str  # the figure that decided it (the GPU of docs/performance.md, Qwen3-0.6B
+    # shape, batch 64)
     needs: tuple[str, ...] = ()  # features that must be named with it
     implies: tuple[str, ...] = ()  # features it turns on (left out of the variant's name)
     # the kernels module whose Triton kernels it runs (they need CUDA with Triton importable,
@@ -98,14 +99,14 @@ REMOVED: dict[str, tuple[str, str]] = {
     "sdpa": ("superseded by decode-attn's kernel", "decode-attn"),
     "window": ("superseded by decode-attn, which reads only each row's filled slots in one "
                "graph", "decode-attn"),
-    "decode-attn-split": ("slower on the H200: 26.5k tok/s against 29.8k", "decode-attn"),
-    "two-streams": ("slower on the H200: 30.5k tok/s against 32.2k", "one stream (the default)"),
-    "four-streams": ("slower on the H200: 25.8k tok/s against 32.2k",
+    "decode-attn-split": ("slower: 26.5k tok/s against 29.8k", "decode-attn"),
+    "two-streams": ("slower: 30.5k tok/s against 32.2k", "one stream (the default)"),
+    "four-streams": ("slower: 25.8k tok/s against 32.2k",
                      "one stream (the default)"),
-    "attn-rope": ("slower on the H200: 31.7k tok/s against 33.5k", "folded-norms"),
-    "pdl": ("no gain on the H200: 35.1k and 35.0k tok/s against 35.3k and 34.8k",
+    "attn-rope": ("slower: 31.7k tok/s against 33.5k", "folded-norms"),
+    "pdl": ("no gain: 35.1k and 35.0k tok/s against 35.3k and 34.8k",
             "folded-norms"),
-    "skinny-gemm": ("slower than cuBLAS for the whole step on the H200: 27.5k tok/s against "
+    "skinny-gemm": ("slower than cuBLAS for the whole step: 27.5k tok/s against "
                     "32.1k", "skinny-down (its kernel on the down projection only)"),
 }
 

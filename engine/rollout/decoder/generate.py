@@ -1,7 +1,7 @@
 """The hf rollout backend's fast decoder: the entry point `fast_generate`, and the variant it runs.
 
-transformers' `generate` spends most of a decode step in Python and kernel launches (about
-2.3k tokens/s for the Qwen3-0.6B shape at batch 64 on an H200). `fast_generate` runs the SAME
+transformers' `generate` spends most of a decode step in Python and kernel launches (its
+tokens/s against this decoder's: docs/performance.md). `fast_generate` runs the SAME
 weights (the parameters of the transformers Llama/Qwen3 model, read in place: a
 `load_state_dict` into that model is seen here at once, no copy, no re-capture) through
 static_decoder.StaticDecoder: an eager prefill that fills a static KV cache, then one CUDA

@@ -1,8 +1,9 @@
 """Attention for one query token per row over a static KV cache (the decoder's `decode-attn`).
 
-Issue 20's H200 profile: cuDNN's flash kernel (built for long queries) took 43 us per layer for
-a batch-64 decode step, 1.15 ms of the 2.8 ms step, reading the layer's K/V at about 1 TB/s.
-Here one Triton program per (row, KV head) streams that head's filled cache slots once, with:
+Why: cuDNN's flash kernel is built for long queries; with one query token per row it took about
+40% of a batch-64 decode step, reading K/V well below the memory bandwidth (issue 20's profile,
+docs/performance.md). Here one Triton program per (row, KV head) streams that head's filled
+cache slots once, with:
   - the GQA group's query heads as the rows of one tile (no repeated K/V, no q copy: q's
     strides are passed as they are);
   - only the row's valid slots [pad, index] read: the loop bounds come from the device
@@ -39,7 +40,7 @@ BLOCK_L = 64  # cache slots per loop iteration
 NUM_WARPS = 4
 NUM_STAGES = 2  # K/V tiles in flight per program: 2 x 32 KB of shared memory at block 64
 MIN_DOT = 16  # tl.dot's smallest tile side: the group's query heads are padded up to it
-NOMINAL_SMS = 132  # an H200's SM count: `multiprocessors` off CUDA (the interpreter's tests)
+NOMINAL_SMS = 132  # `multiprocessors` off CUDA (the interpreter's tests): a large GPU's count
 PROJECT_WARPS = 1  # project_heads: one head (128 values) per program
 
 

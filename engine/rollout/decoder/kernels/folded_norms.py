@@ -1,7 +1,7 @@
 """RMSNorm weights folded into the packed projections (the decoder's `folded-norms`).
 
-Issue 20's H200 profile: at batch 64 the decode step's kernels are at their latency floors
-(GEMMs 5-7 us, small kernels about 1.5 us), so what is left to win is kernels. Each layer ran
+Why: at batch 64 the decode step's kernels are at their latency floors (issue 20's profile,
+docs/performance.md), so what is left to win is kernels. Each layer ran
 two RMSNorm kernels of its own, one before the packed q/k/v GEMM and one before gate/up.
 RMSNorm(x) W^T = diag(r) x (W diag(g))^T, with r = rsqrt(mean(x^2) + eps) per row and g the
 norm's weight: the weight goes into the packed weight once per refresh (rounded to its dtype),

@@ -1,12 +1,13 @@
 """The graph-sampling draw at T=1 in two Triton kernels (the decoder's `fused-sampling`).
 
-Issue 20's H200 profile: sampling took 0.17 ms of a decode step at batch 64 over a 151,936-token
-vocabulary: an fp32 softmax and an fp32 log-softmax of the logits, each written out in full
-([64, 151936] fp32, 39 MB), then probs / noise and its argmax. The draw is the Gumbel-max one
-torch.multinomial makes (argmax of p / q, q ~ Exp(1) from the generator): argmax(p_i / q_i) is
-argmax(logit_i - log q_i) (p_i = exp(logit_i) / S, S the same for every i), so one pass over the
-logits and the noise gives the token, with the row's max and sum of exponentials (online) for its
-log-prob, logit - max - log(sum). The noise is still drawn by torch (same generator, same draws):
+Why: sampling over a 151,936-token vocabulary was a tenth of a batch-64 decode step (issue 20's
+profile, docs/performance.md): an fp32 softmax and an fp32 log-softmax of the logits, each written
+out in full ([64, 151936] fp32, 39 MB), then probs / noise and its argmax. The draw is the
+Gumbel-max one torch.multinomial makes (argmax of p / q, q ~ Exp(1) from the generator): argmax(p_i
+/ q_i) is argmax(logit_i - log q_i) (p_i = exp(logit_i) / S, S the same for every i), so one pass
+over the logits and the noise gives the token, with the row's max and sum of exponentials (online)
+for its log-prob, logit - max - log(sum). The noise is still drawn by torch (same generator, same
+draws):
   - kernel 1, grid (rows, chunks of the vocabulary): per chunk its max logit, sum of
     exp(logit - max), best logit - log q and that token (the first one on a tie);
   - kernel 2, grid (rows,): the chunks combined -> token, log-prob.
@@ -14,8 +15,8 @@ Ties between two candidates' scores within float rounding may draw differently f
 torch.multinomial's p / q (the same maths rounded otherwise); tokens otherwise are its tokens.
 
 `cdf-sampling` draws from the same distribution by inverse CDF, from one uniform u per row
-instead of a [B, V] fp32 noise tensor (the H200 profile: drawing that noise took 20 us of a
-1.67 ms step, and reading it back 39 MB more in kernel 1):
+instead of a [B, V] fp32 noise tensor (drawing that noise is a kernel of its own, and reading it
+back 39 MB more in kernel 1):
   - kernel 1 as above without the noise: per chunk its max logit and sum of exponentials;
   - kernel 2, grid (rows,): the chunks' masses exp(max_c - max) sum_c in vocabulary order, the
     first chunk whose running total passes u * total, then within it the first token whose

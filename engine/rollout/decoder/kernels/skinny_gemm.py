@@ -5,8 +5,8 @@ projection of the decode step (the removed `skinny-gemm` variant) it was slower 
 (docs/performance.md); bench/gpu_gemm_probe.py times it against cuBLAS per shape.
 
 At batch 64 the decode step's projections are [64, K] x [K, N]: cuBLAS tiles of 128 columns
-give o_proj ([64, 2048] x [2048, 1024]) 8 programs on the H200's 132 SMs, so the weights (the
-whole cost: the activations are tiny) stream at ~1.3 TB/s of 4.8. Here:
+give o_proj ([64, 2048] x [2048, 1024]) 8 programs for a GPU's ~132 SMs, so the weights (the
+whole cost: the activations are tiny) stream at a fraction of the memory bandwidth. Here:
   - one tile of rows covers all of M (M <= 128, padded up to tl.dot's 16);
   - N is cut into narrow tiles and K into SPLIT_K chunks, chosen by `plan` so that about 2-4
     programs per SM each stream their slice of the weight once;
@@ -45,9 +45,8 @@ NUM_WARPS = 4
 NUM_STAGES = 3
 
 # (M, N, K, SMs) -> (BLOCK_N, BLOCK_K, SPLIT_K) measured best, which `plan` returns for that
-# shape: the Qwen3-0.6B decode step's down projection on the H200, where skinny-down runs it
-# (bench/gpu_gemm_probe.py --only down: 8.13 us against cuBLAS's 9.51, weights
-# cold, residual added; `plan`'s own choice, n64 k64 split16, 9.37)
+# shape: the Qwen3-0.6B decode step's down projection, where skinny-down runs it (its times
+# against cuBLAS and against `plan`'s own choice: docs/performance.md, bench/gpu_gemm_probe.py)
 TUNED = {(64, 1024, 3072, 132): (32, 256, 4)}
 
 # fp32 partials [SPLIT_K, M, N] by (M, N, SPLIT_K, device): allocated at first use, then reused
