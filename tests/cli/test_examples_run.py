@@ -29,6 +29,7 @@ NOT_HERE: list[tuple[str, str]] = [
     (r"^ppodeck prepare", "a network (downloads checkpoints and data)"),
     (r"qwen3-4b-ppo --engine miles$|sglang|^ppodeck run qwen3", "a GPU"),
     (r"^ppodeck run( |$)", "a full run: minutes on CPU (tests/engine runs tiny-cpu end to end)"),
+    (r"^ppodeck canary", "short runs of a recipe against a kept corridor: minutes on CPU"),
     (r"^ppodeck (attach|stop|tail|health|compare|plot|runs add)( |$)",
      "a live or recorded run of that id (tests/cli, tests/runs use fixtures)"),
     (r"presets import", "a teammate's preset file at that path"),
