@@ -157,9 +157,9 @@ def test_attached_run_prints_a_line_per_rollout(created_run, fake_driver, capsys
     assert cli_progress.follow_run(created_run, popen, num_rollout=2) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2
-    assert out[0].startswith("rollout 1/2") and "reward 0.5" in out[0]
+    assert out[0].startswith("rollout 0 (1/2)") and "reward 0.5" in out[0]
     assert "value loss 0.25" in out[0]
-    assert out[1].startswith("rollout 2/2") and "reward 1.5" in out[1]
+    assert out[1].startswith("rollout 1 (2/2)") and "reward 1.5" in out[1]
 
 
 def test_failed_run_exits_3_with_detail_and_log(created_run, fake_driver, monkeypatch,
