@@ -230,4 +230,6 @@ def attach(run_name: RunArg) -> None:
     except ImportError as exc:
         _fail(f"the TUI monitor is not available ({exc}); follow the run with "
               f"`ppodeck tail {rundir.id} --follow` instead", EXIT_USAGE)
-    run_tui(attach=str(rundir.path))
+    code = run_tui(attach=str(rundir.path))
+    if code:  # an internal error: the app has printed why and where its crash log is
+        raise typer.Exit(code)

@@ -24,7 +24,9 @@ async def open_editor(pilot, dest: str = "kl_coef") -> EditScreen:
     app = pilot.app
     await wait_until(pilot, lambda: isinstance(app.screen, EditScreen))
     screen = app.screen
-    await wait_until(pilot, lambda: dest in screen.fields())
+    # a group mounts its fields a few per refresh: wait for every field of the open groups
+    await wait_until(pilot, lambda: dest in screen.fields() and all(
+        field.query(".flag-control") for field in screen.fields().values()))
     return screen
 
 

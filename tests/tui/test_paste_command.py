@@ -25,6 +25,25 @@ python3 train.py ${MODEL_ARGS[@]} ${ROLLOUT_ARGS[@]} \\
 """
 
 
+def _editor_counts(editor: EditScreen) -> tuple[int, int]:
+    levels = [issue.level for issue in editor.panel_issues()]
+    return levels.count("error"), levels.count("warning")
+
+
+def _cli_counts(script: str) -> tuple[int, int]:
+    import re
+
+    from typer.testing import CliRunner
+
+    from ppodeck.app.cli.root import app as cli
+
+    Path("pasted.sh").write_text(script)
+    out = CliRunner().invoke(cli, ["validate", "--from-command", "pasted.sh"]).stdout
+    found = re.search(r"\((\d+) errors?, (\d+) warnings?", out)
+    assert found, out
+    return int(found.group(1)), int(found.group(2))
+
+
 async def test_pasting_a_script_shows_the_report_then_opens_the_editor() -> None:
     app = PPODeckApp()
     async with app.run_test(size=(140, 44)) as pilot:
@@ -46,6 +65,7 @@ async def test_pasting_a_script_shows_the_report_then_opens_the_editor() -> None
         assert editor.preset_name == "pasted"
         assert editor.config.get("num_layers") == 2
         assert editor.config.get("n_samples_per_prompt") == 4
+        assert _editor_counts(editor) == _cli_counts(SCRIPT)  # one count, TUI and CLI
         # Esc on an import saved nowhere asks first; cancelling keeps it
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.screen.id == "discard-import")

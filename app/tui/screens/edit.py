@@ -321,11 +321,17 @@ class EditScreen(Screen[None]):
     def panel_issues(self) -> list[PanelIssue]:
         parse = [_parse_issue(dest, message) for dest, message in self.parse_errors.items()]
         return parse + [PanelIssue(i.level, i.code, tuple(i.flags), i.message, i.fix)
-                        for i in self.report.issues]
+                        for i in [*self._import_issues(), *self.report.issues]]
+
+    def _import_issues(self) -> list[Any]:
+        """What the import itself found (unresolved variables, flags it could not read), as
+        `validate --from-command` counts them, until the import is saved as a preset."""
+        return list(self.imported.issues) if self.imported and self.preset is None else []
 
     @property
     def error_count(self) -> int:
-        return len(self.report.errors) + len(self.parse_errors)
+        import_errors = sum(i.level == "error" for i in self._import_issues())
+        return len(self.report.errors) + len(self.parse_errors) + import_errors
 
     # ---- the validation loop ----------------------------------------------------------------
 
