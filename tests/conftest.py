@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ppodeck.engine.config.rules_engine import Machine
+from ppodeck.engine.config.machine import Machine
 
 CPU_MACHINE = Machine(gpus=0, transformer_engine=False, sglang=False, host_memory_bytes=24 << 30)
 GPU_MACHINE = Machine(gpus=4, transformer_engine=True, sglang=True, host_memory_bytes=512 << 30)

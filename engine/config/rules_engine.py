@@ -14,13 +14,13 @@ import dataclasses
 import functools
 import importlib.util
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .forecast import Calibration, kept_calibrations
+from .forecast import kept_calibrations
 from .issues import Out
 from .issues import add as _issue
 from .issues import fl as _fl
+from .machine import Machine
 from .memory import longest_sample
 from .reward_types import REMOTE_RM, RULE_REWARDS, base_type
 from .rules_memory import memory_rules
@@ -35,27 +35,6 @@ POSITION_EMBEDDINGS_RUN = ("rope", "learned_absolute")
 # The rule-based rewards of engine/rollout/rewards.py (a test keeps the two equal), each also
 # accepted with the "boxed_" prefix.
 RM_TYPES = RULE_REWARDS
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What the machine that will run the driver offers, as far as a config can depend on it."""
-
-    gpus: int  # visible GPUs (CUDA_VISIBLE_DEVICES respected)
-    transformer_engine: bool  # importable
-    sglang: bool  # importable
-    host_memory_bytes: int | None = None  # MemTotal of /proc/meminfo; None: unknown
-    megatron_bridge: bool = False  # importable (`--megatron-to-hf-mode bridge`)
-    # what the GPUs and the host hold now (engine/host/memory.py); None: not read
-    holdings: Holdings | None = None
-    kind: str = ""  # engine/host/kind.py: the forecast is calibrated per machine kind
-    calibrations: tuple[Calibration, ...] = ()  # kept runs' timings (engine/config/forecast.py)
-    load: float | None = None  # 1-min load average when probed for a forecast (engine/run/pace)
-    cpus: int | None = None
-
-    @property
-    def cuda(self) -> bool:
-        return self.gpus > 0
 
 
 @functools.cache

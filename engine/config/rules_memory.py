@@ -1,7 +1,7 @@
 """engine.* memory rules: the run's memory estimate (engine/config/memory.py) against what this
 machine holds now, on each GPU the run needs and in host memory.
 
-The facts come in the Machine (engine/config/rules_engine.py): its `holdings` is a reading of
+The facts come in the Machine (engine/config/machine.py): its `holdings` is a reading of
 engine/host/memory.py (free memory per GPU, the processes holding it, the host's available RAM),
 at most a few seconds old in check(), read afresh by the launch pre-flight. A Machine without a
 reading (tests, a probe that failed) is judged on its RAM size alone, and GPUs are not judged.
@@ -25,7 +25,7 @@ from .memory import (
 
 if TYPE_CHECKING:
     from ..host.memory import GpuMemory
-    from .rules_engine import Machine
+    from .machine import Machine
 
 GIB = float(1 << 30)
 # the codes the launch pre-flight re-checks with a fresh reading

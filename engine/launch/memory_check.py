@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..config.issues import Issue
-from ..config.rules_engine import Machine, this_machine
+from ..config.machine import Machine
+from ..config.rules_engine import this_machine
 from ..config.rules_memory import MEMORY_CODES
 from ..host.memory import Holdings, read_holdings, run_id_of, session_of
 from ..run.rundir import RunDir, list_runs, read_status

@@ -37,7 +37,7 @@ from .watch import DUMP_SUBDIR, register, sync
 
 if TYPE_CHECKING:
     from ..config import RunConfig
-    from ..config.rules_engine import Machine
+    from ..config.machine import Machine
 
 PYTHON_ENV = "PPODECK_MILES_PYTHON"  # the cluster's Python for train.py (miles: python3)
 MEGATRON_ENV = "PPODECK_MEGATRON_PATH"

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..config import rules_engine
 from ..config.forecast import ROLLOUT_PHASES, Calibration, Work, work_of
-from ..config.rules_engine import Machine
+from ..config.machine import Machine
 from ..vocabulary import INIT_PHASE, PHASE_LABEL, Kind, Phase, State, StepKey
 from .events import read_events
 from .rundir import RunDir, list_runs, read_status

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ppodeck.engine.config import check
-from ppodeck.engine.config.rules_engine import Machine
+from ppodeck.engine.config.machine import Machine
 from ppodeck.engine.host.machine import meminfo_total
 from ppodeck.engine.presets import load_preset, resolve_preset
 

@@ -12,7 +12,8 @@ import pytest
 from ppodeck.engine.config import check
 from ppodeck.engine.config import rules_engine as rules_engine_module
 from ppodeck.engine.config import rules_memory as rules_memory_module
-from ppodeck.engine.config.rules_engine import RM_TYPES, Machine
+from ppodeck.engine.config.machine import Machine
+from ppodeck.engine.config.rules_engine import RM_TYPES
 from ppodeck.engine.config.schema import BY_DEST, FLAGS
 from ppodeck.engine.host.memory import GpuMemory, Holder, Holdings
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ppodeck.engine.config import check, resolve
-from ppodeck.engine.config.rules_engine import Machine
+from ppodeck.engine.config.machine import Machine
 from ppodeck.engine.presets import load_preset, resolve_preset
 
 GPUS8 = Machine(gpus=8, transformer_engine=True, sglang=True)

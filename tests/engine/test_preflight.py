@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ppodeck.engine.config import RunConfig, check, resolve
-from ppodeck.engine.config.rules_engine import Machine
+from ppodeck.engine.config.machine import Machine
 from ppodeck.engine.driver.preflight import preflight
 from ppodeck.engine.presets import BUILTIN_DIR, load_preset, resolve_preset
 from tests.config import test_rules, test_rules_engine

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from ppodeck.engine.config import check
+from ppodeck.engine.config.machine import Machine
 from ppodeck.engine.config.memory import DRIVER_RESERVED_GIB
-from ppodeck.engine.config.rules_engine import Machine, current_machine
+from ppodeck.engine.config.rules_engine import current_machine
 from ppodeck.engine.host import memory
 from ppodeck.engine.host.memory import GpuMemory, Holder, Holdings, read_holdings, visible_order
 from ppodeck.engine.presets import load_preset, resolve_preset
