@@ -250,11 +250,11 @@ def test_recompute_flags_reach_megatrons_config() -> None:
     """--recompute-*: Megatron re-runs the layers in backward (activation memory, on CUDA: its
     checkpointing needs the CUDA RNG tracker). The worker hands these keys to
     transformer_config as they are; this is the deepest seam that runs here."""
-    from ppodeck.engine.train import worker
+    from ppodeck.engine.train import base_worker
 
     def config(flags: dict[str, Any]) -> Any:  # noqa: ANN401
         args = tiny_args(**flags)
-        return _build(flags, recompute={k: args[k] for k in worker._RECOMPUTE_KEYS})[1]
+        return _build(flags, recompute={k: args[k] for k in base_worker._RECOMPUTE_KEYS})[1]
 
     plain = config({})
     full = config({"recompute_granularity": "full", "recompute_method": "uniform",
@@ -900,6 +900,10 @@ def test_synthetic_task_and_num_prompts_make_the_prompt_set(run_dir: Path) -> No
     copy = _manager(run_dir)
     fewer = _manager(run_dir, synthetic_num_prompts=32)
     assert (len(copy.source.prompts), len(fewer.source.prompts)) == (64, 32)
-    assert copy.source.prompts[0].metadata["rm_type"] == "copy-digit"
+    # the task's rule scores it through --rm-type's default, so a --rm-type the user sets wins
+    assert "rm_type" not in copy.source.prompts[0].metadata
+    from ppodeck.engine.rollout.rewards import flag_rm_type
+
+    assert flag_rm_type(copy.args) == "copy-digit"
     with pytest.raises(ValueError, match="arithmetic needs --hf-checkpoint"):
         _manager(run_dir, synthetic_task="arithmetic")

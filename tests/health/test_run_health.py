@@ -161,5 +161,7 @@ def test_a_standalone_export_keeps_the_health_table_of_the_chain(tmp_path) -> No
                      'disable = ["health.truncation"]\n')
     text = export_preset(read_preset_file(child))
     again = parse_preset_text(text, tmp_path / "out.toml")
-    assert dict(again.health) == {"hang_minutes": 90.0, "disable": ("health.truncation",)}
+    # the chain's table: tiny-cpu's own truncation-max under the child's keys
+    assert dict(again.health) == {"truncation_max": 1.0, "hang_minutes": 90.0,
+                                  "disable": ("health.truncation",)}
     assert again.extends is None and again.flags["num_layers"] == 2
