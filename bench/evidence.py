@@ -76,6 +76,19 @@ def offload_gbps(evs: list[dict], model_direction: str) -> list[float]:
             and e["model"] == model and e["direction"] == direction]
 
 
+def rollouts_with(evs: list[dict], key: str) -> list[float]:
+    """How many distinct rollouts logged a metric (every rollout, not only steady ones)."""
+    return [float(len({e.get("rollout_id") for e in evs if e["kind"] == "metrics"
+                       and e["metrics"].get(key) is not None}))]
+
+
+def first_metric(evs: list[dict], launch: dict) -> list[float]:
+    """Seconds from the launch (the wall clock the device script stamped just before
+    `ppodeck run`) to the run's first metrics event."""
+    stamps = [e["ts"] for e in evs if e["kind"] == "metrics"]
+    return [min(stamps) - float(launch["launch_ts"])] if stamps else []
+
+
 def log_numbers(text: str, pattern: str) -> list[float]:
     """Every number a regex's first group catches in a bench log (thousands commas dropped)."""
     return [float(m.replace(",", "")) for m in re.findall(pattern, text, re.M)]
@@ -83,21 +96,29 @@ def log_numbers(text: str, pattern: str) -> list[float]:
 
 EVENT_MEASURES: dict[str, Callable[[list[dict], str], list[float]]] = {
     "phase": phase_seconds, "metric": metric_values, "sync": sync_seconds,
-    "offload": offload_gbps, "rollout_wall": lambda evs, _: rollout_walls(evs)}
+    "offload": offload_gbps, "rollout_wall": lambda evs, _: rollout_walls(evs),
+    "rollouts_with": rollouts_with}
 SUMMARIES: dict[str, Callable[[list[float]], float]] = {
     "mean": statistics.fmean, "median": statistics.median, "min": min, "max": max, "sum": sum}
 
 
 def compute(directory: Path, figure: dict) -> float:
     """One figure from its file (or files: their values pooled): a measure's values reduced by
-    `summary` (mean by default)."""
+    `summary` (mean by default). `ratio` divides two such figures (`numerator`,
+    `denominator`); `first_metric` reads its launch stamp from the JSON file `arg` names."""
+    if figure["measure"] == "ratio":
+        return compute(directory, figure["numerator"]) / compute(directory, figure["denominator"])
     names = [figure["file"]] if isinstance(figure["file"], str) else figure["file"]
     measure, arg = figure["measure"], figure.get("arg", "")
     values: list[float] = []
     for name in names:
         source = directory / name
-        values += log_numbers(read_text(source), arg) if measure == "log" else \
-            EVENT_MEASURES[measure](events(source), arg)
+        if measure == "log":
+            values += log_numbers(read_text(source), arg)
+        elif measure == "first_metric":
+            values += first_metric(events(source), json.loads(read_text(directory / arg)))
+        else:
+            values += EVENT_MEASURES[measure](events(source), arg)
     if not values:
         raise ValueError(f"no values for {measure} {arg!r} in {', '.join(names)}")
     return SUMMARIES[figure.get("summary", "mean")](values)

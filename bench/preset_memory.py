@@ -157,7 +157,7 @@ def preset_config(preset: str) -> tuple[Any, dict]:
 def estimates(preset: str) -> tuple[dict, dict | None]:
     """check()'s per-phase memory table and the pinned host estimate of the preset."""
     from ppodeck.engine.config import check
-    from ppodeck.engine.config.derived import count_params, host_offload_gib
+    from ppodeck.engine.config.memory import count_params, host_offload_gib
 
     config, resolved = preset_config(preset)
     return (dict(check(config).derived.memory_gib),

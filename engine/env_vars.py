@@ -48,6 +48,17 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "launchers use python3)"),
     EnvVar("PPODECK_MEGATRON_PATH", "user", "Megatron-LM next to --miles-root",
            "the Megatron-LM checkout put on miles' PYTHONPATH for `--engine miles`"),
+    EnvVar("PPODECK_MILES_DASHBOARD", "user", "1",
+           "0: `--engine miles` does not add --use-miles-dashboard; the run is watched through "
+           "the events/ records miles' --dump-details writes (for a miles install whose "
+           "dashboard cannot run)"),
+    EnvVar("PPODECK_MILES_DIRECT", "user", "0",
+           "1: `--engine miles` runs train.py as its supervisor's child on the private Ray head "
+           "even where Ray's Jobs API is installed (without it, it does so anyway and says why)"),
+    EnvVar("PPODECK_MILES_DEPARTURES", "user", "unset",
+           "a JSON list of {what, why}: how this machine's miles setup departs from miles' own "
+           "image (shims, stubs, carried packages); `--engine miles` shows each in the run's log "
+           "and events (bench/miles_gpu/shims.sh writes one)"),
     # --- engine switches (escape hatches, bench baselines); the defaults are what was measured best
     EnvVar("PPODECK_FUSED", "switch", "1",
            "0 turns every CUDA fast path of the trainer off (fused ops and compiled layers)"),

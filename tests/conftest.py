@@ -8,7 +8,7 @@ import pytest
 
 from ppodeck.engine.config.rules_engine import Machine
 
-CPU_MACHINE = Machine(gpus=0, transformer_engine=False, sglang=False, host_memory_bytes=16 << 30)
+CPU_MACHINE = Machine(gpus=0, transformer_engine=False, sglang=False, host_memory_bytes=24 << 30)
 GPU_MACHINE = Machine(gpus=4, transformer_engine=True, sglang=True, host_memory_bytes=512 << 30)
 
 
@@ -19,6 +19,8 @@ def cpu_machine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     if request.node.get_closest_marker("gpu"):
         return Machine(0, False, False)
     monkeypatch.setattr("ppodeck.engine.config.rules_engine.this_machine", lambda: CPU_MACHINE)
+    # nor on what this machine's GPUs and RAM hold now (tests/host/test_memory_seam.py reads it)
+    monkeypatch.setattr("ppodeck.engine.config.rules_engine.live_holdings", lambda: None)
     return CPU_MACHINE
 
 

@@ -7,7 +7,9 @@ Exit codes (docs/usage.md): 0 ok, 1 invalid config (and a failed `prepare`), 2 u
 
 from __future__ import annotations
 
+import difflib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -264,3 +266,23 @@ def format_issue(issue: Issue) -> str:
 
 def count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+# ------------------------------------------------------------------------- run lookup helpers
+
+
+def revive_follower_of(rundir: RunDir) -> None:
+    """A submitted run mirrors its Ray job through a local follower; restart it if it died."""
+    from ...engine.launch.jobs import JobError, revive_follower
+
+    try:
+        if revive_follower(rundir):
+            err(f"run {rundir.id} is a Ray job whose local follower had stopped; "
+                 "following it again (the whole job log is read first)")
+    except (JobError, OSError) as exc:
+        err(f"run {rundir.id}: could not follow its Ray job again: {exc}")
+
+
+def did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=1)
+    return f"; did you mean {close[0]}?" if close else ""

@@ -15,6 +15,7 @@ import typer
 
 from ...engine.config import Issue, RunConfig, check, to_argv
 from ...engine.config.derived import PHASES, ROLES
+from ...engine.config.knock_on import group_knock_on
 from .common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -47,9 +48,20 @@ def build_config(preset: str | None, sets: list[str] | None,
                  launcher: str | None = None, run_launcher: bool = False, trust: bool = False
                  ) -> tuple[RunConfig, list[Issue], str]:
     """Preset, then a pasted command line on top, then --set overrides."""
+    config, issues, label, _ = build_config_and_report(preset, sets, from_command, miles_root,
+                                                       launcher, run_launcher, trust)
+    return config, issues, label
+
+
+def build_config_and_report(preset: str | None, sets: list[str] | None,
+                            from_command: str | None, miles_root: Path | None = None,
+                            launcher: str | None = None, run_launcher: bool = False,
+                            trust: bool = False) -> tuple[RunConfig, list[Issue], str, Any]:
+    """build_config, and the import report of --from-command (None without it)."""
     issues: list[Issue] = []
     config = RunConfig()
     label = "(flags)"
+    report = None
     if preset:
         config = resolve_or_fail(load_or_fail(preset))
         label = preset
@@ -60,7 +72,7 @@ def build_config(preset: str | None, sets: list[str] | None,
         config = RunConfig({**config.values, **pasted.values},
                            config.passthrough + pasted.passthrough)
         label = from_command if not preset else f"{preset} + {from_command}"
-    return apply_sets(config, sets), issues, label
+    return apply_sets(config, sets), issues, label, report
 
 
 def _fmt(value: Any) -> str:
@@ -69,21 +81,43 @@ def _fmt(value: Any) -> str:
 
 def format_derived(derived: Any) -> str:
     d = derived
+    on_cpu = d.host_memory_gib is not None
+    where = (f"world size {_fmt(d.world_size)} CPU rank(s) · DP {_fmt(d.dp_size)} · engines "
+             f"{_fmt(d.rollout_engines)}" if on_cpu else
+             f"world size {_fmt(d.world_size)} · DP {_fmt(d.dp_size)} · rollout GPUs "
+             f"{_fmt(d.rollout_num_gpus)} · engines {_fmt(d.rollout_engines)} · GPUs needed "
+             f"{_fmt(d.gpus_needed)}")
     lines = [
         "derived:",
-        f"  world size {_fmt(d.world_size)} · DP {_fmt(d.dp_size)} · rollout GPUs "
-        f"{_fmt(d.rollout_num_gpus)} · engines {_fmt(d.rollout_engines)} · GPUs needed "
-        f"{_fmt(d.gpus_needed)}",
+        f"  {where}",
         f"  samples/rollout {_fmt(d.samples_per_rollout)} (trimmed {_fmt(d.samples_trimmed)})"
         f" · optimizer steps/rollout: actor {_fmt(d.actor_steps_per_rollout)}, critic "
         f"{_fmt(d.critic_steps_per_rollout)} · total train iters {_fmt(d.total_train_iters)}",
         f"  params {_fmt(d.params)}",
-        "  memory GiB/GPU (rough)" + "".join(f"{role:>9}" for role in ROLES),
     ]
+    return "\n".join(lines + (_host_lines(d.host_memory_gib) if on_cpu else _gpu_lines(d)))
+
+
+def _gib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _host_lines(host: Any) -> list[str]:
+    """A run on CPU: its ranks, rollout and processes in host memory, against this machine."""
+    parts = " · ".join(f"{part} {_gib(host.get(part))}"
+                       for part in ("actor", "critic", "rollout", "processes"))
+    machine = (f" of {_gib(host['available'])} available" if "available" in host else "") + (
+        f" ({_gib(host['ram'])} RAM)" if "ram" in host else "")
+    return [f"  host memory GiB (rough, CPU run): {parts} · total {_gib(host.get('total'))}"
+            f"{machine}"]
+
+
+def _gpu_lines(d: Any) -> list[str]:
+    lines = ["  memory GiB/GPU (rough)" + "".join(f"{role:>9}" for role in ROLES)]
     for phase in PHASES:
         row = d.memory_gib.get(phase, {})
         lines.append(f"    {phase:<20}" + "".join(f"{_fmt(row.get(r)):>9}" for r in ROLES))
-    return "\n".join(lines)
+    return lines
 
 
 def validate(
@@ -122,15 +156,18 @@ def validate(
         fail("nothing to validate. Fix: pass a PRESET or --from-command FILE.", EXIT_USAGE)
     if engine not in ("ppodeck", "miles"):
         fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
-    config, parse_issues, label = build_config(preset, sets, from_command, miles_root,
-                                               launcher, run_launcher, trust)
+    config, parse_issues, label, imported = build_config_and_report(
+        preset, sets, from_command, miles_root, launcher, run_launcher, trust)
     report = check(config, engine=engine)
     issues = [*parse_issues, *report.issues]
     ok = not any(i.level == "error" for i in issues)
-    if as_json:
+    if as_json:  # every issue, knock-ons included: a program reads them all
         typer.echo(json.dumps({"ok": ok, "issues": [i.as_dict() for i in issues],
                                "derived": report.derived.as_dict()}, indent=2))
     else:
+        # over a preset, an unread launcher adds nothing: the preset's issues are its own
+        issues = imported.judged(list(report.issues)) if imported is not None and \
+            preset is None else group_knock_on(parse_issues, list(report.issues))
         counts = [sum(i.level == lvl for i in issues) for lvl in ("error", "warning", "info")]
         typer.echo(f"{label}: {'OK' if ok else 'INVALID'} ({count(counts[0], 'error')}, "
                    f"{count(counts[1], 'warning')}, {count(counts[2], 'info')})")

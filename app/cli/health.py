@@ -35,7 +35,8 @@ def health(
 ) -> None:
     """Judge a run's PPO health from its events: clip fraction, KL jumps, entropy collapse,
     grad norm at the clip, explained variance, value loss, truncation, flat reward, the
-    rollout/train log-prob gap, and hangs (no event for 30 min while the driver is alive).
+    rollout/train log-prob gap, hangs (no event for 30 min while the driver is alive), reward
+    requests pending with none answered for 60 s, and a run that failed (named, exit code 4).
 
     Thresholds: miles' documented ones, overridden by the preset's [health] table. Findings
     are recorded in the run's health.jsonl (each once, whoever judged it). Exit code 4 when an
@@ -264,7 +265,10 @@ def draw(runs: list, out: Path) -> None:  # list[engine.run.stats.RunStats]
     plt.close(fig)
 
 
-# --------------------------------------------------------------- tail and runs ls (cli/runs)
+# ------------------------------------------------------ tail and runs ls (cli/tail, cli/runs)
+
+
+PROGRESS_EVERY_S = 10.0
 
 
 class TailJudge:
@@ -277,7 +281,8 @@ class TailJudge:
 
         self.rundir = rundir
         thresholds, _ = run_thresholds(rundir.path, read_status(rundir).get("preset"))
-        self.judge = HealthJudge(thresholds, run_facts(rundir.path)[0])
+        self.judge = HealthJudge(thresholds, run_facts(rundir.path)[0], rundir.path)
+        self.progress_shown: tuple[int, int, float] | None = None  # (sent, answered, when)
 
     def after(self, event: dict) -> list[dict]:
         return self._events(self.judge.feed([event]))
@@ -289,7 +294,24 @@ class TailJudge:
     def idle(self, driver_alive: bool) -> list[dict]:
         import time
 
-        return self._events(self.judge.check_hang(time.time(), driver_alive))
+        now = time.time()
+        return self._progress(now) + self._events(self.judge.check_hang(now, driver_alive))
+
+    def _progress(self, now: float) -> list[dict]:
+        """The reward phase's progress as a log line while requests are pending: when the
+        counts change, and every PROGRESS_EVERY_S while they do not (so a wait shows)."""
+        from ...engine.run.reward_progress import read_progress
+
+        progress = read_progress(self.rundir.path)
+        if progress is None or not progress.pending:
+            return []
+        counts = (progress.sent, progress.answered)
+        shown = self.progress_shown
+        if shown is not None and shown[:2] == counts and now - shown[2] < PROGRESS_EVERY_S:
+            return []
+        self.progress_shown = (*counts, now)
+        return [{"v": 1, "ts": now, "kind": "log", "level": "info", "source": "reward",
+                 "rollout_id": progress.rollout_id, "msg": progress.line()}]
 
     def _events(self, findings: list) -> list[dict]:
         from ...engine.run.health import record_or_note

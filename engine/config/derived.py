@@ -1,123 +1,18 @@
-"""Derived values shown next to the issues: topology, batch arithmetic and a memory estimate.
-
-README-memory: how the per-GPU memory estimate is computed
------------------------------------------------------------
-It is a planning number, not a promise: it aims at NVML's used memory per GPU within +-15%
-for dense models on one GPU (checked against the H200 at Qwen3-1.7B, below), worse for MoE,
-long contexts or custom kernels. All figures are GiB per GPU on the train GPUs (the rollout
-entry of a non-colocated run is on the rollout GPUs instead).
-
-Parameters P (from the Megatron shape flags; vocab padded to --make-vocab-size-divisible-by x TP):
-    attention  = h*(heads*kv) + 2*h*(groups*kv) + (heads*kv)*h   (+ biases unless
-                 --disable-bias-linear, + (heads+2*groups)*kv q/k/v biases with
-                 --add-qkv-bias, + 2*kv with --qk-layernorm)
-    mlp        = 3*h*ffn with --swiglu else 2*h*ffn   (x --num-experts for MoE, using
-                 --moe-ffn-hidden-size, + h*experts router)
-    per layer  = attention + mlp + 2*h norms;   P = L*layer + V*h*(2 if untied else 1) + h
-The shard one GPU holds is P_gpu = P / (TP*PP) (embeddings are not split out per stage).
-
-A trainer (actor or critic) awake on one GPU, bf16 training:
-    weights      2 B * P_gpu
-    grads        4 B * P_gpu with --accumulate-allreduce-grads-in-fp32, else 2 B
-    optimizer    12 B * P_gpu (fp32 master + Adam m, v), divided by DP x CP with the distributed
-                 optimizer (miles turns it on for adam); 0 for --optimizer-cpu-offload
-    activations  T = --max-tokens-per-gpu under dynamic batch (it counts the tokens one CP rank
-                 holds), else micro-batch x seq-length / CP (context parallelism splits rows).
-                 One layer's working set is what its backward keeps, in bf16, per token:
-                 2 B * (4*h [two norm inputs, qkv and fc1 inputs] + 2*(heads+2*groups)*kv [q/k
-                 norm inputs and v, attention q/k/v] + heads*kv [attention output] +
-                 3*ffn with --swiglu else 2*ffn [fc1 output, activation output]), / TP. For a
-                 plain GPT (groups = heads, heads*kv = h, ffn = 4h, gelu) that is 38*T*h, close
-                 to Korthikanti et al.'s 34*T*h with flash attention; for GQA + SwiGLU models it
-                 is larger (46*T*h for Qwen3-0.6B), which is what the H200 measured.
-                 --recompute-granularity full keeps 2*T*h bytes per local layer plus one working
-                 set; otherwise every local layer keeps its working set.
-    logits       actor only: 6 B * T * V/TP (bf16 logits + fp32 softmax), on the last stage;
-                 the critic's value head output is negligible.
-    export       actor only, when its weights reach a colocated rollout as a device buffer:
-                 4 B * P_gpu (HF tensors + the flat buffer), after the step: the peak takes the
-                 larger of it and activations + logits.
-    process      CONTEXT_GIB (CUDA context) + TRAINER_RUNTIME_GIB (NCCL communicators,
-                 library handles, kernel images: memory torch does not see, kept while asleep).
-Asleep under --offload-train a trainer costs its process, and the actor also what it keeps
-after its step, 3 B * T * V/TP (ACTOR_KEPT_BYTES_PER_LOGIT: measured, not explained yet);
-without offload, all of the above (freed activations stay in torch's cache, which NVML
-counts).
-
-Rollout engine generating: SGLang reserves --sglang-mem-fraction-static (0.8 when unset) of
-GPU_GIB = 80 GiB. The hf backend's fast decoder, per GPU of an engine:
-    weights      2 B * P
-    KV cache     2 (k, v) * 2 B * L * rows * groups * kv * S, rows = rollout-batch-size x
-                 n-samples-per-prompt / engines, S = max-prompt-len + rollout-max-response-len
-                 rounded up to 64
-    sampling     26 B * rows * V: fp32 softmax, noise and log-softmax twice (graph pool and the
-                 eager first token) + the bf16 logits
-    packed       the default decoder, or PPODECK_DECODE=...packed...:
-                 2 B * L * h * ((heads+2*groups)*kv + 2*ffn),
-                 q/k/v and gate/up copied side by side
-    process      CONTEXT_GIB
-Released under --offload-rollout, it costs its context.
-
-Phases (miles' order): `generate` (rollout active, train models asleep), `critic_train`
-(critic awake, rollout released) and `actor_train` (actor awake). `total` is what one train
-GPU holds: actor + critic, plus the rollout when colocated, plus DRIVER_RESERVED_GIB (the
-driver's own reservation, which NVML counts as used).
-
-Checked on the H200 at Qwen3-1.7B (`bash bench/gpu_device_run.sh e2e-1.7b`, docs/performance.md,
-that run's decoder PPODECK_DECODE=packed+...): NVML peak generate 22.0, critic_train 60.3,
-actor_train 61.8 GiB. Through generate and the critic's phase the sleeping actor also held its
-freed 3.2 GiB export buffer, since returned (engine/train/worker.py
-release_cached_device_memory; in its own phase the actor reuses it): 18.8 / 57.1 / 61.8 GiB
-against the estimate's 17.9 / 55.1 / 58.6 (-5%, -4%, -5%). And bench/gpu_bench.py's torch peak
-allocated for the Qwen3-0.6B shape (8 x 1024 tokens): actor 30.1, critic 21.0 GiB against the
-awake roles' 29.7 and 22.7.
-
-Unknown shape (missing --num-layers, --hidden-size, --num-attention-heads or --vocab-size) gives
-None everywhere instead of a guess.
-"""
+"""Derived values shown next to the issues: topology, batch arithmetic and the memory estimate
+(engine/config/memory.py computes it: per GPU on a GPU machine, in host memory on CPU)."""
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..vocabulary import Phase
+from .memory import PHASES, ROLES, count_params, cpu_host_gib, memory_estimate
 from .model import RunConfig
 from .resolve import resolve
 
-GIB = float(1 << 30)
-GPU_GIB = 80.0
-DEFAULT_SGLANG_FRACTION = 0.8
-# ---- per-process and per-GPU terms the flags do not scale (measured on the H200, NVML) ----
-# NVML counts the driver's own reservation as used: 1.21 GiB during ray_start, before any
-# process of the run had touched the GPU (e2e-1.7b)
-DRIVER_RESERVED_GIB = 1.2
-# one process's CUDA context: rollout_start's peak 4.94 GiB = 1.21 driver + 3.20 bf16 weights
-# + 0.53 (e2e-1.7b)
-CONTEXT_GIB = 0.5
-# what a trainer process holds beyond its context and torch's reserve, also while it sleeps:
-# NCCL communicators of Megatron's process groups, cuBLAS/cuDNN handles, kernel images. The
-# gpu events' non-torch bytes: 1.25 GiB a trainer after init, 2.17 after its first step at
-# 1.7B; 1.22 and 2.12 at 0.6B: it does not scale with the model
-TRAINER_RUNTIME_GIB = 2.15
-# what the sleeping actor keeps in torch's reserve once it has trained, per logit of one
-# micro-batch (T x V/TP): after the sleep's empty_cache, the trainers' torch reserve grew by
-# 3.72 GB at 0.6B and 3.88 GB at 1.7B (both T = 8192, V = 151936) with the actor's first step,
-# and by 0.07 GB with the critic's. Live tensors, or segments of the logits pinned by a small
-# live one: the offload events' device_allocated_after / device_reserved_after will tell.
-# Modelled until found, as it costs every other phase.
-ACTOR_KEPT_BYTES_PER_LOGIT = 3
-# the hf fast decoder's sampling: fp32 softmax, exponential noise and log-softmax over
-# [batch, vocab], once in the CUDA-graph pool and once for the eager first token, plus the
-# bf16 logits buffer (engine/rollout/decoder/sampling.py sample_sync_free, DecodeState.logits)
-SAMPLING_BYTES_PER_LOGIT = 2 * 3 * 4 + 2
-KV_CACHE_ROUND = 64  # decoder.generate.CACHE_ROUND: the static cache's length granularity
-DECODE_VARIANT_ENV = "PPODECK_DECODE"  # `packed` copies q/k/v and gate/up side by side
-DEFAULT_DECODER_PACKED = True  # the hf backend's CUDA default variant names `packed`
-PHASES = (Phase.GENERATE, Phase.CRITIC_TRAIN, Phase.ACTOR_TRAIN)  # those the estimate covers
-ROLES = ("actor", "critic", "rollout", "total")
+__all__ = ["PHASES", "ROLES", "Derived", "derive", "derive_resolved"]
 
 
 @dataclass(frozen=True)
@@ -136,23 +31,61 @@ class Derived:
     gpus_needed: int | None = None
     params: int | None = None
     memory_gib: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+    # a run on CPU: what its ranks hold in host memory (memory.cpu_host_gib), else None
+    host_memory_gib: Mapping[str, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
         out["memory_gib"] = {phase: dict(roles) for phase, roles in self.memory_gib.items()}
+        if self.host_memory_gib is not None:
+            out["host_memory_gib"] = dict(self.host_memory_gib)
         return out
+
+
+# What each figure is computed from: check() blanks a figure when one of its inputs has an error
+# of its own (a value that cannot run), so the derived block never shows a number made from it.
+_LAYOUT = ("actor_num_nodes", "actor_num_gpus_per_node", "tensor_model_parallel_size",
+           "pipeline_model_parallel_size", "context_parallel_size")
+_ROLLOUT_GPUS = ("rollout_num_gpus", "rollout_num_gpus_per_engine", "colocate")
+_SAMPLES = ("rollout_batch_size", "n_samples_per_prompt")
+_STEPS = (*_SAMPLES, "global_batch_size", "num_steps_per_rollout")
+_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+          "ffn_hidden_size", "vocab_size", "num_experts", "moe_ffn_hidden_size",
+          "make_vocab_size_divisible_by")
+_MEMORY = (*_SHAPE, *_LAYOUT, *_ROLLOUT_GPUS, *_SAMPLES, "micro_batch_size",
+           "max_tokens_per_gpu", "seq_length", "max_prompt_len", "rollout_max_response_len",
+           "rollout_max_context_len", "sglang_mem_fraction_static")
+INPUTS: dict[str, tuple[str, ...]] = {
+    "world_size": _LAYOUT[:2], "dp_size": _LAYOUT, "gpus_needed": (*_LAYOUT, *_ROLLOUT_GPUS),
+    "rollout_num_gpus": (*_LAYOUT[:2], *_ROLLOUT_GPUS), "rollout_engines": _ROLLOUT_GPUS,
+    "samples_per_rollout": _SAMPLES, "samples_trimmed": _STEPS,
+    "actor_steps_per_rollout": _STEPS, "critic_steps_per_rollout": _STEPS,
+    "total_train_iters": (*_STEPS, "num_rollout", "num_epoch"), "params": _SHAPE,
+    "memory_gib": _MEMORY, "host_memory_gib": _MEMORY,
+}
+_BLANK: dict[str, Any] = {"memory_gib": {}, "host_memory_gib": None}
+
+
+def without_figures_from(derived: Derived, bad: set[str]) -> Derived:
+    """`derived` with every figure whose inputs include a dest in `bad` blanked."""
+    blanked: dict[str, Any] = {name: _BLANK.get(name) for name, inputs in INPUTS.items()
+                               if bad.intersection(inputs)}
+    return dataclasses.replace(derived, **blanked) if blanked else derived
 
 
 def derive(config: RunConfig) -> Derived:
     return derive_resolved(resolve(config))
 
 
-def _positive(*values: Any) -> bool:
+def _positive(*values: Any) -> bool:  # noqa: ANN401
     return all(type(v) is int and v > 0 for v in values)
 
 
-def derive_resolved(r: Mapping[str, Any]) -> Derived:
-    """Derived values from a resolve()d dict (check() reuses its own resolution)."""
+def derive_resolved(r: Mapping[str, Any], on_cpu: bool = False,
+                    gpu_total_gib: float | None = None) -> Derived:
+    """Derived values from a resolve()d dict (check() reuses its own resolution). `on_cpu`:
+    the run's ranks are CPU processes (no GPU visible), so no GPU count and memory in host
+    RAM; `gpu_total_gib`: the GPU's size where known (SGLang's share is a fraction of it)."""
     world = r["world_size"]
     rbs, n, gbs = r["rollout_batch_size"], r["n_samples_per_prompt"], r["global_batch_size"]
     samples = rbs * n if _positive(rbs, n) else None
@@ -163,16 +96,17 @@ def derive_resolved(r: Mapping[str, Any]) -> Derived:
     return Derived(
         world_size=world,
         dp_size=r["dp_size"],
-        rollout_num_gpus=r["rollout_num_gpus"],
+        rollout_num_gpus=None if on_cpu else r["rollout_num_gpus"],
         rollout_engines=r["rollout_engines"],
         samples_per_rollout=samples,
         samples_trimmed=trimmed,
         actor_steps_per_rollout=steps,
         critic_steps_per_rollout=(steps if r["use_critic"] else 0) if steps is not None else None,
         total_train_iters=total_iters,
-        gpus_needed=gpus_needed(r),
+        gpus_needed=None if on_cpu else gpus_needed(r),
         params=params,
-        memory_gib=memory_estimate(r, params),
+        memory_gib={} if on_cpu else memory_estimate(r, params, gpu_total_gib=gpu_total_gib),
+        host_memory_gib=cpu_host_gib(r, params) if on_cpu else None,
     )
 
 
@@ -181,233 +115,3 @@ def gpus_needed(r: Mapping[str, Any]) -> int | None:
     return r["placement_bundles"]
 
 
-def count_params(r: Mapping[str, Any]) -> int | None:
-    """Parameter count from the Megatron shape flags (None when the shape is incomplete)."""
-    layers, hidden = r["num_layers"], r["hidden_size"]
-    heads, vocab = r["num_attention_heads"], r["vocab_size"]
-    groups, kv, ffn = r["num_query_groups"], r["kv_channels"], r["ffn_hidden_size"]
-    if not _positive(layers, hidden, heads, vocab, groups, kv, ffn):
-        return None
-    bias = not r["disable_bias_linear"]
-    q, kvd = heads * kv, groups * kv
-    attn = hidden * q + 2 * hidden * kvd + q * hidden
-    if bias:
-        attn += q + 2 * kvd + hidden
-    elif r["add_qkv_bias"]:  # Qwen2: biases on q/k/v only
-        attn += q + 2 * kvd
-    if r["qk_layernorm"]:
-        attn += 2 * kv
-    mlp = (3 if r["swiglu"] else 2) * hidden * ffn + (ffn + hidden if bias else 0)
-    experts = r["num_experts"]
-    if _positive(experts):
-        expert_ffn = r["moe_ffn_hidden_size"] or ffn
-        mlp = experts * (3 if r["swiglu"] else 2) * hidden * expert_ffn + hidden * experts
-    norms = 2 * hidden * (2 if r["normalization"] == "LayerNorm" else 1)
-    tp = r["tensor_model_parallel_size"]
-    multiple = r["make_vocab_size_divisible_by"] * (tp if _positive(tp) else 1)
-    padded_vocab = -(-vocab // multiple) * multiple if multiple > 0 else vocab
-    embeddings = padded_vocab * hidden * (2 if r["untie_embeddings_and_output_weights"] else 1)
-    return layers * (attn + mlp + norms) + embeddings + hidden
-
-
-def _tokens_per_gpu(r: Mapping[str, Any]) -> int | None:
-    if r["use_dynamic_batch_size"]:
-        tokens = r["max_tokens_per_gpu"]
-    else:
-        longest = longest_sample(r)
-        cp = max(1, r["context_parallel_size"] or 1)  # each CP rank holds 1/CP of a row
-        tokens = -(-r["micro_batch_size"] * longest // cp) if _positive(
-            r["micro_batch_size"], longest) else None
-    return tokens if _positive(tokens) else None
-
-
-def longest_sample(r: Mapping[str, Any]) -> int | None:
-    """The most tokens a sample can hold: the context length, else prompt + response where both
-    are bounded, else --seq-length. Under rotary embeddings --seq-length truncates nothing (as
-    in miles), so it is only the fallback."""
-    if _positive(r["rollout_max_context_len"]):
-        return r["rollout_max_context_len"]
-    if _positive(r["max_prompt_len"], r["rollout_max_response_len"]):
-        return r["max_prompt_len"] + r["rollout_max_response_len"]
-    return r["seq_length"]
-
-
-def _train_state_gib(r: Mapping[str, Any], params: int, dp: int, role: str) -> float:
-    """A trainer awake: its state, its peak working memory and its process."""
-    tp, pp = r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"]
-    shard = params / (tp * pp)
-    weights = 2 * shard
-    grads = (4 if r["accumulate_allreduce_grads_in_fp32"] else 2) * shard
-    optim = 0.0 if r["optimizer_cpu_offload"] else 12 * shard
-    if r["use_distributed_optimizer"]:  # Megatron shards it over DP x CP
-        optim /= dp * max(1, r["context_parallel_size"] or 1)
-    tokens = _tokens_per_gpu(r) or 0
-    hidden = r["hidden_size"]
-    working = tokens * _layer_bytes_per_token(r) / tp
-    local_layers = -(-r["num_layers"] // pp)
-    if r["recompute_granularity"] == "full":
-        acts = local_layers * 2 * tokens * hidden + working
-    else:
-        acts = local_layers * working
-    logits = 6 * tokens * r["vocab_size"] / tp if role == "actor" else 0.0
-    # after its step the actor exports while awake: the converted HF tensors and the flat
-    # buffer the rollout maps (engine/model/ipc_sync.py), 2 B/param each; activations are
-    # gone by then, so the larger of the two is the peak
-    export = 4 * shard if role == "actor" and _ipc_export(r) else 0.0
-    peak_work = max(acts + logits, export)
-    return (weights + grads + optim + peak_work) / GIB + CONTEXT_GIB + TRAINER_RUNTIME_GIB
-
-
-def _actor_kept_gib(r: Mapping[str, Any]) -> float:
-    """The actor's torch reserve kept through its sleep (ACTOR_KEPT_BYTES_PER_LOGIT)."""
-    tokens = _tokens_per_gpu(r) or 0
-    logits = tokens * r["vocab_size"] / r["tensor_model_parallel_size"]
-    return ACTOR_KEPT_BYTES_PER_LOGIT * logits / GIB
-
-
-def _ipc_export(r: Mapping[str, Any]) -> bool:
-    """The actor's weights reach the rollout as a device buffer (ipc_sync.weight_sync_path)."""
-    one_gpu = r["actor_num_nodes"] * r["actor_num_gpus_per_node"] == 1
-    return bool(r["colocate"]) and one_gpu and r["rollout_backend"] in ("hf", "sglang")
-
-
-def _layer_bytes_per_token(r: Mapping[str, Any]) -> int:
-    """bf16 bytes one layer keeps per token for its backward (see the module docstring)."""
-    hidden, heads = r["hidden_size"], r["num_attention_heads"]
-    groups = r["num_query_groups"] or heads
-    kv = r["kv_channels"] or hidden // heads
-    ffn = r["moe_ffn_hidden_size"] if _positive(r["num_experts"]) and r[
-        "moe_ffn_hidden_size"] else (r["ffn_hidden_size"] or 4 * hidden)
-    qkv = (heads + 2 * groups) * kv
-    mlp = (3 if r["swiglu"] else 2) * ffn
-    return 2 * (4 * hidden + 2 * qkv + heads * kv + mlp)
-
-
-def _rollout_gib(r: Mapping[str, Any], params: int, packed: bool) -> float:
-    """The rollout engine generating, on one of its GPUs."""
-    if r["rollout_backend"] != "hf":
-        fraction = r["sglang_mem_fraction_static"]
-        return (DEFAULT_SGLANG_FRACTION if fraction is None else fraction) * GPU_GIB
-    per_engine = _count(r["rollout_num_gpus_per_engine"]) or 1
-    weights = 2 * params / per_engine
-    rows = _rows_per_engine(r)
-    layers, hidden = r["num_layers"], r["hidden_size"]
-    heads, kv = r["num_attention_heads"], r["kv_channels"] or hidden // r["num_attention_heads"]
-    groups = r["num_query_groups"] or heads
-    # the static KV cache: k and v, bf16, [layers, rows, groups, length, kv] (rollout/decoder)
-    kv_cache = 2 * 2 * layers * rows * groups * _cache_length(r) * kv / per_engine
-    sampling = SAMPLING_BYTES_PER_LOGIT * rows * r["vocab_size"]
-    # `packed`: each layer's q/k/v and gate/up weights copied side by side, bf16
-    packed_copy = (2 * layers * hidden * ((heads + 2 * groups) * kv + 2 * r["ffn_hidden_size"])
-                   / per_engine if packed else 0.0)
-    return (weights + kv_cache + sampling + packed_copy) / GIB + CONTEXT_GIB
-
-
-def _rows_per_engine(r: Mapping[str, Any]) -> int:
-    """Sequences one engine decodes at once: every sample of the rollout, split over engines."""
-    rows = _count(r["rollout_batch_size"]) * _count(r["n_samples_per_prompt"])
-    if r["rollout_backend"] == "hf":
-        return rows  # one generator decodes them all (rules_engine: engine.hf_one_gpu)
-    return -(-rows // (_count(r["rollout_engines"]) or 1))
-
-
-def _count(value: Any) -> int:  # noqa: ANN401
-    """A positive int flag, 0 when unset or invalid (check() reports it on its own)."""
-    return value if _positive(value) else 0
-
-
-def _cache_length(r: Mapping[str, Any]) -> int:
-    """Prompt + response slots, rounded as the decoder rounds them (an unset prompt limit
-    counts as no prompt: the response alone)."""
-    slots = _count(r["max_prompt_len"]) + _count(r["rollout_max_response_len"])
-    return -(-slots // KV_CACHE_ROUND) * KV_CACHE_ROUND
-
-
-def packed_decoder(env: Mapping[str, str]) -> bool:
-    """Whether the hf decoder on CUDA packs its weights: unset, PPODECK_DECODE means the
-    backend's default variant, which is packed (DEFAULT_DECODER_PACKED, tested against
-    decoder.features.BACKEND_VARIANT); set, whether it names the `packed` feature."""
-    raw = env.get(DECODE_VARIANT_ENV)
-    if raw is None:
-        return DEFAULT_DECODER_PACKED
-    return "packed" in (part.strip().lower() for part in raw.split("+"))
-
-
-def memory_estimate(r: Mapping[str, Any], params: int | None,
-                    env: Mapping[str, str] | None = None) -> dict[str, dict[str, float | None]]:
-    """Per-GPU GiB for each phase and role; see the module docstring for the formula. `env`:
-    where PPODECK_DECODE is read (os.environ when None)."""
-    tp, pp, dp = (r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"],
-                  r["dp_size"])
-    if params is None or not _positive(tp, pp, dp):
-        return {phase: dict.fromkeys(ROLES) for phase in PHASES}
-    actor_awake = _train_state_gib(r, params, dp, "actor")
-    critic_awake = _train_state_gib(r, params, dp, "critic") if r["use_critic"] else 0.0
-    rollout_active = _rollout_gib(r, params, packed_decoder(os.environ if env is None else env))
-    asleep = CONTEXT_GIB + TRAINER_RUNTIME_GIB if r["offload_train"] else None
-    actor_asleep = None if asleep is None else asleep + _actor_kept_gib(r)
-    released = CONTEXT_GIB if r["offload_rollout"] else rollout_active
-    table = {
-        Phase.GENERATE: (actor_asleep or actor_awake, asleep or critic_awake, rollout_active),
-        Phase.CRITIC_TRAIN: (actor_asleep or actor_awake, critic_awake, released),
-        Phase.ACTOR_TRAIN: (actor_awake, asleep or critic_awake, released),
-    }
-    if not r["use_critic"]:
-        critic_phase = table[Phase.CRITIC_TRAIN]
-        table[Phase.CRITIC_TRAIN] = (critic_phase[0], 0.0, critic_phase[2])
-    out: dict[str, dict[str, float | None]] = {}
-    for phase, (actor, critic, rollout) in table.items():
-        critic = critic if r["use_critic"] else 0.0
-        total = actor + critic + (rollout if r["colocate"] else 0.0) + DRIVER_RESERVED_GIB
-        out[phase] = {"actor": round(actor, 2), "critic": round(critic, 2),
-                      "rollout": round(rollout, 2), "total": round(total, 2)}
-    return out
-
-
-# ---- host memory under --offload-train (engine.host_memory) --------------------------------
-# What the offload keeps in pinned host memory per GPU (engine/model/offload.py
-# train_state_tensors: bf16 params, fp32 master weights and Adam m, v; grads are freed, not
-# copied), the actor's pinned reference and swap copies under --use-kl-loss
-# (engine/train/worker.py: weights.backup), and the hf rollout's offloaded bf16 weights. Each is
-# pinned at exactly its size (engine/model/pinned.py; torch's own pinned allocator would round
-# every tensor up to a power of two: 1.34x at 1.7B).
-HOST_USABLE_FRACTION = 0.9  # the rest: the OS and its page cache
-# each process of the run besides its pinned state (process-tree RSS, the gpu events'
-# rss_bytes, less the pinned blocks): imports, torch.compile's worker pools, Ray, the driver.
-# For three workers (actor, critic, hf rollout) on the H200 host: 24.7 GiB at 1.7B and 26.6 at
-# 0.6B in earlier runs, then 35.2 at 1.7B (bench/preset_memory.py, docs/performance.md: process-tree
-# RSS peak 89.7 GiB less 54.5 pinned). The largest, per worker: RSS counts shared pages in
-# every process, so this stays an upper bound
-HOST_PER_WORKER_GIB = 11.8
-
-
-def _offloaded_state_bytes(r: Mapping[str, Any], params: int, role: str) -> float:
-    shard = params / (r["tensor_model_parallel_size"] * r["pipeline_model_parallel_size"])
-    optim = 0.0 if r["optimizer_cpu_offload"] else 12 * shard
-    if r["use_distributed_optimizer"]:
-        optim /= r["dp_size"]
-    ref_copies = 4 * shard if role == "actor" and r["use_kl_loss"] else 0.0
-    return 2 * shard + optim + ref_copies
-
-
-def host_offload_gib(r: Mapping[str, Any], params: int | None) -> dict[str, float] | None:
-    """Host GiB on the first node (the one that also holds the hf rollout) while the models
-    sleep: pinned state by role and in total, and apart from it the worker processes
-    themselves (an RSS sum, which counts shared pages once per process: an upper bound); None
-    without --offload-train or a known shape."""
-    tp, pp, dp = (r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"],
-                  r["dp_size"])
-    if params is None or not r["offload_train"] or not _positive(tp, pp, dp):
-        return None
-    per_node = r["actor_num_gpus_per_node"]
-    actor = _offloaded_state_bytes(r, params, "actor") * per_node / GIB
-    critic = (_offloaded_state_bytes(r, params, "critic") * per_node / GIB
-              if r["use_critic"] else 0.0)
-    # auto picks hf wherever sglang is missing: counted, as the larger of the two
-    hf_rollout = r["rollout_backend"] != "sglang" and r["colocate"] and r["offload_rollout"]
-    rollout = 2 * params / GIB if hf_rollout else 0.0
-    engines = per_node // (_count(r["rollout_num_gpus_per_engine"]) or 1) or 1
-    workers = per_node * (2 if r["use_critic"] else 1) + (engines if r["colocate"] else 0)
-    processes = HOST_PER_WORKER_GIB * workers
-    return {"actor": actor, "critic": critic, "rollout": rollout,
-            "total": actor + critic + rollout, "processes": processes}

@@ -33,6 +33,8 @@ RULES = (
     Rule("health.reward_flat", "warning", "reward flat"),
     Rule("health.logprob_gap_climbing", "warning", "rollout/train log-prob gap climbing"),
     Rule("health.hang", "error", "no new event while the driver is alive"),
+    Rule("health.reward_stall", "warning", "reward requests pending, none answered"),
+    Rule("health.run_failed", "error", "the run failed"),
 )
 BY_CODE = {rule.code: rule for rule in RULES}
 
@@ -57,6 +59,7 @@ class Thresholds:
     logprob_gap_rollouts: int = 5  # rising in each of these rollouts ...
     logprob_gap_factor: float = 2.0  # ... to at least 2x where the climb started
     hang_minutes: float = 30.0  # no new event while the driver is alive
+    reward_stall_seconds: float = 60.0  # reward requests pending and none answered this long
     disable: tuple[str, ...] = ()  # rule codes not to judge, e.g. ["health.reward_flat"]
 
 

@@ -12,17 +12,26 @@ Codes are stable ("ppo.kl_coef_nonzero"): tests, the TUI and `validate --json` k
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
-from .derived import Derived, derive_resolved
+from .derived import Derived, derive_resolved, without_figures_from
 from .issues import Issue, Out, Report
 from .issues import add as _issue
 from .issues import fl as _fl
 from .model import RunConfig
 from .resolve import resolve_values, split_values
-from .rules_engine import Machine, engine_rules, passthrough_flags
+from .rules_engine import (
+    Machine,
+    as_run_here,
+    current_machine,
+    engine_rules,
+    on_a_cluster,
+    passthrough_flags,
+)
+from .rules_memory import host_figures
 from .rules_ppo import PPO_AND_PLACEMENT_RULES
-from .schema import BY_DEST, DEFAULTS
+from .schema import BY_DEST, BY_NAME, DEFAULTS, PATH_DESTS
 
 __all__ = ["Issue", "Machine", "Report", "check", "RULES"]
 
@@ -127,8 +136,11 @@ _POSITIVE = ("rollout_batch_size", "n_samples_per_prompt", "global_batch_size",
              "num_query_groups", "kv_channels", "ffn_hidden_size", "vocab_size", "seq_length",
              "rollout_max_response_len", "eval_interval", "offload_train_disk_chunk_mb",
              "update_weights_interval", "synthetic_num_prompts", "ref_update_interval",
-             "make_vocab_size_divisible_by", "num_experts", "max_prompt_len")
-_NON_NEGATIVE = ("num_rollout", "num_critic_only_steps", "lr", "critic_lr", "min_lr",
+             "make_vocab_size_divisible_by", "num_experts", "max_prompt_len", "num_rollout",
+             "rollout_max_prompt_len", "rollout_max_context_len", "n_samples_per_eval_prompt",
+             "eval_max_response_len", "lr_decay_iters", "recompute_num_layers",
+             "max_position_embeddings", "sglang_max_running_requests")
+_NON_NEGATIVE = ("num_critic_only_steps", "lr", "critic_lr", "min_lr",
                  "weight_decay", "lr_warmup_iters", "critic_lr_warmup_iters", "kl_loss_coef",
                  "entropy_coef", "clip_grad", "eps_clip", "value_clip", "attention_dropout",
                  "hidden_dropout", "seed", "rollout_seed", "samples_per_rollout")
@@ -316,9 +328,6 @@ def _data_source(e: dict, r: dict, s: set, out: Out) -> None:
                "no reward function: neither --rm-type nor --custom-rm-path is set (only samples "
                "whose metadata names an rm_type get a reward).",
                "set --rm-type (e.g. deepscaler, math) or --custom-rm-path")
-    if r["rm_type"] == "remote_rm" and not r["rm_url"]:
-        _issue(out, "error", "rollout.rm_url_required", ("rm_type", "rm_url"),
-               "--rm-type remote_rm needs --rm-url.", "set --rm-url")
     if r["eval_interval"] is not None and not r["eval_prompt_data"]:
         _issue(out, "error", "eval.interval_needs_data", ("eval_interval", "eval_prompt_data"),
                "--eval-interval is set but no eval datasets are given.",
@@ -422,6 +431,23 @@ RULES = (
 )
 
 
+# flags that name a file, a directory or Python code: an empty value names nothing
+_NAMES_A_PATH = PATH_DESTS | {f.dest for f in BY_DEST.values()
+                              if f.kind == "str" and f.dest.endswith(("_path", "_dir"))}
+
+
+def _empty_paths(valid: dict, out: Out) -> None:
+    """`--ref-load=` is an error naming the flag, not a path that "does not exist yet"; the
+    value is dropped, as a bad type's is, so no rule judges it again."""
+    for dest in sorted(d for d in _NAMES_A_PATH if isinstance(valid.get(d), str)):
+        if not valid[dest].strip():
+            del valid[dest]
+            _issue(out, "error", "value.empty_path", (dest,),
+                   f"{_fl(dest)} is empty: it names no file, directory or code.",
+                   f"give {_fl(dest)} a path, or leave it out (unset: {_fl(dest)} takes "
+                   "its default)")
+
+
 def _value_issues(config: RunConfig, bad: list, unknown: list, out: Out) -> None:
     for dest, why in bad:
         flag = BY_DEST.get(dest)
@@ -442,6 +468,53 @@ def _value_issues(config: RunConfig, bad: list, unknown: list, out: Out) -> None
                       out)
 
 
+_DROPPED = ("value.bad_type", "value.empty_path")  # the value is left out, the default judged
+
+
+def _without_knock_ons(out: Out) -> Out:
+    """An error naming a flag whose value was refused and dropped judged the default in its
+    place (`--set num-rollout=4.5`: "num_rollout is not set"): left out, and counted on the
+    refusal so nothing disappears unsaid."""
+    dropped = {name for i in out if i.code in _DROPPED for name in i.flags}
+    knock_ons = [i for i in out if i.level == "error" and i.code not in _DROPPED
+                 and dropped.intersection(i.flags)]
+    if not knock_ons:
+        return out
+    kept = []
+    for issue in out:
+        if issue in knock_ons:
+            continue
+        if issue.code in _DROPPED:
+            mine = sorted({k.code for k in knock_ons if set(k.flags) & set(issue.flags)})
+            if mine:
+                issue = dataclasses.replace(issue, message=(
+                    f"{issue.message} (left out, as they follow from it: {', '.join(mine)})"))
+        kept.append(issue)
+    return kept
+
+
+def _dests_in_error(out: Out) -> set[str]:
+    """The flags whose own value is wrong (value.* errors: out of range, bad type, empty)."""
+    return {BY_NAME[name].dest for issue in out if issue.level == "error"
+            and issue.code.startswith("value.") for name in issue.flags if name in BY_NAME}
+
+
+def _derived_for(r: dict, m: Machine, engine: str) -> Derived:
+    """The derived values as the run will see them: on CPU (our engine, no GPU visible, no
+    cluster) in host memory and with no GPU count; on GPUs with SGLang's share of their size."""
+    on_cpu = engine == "ppodeck" and not m.cuda and not on_a_cluster(r)
+    gpus = m.holdings.gpus if m.holdings is not None else None
+    gpu_total = min((g.total_gib for g in gpus), default=None) if gpus else None
+    here = r if on_a_cluster(r) or engine != "ppodeck" else as_run_here(r, m)
+    derived = derive_resolved(here, on_cpu=on_cpu, gpu_total_gib=gpu_total)
+    if derived.host_memory_gib is None:
+        return derived
+    ram, available = host_figures(m)
+    seen = {"ram": ram, "available": available}
+    return dataclasses.replace(derived, host_memory_gib={
+        **derived.host_memory_gib, **{k: v for k, v in seen.items() if v is not None}})
+
+
 def check(config: RunConfig, machine: Machine | None = None, engine: str = "ppodeck") -> Report:
     """Every issue of `config`, plus derived values. Never raises, never mutates `config`.
 
@@ -453,15 +526,19 @@ def check(config: RunConfig, machine: Machine | None = None, engine: str = "ppod
     try:
         valid, bad, unknown = split_values(config)
         _value_issues(config, bad, unknown, out)
+        _empty_paths(valid, out)
         e = dict(DEFAULTS)
         e.update(valid)
         r = resolve_values(valid)
         s = set(valid)
         for rule in RULES:
             rule(e, r, s, out)
-        engine_rules(e, r, s, out, machine, engine)
-        derived = derive_resolved(r)
+        m = machine or current_machine()
+        engine_rules(e, r, s, out, m, engine)
+        derived = _derived_for(r, m, engine)
         _batch_arithmetic(e, r, s, out, derived)
+        derived = without_figures_from(derived, _dests_in_error(out))
+        out[:] = _without_knock_ons(out)
     except Exception as exc:  # a rule bug must never take the UI down
         out.append(Issue("error", "internal.check_failed", (),
                          f"validation stopped early: {type(exc).__name__}: {exc}",

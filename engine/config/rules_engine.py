@@ -10,23 +10,30 @@ one is probed once per process, tests pass their own.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .derived import longest_sample
 from .issues import Out
 from .issues import add as _issue
 from .issues import fl as _fl
-from .rules_user_code import user_code_rules
+from .memory import longest_sample
+from .reward_types import REMOTE_RM, RULE_REWARDS, base_type
+from .rules_memory import memory_rules
+from .rules_user_code import remote_reward_rules, user_code_rules
 from .schema import BY_DEST, DEFAULTS, FLAGS
+
+if TYPE_CHECKING:
+    from ..host.memory import Holdings
 
 ESTIMATORS_RUN = ("ppo", "grpo")
 POSITION_EMBEDDINGS_RUN = ("rope", "learned_absolute")
 # The rule-based rewards of engine/rollout/rewards.py (a test keeps the two equal), each also
 # accepted with the "boxed_" prefix.
-RM_TYPES = ("copy-digit", "deepscaler", "math")
+RM_TYPES = RULE_REWARDS
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,8 @@ class Machine:
     sglang: bool  # importable
     host_memory_bytes: int | None = None  # MemTotal of /proc/meminfo; None: unknown
     megatron_bridge: bool = False  # importable (`--megatron-to-hf-mode bridge`)
+    # what the GPUs and the host hold now (engine/host/memory.py); None: not read
+    holdings: Holdings | None = None
 
     @property
     def cuda(self) -> bool:
@@ -52,6 +61,28 @@ def this_machine() -> Machine:
     return Machine(gpus=visible_gpus(), transformer_engine=_importable("transformer_engine"),
                    sglang=_importable("sglang"), host_memory_bytes=host_memory_bytes(),
                    megatron_bridge=_installed("megatron-bridge"))
+
+
+def live_holdings() -> Holdings | None:
+    """The machine's memory as read at most a few seconds ago (engine/host/memory.py)."""
+    from ..host.memory import holdings
+
+    return holdings()
+
+
+_CURRENT: dict[str, Machine] = {}
+
+
+def current_machine() -> Machine:
+    """this_machine() with a recent memory reading: a keystroke's check() reuses one reading
+    (and the Machine around it) while it is fresh."""
+    reading = live_holdings()
+    last = _CURRENT.get("machine")
+    if last is not None and last.holdings is reading and reading is not None:
+        return last
+    machine = dataclasses.replace(this_machine(), holdings=reading)
+    _CURRENT["machine"] = machine
+    return machine
 
 
 def _importable(module: str) -> bool:
@@ -72,7 +103,7 @@ def _installed(distribution: str) -> bool:
     return True
 
 
-def _on_a_cluster(r: dict) -> bool:
+def on_a_cluster(r: dict) -> bool:
     """The driver joins a Ray cluster: this machine's GPUs and packages are not the ones used."""
     return bool(r["ray_address"] or os.environ.get("RAY_ADDRESS"))
 
@@ -264,8 +295,8 @@ def _reward(r: dict, out: Out) -> None:
     rm = r["rm_type"]
     if rm is None or r["custom_rm_path"]:  # a custom reward function overrides the type
         return
-    base = rm.removeprefix("boxed_")
-    if base not in RM_TYPES and base != "remote_rm":
+    base = base_type(rm)
+    if base not in RM_TYPES and base != REMOTE_RM:
         _issue(out, "error", "engine.rm_type", ("rm_type",),
                f"--rm-type {rm} is not a reward PPO Deck's rollout has (it has "
                f"{', '.join(RM_TYPES)} and remote_rm, each also as boxed_<type>).",
@@ -274,7 +305,7 @@ def _reward(r: dict, out: Out) -> None:
 
 def _devices(r: dict, m: Machine, out: Out) -> None:
     """GPU-only features against this machine; a cluster is checked at launch instead."""
-    if _on_a_cluster(r):
+    if on_a_cluster(r):
         _issue(out, "info", "engine.cluster_checked_at_launch", ("ray_address",),
                "the run joins a Ray cluster: its GPUs and packages are compared with the "
                "layout when it launches, not here. The cluster must have this Python "
@@ -295,7 +326,7 @@ def _devices(r: dict, m: Machine, out: Out) -> None:
                "`pip install megatron-bridge` (a GPU machine with transformer-engine), or use "
                "--megatron-to-hf-mode raw (PPO Deck's own converter)")
     if r["rollout_backend"] == "auto":
-        picked = "sglang" if m.cuda and m.sglang else "hf"
+        picked = picked_backend(r, m)
         _issue(out, "info", "engine.backend_auto", ("rollout_backend",),
                f"--rollout-backend auto picks {picked} on this machine "
                f"({'CUDA and sglang present' if picked == 'sglang' else _why_hf(m)}).")
@@ -306,9 +337,7 @@ def _devices(r: dict, m: Machine, out: Out) -> None:
 def _hf_engines(r: dict, m: Machine, out: Out) -> None:
     """The hf backend is one generator in one process: it decodes on one GPU, whatever the
     rollout side reserves (sglang runs one engine per --rollout-num-gpus-per-engine GPUs)."""
-    picked = r["rollout_backend"]
-    if picked == "auto":
-        picked = "sglang" if m.cuda and m.sglang else "hf"
+    picked = picked_backend(r, m)
     gpus, per_engine = r["rollout_num_gpus"] or 0, r["rollout_num_gpus_per_engine"]
     if picked != "hf" or r["debug_train_only"]:
         return
@@ -323,6 +352,20 @@ def _hf_engines(r: dict, m: Machine, out: Out) -> None:
         _issue(out, "info", "engine.hf_one_gpu_colocated", ("rollout_backend", "colocate"),
                f"colocated on {gpus} GPUs, the hf rollout decodes every sample on the first of "
                "them while the others wait; --rollout-backend sglang runs an engine per GPU.")
+
+
+def picked_backend(r: dict, m: Machine) -> str:
+    """--rollout-backend as it runs here: auto is sglang with CUDA and sglang, else hf (the
+    driver's select_backend decides the same)."""
+    if r["rollout_backend"] != "auto":
+        return r["rollout_backend"]
+    return "sglang" if m.cuda and m.sglang else "hf"
+
+
+def as_run_here(r: dict, m: Machine) -> dict:
+    """`r` with the rollout backend auto resolves to here (the memory estimate differs)."""
+    picked = picked_backend(r, m)
+    return r if picked == r["rollout_backend"] else {**r, "rollout_backend": picked}
 
 
 def _why_hf(m: Machine) -> str:
@@ -350,44 +393,11 @@ def _gpu_count(r: dict, m: Machine, out: Out) -> None:
 
 
 def _precision(r: dict, s: set, m: Machine, out: Out) -> None:
-    if "bf16" in s and r["bf16"] and not m.cuda and not _on_a_cluster(r):
+    if "bf16" in s and r["bf16"] and not m.cuda and not on_a_cluster(r):
         _issue(out, "error", "engine.bf16_needs_cuda", ("bf16",),
                "--bf16: PPO Deck's engine trains in bf16 only on CUDA, and this machine has no "
                "GPU visible (it would train in float32).",
                "drop --bf16 to train in float32 on CPU, or run on a GPU machine")
-
-
-def _host_memory(r: dict, m: Machine, out: Out) -> None:
-    """--offload-train parks both models' train state in pinned host memory between phases:
-    it must fit the RAM of the node that holds it (a cluster is checked at launch). Pinned
-    memory cannot be swapped: past the RAM, the run fails; the processes' own memory (an upper
-    bound, measured) only makes it tight."""
-    from .derived import HOST_USABLE_FRACTION, count_params, host_offload_gib
-
-    if not m.cuda or m.host_memory_bytes is None or _on_a_cluster(r):
-        return  # on CPU nothing is pinned: the train state lives in RAM either way
-    need = host_offload_gib(r, count_params(r))
-    ram = m.host_memory_bytes / (1 << 30)
-    usable = HOST_USABLE_FRACTION * ram
-    if need is None or need["total"] + need["processes"] <= usable:
-        return
-    pinned = (f"--offload-train keeps {need['total']:.1f} GiB in pinned host memory on the "
-              f"first node (actor {need['actor']:.1f}, critic {need['critic']:.1f}, rollout "
-              f"{need['rollout']:.1f} GiB: bf16 params, fp32 master weights and Adam moments "
-              "per GPU)")
-    if need["total"] > usable:
-        _issue(out, "error", "engine.host_memory", ("offload_train",),
-               f"{pinned}, but this machine has {ram:.0f} GiB of RAM ({usable:.0f} GiB usable "
-               "beside the OS).",
-               "turn --offload-train off (the state stays on the GPUs), pick a smaller model, "
-               "or spread the model over more GPUs or nodes (TP/PP) so each holds less")
-        return
-    _issue(out, "warning", "engine.host_memory_tight", ("offload_train",),
-           f"{pinned}; with the run's processes (up to {need['processes']:.0f} GiB on the H200 "
-           f"host) that is {need['total'] + need['processes']:.0f} GiB of the {usable:.0f} "
-           f"GiB usable of {ram:.0f} GiB RAM: it may not fit.",
-           "watch the host memory of the first rollouts (`ppodeck tail RUN` gpu events: "
-           "rss_bytes), or turn --offload-train off")
 
 
 ENGINES = ("ppodeck", "miles")
@@ -395,9 +405,10 @@ ENGINES = ("ppodeck", "miles")
 
 def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = None,
                  engine: str = "ppodeck") -> None:
-    m = machine or this_machine()
+    m = machine or current_machine()
     if engine == "miles":  # the capability classes describe our engine, not miles
         miles_rules(s, out, m, r)
+        remote_reward_rules(r, out)  # miles posts to --rm-url the same way
         return
     refused_flags(e, s, out)
     command_only_flags(e, s, out)
@@ -412,7 +423,7 @@ def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = N
     user_code_rules(r, out)  # reward functions, remote RM, filters (engine/config/rules_user_code)
     _precision(r, s, m, out)
     _devices(r, m, out)
-    _host_memory(r, m, out)
+    memory_rules(as_run_here(r, m), m, out, on_a_cluster(r))  # engine/config/rules_memory.py
 
 
 def engine_classes() -> dict[str, list[str]]:
@@ -449,7 +460,7 @@ def _miles_ref_load(r: dict, out: Out) -> None:
     if not r["with_ref"]:
         return
     ref = r["ref_load"]
-    if ref is not None and (_on_a_cluster(r) or os.path.exists(ref)):
+    if ref is not None and (on_a_cluster(r) or os.path.exists(ref)):
         return
     said = (f"ref_load {ref} does not exist, please check the path" if ref is not None else
             "--ref-load is not set (miles stops at start-up)")
@@ -464,7 +475,7 @@ def miles_machine_rules(r: dict, m: Machine, out: Out) -> None:
     """`--engine miles`: what this machine must offer miles' train.py (CUDA GPUs for the
     layout: miles has no CPU path). A cluster (--ray-address, RAY_ADDRESS) is checked there."""
     needed = r["placement_bundles"] or r["world_size"]
-    if _on_a_cluster(r) or needed is None or m.gpus >= needed:
+    if on_a_cluster(r) or needed is None or m.gpus >= needed:
         return
     _issue(out, "error", "miles.gpus_missing",
            ("actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus"),

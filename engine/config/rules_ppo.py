@@ -263,8 +263,8 @@ def _colocate(e: dict, r: dict, s: set, out: Out) -> None:
                "(rollout_num_gpus = actor GPUs).")
     if e["offload_rollout"] is None and not e["offload"]:
         _issue(out, "info", "colocate.offload_rollout_default", ("offload_rollout", "colocate"),
-               "--colocate turns --offload-rollout on: SGLang releases its memory while the "
-               "models train.")
+               "--colocate turns --offload-rollout on: the rollout engine gives back its GPU "
+               "memory while the models train (nothing to give back on a CPU run).")
     prefill = r["sglang_cuda_graph_backend_prefill"]
     if prefill is not None and prefill != "disabled":
         _issue(out, "warning", "colocate.cuda_graph_prefill",

@@ -9,8 +9,8 @@ from .code_paths import ENGINE_CODE_FLAGS, check_code_path
 from .issues import Out
 from .issues import add as _issue
 from .issues import fl as _fl
-
-REMOTE_RM = "remote_rm"
+from .prompt_metadata import metadata_rm_types
+from .reward_types import REMOTE_RM, is_remote
 
 
 def user_code_rules(r: dict, out: Out) -> None:
@@ -18,7 +18,7 @@ def user_code_rules(r: dict, out: Out) -> None:
         if r[dest]:
             _code_path(dest, r[dest], out)
     _reward_choice(r, out)
-    _remote(r, out)
+    remote_reward_rules(r, out)
     _over_sampling(r, out)
 
 
@@ -55,21 +55,54 @@ def _reward_choice(r: dict, out: Out) -> None:
                "evaluation.", "drop --eval-interval, or score samples one by one")
 
 
+def remote_reward_rules(r: dict, out: Out) -> None:
+    """The reward server and where --rm-type reaches: both engines (miles posts the same)."""
+    _remote(r, out)
+    _metadata_overrides(r, out)
+
+
 def _remote(r: dict, out: Out) -> None:
-    url = r["rm_url"]
+    url, rm = r["rm_url"], r["rm_type"]
+    if is_remote(rm) and not url and not r["custom_rm_path"]:
+        _issue(out, "error", "rollout.rm_url_required", ("rm_type", "rm_url"),
+               f"--rm-type {rm} posts every sample to a reward server, but --rm-url is not "
+               "set; the run would fail at start.",
+               "set --rm-url to the server's URL, e.g. http://127.0.0.1:8000/score")
     if not url:
         return
     if not url.startswith(("http://", "https://")):
         _issue(out, "error", "rollout.rm_url_scheme", ("rm_url",),
                f"--rm-url {url} is not an http:// or https:// URL.",
                "give the reward server's URL, e.g. http://127.0.0.1:8000/reward")
-    rm = (r["rm_type"] or "").removeprefix("boxed_")
-    if r["custom_rm_path"] or (rm and rm != REMOTE_RM):
-        what = "--custom-rm-path" if r["custom_rm_path"] else f"--rm-type {r['rm_type']}"
+    if r["custom_rm_path"] or (rm and not is_remote(rm)):
+        what = "--custom-rm-path" if r["custom_rm_path"] else f"--rm-type {rm}"
         _issue(out, "warning", "rollout.rm_url_unused", ("rm_url", "rm_type"),
                f"--rm-url is only posted to for --rm-type {REMOTE_RM}; with {what} it is "
-               "unused (unless a sample's metadata names rm_type remote_rm).",
+               f"unused (unless a sample's metadata names rm_type {REMOTE_RM}).",
                f"set --rm-type {REMOTE_RM}, or drop --rm-url")
+
+
+def _metadata_overrides(r: dict, out: Out) -> None:
+    """miles' order: a sample's metadata rm_type wins over --rm-type. Say so before launch,
+    with both values and how many samples, when the user's --rm-type would not reach them."""
+    rm = r["rm_type"]
+    if not rm or r["custom_rm_path"] or r["synthetic_task"]:
+        return  # a custom RM overrides both (rollout.custom_rm_overrides says so)
+    found = metadata_rm_types(r["prompt_data"], r["metadata_key"] or "metadata")
+    if found is None:
+        return
+    other = [(named, n) for named, n in found.counts if named != rm]
+    if not other:
+        return
+    touched = sum(n for _, n in other)
+    listed = ", ".join(f"{named} ({n})" for named, n in other)
+    of = f"of the {found.samples:,} samples" + ("" if found.complete else " read so far")
+    _issue(out, "warning", "rollout.rm_type_overridden", ("rm_type", "prompt_data"),
+           f"--rm-type {rm} is not used for {touched:,} {of} in {r['prompt_data']}: their "
+           f"metadata names rm_type {listed}, which wins over the flag (miles' order).",
+           f"to make --rm-type {rm} win, remove rm_type from those samples' "
+           f"\"{r['metadata_key'] or 'metadata'}\" (or set it to {rm}); or score every sample "
+           "with --custom-rm-path")
 
 
 def _over_sampling(r: dict, out: Out) -> None:

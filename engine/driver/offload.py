@@ -12,7 +12,7 @@ A move need not be waited on where it starts. Each trainer is a Ray actor that r
 in the order they were sent, so a wake sent early is done before that trainer's train call
 runs, and a sleep sent after training is done before anything later on that trainer. What
 waiting early protects is the GPU memory of the OTHER roles, so the MovePlan overlaps moves
-only where check()'s estimate (engine/config/derived.py) of every role awake at once fits:
+only where check()'s estimate (engine/config/memory.py) of every role awake at once fits:
   trainers: the actor onloads while the critic trains, and the critic offloads while the
             actor trains (both trainers awake, the rollout released);
   rollout:  also the first trainer (the critic, else the actor) onloads during generate, and
@@ -125,21 +125,19 @@ def plan_for_memory(args: Mapping[str, Any], gpu_bytes: int | None,
 def awake_at_once_gib(args: Mapping[str, Any], gpu_bytes: int | None,
                       env: Mapping[str, str]) -> tuple[float, float] | None:
     """GiB per GPU with both trainers awake and the rollout released, and with every role
-    awake (check()'s per-phase estimate); None for an unknown model shape."""
-    from ..config.derived import DRIVER_RESERVED_GIB, count_params, memory_estimate
+    awake (check()'s per-phase estimate, engine/config/memory.py, with SGLang's share of this
+    GPU); None for an unknown model shape."""
+    from ..config.memory import DRIVER_RESERVED_GIB, count_params, memory_estimate
     from ..vocabulary import Phase
 
-    table = memory_estimate(args, count_params(args), env)
+    gpu_gib = None if gpu_bytes is None else gpu_bytes / GIB
+    table = memory_estimate(args, count_params(args), env, gpu_total_gib=gpu_gib)
     actor = table[Phase.ACTOR_TRAIN]["actor"]
     critic = table[Phase.CRITIC_TRAIN]["critic"]
     released = table[Phase.CRITIC_TRAIN]["rollout"]
     rollout = table[Phase.GENERATE]["rollout"]
-    if None in (actor, critic, released, rollout):
+    if actor is None or critic is None or released is None or rollout is None:
         return None
-    if args["rollout_backend"] != "hf" and gpu_bytes is not None:
-        # SGLang's static fraction is of the GPU it runs on (the estimate assumes 80 GiB)
-        fraction = args.get("sglang_mem_fraction_static") or 0.8
-        rollout = fraction * gpu_bytes / GIB
     colocated = 1.0 if args["colocate"] else 0.0
     trainers = actor + critic + colocated * released + DRIVER_RESERVED_GIB
     return trainers, actor + critic + colocated * rollout + DRIVER_RESERVED_GIB

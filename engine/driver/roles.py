@@ -19,7 +19,14 @@ from typing import Any
 
 import ray
 
-from ..host.workers import CALL_TIMEOUT_S, WorkerFailure, first_line, wait_ready
+from ..config.memory import count_params, init_peak_gib
+from ..host.workers import (
+    CALL_TIMEOUT_S,
+    WorkerFailure,
+    death_cause,
+    first_line,
+    wait_ready,
+)
 from ..vocabulary import INIT_PHASE, InitStep, Kind
 from . import cluster
 from .offload import MovePlan, plan_moves, sleep, wake
@@ -72,7 +79,7 @@ class RolloutHandle:
             raise WorkerFailure("rollout", 0, f"{what} did not return within "
                                 f"{CALL_TIMEOUT_S:.0f} s") from err
         except ray.exceptions.RayActorError as err:
-            raise WorkerFailure("rollout", 0, "the rollout process died") from err
+            raise WorkerFailure("rollout", 0, death_cause(err, self.actor)) from err
         except ray.exceptions.RayTaskError as err:
             raise WorkerFailure("rollout", 0, first_line(err)) from err
 
@@ -221,8 +228,8 @@ class TrainGroup:
                 results[rank] = ray.get(done[0])
             except ray.exceptions.RayActorError as err:
                 self.kill()
-                raise WorkerFailure(self.role, rank, "the worker process died "
-                                    f"({type(err).__name__})") from err
+                raise WorkerFailure(self.role, rank,
+                                    death_cause(err, self.workers[rank])) from err
             except ray.exceptions.RayTaskError as err:
                 self.kill()
                 raise WorkerFailure(self.role, rank, first_line(err)) from err
@@ -418,14 +425,15 @@ def plan_init(args: Mapping[str, Any], use_gpu: bool, num_trainers: int,
     if not use_gpu:
         return InitPlan(False, False, "init: the roles start one after another (CPU: they "
                                       f"would share its cores; {INIT_OVERLAP_ENV}=1 overlaps)")
-    need = init_peak_bytes(args, with_rollout=hf, num_trainers=num_trainers)
+    need = init_peak_gib(args, count_params(args), with_rollout=hf, num_trainers=num_trainers,
+                         env=env)
     have = _smallest_gpu_bytes() if gpu_bytes is None else gpu_bytes
     if need is None or have is None:
         what = "the model size" if need is None else "the GPU memory (NVML)"
         return InitPlan(False, False, f"init: the roles start one after another ({what} "
                                       "unknown: miles' order keeps one role allocating at once)")
-    sizes = f"{need / GIB:.1f} GiB for every role awake at once, of {have / GIB:.0f} GiB"
-    if need > INIT_MEMORY_MARGIN * have:
+    sizes = f"{need:.1f} GiB for every role awake at once, of {have / GIB:.0f} GiB"
+    if need * GIB > INIT_MEMORY_MARGIN * have:
         return InitPlan(False, False, f"init: the roles start one after another ({sizes}: "
                                       "too much at once)")
     why = "" if hf else "; the SGLang engines first, as they size their memory at start"
@@ -438,40 +446,6 @@ def _together(with_rollout: bool) -> str:
 
 
 GIB = float(1 << 30)
-CUDA_CONTEXT_BYTES = 1 << 29  # ~0.5 GiB per process that touches the GPU
-
-
-def init_peak_bytes(args: Mapping[str, Any], with_rollout: bool,
-                    num_trainers: int) -> int | None:
-    """GPU bytes per device with every trainer awake at the end of its init (bf16/fp32
-    weights, fp32 master copy when bf16, grad buffer; Adam's moments come at the first
-    step) and, `with_rollout`, the hf generator's weights and the KV cache of its decoder
-    warm-up (rollout 0's batch)."""
-    from ..config.derived import count_params
-
-    params = count_params(args)
-    if params is None:
-        return None
-    shard = params / (args["tensor_model_parallel_size"] * args["pipeline_model_parallel_size"])
-    weight = 2 if args["bf16"] else 4
-    master = 4 if args["bf16"] else 0
-    grads = 4 if args["accumulate_allreduce_grads_in_fp32"] or not args["bf16"] else 2
-    trainer = shard * (weight + master + grads) + CUDA_CONTEXT_BYTES
-    rollout = (2 * params / args["rollout_num_gpus_per_engine"] + CUDA_CONTEXT_BYTES
-               + warm_up_kv_bytes(args))
-    return int(num_trainers * trainer + (rollout if with_rollout else 0))
-
-
-def warm_up_kv_bytes(args: Mapping[str, Any]) -> int:
-    """bf16 K and V of every layer for rollout 0's rows at full length (prompt limit plus
-    response), and fp32 logits for them: what the decoder warm-up holds at its peak."""
-    rows = args["rollout_batch_size"] * args["n_samples_per_prompt"]
-    length = (args["max_prompt_len"] or 0) + args["rollout_max_response_len"]
-    heads = args["num_attention_heads"]
-    kv_heads = args["num_query_groups"] or heads
-    head_dim = args["kv_channels"] or args["hidden_size"] // heads
-    kv = 2 * 2 * args["num_layers"] * kv_heads * head_dim * rows * length
-    return int(kv + 4 * rows * args["vocab_size"])
 
 
 def _smallest_gpu_bytes() -> int | None:

@@ -101,9 +101,12 @@ _NVML_READY: bool | None = None
 def _nvml():  # noqa: ANN202
     """pynvml, initialized once per process; None where there is no NVML (CPU machines)."""
     global _NVML_READY
+    if _NVML_READY is False:
+        return None  # asked before: a failed import is not cached by Python, so remember it
     try:
         import pynvml
     except ImportError:
+        _NVML_READY = False
         return None
     if _NVML_READY is None:
         try:

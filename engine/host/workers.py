@@ -41,6 +41,54 @@ class WorkerFailure(RuntimeError):
         return f"{self.role} rank {self.rank} failed: {self.cause}"
 
 
+def death_cause(err: BaseException, actor: Any = None) -> str:  # noqa: ANN401 - a handle
+    """Why a worker died, naming the node when the node went with it: Ray's actor table says
+    where the actor lived, its node table whether that node is still alive. A lost node is what
+    a user must act on (replace it, then resume), so it is said first."""
+    lost = _lost_node(actor)
+    if lost is None:
+        return f"the worker process died ({type(err).__name__})"
+    node_id, ip = lost
+    return (f"its node {node_id[:12]} ({ip}) was lost and the worker with it; replace the "
+            "node, then `ppodeck run --resume RUN` continues from the last save")
+
+
+NODE_VERDICT_S = 20.0  # how long a dead worker waits for Ray to say whether its node died
+
+
+def _lost_node(actor: Any) -> tuple[str, str] | None:  # noqa: ANN401 - a ray ActorHandle
+    """(node id, ip) of the actor's node when Ray lists that node as dead; None otherwise.
+
+    Ray marks a node dead some seconds after it stops answering (its health checks), and a
+    call on its actors can fail before that; so this waits, up to NODE_VERDICT_S, for either
+    verdict: the node dead, or the actor dead on a node that is alive (its process died)."""
+    if actor is None:
+        return None
+    deadline = time.monotonic() + NODE_VERDICT_S
+    while True:
+        verdict = _node_verdict(actor)
+        if verdict is not None or time.monotonic() > deadline:
+            return verdict or None
+        time.sleep(0.5)
+
+
+def _node_verdict(actor: Any) -> tuple[str, str] | tuple[()] | None:  # noqa: ANN401
+    """(node id, ip) when the node is dead; () when the actor is dead on a live node (or Ray
+    cannot say); None while neither is known yet."""
+    import ray
+    from ray._private.state import state as gcs
+
+    try:
+        info = gcs.actor_table(actor._actor_id.hex()) or {}
+        node_id = info.get("Address", {}).get("NodeID")
+        node = {n.get("NodeID"): n for n in ray.nodes()}.get(node_id)
+    except Exception:  # noqa: BLE001 - naming the node is best effort; the failure stands
+        return ()
+    if node is not None and not node.get("Alive"):
+        return str(node_id), str(node.get("NodeManagerAddress") or "?")
+    return () if node is None or info.get("State") == "DEAD" else None
+
+
 def wait_ready(role: str, workers: Sequence[Any], asks: str,
                timeout: float | None = None) -> None:
     """Every worker placed, started and constructed, or an error naming the first one that

@@ -46,10 +46,25 @@ class LaunchError(Exception):
     """str() is the user-facing message, with a fix."""
 
 
+class MemoryRefused(LaunchError):
+    """The memory pre-flight refused the run: it does not fit what the machine holds now."""
+
+
 def prepare_run(
-    config: RunConfig, preset_name: str, run_dir: str | os.PathLike[str] | None = None
+    config: RunConfig, preset_name: str, run_dir: str | os.PathLike[str] | None = None,
+    here: bool = True,
 ) -> RunDir:
-    """Create the run directory with config.toml, command.txt and status "created"."""
+    """Create the run directory with config.toml, command.txt and status "created". `here`:
+    PPO Deck's engine starts on this machine, so first the memory pre-flight
+    (engine/launch/memory_check.py) must find that the run fits what the GPUs and the host
+    hold now: LaunchError, naming the GiB and the holders, when it does not. A Ray job or
+    miles' own train.py pass False (the cluster, or miles, is judged where it runs)."""
+    if here:
+        from .memory_check import memory_refusals, refusal_text
+
+        refused = memory_refusals(config)
+        if refused:
+            raise MemoryRefused("not launched: " + refusal_text(refused))
     rundir = _new_run_dir(run_dir) if run_dir is not None else create_run_dir(preset_name)
     _write_config(rundir, config, preset_name)
     write_status(

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ppodeck import IMPORT_ROOT
 
 from ..run.rundir import RunDir, update_status, write_status
-from ..vocabulary import FINAL_STATES, State
+from ..vocabulary import FINAL_STATES, Kind, State
 from .watch import DUMP_SUBDIR, register, sync
 
 if TYPE_CHECKING:
@@ -69,15 +69,24 @@ def miles_argv(config: RunConfig, rundir: RunDir, *, show_secrets: bool = True
     """(train.py's argv, the flags added for watching, PPO Deck's own flags left out).
 
     The argv is `ppodeck command --engine miles`'s (train_argv) plus, unless the preset sets
-    them, --dump-details into the run directory and --use-miles-dashboard.
+    them, --dump-details into the run directory and --use-miles-dashboard (not with
+    $PPODECK_MILES_DASHBOARD=0: the run is then watched through the dump's events/ records,
+    for a miles install whose dashboard cannot run).
     """
     argv, own = train_argv(config, show_secrets=show_secrets)
     added: list[str] = []
     if not config.is_set("dump_details"):
         added += ["--dump-details", str(rundir.path.resolve() / DUMP_SUBDIR)]
-    if not config.get("use_miles_dashboard"):
+    if not config.get("use_miles_dashboard") and dashboard_wanted():
         added.append("--use-miles-dashboard")
     return argv + added, added, own
+
+
+DASHBOARD_ENV = "PPODECK_MILES_DASHBOARD"  # 0: leave --use-miles-dashboard to the preset
+
+
+def dashboard_wanted(environ: Mapping[str, str] | None = None) -> bool:
+    return (environ if environ is not None else os.environ).get(DASHBOARD_ENV, "1") != "0"
 
 
 def train_argv(config: RunConfig, *, show_secrets: bool = True, expand_paths: bool = True
@@ -206,7 +215,7 @@ def launch(config: RunConfig, preset_name: str, miles_root: Path, submit: str | 
     if errors:
         raise MilesLaunchError("miles would refuse this config: " + "; ".join(
             f"{issue.code}: {issue.message}" for issue in errors))
-    rundir = prepare_run(config, preset_name)
+    rundir = prepare_run(config, preset_name, here=False)
     prepare(rundir, config, root, submit)
     return rundir, start_supervisor(rundir, env=secret_env(config))
 
@@ -243,7 +252,12 @@ class _Stop:
 
 
 def supervise(rundir: RunDir) -> int:
-    """Start the head (or join --submit's cluster), run train.py as a Ray job, watch it."""
+    """Start the head (or join --submit's cluster), run train.py as a Ray job, watch it.
+
+    A private head without Ray's dashboard packages has no Jobs API: train.py then runs as this
+    process's child against that head (as `python3 train.py` under `ray start --head`), and the
+    log says so.
+    """
     from ..presets import config_from_toml
     from ..run.secrets import restore_secrets
 
@@ -258,14 +272,24 @@ def supervise(rundir: RunDir) -> int:
     address = launch.get("submit")
     private = address is None
     try:
-        if private:
-            write_status(rundir, state=State.STARTING, detail="starting a private Ray head")
-            address = _private_head(rundir)
+        announce_departures(rundir)
         env = runtime_env_vars(miles_root, config, os.environ, has_nvlink())
         print(f"miles job env: {json.dumps(env)}", flush=True)  # before the secrets join it
         env.update(secret_job_env(config))
-        return _run_job(rundir, address, entrypoint(miles_root, argv, os.environ), env, stop,
-                        private)
+        command = entrypoint(miles_root, argv, os.environ)
+        if not private:
+            return _run_job(rundir, address, command, env, stop, private)
+        missing = jobs_api_missing()
+        write_status(rundir, state=State.STARTING, detail="starting a private Ray head")
+        # without the Jobs API no runtime_env reaches Ray's workers: the head (whose raylet
+        # starts them) gets the job's variables itself
+        gcs, dashboard = _private_head(rundir, with_dashboard=missing is None,
+                                       worker_env=None if missing is None else env)
+        if missing is None:
+            return _run_job(rundir, dashboard, command, env, stop, private)
+        print(f"Ray's Jobs API is not installed here ({missing}): train.py runs as a child of "
+              f"this supervisor against the private head at {gcs}", flush=True)
+        return _run_direct(rundir, gcs, command, env, stop)
     except Exception as exc:  # noqa: BLE001 - whatever failed, the run says it and why
         write_status(rundir, state=State.FAILED, ended=time.time(),
                      detail=f"miles run did not start: {type(exc).__name__}: {exc}")
@@ -275,13 +299,67 @@ def supervise(rundir: RunDir) -> int:
         sync(rundir, final=True)  # train.py has exited: its last rollout is complete
         if private:
             _stop_private_head()
+            _end_leftovers()
 
 
-def _private_head(rundir: RunDir) -> str:
+DEPARTURES_ENV = "PPODECK_MILES_DEPARTURES"  # a JSON list of {"what", "why"}: set up by the host
+
+
+def departures(environ: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+    """What this machine's miles setup changes against miles' own image, as its installer
+    recorded it ($PPODECK_MILES_DEPARTURES names the file); [] when none is recorded.
+    An unreadable record is itself a departure to show, never a silent nothing."""
+    path = (environ if environ is not None else os.environ).get(DEPARTURES_ENV)
+    if not path:
+        return []
+    try:
+        entries = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        return [{"what": f"${DEPARTURES_ENV}={path} could not be read",
+                 "why": f"{type(exc).__name__}: {exc}"}]
+    return [{"what": str(e.get("what")), "why": str(e.get("why"))} for e in entries
+            if isinstance(e, dict)]
+
+
+def announce_departures(rundir: RunDir) -> None:
+    """Each departure as a warning line in driver.log and a warning event (tail shows it)."""
+    from ..run.events import SCHEMA_VERSION, encode_event
+    from .watch import LOCK_FILE, locked
+
+    lines = [f"departure from miles' image (outside the miles checkout): {entry['what']}: "
+             f"{entry['why']}" for entry in departures()]
+    for line in lines:
+        print(line, flush=True)
+    events = [{"v": SCHEMA_VERSION, "ts": time.time(), "kind": Kind.LOG, "source": "miles",
+               "level": "warning", "msg": line} for line in lines]
+    if events:
+        with locked(rundir.path / LOCK_FILE), open(rundir.events_jsonl, "ab") as out:
+            out.write(b"".join(encode_event(e) for e in events))
+
+
+DIRECT_ENV = "PPODECK_MILES_DIRECT"  # 1: train.py as the supervisor's child, Jobs API or not
+
+
+def jobs_api_missing() -> str | None:
+    """None when Ray's Jobs API can run here, else why not: $PPODECK_MILES_DIRECT=1, or the
+    import that fails (Ray's dashboard starts only when ray.dashboard.optional_deps imports)."""
+    if os.environ.get(DIRECT_ENV) == "1":
+        return f"{DIRECT_ENV}=1"
+    try:
+        import ray.dashboard.optional_deps  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name or exc}: ray.dashboard.optional_deps does not import"
+    return None
+
+
+def _private_head(rundir: RunDir, with_dashboard: bool = True,
+                  worker_env: Mapping[str, str] | None = None) -> tuple[str, str]:
     """A Ray head of this run only, as miles' launchers start one (`ray start --head`), on
-    127.0.0.1 with every visible GPU and the Jobs API. Every port is drawn free (two heads on
-    one machine would otherwise share the job agent's 52365) and it is `--block`ed in a child
-    process, so stopping that process takes the whole head down (Ray's reaper)."""
+    127.0.0.1 with every visible GPU (and the Jobs API when `with_dashboard`). Every port is
+    drawn free (two heads on one machine would otherwise share the job agent's 52365) and it is
+    `--block`ed in a child process, so stopping that process takes the whole head down (Ray's
+    reaper). `worker_env` joins the head's environment, which its workers inherit. Returns
+    (the GCS address, the dashboard's http address)."""
     import tempfile
 
     from ..host.machine import visible_gpus
@@ -289,26 +367,88 @@ def _private_head(rundir: RunDir) -> str:
 
     declared = os.environ.get(TEST_GPUS_ENV, "")
     gpus = int(declared) if declared.isdigit() and int(declared) > 0 else visible_gpus()
-    dashboard = free_port()
+    dashboard, gcs = free_port(), free_port()
     temp_dir = tempfile.mkdtemp(prefix="ppdm-", dir="/tmp")  # short: socket paths live here
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
-            "--node-ip-address", "127.0.0.1", "--port", str(free_port()),
+            "--node-ip-address", "127.0.0.1", "--port", str(gcs),
             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
             "--dashboard-agent-listen-port", str(free_port()),
             "--ray-client-server-port", str(free_port()), "--num-gpus", str(gpus),
             "--temp-dir", temp_dir, "--disable-usage-stats"]
+    if not with_dashboard:
+        argv += ["--include-dashboard", "false"]
     # loopback only (engine/driver/cluster.py loopback_only: why); no usage reporting
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    env = {**os.environ, **(worker_env or {}), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=sys.stdout,
                             stderr=subprocess.STDOUT)
     _HEADS.append((head, temp_dir))
     address = f"http://127.0.0.1:{dashboard}"
-    write_status(rundir, ray_head=address)
-    return address
+    write_status(rundir, ray_head=address if with_dashboard else f"127.0.0.1:{gcs}")
+    return f"127.0.0.1:{gcs}", address
 
 
 _HEADS: list[tuple[subprocess.Popen[bytes], str]] = []
+_SESSIONS: list[int] = []  # train.py's own session (direct runs)
+
+
+def _end_leftovers() -> None:
+    """End what outlived the head in this supervisor's and train.py's sessions: an SGLang
+    server is a multiprocessing child of a Ray actor and can survive it, holding the GPU.
+    Each one is named in the log; only processes of those sessions are touched, and this
+    supervisor's own session only when it leads it (start_supervisor makes it so; run by hand
+    from a shell it shares the shell's)."""
+    sessions = set(_SESSIONS) | ({os.getpid()} if os.getsid(0) == os.getpid() else set())
+    leftovers = [pid for pid, sid in _processes() if sid in sessions and pid != os.getpid()]
+    for pid in leftovers:
+        print(f"ending pid {pid} ({_cmdline(pid)}): still running after miles' Ray head "
+              "stopped", flush=True)
+        _signal_pid(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline and any(_alive(pid) for pid in leftovers):
+        time.sleep(0.2)
+    for pid in leftovers:
+        if _alive(pid):
+            _signal_pid(pid, signal.SIGKILL)
+
+
+def _processes() -> list[tuple[int, int]]:
+    """(pid, session id) of every process this user can read in /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) "
+        if len(fields) > 3 and fields[0] != "Z":
+            found.append((int(entry.name), int(fields[3])))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[:1] != ["Z"]
+
+
+def _signal_pid(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _stop_private_head() -> None:
@@ -354,6 +494,76 @@ def _run_job(rundir: RunDir, address: str, command: str, env: dict[str, str], st
             jobs.stop_job(rundir.id)
             update_status(rundir, _mark_stopping)
         time.sleep(POLL_S)
+
+
+STOP_GRACE_S = 30.0  # after SIGINT, then SIGTERM to train.py's group, then SIGKILL
+
+
+def _run_direct(rundir: RunDir, gcs: str, command: str, env: dict[str, str], stop: _Stop
+                ) -> int:
+    """train.py as a child in its own process group, on the private head at `gcs`: its
+    output goes to driver.log, the dump is synced every POLL_S, and a stop interrupts it
+    (SIGINT, then SIGTERM and SIGKILL to its group if it lingers)."""
+    _wait_for_head(gcs)
+    if stop.requested:
+        write_status(rundir, state=State.STOPPED, ended=time.time(),
+                     detail="stopped at the user's request before miles' train.py started")
+        return 130
+    # the head's loopback switch too: else ray.init looks for the GCS on the routable IP
+    child_env = {**os.environ, **env, "RAY_ADDRESS": gcs, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    with open(rundir.driver_log, "ab") as log:
+        child = subprocess.Popen(shlex.split(command), env=child_env, stdin=subprocess.DEVNULL,
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    write_status(rundir, state=State.RUNNING, miles_job={
+        "address": gcs, "pid": child.pid, "private_head": True},
+                 detail=f"miles train.py running (pid {child.pid}) on the private head {gcs}")
+    _SESSIONS.append(child.pid)  # its own session: swept when the head is down
+    asked_at: float | None = None
+    signals = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
+    while child.poll() is None:
+        sync(rundir)
+        first_ask = stop.requested and asked_at is None
+        overdue = asked_at is not None and time.monotonic() - asked_at > STOP_GRACE_S
+        if signals and (first_ask or overdue):
+            asked_at = time.monotonic()
+            _signal_group(child.pid, signals.pop(0))
+            update_status(rundir, _mark_stopping_direct)
+        time.sleep(POLL_S)
+    code = child.returncode
+    if stop.requested:
+        state, detail = State.STOPPED, "stopped at the user's request"
+    elif code == 0:
+        state, detail = State.SUCCEEDED, "miles train.py finished"
+    else:
+        state, detail = State.FAILED, f"miles train.py failed: exit code {code}"
+    write_status(rundir, state=state, ended=time.time(), detail=detail)
+    return {State.SUCCEEDED: 0, State.STOPPED: 130}.get(state, 3)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_for_head(gcs: str, timeout: float = 120.0) -> None:
+    """Until the private head's GCS port takes connections (or the head exits)."""
+    host, port = gcs.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        dead = [head.returncode for head, _ in _HEADS if head.poll() is not None]
+        if dead:
+            raise MilesLaunchError(f"the private Ray head exited (code {dead[0]}) before it "
+                                   "answered; its output is above in this log")
+        try:
+            socket.create_connection((host, int(port)), timeout=1.0).close()
+            return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise MilesLaunchError(f"the private Ray head at {gcs} did not answer in "
+                                       f"{timeout:.0f} s: {exc}") from exc
+            time.sleep(0.5)
 
 
 def _wait_for_jobs_api(address: str, timeout: float = 180.0) -> Any:  # noqa: ANN401
@@ -405,6 +615,14 @@ def _mark_stopping(status: dict[str, Any]) -> dict[str, Any]:
         return status
     return {**status, "state": State.STOPPING,
             "detail": "stop requested: the Ray job is being stopped"}
+
+
+def _mark_stopping_direct(status: dict[str, Any]) -> dict[str, Any]:
+    if status.get("state") in FINAL_STATES:
+        return status
+    return {**status, "state": State.STOPPING,
+            "detail": "stop requested: miles' train.py is being interrupted (SIGINT, then "
+                      f"SIGTERM and SIGKILL {STOP_GRACE_S:.0f} s apart)"}
 
 
 def _finish(rundir: RunDir, jobs: Any, job_status: str) -> int:  # noqa: ANN401

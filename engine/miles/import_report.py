@@ -29,6 +29,17 @@ class ImportReport:
     launcher: list[str] = field(default_factory=list)  # python: entry, overrides, cluster
     problems: list[str] = field(default_factory=list)  # why static reading fell short
     ran: bool = False  # python: run (with consent) with miles' helpers replaced by recorders
+    # why nothing of the command could be read (a refused launcher): check()'s findings on the
+    # empty config are knock-ons (engine.config.knock_on)
+    unreadable: str | None = None
+
+    def judged(self, checked: list[Issue]) -> list[Issue]:
+        """This report's issues, then check()'s on its config, knock-ons grouped."""
+        from ..config.knock_on import group_knock_on
+
+        return group_knock_on(self.issues, checked,
+                              unreadable=f"{self.script}, which could not be read"
+                              if self.unreadable else None)
 
     def resolved(self) -> list[tuple[str, list[str]]]:
         """(from where, flags) for every flag whose value did not sit in the command itself."""

@@ -86,6 +86,7 @@ def _report(run: LauncherRun, script: str, lines: list[str], env: Mapping[str, s
     issues: list[Issue] = []
     problems = list(run.problems)
     words: list[Word] = []
+    train: list[Word] | None = None
     call = run.train[0] if run.train else None
     if call is None:
         if run.stops and not problems:
@@ -102,8 +103,11 @@ def _report(run: LauncherRun, script: str, lines: list[str], env: Mapping[str, s
                                 f"{len(run.train)} U.execute_train calls; imported the first "
                                 f"({script}:{call.line}), not {others}.",
                                 "pass the launcher arguments that pick the run you want"))
-        words = _model_words(call, run, script, env or {}, miles_root, problems) + \
-            _train_words(call, problems, lines)
+        train = _train_words(call, problems, lines)
+        words = _model_words(call, run, script, env or {}, miles_root, problems) + (train or [])
+    # nothing of the train args was read: the config is empty, and what check() finds missing
+    # in it is a knock-on of the first problem (engine.config.knock_on groups it)
+    unreadable = problems[0] if problems and (call is None or train is None) else None
     words, dropped = _drop_loose_unknowns(words)
     config, argv_issues = parse_argv([w.text for w in words])
     unresolved = list(dict.fromkeys([*(u for w in words for u in w.unresolved), *dropped,
@@ -113,16 +117,21 @@ def _report(run: LauncherRun, script: str, lines: list[str], env: Mapping[str, s
            "set the value in the launcher or with --launcher-args; or pass --run-launcher to "
            "run it with miles' helpers replaced by recorders (its own code runs: needs "
            "--trust or a yes)")
-    for problem in problems:
-        issues.append(Issue("error" if call is None else "warning", "launcher.not_static",
-                            (script,), f"{script}: {problem}.", fix))
+    if unreadable:  # one refusal: the first problem, the others said inside it
+        more = "; ".join(problems[1:])
+        issues.append(Issue("error", "launcher.not_static", (script,),
+                            f"{script}: {problems[0]}." + (f" Also: {more}." if more else ""),
+                            fix))
+    else:
+        issues += [Issue("warning", "launcher.not_static", (script,), f"{script}: {problem}.",
+                         fix) for problem in problems]
     issues += _unresolved_issues(unresolved) + note_issues(run.notes) + argv_issues
     prepare, sources = _prepare(run.prepare, config, script)
     return ImportReport(
         config, issues, script, word_origins(words), unresolved, run.notes,
         call.line if call else None, language="python", flag_lines=_flag_lines(words),
         prepare=prepare, sources=sources, launcher=_launcher_lines(run, call, overrides),
-        problems=problems, ran=ran)
+        problems=problems, ran=ran, unreadable=unreadable)
 
 
 def _unresolved_issues(unresolved: list[Unresolved]) -> list[Issue]:
@@ -167,6 +176,7 @@ def _model_words(call: TrainCall, run: LauncherRun, script: str, env: Mapping[st
     if found is None:
         problems.append(f"model args of megatron_model_type {name!r}: {source}")
         return []
+    run.model_source = f"model args of {name} (line {line}): {source}"
     origin = Origin("model", name, script, line)
     return [Word(token, origin) for token in found.split()]
 
@@ -190,15 +200,16 @@ def _plain_name(args: Args | None) -> str:
     return value.text if isinstance(value, Text) and not value.unknown() else ""
 
 
-def _train_words(call: TrainCall, problems: list[str], lines: list[str]) -> list[Word]:
+def _train_words(call: TrainCall, problems: list[str], lines: list[str]) -> list[Word] | None:
+    """The train args' words; None when they are not known at all (the problem says why)."""
     train_args = call.train_args
     if isinstance(train_args, Unknown):
         problems.append(f"train_args depend on {train_args.why.what} (line "
                         f"{train_args.why.line}): {train_args.why.why}")
-        return []
+        return None
     if not isinstance(train_args, Text):
         problems.append(f"train_args at line {call.line} is not a string")
-        return []
+        return None
     return split_words(train_args, lines)
 
 
@@ -239,6 +250,8 @@ def _launcher_lines(run: LauncherRun, call: TrainCall | None,
         lines.append(f"{run.args.cls.name} (line {run.args.cls.line}): "
                      f"{len(run.args.cls.fields)} fields"
                      + (f", launcher args {' '.join(overrides)}" if overrides else ""))
+    if run.model_source:
+        lines.append(run.model_source)
     if call is not None:
         gpus = call.num_gpus_per_node
         shown = describe_value(gpus)

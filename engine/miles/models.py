@@ -44,6 +44,17 @@ class ModelFileError(Exception):
     """A model file that cannot be read without running it (the message names the line)."""
 
 
+def checkout_beside(path: Path | None, levels: int = 6) -> Path | None:
+    """The miles checkout a launcher sits in (`scripts/run_x.py`, `examples/a/b/run.py`): the
+    nearest folder above it holding both `scripts/models` and the `miles` package."""
+    if path is None:
+        return None
+    for parent in list(path.expanduser().resolve().parents)[:levels]:
+        if (parent / MODEL_DIR).is_dir() and (parent / "miles").is_dir():
+            return parent
+    return None
+
+
 def lookup(name: str, env: Mapping[str, str], miles_root: Path | None = None
            ) -> tuple[str | None, str]:
     """NAME -> (one-line model args, where they came from) or (None, why not)."""

@@ -26,6 +26,8 @@ from __future__ import annotations
 import ast
 import datetime
 import difflib
+import functools
+import itertools
 import json
 import re
 import shlex
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import reader_bounds as bounds
 from .shell import Origin, Unresolved, Word
 
 HELPER_MODULE = "miles.utils.external_utils.command_utils"
@@ -41,8 +44,8 @@ HELPER_MODULE = "miles.utils.external_utils.command_utils"
 HELPER_MODULES = (HELPER_MODULE, "miles.utils.external_utils.exec_command")
 MAX_CALL_DEPTH = 24
 MAX_LOOP_ITEMS = 256
-MAX_TEXT = 1_000_000  # characters in one string the reader builds
-MAX_RANGE = 100_000  # items of a range() the reader builds
+MAX_TEXT = bounds.MAX_TEXT
+MAX_RANGE = bounds.MAX_ITEMS  # items of a range() the reader builds
 
 # miles' ExecuteTrainConfig (the base of every ScriptArgs): field -> (default, env var read).
 EXECUTE_TRAIN_CONFIG: dict[str, tuple[Any, str | None]] = {
@@ -82,8 +85,8 @@ class Text:
 
     pieces: tuple[Piece, ...]
 
-    @property
-    def text(self) -> str:
+    @functools.cached_property
+    def text(self) -> str:  # cached: a hostile launcher reads one long text many times
         return "".join(p.text for p in self.pieces)
 
     def unknown(self) -> Unresolved | None:
@@ -208,6 +211,7 @@ class LauncherRun:
     entry: str = ""
     problems: list[str] = field(default_factory=list)  # why static reading was not enough
     stops: list[Unresolved] = field(default_factory=list)  # a raise/assert/exit reached
+    model_source: str = ""  # where megatron_model_type's args came from (file or table)
 
 
 class _Return(Exception):  # noqa: N818 - control flow, not an error
@@ -254,12 +258,16 @@ class LauncherReader:
         self.depth = 0
         self.in_prepare = 0
         self.lines: list[str] = []
+        self.source = bounds.Source("")
+        self.budget = bounds.Budget()
         self.span: tuple[int, int] | None = None  # the statement being read
+        self.last_line = 0  # the statement the reader entered last: where a limit stopped it
 
     # -- entry --
 
     def read(self, text: str) -> LauncherRun:
-        self.lines = text.splitlines()
+        self.source = bounds.Source(text)
+        self.lines = self.source.lines
         try:
             tree = ast.parse(text, filename=self.file)
         except SyntaxError as exc:
@@ -271,6 +279,7 @@ class LauncherReader:
                                      f"({type(exc).__name__})")
             return self.run
         main_block: list[ast.stmt] = []
+        self.budget = bounds.Budget()  # after parsing: the budget is the walk's, not Python's
         try:
             for node in tree.body:
                 if _is_main_guard(node):
@@ -280,11 +289,22 @@ class LauncherReader:
             self._enter(main_block)
         except LauncherError:
             raise
-        except (RecursionError, _Return, Exception) as exc:  # noqa: BLE001 - a reader limit
-            line = self.span[0] if self.span else 0
-            self.run.problems.append(f"line {line} is beyond what this reader follows "
+        except bounds.BudgetSpent as spent:
+            self.run.problems.append(f"line {spent.line}: {spent.why}")
+        except (RecursionError, MemoryError) as exc:
+            kind = "nests too deeply" if isinstance(exc, RecursionError) else \
+                "needs too much memory"
+            self.run.problems.append(f"line {self.last_line}: {self._line_quote()} {kind} for "
+                                     "this reader to follow without running it")
+        except (_Return, Exception) as exc:  # noqa: BLE001 - a construct this reader lacks
+            self.run.problems.append(f"line {self.last_line} is beyond what this reader follows "
                                      f"({type(exc).__name__}: {str(exc)[:80]})")
         return self.run
+
+    def _line_quote(self) -> str:
+        if 0 < self.last_line <= len(self.lines):
+            return f"`{self.lines[self.last_line - 1].strip()[:bounds.QUOTE]}`"
+        return "the launcher"
 
     def _enter(self, main_block: list[ast.stmt]) -> None:
         commands = [v for v in self.globals.values()
@@ -413,6 +433,8 @@ class LauncherReader:
         if method is None:
             self._unresolved(node, f"a {type(node).__name__} statement is not read")
             return
+        self.budget.step(node.lineno)
+        self.last_line = node.lineno
         outer, self.span = self.span, (node.lineno, node.end_lineno or node.lineno)
         try:
             method(node, scope)
@@ -549,7 +571,7 @@ class LauncherReader:
     def _stmt_If(self, node: ast.If, scope: dict[str, Any]) -> None:
         test = self.value(node.test, scope)
         if isinstance(test, Unknown):
-            self._note(ast.get_source_segment("\n".join(self.lines), node.test) or "if",
+            self._note(self.source.quote(node.test, "") or "if",
                        node.lineno, f"the condition depends on {test.why.what} (line "
                        f"{test.why.line}); read as false, the else branch taken")
             try:
@@ -595,7 +617,7 @@ class LauncherReader:
             why = items.why.what if isinstance(items, Unknown) else "a value not known"
             self._unresolved(node, f"a loop over {why}: its body is not read")
             return
-        for item in list(items)[:MAX_LOOP_ITEMS]:
+        for item in itertools.islice(items, MAX_LOOP_ITEMS):
             self._store(node.target, item, scope, node.lineno)
             self._block(node.body, scope)
         self._block(node.orelse, scope)
@@ -615,7 +637,7 @@ class LauncherReader:
             self._stop(node, "asserts something false", self.value(node.msg, scope))
 
     def _stop(self, node: ast.stmt, verb: str, message: Any) -> None:
-        text = (ast.get_source_segment("\n".join(self.lines), node) or "raise").split("\n")[0]
+        text = (self.source.quote(node, "") or "raise").split("\n")[0]
         said = f": {str(message)[:160]!r}" if isinstance(message, Text) and \
             not message.unknown() else ""
         raise _Stop(Unresolved(text[:80], self.file, node.lineno,
@@ -647,7 +669,10 @@ class LauncherReader:
         method = getattr(self, f"_{type(node).__name__}", None)
         if method is None:
             return self._unknown(node, f"a {type(node).__name__} expression is not read")
-        return method(node, scope)
+        self.budget.step(getattr(node, "lineno", self.last_line))
+        result = method(node, scope)
+        why = bounds.too_big(result, _text_size)
+        return self._unknown(node, why) if why else result
 
     def _Constant(self, node: ast.Constant, scope: dict[str, Any]) -> Any:
         if not isinstance(node.value, str):
@@ -744,11 +769,14 @@ class LauncherReader:
         value = self.value(node.value, scope)
         origin = self._value_origin(node.value, scope) or self._origin(node.lineno)
         if isinstance(value, Unknown):
-            source = ast.get_source_segment("\n".join(self.lines), node.value) or "?"
+            source = self.source.quote(node.value, "") or "?"
             return Text((Piece("{" + source + "}", origin, value.why),))
         if isinstance(value, Text):
             return value.retag(origin) if _is_field(node.value) else value
         spec = self.value(node.format_spec, scope) if node.format_spec else ""
+        if bounds.format_spec_too_big(str(spec)):
+            return Text((Piece("{?}", origin, Unresolved(
+                "{...}", self.file, node.lineno, "a format width over the reader's cap")),))
         try:
             shown = format(_plain(value), str(spec)) if node.conversion == -1 else (
                 repr(_plain(value)) if node.conversion == ord("r") else str(_plain(value)))
@@ -808,7 +836,7 @@ class LauncherReader:
     def _IfExp(self, node: ast.IfExp, scope: dict[str, Any]) -> Any:
         test = self.value(node.test, scope)
         if isinstance(test, Unknown):
-            self._note(ast.get_source_segment("\n".join(self.lines), node.test) or "if",
+            self._note(self.source.quote(node.test, "") or "if",
                        node.lineno, f"the condition depends on {test.why.what} (line "
                        f"{test.why.line}); read as false, the else value taken")
             test = False
@@ -863,7 +891,7 @@ class LauncherReader:
                 return self._text(owner.text[_plain(key)], node.lineno)
             return owner[key if isinstance(owner, dict) else _plain(key)]
         except (KeyError, IndexError, TypeError):
-            return self._unknown(node, f"{ast.unparse(node)}: no such item "
+            return self._unknown(node, f"{self.source.quote(node)}: no such item "
                                        f"({_plain(key)!r})")
 
     def _Slice(self, node: ast.Slice, scope: dict[str, Any]) -> Any:
@@ -889,7 +917,7 @@ class LauncherReader:
             items = list(items)
         if not isinstance(items, (list, tuple, range)):
             return Unknown(Unresolved("comprehension", self.file, 0, "not known"))
-        for item in list(items)[:MAX_LOOP_ITEMS]:
+        for item in itertools.islice(items, MAX_LOOP_ITEMS):
             self._store(generator.target, item, local, 0)
             if all(_truth(self.value(cond, local)) for cond in generator.ifs):
                 failed = self._generate(generators, index + 1, local, emit)
@@ -932,7 +960,7 @@ class LauncherReader:
     def call(self, function: Any, args: list[Any], kwargs: dict[str, Any], line: int,
              node: ast.Call | None = None) -> Any:
         if isinstance(function, Unknown):
-            what = ast.unparse(node)[:80] if node is not None else function.why.what
+            what = self.source.quote(node) if node is not None else function.why.what
             return Unknown(Unresolved(what, self.file, line,
                                       f"calls {function.why.what}, {function.why.why}"))
         if isinstance(function, Function):
@@ -954,11 +982,14 @@ class LauncherReader:
                 return next(a for a in [*args, *kwargs.values()] if isinstance(a, Unknown))
             try:
                 result = function.function(*args, **kwargs)
+            except bounds.TooBig as refused:
+                return self._unknown_at(line, self.source.quote(node) if node else
+                                        f"{function.name}(...)", str(refused))
             except Exception as exc:  # noqa: BLE001 - the launcher's own error, reported
                 return self._unknown_at(line, f"{function.name}(...)",
                                         f"fails on these values ({type(exc).__name__})")
             return _as_text(result, self._origin(line))
-        return self._unknown_at(line, ast.unparse(node)[:80] if node else "a call",
+        return self._unknown_at(line, self.source.quote(node) if node else "a call",
                                 f"calls a {type(function).__name__}, which is not read")
 
     def _call_function(self, function: Function, args: list[Any],
@@ -1157,14 +1188,14 @@ class LauncherReader:
         return Origin("script", "", self.file, line)
 
     def _unknown(self, node: ast.AST, why: str) -> Unknown:
-        source = ast.get_source_segment("\n".join(self.lines), node) or type(node).__name__
+        source = self.source.quote(node, "") or type(node).__name__
         return self._unknown_at(getattr(node, "lineno", 0), source[:80], why)
 
     def _unknown_at(self, line: int, what: str, why: str) -> Unknown:
         return Unknown(Unresolved(what, self.file, line, why))
 
     def _unresolved(self, node: ast.AST, why: str) -> None:
-        source = ast.get_source_segment("\n".join(self.lines), node) or type(node).__name__
+        source = self.source.quote(node, "") or type(node).__name__
         self.run.unresolved.append(Unresolved(source.split("\n")[0][:80], self.file,
                                               getattr(node, "lineno", 0), why))
 
@@ -1371,11 +1402,24 @@ def _method(owner: Any, name: str) -> Callable[..., Any]:
     plain = _plain(owner)
     if isinstance(owner, dict) and name == "get":
         return lambda key, default=None: owner.get(key, default)
-    if isinstance(owner, (list, dict)) and name in ("append", "extend", "update"):
-        return getattr(owner, name)
-    attribute = getattr(plain, name)
-    return lambda *a, **k: attribute(*[_plain(x) for x in a],
-                                     **{key: _plain(v) for key, v in k.items()})
+    attribute = getattr(owner if isinstance(owner, (list, dict)) and name in (
+        "append", "extend", "update") else plain, name)
+
+    def bounded(*a: Any, **k: Any) -> Any:
+        why = bounds.method_too_big(plain, name, [_plain(x) for x in a])
+        if why:
+            raise bounds.TooBig(why)
+        if attribute.__self__ is owner:  # list.append and friends keep the items' origins
+            return attribute(*a, **k)
+        return attribute(*[_plain(x) for x in a], **{key: _plain(v) for key, v in k.items()})
+    return bounded
+
+
+def _text_size(value: Any) -> tuple[int, int] | None:
+    """(characters, pieces) of a Text, for the reader's caps; None for other values."""
+    if not isinstance(value, Text):
+        return None
+    return sum(len(p.text) for p in value.pieces), len(value.pieces)
 
 
 def _bounded_range(*args: int) -> range:
@@ -1418,9 +1462,20 @@ _BUILTINS["print"] = lambda *a, **k: None
 _BUILTINS["range"] = _builtin(_bounded_range)
 _BUILTINS["map"] = _builtin(map)  # over plain data; a function of the launcher: LauncherReader
 # stdlib functions that are plain data in, plain data out
+def _bounded_regex(function: Callable[..., Any]) -> Callable[..., Any]:
+    def run(pattern: Any, subject: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        # re.sub's subject is its third argument; its second (the replacement) is short
+        text = rest[0] if function is re.sub and rest else subject
+        why = bounds.regex_refusal(pattern, text)
+        if why:
+            raise bounds.TooBig(why)
+        return function(pattern, subject, *rest, **kwargs)
+    return run
+
+
 _PURE_MODULES: dict[str, dict[str, Callable[..., Any]]] = {
-    "re": {"search": re.search, "match": re.match, "fullmatch": re.fullmatch, "sub": re.sub,
-           "findall": re.findall, "split": re.split},
+    "re": {name: _bounded_regex(getattr(re, name))
+           for name in ("search", "match", "fullmatch", "sub", "findall", "split")},
     "json": {"dumps": json.dumps, "loads": json.loads},
     "shlex": {"quote": shlex.quote, "join": shlex.join, "split": shlex.split},
 }

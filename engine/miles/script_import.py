@@ -22,6 +22,7 @@ from .import_report import (
     note_issues,
     word_origins,
 )
+from .reader_bounds import MAX_SCRIPT_CHARS
 from .shell import Command, ScriptReader, ShellRun, Unresolved, Word
 
 __all__ = ["ImportReport", "describe_origin", "import_script", "parse_command_line"]
@@ -51,15 +52,23 @@ def import_script(text: str, *, env: Mapping[str, str] | None = None,
     `name`: what the report and the flags' origins call pasted text (default <pasted>).
     A miles Python launcher (a .py file, a python shebang, Python text) goes to
     import_launcher; `overrides` are its own options (`--model-name Qwen3-0.6B`)."""
-    from .models import lookup
+    from .models import checkout_beside, lookup
     from .py_launcher import LauncherError, is_python_launcher
 
     script = path.name if path else (name or "<pasted>")
+    if len(text) > MAX_SCRIPT_CHARS:
+        return _too_long(text, script)
+    found_root = None if miles_root is not None else checkout_beside(path)
     if is_python_launcher(text, path or (Path(name) if name else None)):
         from .launcher_import import import_launcher
 
-        return import_launcher(text, script, env=env, miles_root=miles_root,
-                               overrides=overrides)
+        report = import_launcher(text, script, env=env, miles_root=miles_root or found_root,
+                                 overrides=overrides)
+        if found_root is not None:
+            report.launcher.append(f"miles checkout: {found_root} (the launcher sits in it; "
+                                   "--miles-root picks another)")
+        return report
+    miles_root = miles_root or found_root
     if overrides:
         raise LauncherError(f"launcher arguments ({' '.join(overrides)}) apply to miles' Python "
                             f"launchers; {script} is read as a bash script. Fix: set those "
@@ -76,8 +85,23 @@ def import_script(text: str, *, env: Mapping[str, str] | None = None,
     config, argv_issues = parse_argv(argv)
     unresolved = list(dict.fromkeys(u for w in words for u in w.unresolved))
     issues += _unresolved_issues(unresolved, miles_root) + note_issues(run.notes) + argv_issues
+    refused = run.refused
+    if refused is not None:  # one refusal, naming the line; check()'s findings are knock-ons
+        issues.insert(0, Issue("error", "command.not_read", (script,),
+                               f"{script} line {refused.line}: {refused.why}.",
+                               "trim the script to the commands that launch training"))
     return ImportReport(config, issues, script, word_origins(words), unresolved, run.notes,
-                        command.line if command else None)
+                        command.line if command else None,
+                        unreadable=refused.why if refused is not None else None)
+
+
+def _too_long(text: str, script: str) -> ImportReport:
+    """A refusal before any parsing: parsing is what a huge paste would cost."""
+    why = (f"{script} is {len(text):,} characters; scripts and launchers are read up to "
+           f"{MAX_SCRIPT_CHARS:,} (miles' largest launcher is about 26,000)")
+    issue = Issue("error", "command.not_read", (script,), why + ".",
+                  "paste the command that launches training, or the launcher itself")
+    return ImportReport(RunConfig(), [issue], script, unreadable=why)
 
 
 def _train_words(run: ShellRun, issues: list[Issue]) -> tuple[Command | None, list[Word]]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .reader_bounds import MAX_ITEMS, MAX_TEXT, Budget, BudgetSpent
+
 MAX_SOURCE_DEPTH = 8  # `source` nesting; a cycle stops here
 MAX_FUNCTION_DEPTH = 8
 _IFS = re.compile(r"[ \t\n]+")
@@ -102,6 +104,7 @@ class ShellRun:
     syntax: list[SyntaxProblem] = field(default_factory=list)
     notes: list[Unresolved] = field(default_factory=list)  # assumptions and unread sources
     sourced: list[str] = field(default_factory=list)
+    refused: Unresolved | None = None  # the reader stopped here (a bound): nothing after it
 
 
 # A resolver for `$(python3 .../model_args_utils.py NAME)`: (name, exported variables) -> the
@@ -226,11 +229,17 @@ class ScriptReader:
         self._dir: Path | None = None
         self._depth = 0
         self._calls = 0
+        self._budget = Budget()
 
     # --- entry -----------------------------------------------------------------------------
 
     def read(self, text: str, file: str = "<pasted>", path: Path | None = None) -> ShellRun:
-        self._read_source(text, file, path)
+        self._budget = Budget()
+        try:
+            self._read_source(text, file, path)
+        except BudgetSpent as spent:
+            self.run.notes.append(Unresolved(file, file, spent.line, spent.why))
+            self.run.refused = self.run.notes[-1]
         return self.run
 
     def _read_source(self, text: str, file: str, path: Path | None) -> None:
@@ -257,6 +266,7 @@ class ScriptReader:
                                                  self._line(node), f"not read ({exc})"))
 
     def _statement(self, node: Any) -> None:
+        self._budget.step(self._line(node))
         kind = node.type
         if kind in ("comment", ";", ";;", "&", "&&", "||", "|", "|&", "{", "}", "(", ")",
                     "do", "done", "then", "fi", "else", "elif", "!", "\n"):
@@ -327,6 +337,9 @@ class ScriptReader:
             else:
                 items = (Word(old.items[0].text + items[0].text, old.items[0].origin,
                               old.items[0].unresolved + items[0].unresolved),)
+        why = _too_big(items)
+        if why:  # `A="$A$A"` in a loop: the reader stops here, one refusal naming the line
+            raise BudgetSpent(self._line(node), f"{name} {why}")
         self.vars[name] = Var(items, array)
         if export:
             self.exported.add(name)
@@ -837,6 +850,15 @@ class ScriptReader:
 
 
 # --- small pure helpers ----------------------------------------------------------------------
+
+def _too_big(items: tuple[Word, ...]) -> str | None:
+    if len(items) > MAX_ITEMS:
+        return f"builds {len(items):,} items, over the reader's cap of {MAX_ITEMS:,}"
+    chars = sum(len(w.text) for w in items)
+    if chars > MAX_TEXT:
+        return f"builds {chars:,} characters, over the reader's cap of {MAX_TEXT:,}"
+    return None
+
 
 def _glued(nodes: list[Any]) -> list[list[Any]]:
     """Sibling nodes with no blank between them, grouped (bash reads them as one word)."""

@@ -7,6 +7,13 @@ name, t0, t1, node, gpus, rank, role; t1 == -1 marks an interval still open),
 `dashboard/gpu_util/<hour>.jsonl` (NVML samples: ts, node, gpu, util, mem_mb, power_w) and
 `dashboard/meta.json` (run name, start time, a few args).
 
+Without `--use-miles-dashboard` miles still writes `events/<process>.jsonl` under the dump (its
+EventLogger, miles/utils/audit_utils/event_logger/: one pydantic record a line, `timestamp` in
+ISO 8601, `source` naming the process: main, rollout_manager, actor_cell<c>_rank<r>,
+critic_cell<c>_rank<r>). Its `metric` records are what tracking.log() logged (the step key's
+own value is among the metrics), the `perf/<timer>_time` sums per rollout included. Those are
+read when the dump has no dashboard/metrics.jsonl (both hold the same metrics).
+
 Read-only: nothing is ever written into the dump. A watched dump gets a run directory of its own
 under PPO Deck's runs directory (`source.json` names the dump); there the streams are translated,
 incrementally and exactly once, into our events (`events.jsonl`), so every reader (tail, health,
@@ -26,6 +33,11 @@ Mapping (stated here because a reader of the events should know what was inferre
   GPU's last sample (memory used, utilization, power); NVML does not split memory by owner.
 - samples: each `rollout_data/<id>.pt` becomes `samples/rollout_<id>.jsonl` (engine/run/samples.py),
   read with torch.load(weights_only=True) and the parquet column mirror (`map_samples`).
+- events/ records (no dashboard): each `metric` record as a metrics event of the step key its
+  metrics carry (rollout/step, train/step, eval/step); each `perf/<timer>_time` of a train
+  process (and the rollout manager's perf/rollout_time) also as a phase that ends at the
+  record's time and lasts the timer's sum for that rollout (`inferred_start`: miles logs the
+  sum, not the start), with the process as its role.
 Not mapped: engine_series (SGLang scrapes), topology, trajectories, train_data, eval rollouts.
 """
 
@@ -69,6 +81,9 @@ OPEN_T1 = -1.0  # miles' PhaseEvent.OPEN_T1: the interval is still running
 # miles' timer names that mean one of our phases under another name; the others keep miles'
 # name (actor_train, critic_train and update_weights are the same words on both sides)
 PHASE_NAMES = {"rollout": Phase.GENERATE, "save_model": Phase.SAVE, "eval_rollout": Phase.EVAL}
+EVENTS_SUBDIR = "events"  # miles' EventLogger files: <dump>/events/<process>.jsonl
+# perf/<name>_time values that are not one timer's sum: log_perf_data_raw derives step_time
+DERIVED_TIMES = {"step_time"}
 
 
 class MilesDumpError(Exception):
@@ -76,11 +91,21 @@ class MilesDumpError(Exception):
 
 
 def is_miles_dump(path: Path) -> bool:
-    """What miles' --dump-details writes: a dashboard/ with metrics or meta, or rollout_data/."""
+    """What miles' --dump-details writes: a dashboard/ with metrics or meta, event records
+    (events/*.jsonl), or rollout_data/."""
     path = Path(path)
     dashboard = path / "dashboard"
     return ((dashboard / "meta.json").is_file() or (dashboard / "metrics.jsonl").is_file()
-            or (path / "rollout_data").is_dir())
+            or any(_event_files(path)) or (path / "rollout_data").is_dir())
+
+
+def _event_files(dump: Path) -> list[Path]:
+    folder = Path(dump) / EVENTS_SUBDIR
+    return sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+
+
+LOOKED_FOR = ("dashboard/metrics.jsonl", "dashboard/meta.json", "events/*.jsonl",
+              "rollout_data/")
 
 
 
@@ -124,8 +149,9 @@ def register(dump: Path, root: Path | None = None, *, driven: bool = False,
 def open_dump(dump: Path, root: Path | None = None) -> tuple[RunDir, bool]:
     """The run directory watching `dump` (registered now if new), synced; and whether new."""
     if not is_miles_dump(dump):
-        raise MilesDumpError(f"{dump} is not a miles --dump-details directory (it has no "
-                             "dashboard/metrics.jsonl, dashboard/meta.json or rollout_data/)")
+        raise MilesDumpError(f"{dump} is not a miles --dump-details directory: it has none of "
+                             f"{', '.join(LOOKED_FOR)}. Fix: pass the directory miles' "
+                             "--dump-details named")
     found = find_registered(dump, root)
     rundir = found or register(dump, root)
     watch(rundir)
@@ -158,9 +184,54 @@ def idle_seconds() -> float:
 
 
 def last_write(dump: Path) -> float | None:
-    """The newest mtime among the dump's stream files and rollout dumps."""
-    stamps = [p.stat().st_mtime for p in _watched_files(Path(dump)) if p.exists()]
-    return max(stamps) if stamps else None
+    """When the dump was last written, by its own records: the newest time stamp on the last
+    line of each stream file (a copied or touched dump keeps them); the files' mtimes only
+    when no stream holds a stamped record (a dump of rollout files alone)."""
+    dump = Path(dump)
+    streams = [p for p in _watched_files(dump) if p.suffix == ".jsonl" and p.is_file()]
+    stamps = [s for s in (_last_stamp(p) for p in streams) if s is not None]
+    if stamps:
+        return max(stamps)
+    mtimes = [p.stat().st_mtime for p in _watched_files(dump) if p.exists()]
+    return max(mtimes) if mtimes else None
+
+
+def _last_stamp(path: Path, tail_bytes: int = 65536) -> float | None:
+    """The time stamp of a stream file's last complete record (ts, t1/t0 or timestamp)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - tail_bytes))
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        stamp = record_time(record) if isinstance(record, dict) else None
+        if stamp is not None:
+            return stamp
+    return None
+
+
+def record_time(record: dict[str, Any]) -> float | None:
+    """A record's time in seconds since the epoch: the dashboard's `ts` (or a phase's end,
+    else start), or the EventLogger's ISO 8601 `timestamp`."""
+    for key in ("ts", "t1", "t0"):
+        value = record.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            return float(value)
+    stamp = record.get("timestamp")
+    if isinstance(stamp, str):
+        from datetime import UTC, datetime
+
+        try:
+            when = datetime.fromisoformat(stamp)
+        except ValueError:
+            return None
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    return None
 
 
 def _watched_files(dump: Path) -> Iterator[Path]:
@@ -168,6 +239,7 @@ def _watched_files(dump: Path) -> Iterator[Path]:
     yield dashboard / "metrics.jsonl"
     for stream in ("phases", "gpu_util", "engine_series"):
         yield from (dashboard / stream).glob("*.jsonl")
+    yield from _event_files(dump)
     yield from (dump / "rollout_data").glob("*.pt")
 
 
@@ -279,7 +351,7 @@ def sync(rundir: RunDir, steps_per_rollout: int | None = None, final: bool = Fal
         return 0
     if steps_per_rollout is None:
         steps_per_rollout = _steps_per_rollout(rundir)
-    with _locked(rundir.path / LOCK_FILE):
+    with locked(rundir.path / LOCK_FILE):
         state = _TranslationState.load(rundir.path / SYNC_FILE)
         known_rollout = state.last_rollout
         translator = _Translator(dump, state, steps_per_rollout)
@@ -311,7 +383,7 @@ def _steps_per_rollout(rundir: RunDir) -> int | None:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -336,6 +408,10 @@ class _Translator:
         dashboard = self.dump / "dashboard"
         for record in self._records(dashboard / "metrics.jsonl"):
             self._metrics(record)
+        if not (dashboard / "metrics.jsonl").is_file():  # the same metrics: read them once
+            for path in _event_files(self.dump):
+                for record in self._records(path):
+                    self._event_record(record, path.stem)
         for path in _partitions(dashboard / "phases"):
             for record in self._records(path):
                 self._phase(record)
@@ -409,6 +485,39 @@ class _Translator:
             return rollout_id
         return self.state.last_rollout
 
+    # ---- events/ (miles' EventLogger) ----------------------------------------------------
+
+    def _event_record(self, record: dict[str, Any], process: str) -> None:
+        """A `metric` record as metrics (and its perf timers as phases); other record types
+        (weight checksums, witness ids, advantages) are not PPO Deck's to show."""
+        metrics = record.get("metrics")
+        if record.get("type") != "metric" or not isinstance(metrics, dict):
+            return
+        ts = record_time(record)
+        step_key = _step_key_of(metrics)
+        step = metrics.get(step_key) if step_key else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            step = record.get("rollout_id") if isinstance(record.get("rollout_id"), int) else None
+        rollout_id = self._rollout_of(step_key, step)
+        self._emit(Kind.METRICS, ts, step_key=step_key, step=step, rollout_id=rollout_id,
+                   metrics=metrics, process=process)
+        if step_key == StepKey.ROLLOUT and ts is not None:
+            self._timer_phases(metrics, ts, step, process, _role_of(record, process))
+
+    def _timer_phases(self, metrics: dict[str, Any], end: float, rollout_id: Any,
+                      process: str, role: str) -> None:
+        for key, value in metrics.items():
+            name = _timer_name(key, role)
+            if name is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            where = {"role": role, "process": process, "miles_name": name,
+                     "inferred_start": True}
+            ours = PHASE_NAMES.get(name, name)
+            self._emit(Kind.PHASE, end - float(value), name=ours, state="start",
+                       rollout_id=rollout_id, **where)
+            self._emit(Kind.PHASE, end, name=ours, state="end", rollout_id=rollout_id,
+                       seconds=float(value), **where)
+
     # ---- phases --------------------------------------------------------------------------
 
     def _phase(self, record: dict[str, Any]) -> None:
@@ -468,6 +577,32 @@ class _Translator:
         utils = " ".join(f"gpu{d['index']} {d['util']}%" for d in devices)
         self._emit(Kind.GPU, ts, devices=devices,
                    label=f"miles NVML sampler: memory used (not split by torch); util {utils}")
+
+
+def _step_key_of(metrics: dict[str, Any]) -> str | None:
+    """tracking.log() keeps its step key's value among the metrics: rollout/step, train/step
+    or eval/step (a train record may carry rollout/step too: train/step is its axis)."""
+    for key in (StepKey.TRAIN, StepKey.EVAL, StepKey.ROLLOUT):
+        if key in metrics:
+            return key
+    return next((k for k in metrics if k.endswith("/step")), None)
+
+
+def _role_of(record: dict[str, Any], process: str) -> str:
+    source = record.get("source")
+    component = source.get("component") if isinstance(source, dict) else None
+    return str(component or process)
+
+
+def _timer_name(key: str, role: str) -> str | None:
+    """The miles Timer a perf metric sums, or None: every perf/<name>_time of a train process
+    is one (log_perf_data_raw) but step_time; the rollout manager's timer is rollout_time."""
+    if not (key.startswith("perf/") and key.endswith("_time")):
+        return None
+    name = key[len("perf/"):-len("_time")]
+    if role == "rollout_manager":
+        return name if name == "rollout" else None
+    return None if name in DERIVED_TIMES else name
 
 
 # ---------------------------------------------------------------------------------- samples

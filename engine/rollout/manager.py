@@ -193,12 +193,13 @@ class RolloutManager:
 
     def _check_rewards(self, prompts: Sequence[Prompt]) -> None:
         """Fail at init, not mid-run, on an unknown rm type (a custom RM overrides them all)."""
-        from .rewards import BOXED_PREFIX, get_reward_fn, resolve_rm_type
+        from ..config.reward_types import is_remote
+        from .rewards import flag_rm_type, get_reward_fn, resolve_rm_type
 
         if self.args.get("custom_rm_path"):
             return
-        for rm_type in {resolve_rm_type(p.metadata, self.args.get("rm_type")) for p in prompts}:
-            if rm_type.removeprefix(BOXED_PREFIX) != "remote_rm":
+        for rm_type in {resolve_rm_type(p.metadata, flag_rm_type(self.args)) for p in prompts}:
+            if not is_remote(rm_type):
                 get_reward_fn(rm_type)
             elif not self.args.get("rm_url"):
                 raise ValueError(f"rm type {rm_type!r} (from --rm-type or a sample's "
@@ -224,8 +225,17 @@ class RolloutManager:
             if self.args.get(dest):
                 notes.append(f"{flag} {self.args[dest]}: loaded")
         if self.scorer.remote is not None:
+            from ..config.reward_types import is_remote
+            from .rewards import flag_rm_type
+
+            # only what the flag reaches: samples whose metadata names another type say so
+            # in metadata_rm_notes, and a custom RM overrides the server altogether
+            used = is_remote(flag_rm_type(self.args)) and not self.args.get("custom_rm_path")
             notes.append(f"remote reward model: {self.args['rm_url']} (at most "
-                         f"{self.scorer.remote.concurrency} requests at once)")
+                         f"{self.scorer.remote.concurrency} requests at once)" if used else
+                         f"--rm-url {self.args['rm_url']} is set, but --rm-type "
+                         f"{flag_rm_type(self.args)} does not post to it; only samples whose "
+                         "metadata names rm_type remote_rm do")
 
     def _check_vocab(self, model_vocab: int) -> None:
         if len(self.tokenizer) > model_vocab:
@@ -307,7 +317,7 @@ class RolloutManager:
         user = [user_sample(p, position + g, n, k, outs[g * n + k], texts[g * n + k])
                 for g, p in enumerate(prompts) for k in range(n)]
         start = time.perf_counter()
-        rewards = self.scorer.score(user, n)
+        rewards = self.scorer.score(user, n, rollout_id)
         drawn.reward_seconds += time.perf_counter() - start
         return [Group(p, outs[g * n:(g + 1) * n], user[g * n:(g + 1) * n],
                       rewards[g * n:(g + 1) * n]) for g, p in enumerate(prompts)]
@@ -570,7 +580,7 @@ def metadata_rm_notes(prompts: Sequence[Prompt], args: Mapping[str, Any]) -> lis
         return [f"--custom-rm-path scores every sample; the rm_type in the prompt metadata "
                 f"({listed}) is not used"]
     flag = args.get("rm_type")
-    if flag and set(counts) != {flag}:
+    if flag and set(counts) != {flag}:  # check() warned before launch: rm_type_overridden
         return [f"the prompt metadata names rm_type {listed}, which wins over --rm-type "
                 f"{flag} for those prompts (miles' order)"]
     return []

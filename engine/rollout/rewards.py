@@ -18,13 +18,21 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..config.reward_types import BOXED_PREFIX  # one home; imported from here too
+
 RewardFn = Callable[[str, Any, dict[str, Any] | None], float]
 
-BOXED_PREFIX = "boxed_"
 DEFAULT_TARGET_LEN = 4
 
 
 # --------------------------------------------------------------------------- registry
+
+
+def flag_rm_type(args: Any) -> str | None:  # noqa: ANN401 - the run's args mapping
+    """--rm-type, else the synthetic task's own reward (engine/config/reward_types.py)."""
+    from ..config.reward_types import default_rm_type
+
+    return default_rm_type(args.get("rm_type"), args.get("synthetic_task"))
 
 
 def resolve_rm_type(metadata: dict[str, Any] | None, flag_value: str | None) -> str:

@@ -243,6 +243,15 @@ def decode_batch_per_engine(args: Mapping[str, Any], num_engines: int) -> int:
     return max(1, -(-rows // max(1, num_engines)))
 
 
+def decode_graph_sizes(max_batch: int) -> list[int]:
+    """The decode batch sizes to capture CUDA graphs for: the rollout's full batch and its
+    halvings down to an eighth, and 1. SGLang pads a batch to the next captured size, so a
+    shrinking batch (samples that finished) still replays a graph; its own list for 64 has 12
+    sizes, and each capture adds to the engine's start."""
+    sizes = {1} | {max_batch >> shift for shift in range(4) if max_batch >> shift >= 1}
+    return sorted(sizes)
+
+
 def engine_kwargs(args: Mapping[str, Any], model_path: str, *, random_weights: bool,
                   base_gpu_id: int | None = 0, rank: int = 0,
                   num_engines: int = 1) -> dict[str, Any]:
@@ -265,6 +274,7 @@ def engine_kwargs(args: Mapping[str, Any], model_path: str, *, random_weights: b
         # flashinfer's sampling kernels JIT-compile on first use and refuse a sampling seed
         "sampling_backend": "pytorch",
         "cuda_graph_max_bs_decode": decode_batch_per_engine(args, num_engines),
+        "cuda_graph_bs_decode": decode_graph_sizes(decode_batch_per_engine(args, num_engines)),
         # prefill runs once per rollout on short prompts; capturing its graphs took 88 s of a
         # 136 s engine start on the H200, for no measurable rollout gain
         "disable_prefill_cuda_graph": True,
@@ -301,6 +311,7 @@ class SGLangEngineActor:
                            "start_seconds": time.perf_counter() - imported,
                            "attention_backend": kwargs.get("attention_backend"),
                            "cuda_graph_max_bs_decode": kwargs.get("cuda_graph_max_bs_decode"),
+                           "cuda_graph_bs_decode": kwargs.get("cuda_graph_bs_decode"),
                            "nvml_used_bytes": nvml_used_bytes()}
 
     def ready(self) -> dict[str, Any]:
@@ -672,8 +683,9 @@ def memory_report(reports: Sequence[Mapping[str, Any] | None], seconds: float,
 def start_note(index: int, info: Mapping[str, Any]) -> str:
     used = info.get("nvml_used_bytes")
     return (f"sglang engine {index}: started in {info['start_seconds']:.1f} s (import "
-            f"{info['import_seconds']:.1f} s; decode CUDA graphs up to batch "
-            f"{info['cuda_graph_max_bs_decode']}, no prefill graphs, "
+            f"{info['import_seconds']:.1f} s; decode CUDA graphs for batches "
+            f"{info.get('cuda_graph_bs_decode') or info['cuda_graph_max_bs_decode']}, "
+            "no prefill graphs, "
             f"{info['attention_backend']} attention)"
             + ("" if used is None else f"; GPU memory used after start {used / 2**30:.1f} GiB"))
 

@@ -62,7 +62,7 @@ def prepare_synthetic_task(name: str, out_dir: str | Path, num_prompts: int,
         raise ValueError(f"--synthetic-num-prompts must be >= 1, got {num_prompts}")
     out = Path(out_dir)
     # version: bumped when a task's records change, so an old cached directory is rewritten
-    params = {"task": name, "num_prompts": num_prompts, "seed": seed, "version": 3}
+    params = {"task": name, "num_prompts": num_prompts, "seed": seed, "version": 4}
     if _already_prepared(out, params):
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -105,7 +105,7 @@ def _to_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
 def copy_digit_record(rng: random.Random) -> dict[str, Any]:
     digits = [rng.choice(DIGITS) for _ in range(PROMPT_DIGITS)]
     return {"prompt": " ".join(digits) + f" {SEPARATOR}", "label": digits[0],
-            "metadata": {"rm_type": "copy-digit", "target_len": TARGET_LEN}}
+            "metadata": {"target_len": TARGET_LEN}}  # no rm_type: --rm-type reaches them
 
 
 def _copy_digit_rows(num_prompts: int, seed: int) -> list[dict[str, Any]]:

@@ -233,21 +233,31 @@ class RewardScorer:
     def group(self) -> bool:
         return bool(self.args.get("group_rm"))
 
-    def score(self, samples: Sequence[UserSample], group_size: int) -> list[float]:
+    def score(self, samples: Sequence[UserSample], group_size: int,
+              rollout_id: int | None = None) -> list[float]:
         """Sets each sample's `reward` (as returned) and gives the floats to train on.
-        `samples` are whole groups of `group_size`, in order."""
-        return run_coroutine(self.score_async(samples, group_size))
+        `samples` are whole groups of `group_size`, in order. Progress (requests sent,
+        answered, pending) goes to the run directory while it scores."""
+        return run_coroutine(self.score_async(samples, group_size, rollout_id))
 
-    async def score_async(self, samples: Sequence[UserSample], group_size: int) -> list[float]:
+    async def score_async(self, samples: Sequence[UserSample], group_size: int,
+                          rollout_id: int | None = None) -> list[float]:
+        from .reward_tracker import RewardTracker, describe_reward
+
         if self.remote is not None:
             self.remote.open()
+        tracker = RewardTracker(self.args.get("run_dir"), rollout_id,
+                                describe_reward(self.args))
         try:
-            if self.group and self.custom is not None:
-                groups = [list(samples[i:i + group_size])
-                          for i in range(0, len(samples), group_size)]
-                await asyncio.gather(*(self._score_group(g) for g in groups))
-            else:
-                await asyncio.gather(*(self._score_sample(s) for s in samples))
+            async with tracker.writing():
+                if self.group and self.custom is not None:
+                    groups = [list(samples[i:i + group_size])
+                              for i in range(0, len(samples), group_size)]
+                    await asyncio.gather(*(tracker.track(self._score_group(g))
+                                           for g in groups))
+                else:
+                    await asyncio.gather(*(tracker.track(self._score_sample(s))
+                                           for s in samples))
         finally:
             if self.remote is not None:
                 await self.remote.close()
@@ -274,10 +284,11 @@ class RewardScorer:
             sample.reward = reward
 
     async def _rule_or_remote(self, sample: UserSample) -> Any:  # noqa: ANN401
-        from .rewards import BOXED_PREFIX, get_reward_fn, resolve_rm_type
+        from ..config.reward_types import is_remote
+        from .rewards import flag_rm_type, get_reward_fn, resolve_rm_type
 
-        rm_type = resolve_rm_type(sample.metadata, self.args.get("rm_type"))
-        if rm_type.removeprefix(BOXED_PREFIX) == "remote_rm":
+        rm_type = resolve_rm_type(sample.metadata, flag_rm_type(self.args))
+        if is_remote(rm_type):
             return await self.remote.score(sample)  # miles posts the full response
         fn = get_reward_fn(rm_type)
         try:
@@ -353,12 +364,13 @@ async def _awaited(awaitable: Awaitable[T]) -> T:
 def check_reward_setup(args: Mapping[str, Any]) -> None:
     """The driver's preflight, before Ray starts: the rm type exists, and every function the
     flags name imports (nothing is called)."""
-    from .rewards import BOXED_PREFIX, get_reward_fn
+    from ..config.reward_types import is_remote
+    from .rewards import flag_rm_type, get_reward_fn
 
-    rm_type = args.get("rm_type")
+    rm_type = flag_rm_type(args)
     if args.get("custom_rm_path"):
         load_user_function(args["custom_rm_path"], "--custom-rm-path")
-    elif rm_type and rm_type.removeprefix(BOXED_PREFIX) != "remote_rm":
+    elif rm_type and not is_remote(rm_type):
         get_reward_fn(rm_type)
     load_post_process(args)
     if args.get("dynamic_sampling_filter_path"):

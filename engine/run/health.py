@@ -133,10 +133,11 @@ class HealthJudge:
     several processes, in any order), or at `finish()` when the run has ended.
     """
 
-    def __init__(self, thresholds: Thresholds | None = None, facts: RunFacts | None = None
-                 ) -> None:
+    def __init__(self, thresholds: Thresholds | None = None, facts: RunFacts | None = None,
+                 run_dir: Path | None = None) -> None:
         self.t = thresholds or Thresholds()
         self.facts = facts or RunFacts()
+        self.run_dir = run_dir  # where the reward phase's progress is (a live run)
         self.findings: list[Finding] = []
         self.active: dict[str, Finding] = {}  # id prefix (code:metric) -> the finding, live
         self.rollouts_judged = 0
@@ -352,9 +353,31 @@ class HealthJudge:
     # ---- time-based rule ----------------------------------------------------------------------
 
     def check_hang(self, now: float, driver_alive: bool) -> list[Finding]:
-        """No new event for hang_minutes while the driver process is alive: a hang."""
+        """No new event for hang_minutes while the driver process is alive: a hang. And,
+        within it, reward requests pending with none answered: a reward stall."""
+        stall = self.check_reward_stall(now, driver_alive)
         if self.last_event_ts is None:
+            return stall
+        return stall + self._hang(now, driver_alive)
+
+    def check_reward_stall(self, now: float, driver_alive: bool) -> list[Finding]:
+        """The reward phase has requests pending and none answered for reward_stall_seconds
+        (engine/run/reward_progress.py); it clears once an answer comes."""
+        from .reward_progress import read_progress
+
+        progress = read_progress(self.run_dir) if self.run_dir is not None else None
+        if progress is None:
             return []
+        stalled = progress.stalled_for(now)
+        limit = self.t.reward_stall_seconds
+        return self._set("health.reward_stall", "reward", progress.rollout_id,
+                         driver_alive and stalled > limit, stalled, limit,
+                         f"{progress.line()}; none answered for {stalled:.0f} s",
+                         "check the reward server or function (its log, its load); the "
+                         "rollout waits for every answer. Stop the run with `ppodeck stop "
+                         "RUN` and resume it with `ppodeck run --resume RUN` once it answers")
+
+    def _hang(self, now: float, driver_alive: bool) -> list[Finding]:
         silent_min = (now - self.last_event_ts) / 60.0
         limit = self.t.hang_minutes
         return self._set("health.hang", "events", self.last_rollout_id,
@@ -515,7 +538,7 @@ def judge_run(run_path: Path, now: float | None = None, write: bool = True) -> H
     status = read_status(rundir)
     thresholds, source = run_thresholds(rundir.path, status.get("preset"))
     facts, notes = run_facts(rundir.path)
-    judge = HealthJudge(thresholds, facts)
+    judge = HealthJudge(thresholds, facts, rundir.path)
     try:
         events, warnings = read_events(rundir.events_jsonl)
     except FileNotFoundError:
@@ -526,11 +549,24 @@ def judge_run(run_path: Path, now: float | None = None, write: bool = True) -> H
         judge.check_hang(time.time() if now is None else now, driver_alive(rundir, status))
     else:
         judge.finish()
+        _ended_badly(status, state, judge)  # recorded in judge.findings
     if write:
         notes += record_or_note(rundir.path, judge.findings)
     return HealthReport(rundir.id, state, judge.level(), list(judge.findings),
                         list(judge.active.values()), judge.rollouts_judged, thresholds, source,
                         notes + warnings)
+
+
+def _ended_badly(status: Mapping[str, Any], state: str, judge: HealthJudge) -> list[Finding]:
+    """A run that failed (or was lost) is unhealthy whatever its metrics said: the finding
+    names the failure as status.json has it."""
+    if state not in (State.FAILED, State.LOST):
+        return []
+    detail = str(status.get("detail") or "no detail recorded in status.json")
+    return judge._set("health.run_failed", "state", judge.last_rollout_id, True, 1.0, 0.0,
+                      f"the run {state}: {detail}",
+                      "read driver.log for the traceback; fix the cause, then `ppodeck run "
+                      "--resume RUN` continues from the last save")
 
 
 def record_or_note(run_path: Path, findings: list[Finding]) -> list[str]:
@@ -591,8 +627,11 @@ def recorded(run_path: Path) -> list[Finding]:
 
 
 def run_level(run_path: Path) -> str:
-    """The health column of `runs ls`: judged again only when events.jsonl is newer than
-    health.jsonl (or there is none); "-" when the run has no events."""
+    """The health column of `runs ls`: judged again only when events.jsonl (or the reward
+    phase's progress, rewritten while it scores) is newer than health.jsonl (or there is
+    none); "-" when the run has no events."""
+    from .reward_progress import PROGRESS_FILE
+
     run_path = Path(run_path)
     events = run_path / "events.jsonl"
     health = run_path / HEALTH_FILE
@@ -600,6 +639,10 @@ def run_level(run_path: Path) -> str:
         events_mtime = events.stat().st_mtime
     except FileNotFoundError:
         return "-"
+    try:
+        events_mtime = max(events_mtime, (run_path / PROGRESS_FILE).stat().st_mtime)
+    except FileNotFoundError:
+        pass
     try:
         fresh = health.stat().st_mtime >= events_mtime
     except FileNotFoundError:

@@ -26,8 +26,8 @@ LAYERS_ENV = "PPODECK_COMPILE_LAYERS"
 # (its own attention splits sequences under context parallelism). The run log's layer-spec
 # line says which spec ran and why.
 TE_ENV = "PPODECK_TE"
-TE_NOT_ASKED = (f"the local spec with compiled layers trains faster on one H200 "
-                f"(0.45 vs 0.39 of the matmul rate); {TE_ENV}=1 uses it")
+TE_NOT_ASKED = (f"the local spec with compiled layers trains faster (0.45 vs 0.39 of the "
+                f"matmul rate, docs/performance.md); {TE_ENV}=1 uses it")
 
 
 def _switched_off(env: str) -> bool:

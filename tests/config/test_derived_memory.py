@@ -1,11 +1,11 @@
-"""The per-phase memory estimate against what the H200 measured (engine/config/derived.py)."""
+"""The per-phase memory estimate against what the H200 measured (engine/config/memory.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ppodeck.engine.config import check
-from ppodeck.engine.config.derived import (
+from ppodeck.engine.config.memory import (
     CONTEXT_GIB,
     DRIVER_RESERVED_GIB,
     TRAINER_RUNTIME_GIB,
@@ -16,6 +16,7 @@ from ppodeck.engine.config.derived import (
 )
 from ppodeck.engine.config.resolve import resolve
 from ppodeck.engine.presets import load_preset, resolve_preset
+from tests.conftest import GPU_MACHINE
 
 # torch's peak allocated bytes on the H200, bench/gpu_bench.py, Qwen3-0.6B shape, 8 x 1024 tokens
 # (the preset's --max-tokens-per-gpu), bf16, default fast paths; 2026-12-02
@@ -25,7 +26,7 @@ MEASURED_GIB = {"actor_train": ("actor", 30.1), "critic_train": ("critic", 21.0)
 @pytest.mark.parametrize("phase", sorted(MEASURED_GIB))
 def test_qwen3_06b_estimate_is_within_20_percent_of_the_h200(phase: str) -> None:
     role, measured = MEASURED_GIB[phase]
-    derived = check(resolve_preset(load_preset("qwen3-0.6b-ppo-1gpu"))).derived
+    derived = check(resolve_preset(load_preset("qwen3-0.6b-ppo-1gpu")), GPU_MACHINE).derived
     estimate = derived.memory_gib[phase][role]
     assert abs(estimate - measured) / measured <= 0.20, (phase, estimate, measured)
 

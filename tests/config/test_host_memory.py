@@ -39,7 +39,7 @@ def test_the_1_7b_preset_is_tight_on_a_smaller_host() -> None:
     assert "engine.host_memory" not in report.codes()
     (issue,) = [i for i in report.warnings if i.code == "engine.host_memory_tight"]
     assert "54.5 GiB in pinned host memory" in issue.message
-    assert "up to 35 GiB" in issue.message and "80 GiB RAM" in issue.message
+    assert "up to 35 GiB" in issue.message and "80 GiB of RAM" in issue.message
 
 
 def test_the_1_7b_preset_fits_and_offload_off_never_asks() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ppodeck.engine.config import check, parse_argv
-from ppodeck.engine.config.derived import count_params
+from ppodeck.engine.config.memory import count_params
 from ppodeck.engine.config.resolve import resolve
 from ppodeck.engine.miles.models import BUILTIN, DECK_ADDED, lookup
 

@@ -47,10 +47,11 @@ SEED_ON_CPU_INFOS = SEED_INFOS | {"engine.backend_auto", "engine.cpu_ranks",
 
 
 def test_seed_validates_with_exactly_the_expected_issues(isolated_env: Path) -> None:
-    """miles' own config is clean, and PPO Deck's engine runs its TP1 x PP2 x CP2."""
+    """miles' own config is clean, and PPO Deck's engine runs its TP1 x PP2 x CP2, but not on
+    the tests' 24 GiB CPU host: its CPU ranks would need far more (#43)."""
     report = check(resolve_preset(load_preset("qwen3-4b-ppo")))
     assert not report.config_errors, report.errors
-    assert report.codes("error") == set()
+    assert report.codes("error") == {"engine.host_memory_cpu"}
     assert report.codes("info") == SEED_ON_CPU_INFOS
     assert report.codes("warning") == {"kl.ref_load_missing", "ckpt.hf_checkpoint_missing",
                                        "engine.command_only"}
@@ -59,7 +60,8 @@ def test_seed_validates_with_exactly_the_expected_issues(isolated_env: Path) -> 
     prepare_seed_files(isolated_env / "home")
     report = check(resolve_preset(load_preset("qwen3-4b-ppo")))
     assert report.codes("warning") == {"engine.command_only"}
-    assert report.codes("error") == set()
+    # its 4 CPU ranks per model cannot hold a 4B actor and critic in a 24 GiB host (#43)
+    assert report.codes("error") == {"engine.host_memory_cpu"}
     assert report.codes("info") == SEED_ON_CPU_INFOS
 
 
@@ -86,7 +88,9 @@ def test_seed_without_cp_runs_on_a_four_gpu_machine(isolated_env: Path) -> None:
 
 
 def test_seed_derived_matches_the_example() -> None:
-    d = check(resolve_preset(load_preset("qwen3-4b-ppo"))).derived
+    from .conftest import GPU_MACHINE
+
+    d = check(resolve_preset(load_preset("qwen3-4b-ppo")), GPU_MACHINE).derived
     assert (d.world_size, d.dp_size, d.rollout_engines, d.gpus_needed) == (4, 1, 4, 4)
     assert (d.actor_steps_per_rollout, d.critic_steps_per_rollout) == (2, 2)
 
@@ -135,7 +139,7 @@ def test_ci_preset_deltas(isolated_env: Path) -> None:
     assert not {"load", "save", "save_interval"} & set(ci.values)
     prepare_seed_files(isolated_env / "home")
     report = check(ci)
-    assert not report.config_errors and report.codes("error") == set()
+    assert not report.config_errors and report.codes("error") == {"engine.host_memory_cpu"}
     assert report.codes("warning") == {"engine.command_only"}
     assert report.codes("info") == SEED_ON_CPU_INFOS - {"ppo.critic_save_fallback"}
 
@@ -164,7 +168,8 @@ def test_round_trip_preset_argv_preset(name: str) -> None:
     back, issues = parse_argv(to_argv(config))
     assert dict(back.values) == dict(config.values)
     assert back.passthrough == config.passthrough
-    assert not issues
+    # a passthrough flag is by definition one PPO Deck does not model: its warning is expected
+    assert not [i for i in issues if not set(i.flags) <= set(config.passthrough)], issues
 
 
 @pytest.mark.parametrize("name", BUILTINS)

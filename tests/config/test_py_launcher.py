@@ -251,3 +251,39 @@ def test_the_python_subset_miles_launchers_use() -> None:
     assert any("it stops at line 32" in p for p in stopped.problems)
     other = import_script(SUBSET, env={}, name="run_subset.py", overrides=["--hardware=GB200"])
     assert any("'no layout for GB200'" in u.why for u in other.unresolved)
+
+
+def _tiny_checkout(root: Path) -> Path:
+    """A miles checkout's shape, generated: the `miles` package and a model file by name."""
+    (root / "miles").mkdir(parents=True)
+    (root / "miles" / "__init__.py").write_text("")
+    (root / "scripts" / "models").mkdir(parents=True)
+    (root / "scripts" / "models" / "deck-test-7L.py").write_text(
+        "import os\n\n\ndef model_args() -> str:\n    layers = os.environ.get("
+        "'MODEL_ARGS_NUM_LAYERS', '7')\n    return (\n        f'--num-layers {layers} '\n"
+        "        '--hidden-size 96 --num-attention-heads 6 --ffn-hidden-size 384 '\n    )\n")
+    launcher = root / "scripts" / "run_deck_test.py"
+    launcher.write_text(
+        "import miles.utils.external_utils.command_utils as U\n\n"
+        "def main():\n"
+        "    U.execute_train(train_args='--num-rollout 2 ', num_gpus_per_node=1,\n"
+        "                    megatron_model_type='deck-test-7L')\n\n"
+        "if __name__ == '__main__':\n    main()\n")
+    return launcher
+
+
+def test_a_launcher_inside_a_miles_checkout_takes_its_model_file_and_names_it(
+        tmp_path: Path) -> None:
+    launcher = _tiny_checkout(tmp_path / "miles-checkout")
+    report = import_script(launcher.read_text(), env={}, path=launcher)
+    values = report.config.values
+    assert (values["num_layers"], values["hidden_size"], values["num_attention_heads"]) == \
+        (7, 96, 6)
+    model_file = tmp_path / "miles-checkout" / "scripts" / "models" / "deck-test-7L.py"
+    assert f"model args of deck-test-7L (line 4): {model_file}" in report.launcher
+    assert any(line.startswith(f"miles checkout: {tmp_path / 'miles-checkout'}")
+               for line in report.launcher)
+    # the same text pasted with no path knows no checkout: the shape stays unresolved, said so
+    pasted = import_script(launcher.read_text(), env={}, name="run_deck_test.py")
+    assert "num_layers" not in pasted.config.values
+    assert any("deck-test-7L" in p and "--miles-root" in p for p in pasted.problems)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ppodeck.engine.config import derive, resolve
-from ppodeck.engine.config.derived import CONTEXT_GIB, PHASES, ROLES, TRAINER_RUNTIME_GIB
+from ppodeck.engine.config.memory import CONTEXT_GIB, PHASES, ROLES, TRAINER_RUNTIME_GIB
 
 from .conftest import make_config
 

@@ -51,6 +51,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("config.unknown_key", {"not_a_flag": 1}, {}),
     ("value.not_positive", {"rollout_batch_size": 0}, {"rollout_batch_size": 16}),
     ("value.negative", {"lr": -1.0}, {"lr": 0.0}),
+    ("value.empty_path", {"ref_load": ""}, {"ref_load": "/nonexistent/ref"}),
     ("value.out_of_unit_range", {"gamma": 1.5}, {"gamma": 0.99}),
     ("value.temperature", {"rollout_temperature": 0.0}, {"rollout_temperature": 0.7}),
     ("value.top_p_zero", {"rollout_top_p": 0.0}, {"rollout_top_p": 0.9}),

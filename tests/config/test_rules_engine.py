@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +11,22 @@ import pytest
 
 from ppodeck.engine.config import check
 from ppodeck.engine.config import rules_engine as rules_engine_module
+from ppodeck.engine.config import rules_memory as rules_memory_module
 from ppodeck.engine.config.rules_engine import RM_TYPES, Machine
 from ppodeck.engine.config.schema import BY_DEST, FLAGS
+from ppodeck.engine.host.memory import GpuMemory, Holder, Holdings
 
 from .conftest import CPU_MACHINE, GPU_MACHINE
 from .test_rules import config
 
 NO_SGLANG_GPU = Machine(gpus=1, transformer_engine=False, sglang=False)
+
+
+def _held(free_gib: float) -> Holdings:
+    """One 80 GiB GPU with `free_gib` free, the rest held by pid 7."""
+    return Holdings((GpuMemory(0, "GPU-0", 80.0, free_gib, (Holder(7, 80.0 - free_gib),)),),
+                    512.0, 400.0)
+
 # a Qwen2 config.json of the test config's shape (q/k/v biases, RoPE base 10000)
 TINY_QWEN2 = str(Path(__file__).parents[1] / "fixtures" / "hf_tiny_qwen2")
 
@@ -90,6 +100,15 @@ CASES: list[tuple[str, Machine, dict[str, Any], dict[str, Any]]] = [
     ("engine.host_memory_tight", Machine(1, False, False, host_memory_bytes=16 << 30),
      {"offload_train": True, "actor_num_gpus_per_node": 1},
      {"offload_train": False, "actor_num_gpus_per_node": 1}),
+    # what the machine holds now (engine/config/rules_memory.py; tests/host has the rest)
+    ("engine.host_memory_cpu", replace(CPU_MACHINE, holdings=Holdings(None, 24.0, 0.2)), {},
+     {"ray_address": "10.0.0.1:6379"}),
+    ("engine.gpu_memory", replace(NO_SGLANG_GPU, holdings=_held(0.1)), {},
+     {"ray_address": "10.0.0.1:6379"}),
+    ("engine.gpu_memory_shared", replace(NO_SGLANG_GPU, holdings=_held(70.0)), {},
+     {"ray_address": "10.0.0.1:6379"}),
+    ("engine.gpu_memory_unread", replace(NO_SGLANG_GPU, holdings=Holdings(
+        None, 512.0, 400.0, "NVML did not answer")), {}, {"ray_address": "10.0.0.1:6379"}),
 ]
 
 
@@ -101,7 +120,8 @@ def test_engine_rule_trips_and_passes(code: str, machine: Machine, trip: dict[st
 
 
 def test_every_engine_rule_code_has_a_case() -> None:
-    source = Path(rules_engine_module.__file__).read_text()
+    source = (Path(rules_engine_module.__file__).read_text()
+              + Path(rules_memory_module.__file__).read_text())
     found = set(re.findall(r'"(?:error|warning|info)",\s*"(engine\.[a-z0-9_]+)"', source))
     found |= set(re.findall(r'Issue\("(?:error|warning|info)", "(engine\.[a-z0-9_]+)"', source))
     found.add("engine.passthrough_ignored")  # tests/config/test_rules.py

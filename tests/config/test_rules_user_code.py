@@ -42,6 +42,10 @@ def launch_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return code
 
 
+# a prompt file whose samples name their own rm_type (3 of them math, 1 none)
+NAMED_DATA = str(Path(__file__).parent / "data" / "rm_type_named.jsonl")
+
+
 def codes(**changes: Any) -> set[str]:  # noqa: ANN401
     return check(config(**changes), CPU_MACHINE).codes()
 
@@ -64,6 +68,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"rm_type": "remote_rm", "rm_url": "http://127.0.0.1:8000"}),
     ("rollout.rm_url_unused", {"rm_url": "http://127.0.0.1:8000"},
      {"rm_type": "remote_rm", "rm_url": "http://127.0.0.1:8000"}),
+    ("rollout.rm_url_required", {"rm_type": "boxed_remote_rm", "rm_url": None},
+     {"rm_type": "boxed_remote_rm", "rm_url": "http://127.0.0.1:8000"}),
+    ("rollout.rm_type_overridden", {"prompt_data": NAMED_DATA, "synthetic_task": None},
+     {"prompt_data": NAMED_DATA, "synthetic_task": None, "rm_type": "math"}),
     ("rollout.over_sampling_unfiltered", {"over_sampling_batch_size": 32},
      {"over_sampling_batch_size": 32, "dynamic_sampling_filter_path": STD}),
 ]
@@ -79,6 +87,24 @@ def test_every_code_has_a_case() -> None:
     source = Path(rules_module.__file__).read_text()
     found = set(re.findall(r'"(?:error|warning|info)", "([a-z_]+\.[a-z0-9_]+)"', source))
     assert found == {c[0] for c in CASES}
+
+
+@pytest.mark.parametrize("engine", ["ppodeck", "miles"])
+@pytest.mark.parametrize("rm_type", ["remote_rm", "boxed_remote_rm"])
+def test_every_remote_rm_type_needs_an_url_on_both_engines(rm_type: str, engine: str) -> None:
+    report = check(config(rm_type=rm_type, rm_url=None), CPU_MACHINE, engine=engine)
+    issue = next(i for i in report.issues if i.code == "rollout.rm_url_required")
+    assert issue.level == "error" and f"--rm-type {rm_type}" in issue.message
+
+
+def test_a_metadata_rm_type_that_beats_the_flag_is_named_with_both_values_and_a_count() -> None:
+    report = check(config(prompt_data=NAMED_DATA, synthetic_task=None, rm_type="remote_rm",
+                          rm_url="http://127.0.0.1:8000"), CPU_MACHINE)
+    issue = next(i for i in report.issues if i.code == "rollout.rm_type_overridden")
+    assert issue.level == "warning"
+    assert "--rm-type remote_rm is not used for 3 of the 4 samples" in issue.message
+    assert "rm_type math (3)" in issue.message
+    assert "remove rm_type from those samples'" in issue.fix
 
 
 def test_remote_rm_and_custom_functions_are_runnable_rewards() -> None:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from ppodeck.engine.config.memory import count_params, init_peak_gib
 from ppodeck.engine.config.resolve import resolve_values
 from ppodeck.engine.driver.roles import (
     at_once,
-    init_peak_bytes,
     plan_init,
     run_init_steps,
     start_rollout,
@@ -41,14 +41,24 @@ def test_initial_weight_push_is_resolved_from_the_debug_modes() -> None:
 
 def test_hf_on_a_big_gpu_starts_every_role_at_once_and_says_how_much_it_needs() -> None:
     args = preset_args()
-    need = init_peak_bytes(args, with_rollout=True, num_trainers=2)
-    # 0.6B: two trainers at 10 B/param (bf16 weights, fp32 master and grads), the rollout's
-    # bf16 weights and its warm-up's KV cache (64 rows x 272 tokens x 28 layers: 2 GB), a
-    # CUDA context each
-    assert 14 * GIB < need < 18 * GIB
+    need = init_peak_gib(args, count_params(args), with_rollout=True, num_trainers=2, env={})
+    # 0.6B: two trainers at 10 B/param (bf16 weights, fp32 master and grads), the rollout
+    # generating rollout 0's batch as check()'s estimate counts it (bf16 weights, the packed
+    # copy, 64 rows of K/V at 320 slots and the sampling buffers), a CUDA context each
+    assert need is not None and 14 < need < 18
+    assert need == pytest.approx(  # one memory model: the rollout term is check()'s own
+        init_peak_gib(args, count_params(args), with_rollout=False, num_trainers=2, env={})
+        + check_rollout_gib(args), abs=0.01)
     plan = plan_init(args, use_gpu=True, num_trainers=2, gpu_bytes=141 * GIB, env={})
     assert plan.trainers_together and plan.with_rollout
     assert "start at once" in plan.message and "GiB" in plan.message
+
+
+def check_rollout_gib(args: dict[str, Any]) -> float:
+    """The rollout's GiB in check()'s generate phase (engine/config/memory.py)."""
+    from ppodeck.engine.config.memory import memory_estimate
+
+    return memory_estimate(args, count_params(args), env={})["generate"]["rollout"]
 
 
 def test_sglang_keeps_its_start_first_and_a_small_gpu_keeps_miles_order() -> None:

@@ -240,7 +240,7 @@ def test_biases_train_save_and_resume_exactly(megatron, tmp_path: Path) -> None:
 def test_parameter_counts_include_the_biases(megatron, family: str) -> None:
     """ModelShape.num_params (the worker's log) and check()'s count_params (the memory
     estimate) both count what Megatron builds, q/k/v biases included."""
-    from ppodeck.engine.config.derived import count_params
+    from ppodeck.engine.config.memory import count_params
     from ppodeck.engine.config.resolve import resolve_values
 
     hf = tiny_family(family, tied=False)

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ppodeck.app.cli import app as ppodeck
-from ppodeck.app.cli.runs import RunProgress, format_event
+from ppodeck.app.cli.progress import RunProgress
+from ppodeck.app.cli.tail import format_event
 from ppodeck.engine.run.events import follow, read_events
 from ppodeck.engine.run.state import RunState
 from tests.config.test_properties import command_tokens, preset_texts, set_items

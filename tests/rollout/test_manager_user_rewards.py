@@ -4,7 +4,6 @@ sampling with miles' built-in filter (its dotted miles name)."""
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -72,32 +71,19 @@ def test_a_custom_reward_is_called_for_every_sample_and_trained_on(tmp_path: Pat
     assert all(0.0 <= r <= 1.0 for r in raw)
     assert batch.metrics["rollout/raw_reward"] == pytest.approx(statistics.fmean(raw))
     assert any("--custom-rm-path rm_next_digit.score: loaded" in n for n in mgr.info["notes"])
-    assert any("metadata (copy-digit (32 prompts)) is not used" in n for n in mgr.info["notes"])
     calls.clear()
     mgr.generate(1)
     assert sorted(calls) == list(range(16, 32))  # miles' index runs on across rollouts
     mgr.shutdown()
 
 
-def data_without_rm_type(tmp_path: Path) -> dict[str, Any]:
-    """The copy-digit prompts with no rm_type in their metadata (it would win over --rm-type,
-    as in miles), and the task's tokenizer."""
-    from ppodeck.engine.rollout.synthetic import DATA_FILE, prepare_synthetic_task
-
-    task = prepare_synthetic_task("copy-digit", tmp_path / "task", 32, seed=42)
-    rows = [json.loads(line) for line in (task / DATA_FILE).read_text().splitlines()]
-    for row in rows:
-        row["metadata"].pop("rm_type")
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return {"synthetic_task": None, "prompt_data": str(data), "hf_checkpoint": str(task)}
-
-
 def test_a_remote_rm_gets_every_sample_and_its_answers_are_trained_on(tmp_path: Path) -> None:
+    """The README's example: tiny-cpu's synthetic task with --rm-type remote_rm --rm-url URL
+    (its samples name no rm_type of their own, so the flag reaches every one)."""
     with RewardServer() as server:
-        mgr = started(tmp_path, rm_type="remote_rm", rm_url=server.url,
-                      **data_without_rm_type(tmp_path))
+        mgr = started(tmp_path, rm_type="remote_rm", rm_url=server.url)
         assert not any("wins over --rm-type" in note for note in mgr.info["notes"])
+        assert any(f"remote reward model: {server.url}" in n for n in mgr.info["notes"])
         batch = mgr.generate(0)
         mgr.shutdown()
     assert len(server.bodies) == len(batch) == 16

@@ -453,6 +453,7 @@ def test_in_process_engines_get_documented_kwargs(monkeypatch, tmp_path) -> None
     # the stripped sglang-kernel has no FA3: triton unless PPODECK_SGLANG_ATTENTION says
     assert kw["attention_backend"] == "triton" and kw["sampling_backend"] == "pytorch"
     assert kw["cuda_graph_max_bs_decode"] == 32  # 8 prompts x 4 samples on one engine
+    assert kw["cuda_graph_bs_decode"] == [1, 4, 8, 16, 32]  # 5 captures, not SGLang's 9
     assert kw["disable_prefill_cuda_graph"] is True  # its capture dominated the start
     assert (Path(kw["model_path"]) / "config.json").is_file()
     config = json.loads((Path(kw["model_path"]) / "config.json").read_text())

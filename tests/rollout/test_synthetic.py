@@ -36,7 +36,7 @@ def test_copy_digit_records(copy_digit: Path) -> None:
         tokens = row["prompt"].split()
         assert len(tokens) == PROMPT_DIGITS + 1 and tokens[-1] == ":"
         assert row["label"] == tokens[0]  # the label is the FIRST digit
-        assert row["metadata"] == {"rm_type": "copy-digit", "target_len": TARGET_LEN}
+        assert row["metadata"] == {"target_len": TARGET_LEN}  # no rm_type: --rm-type wins
     assert len({row["prompt"] for row in rows}) >= min(10 ** PROMPT_DIGITS, 50) // 2
 
 

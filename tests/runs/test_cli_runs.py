@@ -15,6 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from ppodeck.app.cli import progress as cli_progress
 from ppodeck.app.cli import runs as cli_runs
 from ppodeck.engine.launch.local import start_driver
 from ppodeck.engine.run.rundir import RunDir, create_run_dir, read_status, write_status
@@ -153,7 +154,7 @@ def test_attach_opens_the_tui_on_the_run(app, runner, finished_run, monkeypatch)
 def test_attached_run_prints_a_line_per_rollout(created_run, fake_driver, capsys) -> None:
     popen = start_driver(created_run)
     fake_driver.append(popen.pid)
-    assert cli_runs._follow_run(created_run, popen, num_rollout=2) == 0
+    assert cli_progress.follow_run(created_run, popen, num_rollout=2) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2
     assert out[0].startswith("rollout 1/2") and "reward 0.5" in out[0]
@@ -166,7 +167,7 @@ def test_failed_run_exits_3_with_detail_and_log(created_run, fake_driver, monkey
     monkeypatch.setenv("FAKE_DRIVER_MODE", "fail")
     popen = start_driver(created_run)
     fake_driver.append(popen.pid)
-    assert cli_runs._follow_run(created_run, popen, num_rollout=2) == 3
+    assert cli_progress.follow_run(created_run, popen, num_rollout=2) == 3
     err = capsys.readouterr().err
     assert "ValueError: fake failure" in err and str(created_run.driver_log) in err
 
@@ -176,15 +177,15 @@ def test_a_driver_that_dies_silently_is_recorded_as_failed(created_run, fake_dri
     monkeypatch.setenv("FAKE_DRIVER_MODE", "crash")
     popen = start_driver(created_run)
     fake_driver.append(popen.pid)
-    assert cli_runs._follow_run(created_run, popen, num_rollout=2) == 3
+    assert cli_progress.follow_run(created_run, popen, num_rollout=2) == 3
     status = read_status(created_run)
     assert status["state"] == "failed" and "exited with code 1" in status["detail"]
 
 
 def _following() -> bool:
-    """True while _follow_run's Ctrl-C handler is installed (a stray SIGINT would end pytest)."""
+    """True while follow_run's Ctrl-C handler is installed (a stray SIGINT would end pytest)."""
     return isinstance(getattr(signal.getsignal(signal.SIGINT), "__self__", None),
-                      cli_runs._Interrupts)
+                      cli_progress._Interrupts)
 
 
 def _interrupt_when(condition, count: int = 1) -> threading.Thread:
@@ -209,7 +210,7 @@ def test_first_ctrl_c_stops_gracefully(created_run, fake_driver, monkeypatch, ca
     popen = start_driver(created_run)
     fake_driver.append(popen.pid)
     _interrupt_when(lambda: read_status(created_run).get("state") == "running")
-    assert cli_runs._follow_run(created_run, popen, num_rollout=2) == 130
+    assert cli_progress.follow_run(created_run, popen, num_rollout=2) == 130
     assert "press Ctrl-C again to stop at once" in capsys.readouterr().err
     assert read_status(created_run)["state"] == "stopped"
     assert group_gone(popen.pid)
@@ -220,7 +221,7 @@ def test_second_ctrl_c_kills_the_group(created_run, fake_driver, monkeypatch) ->
     popen = start_driver(created_run)
     fake_driver.append(popen.pid)
     _interrupt_when(lambda: read_status(created_run).get("state") in ("running", "stopping"), 2)
-    assert cli_runs._follow_run(created_run, popen, num_rollout=2) == 130
+    assert cli_progress.follow_run(created_run, popen, num_rollout=2) == 130
     assert popen.returncode == -signal.SIGKILL
     status = read_status(created_run)
     assert status["state"] == "stopped" and "killed" in status["detail"]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ppodeck.app.cli.runs import RunProgress, eval_rewards, format_event
+from ppodeck.app.cli.progress import RunProgress, eval_rewards
+from ppodeck.app.cli.tail import format_event
 
 
 def eval_event(step: int, reward: float) -> dict:

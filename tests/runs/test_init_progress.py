@@ -3,7 +3,8 @@ seconds and, for a trainer, where they went."""
 
 from __future__ import annotations
 
-from ppodeck.app.cli.runs import RunProgress, format_event
+from ppodeck.app.cli.progress import RunProgress
+from ppodeck.app.cli.tail import format_event
 
 
 def phase(name: str, state: str, parent: str | None = None, **fields: object) -> dict:

@@ -188,14 +188,15 @@ def test_an_open_phase_is_started_once_and_ended_when_miles_closes_it(runs_dir, 
 def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monkeypatch
                                                          ) -> None:
     """tail --follow on a dump miles is still writing: new records appear as they land; when
-    the dump stops growing the run ends and the follower exits. ~4 s (2 s of it: the idle
-    time that ends a run)."""
+    the dump stops growing the run ends and the follower exits. Live means the dump's own
+    records are recent (their `ts`), as miles stamps them while it writes. ~4 s (2 s of it:
+    the idle time that ends a run)."""
     monkeypatch.setenv("PPODECK_MILES_IDLE_S", "2")
     dump = copy_dump(tmp_path / "dump")
     shutil.rmtree(dump / "rollout_data")  # samples are another test's; torch stays unloaded
     metrics = dump / "dashboard" / "metrics.jsonl"
     lines = metrics.read_text().splitlines(keepends=True)
-    metrics.write_text("".join(lines[:2]))  # miles has written two records so far
+    metrics.write_text("".join(stamped_now(line) for line in lines[:2]))  # two records so far
     before_bytes = metrics.read_bytes()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     ppodeck = str(Path(sys.executable).with_name("ppodeck"))
@@ -204,7 +205,6 @@ def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monk
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         def following() -> RunDir | None:
-            os.utime(metrics)  # miles is still writing: the dump stays live while tail starts
             rundir = find_registered(dump)
             return rundir if rundir and read_status(rundir).get("state") == "running" else None
 
@@ -212,7 +212,7 @@ def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monk
         follower = read_status(rundir)["pid"]
         for line in lines[2:]:  # miles goes on writing
             with open(metrics, "a") as out:
-                out.write(line)
+                out.write(stamped_now(line))
             time.sleep(0.05)
         out, err = tail.communicate(timeout=30)
     finally:
@@ -224,6 +224,11 @@ def test_a_growing_dump_is_followed_live_until_it_stops(runs_dir, tmp_path, monk
     assert status["state"] == "ended" and "miles records no final state" in status["detail"]
     _wait_for(lambda: not _alive(follower))
     assert metrics.read_bytes().startswith(before_bytes)
+
+
+def stamped_now(line: str) -> str:
+    """A dashboard record as miles writes it now: its `ts` is the present."""
+    return json.dumps({**json.loads(line), "ts": time.time()}) + "\n"
 
 
 def _alive(pid: int) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ppodeck.app.cli.runs import RunProgress
+from ppodeck.app.cli.progress import RunProgress
 from ppodeck.engine.run.events import EventWriter, read_events
 from ppodeck.engine.run.state import RunState
 

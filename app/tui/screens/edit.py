@@ -577,6 +577,7 @@ class EditScreen(Screen[None]):
         from rich.text import Text
 
         from ....engine.launch.local import code_to_run, missing_inputs
+        from ....engine.launch.memory_check import memory_refusals, refusal_text
         from ....engine.run.rundir import runs_root
 
         missing = missing_inputs(self.config)
@@ -592,6 +593,11 @@ class EditScreen(Screen[None]):
         if code:  # confirming is the explicit consent to run it
             body.append("\n\nThis run will execute code named by the config:\n", "bold red")
             body.append("\n".join(f"  {flag} {value}" for flag, value in code))
+        refused = memory_refusals(self.config)  # read now: the last keystroke's may be stale
+        if refused:  # a Ray job is judged on the cluster: submitting stays open
+            body.append("\n\nThis machine cannot hold the run now; launching here is refused:"
+                        "\n", "bold red")
+            body.append(refusal_text(refused))
         self.app.push_screen(LaunchDialog("Launch run", body), self._launch_confirmed)
 
     def _launch_confirmed(self, choice: LaunchChoice | bool | None) -> None:
@@ -612,7 +618,7 @@ class EditScreen(Screen[None]):
                 rundir, popen = launch_miles(config, preset_name, Path(miles_root), submit or None)
                 self.post_message(RunLaunched(rundir.path, popen))
                 return
-            rundir = prepare_run(config, preset_name)
+            rundir = prepare_run(config, preset_name, here=not submit)  # a job: judged there
             if submit:  # a Ray job; the returned process mirrors it into the run directory
                 from ....engine.launch.jobs import forwarded_env
                 from ....engine.launch.jobs import submit as submit_job

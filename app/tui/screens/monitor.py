@@ -409,7 +409,7 @@ def _run_judge(run_dir: Path):  # noqa: ANN202 - engine.run.health.HealthJudge, 
     from ....engine.run.rundir import RunDir, read_status
 
     thresholds, _ = run_thresholds(run_dir, read_status(RunDir(run_dir)).get("preset"))
-    return HealthJudge(thresholds, run_facts(run_dir)[0])
+    return HealthJudge(thresholds, run_facts(run_dir)[0], run_dir)  # run_dir: reward stalls
 
 
 class _Batcher:

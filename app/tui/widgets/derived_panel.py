@@ -21,6 +21,7 @@ ROWS = (("world_size", "world size"), ("dp_size", "DP"),
         ("actor_steps_per_rollout", "actor steps/rollout"),
         ("critic_steps_per_rollout", "critic steps/rollout"),
         ("total_train_iters", "train iterations"))
+GPU_ROWS = ("rollout_num_gpus", "gpus_needed")
 
 
 def _cell(value: Any) -> str:
@@ -46,7 +47,8 @@ class DerivedPanel(Static):
         # the rows are fixed; the height changes only the first time and when the memory
         # table appears or goes (model shape completed or broken)
         relayout = self.derived is None or (
-            bool(self.derived.memory_gib) != bool(derived.memory_gib))
+            bool(self.derived.memory_gib) != bool(derived.memory_gib)) or (
+            (self.derived.host_memory_gib is None) != (derived.host_memory_gib is None))
         self.derived = derived
         self.update(Group(self._numbers(derived), self._memory(derived)), layout=relayout)
 
@@ -57,8 +59,9 @@ class DerivedPanel(Static):
         for _ in range(2):
             table.add_column("what", ratio=1, no_wrap=True)
             table.add_column("value", justify="right", style="bold", no_wrap=True)
+        on_cpu = derived.host_memory_gib is not None  # a CPU run: no GPU figures
         cells = [(label, _cell(getattr(derived, attr))) for attr, label in ROWS
-                 if hasattr(derived, attr)]
+                 if hasattr(derived, attr) and not (on_cpu and attr in GPU_ROWS)]
         for i in range(0, len(cells), 2):
             left, right = cells[i], cells[i + 1] if i + 1 < len(cells) else ("", "")
             table.add_row(*left, *right)
@@ -66,6 +69,13 @@ class DerivedPanel(Static):
 
     @staticmethod
     def _memory(derived: Derived) -> Table | Text:
+        host = derived.host_memory_gib
+        if host is not None:
+            parts = ", ".join(f"{part} {_gib(host.get(part))}"
+                              for part in ("actor", "critic", "rollout", "processes"))
+            seen = (f" of {_gib(host['available'])} available" if "available" in host else "")
+            return Text(f"host memory, CPU run (GiB, estimate): {_gib(host.get('total'))}"
+                        f"{seen} ({parts})")
         memory = derived.memory_gib or {}
         if not memory:
             return Text("memory estimate: needs the model shape flags", "dim")

@@ -99,14 +99,14 @@ REMOVED: dict[str, tuple[str, str]] = {
     "sdpa": ("superseded by decode-attn's kernel", "decode-attn"),
     "window": ("superseded by decode-attn, which reads only each row's filled slots in one "
                "graph", "decode-attn"),
-    "decode-attn-split": ("slower on the H200: 26.5k tok/s against 29.8k", "decode-attn"),
-    "two-streams": ("slower on the H200: 30.5k tok/s against 32.2k", "one stream (the default)"),
-    "four-streams": ("slower on the H200: 25.8k tok/s against 32.2k",
+    "decode-attn-split": ("slower: 26.5k tok/s against 29.8k", "decode-attn"),
+    "two-streams": ("slower: 30.5k tok/s against 32.2k", "one stream (the default)"),
+    "four-streams": ("slower: 25.8k tok/s against 32.2k",
                      "one stream (the default)"),
-    "attn-rope": ("slower on the H200: 31.7k tok/s against 33.5k", "folded-norms"),
-    "pdl": ("no gain on the H200: 35.1k and 35.0k tok/s against 35.3k and 34.8k",
+    "attn-rope": ("slower: 31.7k tok/s against 33.5k", "folded-norms"),
+    "pdl": ("no gain: 35.1k and 35.0k tok/s against 35.3k and 34.8k",
             "folded-norms"),
-    "skinny-gemm": ("slower than cuBLAS for the whole step on the H200: 27.5k tok/s against "
+    "skinny-gemm": ("slower than cuBLAS for the whole step: 27.5k tok/s against "
                     "32.1k", "skinny-down (its kernel on the down projection only)"),
 }
 
