@@ -250,7 +250,7 @@ def test_recompute_flags_reach_megatrons_config() -> None:
     """--recompute-*: Megatron re-runs the layers in backward (activation memory, on CUDA: its
     checkpointing needs the CUDA RNG tracker). The worker hands these keys to
     transformer_config as they are; this is the deepest seam that runs here."""
-    from ppodeck.engine.train import worker
+    from ppodeck.engine.train import base_worker as worker
 
     def config(flags: dict[str, Any]) -> Any:  # noqa: ANN401
         args = tiny_args(**flags)
