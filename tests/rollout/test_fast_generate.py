@@ -256,8 +256,12 @@ def test_variant_names_round_trip(monkeypatch) -> None:
     assert options == backend_default and "ignored" in note and features.BACKEND_VARIANT in note
 
 
+# A GPU bench's CPU smoke run: it checks the bench tool, not what PPO Deck ships, so it runs
+# with the nightly bench (`make nightly`) and before a device session (`pytest -m slow -k
+# smoke`), not in every CI run.
+@pytest.mark.slow
 def test_decode_profile_smoke_runs(capsys) -> None:
-    """bench/gpu_decode_profile.py --smoke (CPU, tiny): the lead runs it once on the H200, so
+    """bench/gpu_decode_profile.py --smoke (CPU, tiny): the lead runs it once on the GPU, so
     its every section must run here first."""
     import sys
     from pathlib import Path

@@ -15,6 +15,10 @@ from tests.rollout.interpreter import REPO
 pytest.importorskip("triton")
 
 
+# A GPU bench's CPU smoke run: it checks the bench tool, not what PPO Deck ships, so it runs
+# with the nightly bench (`make nightly`) and before a device session (`pytest -m slow -k
+# smoke`), not in every CI run.
+@pytest.mark.slow
 def test_gemm_probe_smoke_times_cublas_plan_and_sweep() -> None:
     done = subprocess.run(
         [sys.executable, "bench/gpu_gemm_probe.py", "--smoke", "--budget", "5"], cwd=REPO,
