@@ -1,0 +1,139 @@
+"""miles' own parser as the oracle of PPO Deck's verdict (issue #46).
+
+    python -m bench.miles_oracle --miles-git DIR --megatron-git DIR     # build, judge, record
+
+Builds once, under ~/.cache/ppodeck/miles-oracle (outside the repo), a CPU virtualenv with
+miles' parse-time dependencies from PyPI and the miles and Megatron sources at the pinned
+commits (exported from the git repositories given, the GitHub ones by default). Then it runs
+miles' real parse_args() over the corpus (bench/miles_oracle_corpus.py) with the argv that
+`ppodeck command --engine miles` prints, in one interpreter that parses every argv in turn
+(bench/miles_oracle_runner.py), and writes each verdict into tests/miles_oracle/verdicts.json
+with the commits. tests/miles_oracle/test_verdicts.py holds PPO Deck's check() to them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.miles_oracle_corpus import build_corpus, case_config, make_fixtures
+
+MILES_COMMIT = "31f1ca961a94cb860cec3b2dea34ec332bfa8f76"
+MEGATRON_COMMIT = "2e64d788b67fe8155774200c87606e1e449c494b"  # radixark/Megatron-LM miles-main
+SGLANG = "sglang==0.5.16"  # the base image of miles' Dockerfile at MILES_COMMIT
+# what miles' parse_args imports, PyPI names; torch pinned to the CPU wheel (an unpinned one
+# pulls a CUDA build); sglang without its dependencies (they pin a CUDA torch)
+PACKAGES = ("torch==2.13.0", "transformers==5.12.1", "ray==2.60.0", "sglang-router", "pyyaml",
+            "pydantic", "numpy", "packaging", "psutil", "requests", "einops", "omegaconf",
+            "pybase64", "msgspec", "pyzmq", "pillow", "IPython", "dill", "openai",
+            "partial_json_parser", "xgrammar", "sentencepiece", "polars", "matplotlib",
+            "six", "orjson", "fastapi", "uvicorn", "uvloop", "aiohttp", "setproctitle", "triton")
+CACHE = Path.home() / ".cache" / "ppodeck" / "miles-oracle"
+REPO = Path(__file__).resolve().parent.parent
+VERDICTS = REPO / "tests" / "miles_oracle" / "verdicts.json"
+RUNNER = Path(__file__).resolve().parent / "miles_oracle_runner.py"
+
+
+def _say(text: str) -> None:
+    print(f"miles_oracle: {text}", file=sys.stderr, flush=True)
+
+
+def build_env(miles_git: str, megatron_git: str) -> Path:
+    """The cached oracle environment; built once, kept by commit."""
+    env = CACHE / f"env-{MILES_COMMIT[:9]}-{MEGATRON_COMMIT[:9]}"
+    if (env / "ready").exists():
+        return env
+    for name, git, commit in (("miles", miles_git, MILES_COMMIT),
+                              ("megatron", megatron_git, MEGATRON_COMMIT)):
+        _export(git, commit, env / "src" / name)
+    venv = env / "venv"
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    pins = env / "pins.txt"
+    pins.write_text("torch==2.13.0\n")
+    _say("installing miles' parse-time dependencies (a few minutes, once)")
+    subprocess.run([*pip, "-c", str(pins), *PACKAGES], check=True)
+    subprocess.run([*pip, "--no-deps", SGLANG], check=True)
+    (env / "ready").write_text(f"{MILES_COMMIT}\n{MEGATRON_COMMIT}\n")
+    return env
+
+
+def _export(git: str, commit: str, into: Path) -> None:
+    if into.exists():
+        return
+    into.mkdir(parents=True)
+    if not Path(git).is_dir():  # a URL: clone it bare into the cache first
+        clone = CACHE / "git" / Path(git).name
+        if not clone.exists():
+            subprocess.run(["git", "clone", "--bare", git, str(clone)], check=True)
+        git = str(clone)
+    archive = subprocess.run(["git", "-C", git, "archive", commit], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+
+
+def judge(env: Path, cases: list[dict], workers: int) -> dict[str, dict]:
+    """miles' verdict per case id: `workers` interpreters, each parsing its share in turn."""
+    shares = [cases[i::workers] for i in range(workers)]
+    environ = {**os.environ, "PYTHONPATH": f"{env / 'src' / 'miles'}:{env / 'src' / 'megatron'}"}
+    procs = [subprocess.Popen([str(env / "venv" / "bin" / "python"), str(RUNNER)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, env=environ)
+             for _ in shares]
+    for proc, share in zip(procs, shares, strict=True):
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(share))
+        proc.stdin.close()
+    verdicts = {}
+    for proc in procs:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            row = json.loads(line)
+            verdicts[row.pop("id")] = row
+        proc.wait()
+    return verdicts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--miles-git", default="https://github.com/radixark/miles")
+    parser.add_argument("--megatron-git", default="https://github.com/radixark/Megatron-LM")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    env = build_env(args.miles_git, args.megatron_git)
+    cases = build_corpus()
+    with tempfile.TemporaryDirectory() as root:
+        make_fixtures(Path(root), cases)
+        runnable = [{"id": c["id"], "argv": case_config(c, Path(root))[1], "env": c["env"]}
+                    for c in cases]
+        start = time.perf_counter()
+        verdicts = judge(env, runnable, args.workers)
+        seconds = time.perf_counter() - start
+    errors = {row["error"] for row in verdicts.values()}
+    if len(verdicts) > 1 and len(errors) == 1 and errors != {""}:
+        # one refusal for every case is the environment failing (a missing module, no CUDA),
+        # not miles judging the flags: recording it would be a fake oracle
+        sys.exit(f"miles_oracle: every case fails the same way ({errors.pop()}); the oracle "
+                 f"environment under {env} is broken, nothing written")
+    for case in cases:
+        case["miles"] = verdicts.get(case["id"], {"verdict": "missing", "error": "", "site": ""})
+    counts: dict[str, int] = {}
+    for case in cases:
+        counts[case["kind"]] = counts.get(case["kind"], 0) + 1
+    VERDICTS.parent.mkdir(parents=True, exist_ok=True)
+    VERDICTS.write_text(json.dumps({
+        "miles_commit": MILES_COMMIT, "megatron_commit": MEGATRON_COMMIT, "sglang": SGLANG,
+        "counts": counts, "cases": cases}, indent=1) + "\n")
+    refused = sum(c["miles"]["verdict"] == "refuse" for c in cases)
+    _say(f"{len(cases)} cases ({counts}), miles refuses {refused}; parsed in {seconds:.0f} s; "
+         f"wrote {VERDICTS.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
