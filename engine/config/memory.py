@@ -5,7 +5,7 @@ in host memory; check() (engine/config/derived.py, rules_memory.py) and the driv
 README-memory: how the per-GPU memory estimate is computed
 -----------------------------------------------------------
 It is a planning number, not a promise: it aims at NVML's used memory per GPU within +-15%
-for dense models on one GPU (checked against the H200 at Qwen3-1.7B, below), worse for MoE,
+for dense models on one GPU (checked on one GPU at Qwen3-1.7B, below), worse for MoE,
 long contexts or custom kernels. All figures are GiB per GPU on the train GPUs (the rollout
 entry of a non-colocated run is on the rollout GPUs instead).
 
@@ -31,7 +31,7 @@ A trainer (actor or critic) awake on one GPU, bf16 training:
                  3*ffn with --swiglu else 2*ffn [fc1 output, activation output]), / TP. For a
                  plain GPT (groups = heads, heads*kv = h, ffn = 4h, gelu) that is 38*T*h, close
                  to Korthikanti et al.'s 34*T*h with flash attention; for GQA + SwiGLU models it
-                 is larger (46*T*h for Qwen3-0.6B), which is what the H200 measured.
+                 is larger (46*T*h for Qwen3-0.6B), which is what was measured.
                  --recompute-granularity full keeps 2*T*h bytes per local layer plus one working
                  set; otherwise every local layer keeps its working set.
     logits       actor only: 6 B * T * V/TP (bf16 logits + fp32 softmax), on the last stage;
@@ -65,7 +65,7 @@ Phases (miles' order): `generate` (rollout active, train models asleep), `critic
 GPU holds: actor + critic, plus the rollout when colocated, plus DRIVER_RESERVED_GIB (the
 driver's own reservation, which NVML counts as used).
 
-Checked on the H200 at Qwen3-1.7B (`bash bench/gpu_device_run.sh e2e-1.7b`, docs/performance.md,
+Checked on one GPU at Qwen3-1.7B (`bash bench/gpu_device_run.sh e2e-1.7b`, docs/performance.md,
 that run's decoder PPODECK_DECODE=packed+...): NVML peak generate 22.0, critic_train 60.3,
 actor_train 61.8 GiB. Through generate and the critic's phase the sleeping actor also held its
 freed 3.2 GiB export buffer, since returned (engine/train/worker.py
@@ -89,7 +89,7 @@ from ..vocabulary import Phase
 GIB = float(1 << 30)
 GPU_GIB = 80.0
 DEFAULT_SGLANG_FRACTION = 0.8
-# ---- per-process and per-GPU terms the flags do not scale (measured on the H200, NVML) ----
+# ---- per-process and per-GPU terms the flags do not scale (measured with NVML) ----
 # NVML counts the driver's own reservation as used: 1.21 GiB during ray_start, before any
 # process of the run had touched the GPU (e2e-1.7b)
 DRIVER_RESERVED_GIB = 1.2
@@ -378,7 +378,7 @@ def init_peak_gib(r: Mapping[str, Any], params: int | None, with_rollout: bool,
 HOST_USABLE_FRACTION = 0.9  # the rest: the OS and its page cache
 # each process of the run besides its pinned state (process-tree RSS, the gpu events'
 # rss_bytes, less the pinned blocks): imports, torch.compile's worker pools, Ray, the driver.
-# For three workers (actor, critic, hf rollout) on the H200 host: 24.7 GiB at 1.7B and 26.6 at
+# For three workers (actor, critic, hf rollout) on the GPU host: 24.7 GiB at 1.7B and 26.6 at
 # 0.6B in earlier runs, then 35.2 at 1.7B (bench/preset_memory.py, docs/performance.md: process-tree
 # RSS peak 89.7 GiB less 54.5 pinned). The largest, per worker: RSS counts shared pages in
 # every process, so this stays an upper bound

@@ -1,6 +1,6 @@
 """The `sglang` rollout backend: SGLang engines generate, the actor's HF weights are pushed in.
 
-What ran against a real sglang 0.5.17 (one H200, torch 2.11, the stripped wheel set of
+What ran against a real sglang 0.5.17 (one GPU, torch 2.11, the stripped wheel set of
 bench/make_sglang_wheels.sh; tests/gpu/test_sglang_gpu.py, bench/gpu_bench.py --only sglang,
 `ppodeck run qwen3-0.6b-ppo-1gpu --set rollout-backend=sglang`):
   - `sglang.Engine(**engine_kwargs(...))` inside a Ray actor colocated with the actor and
@@ -275,8 +275,8 @@ def engine_kwargs(args: Mapping[str, Any], model_path: str, *, random_weights: b
         "sampling_backend": "pytorch",
         "cuda_graph_max_bs_decode": decode_batch_per_engine(args, num_engines),
         "cuda_graph_bs_decode": decode_graph_sizes(decode_batch_per_engine(args, num_engines)),
-        # prefill runs once per rollout on short prompts; capturing its graphs took 88 s of a
-        # 136 s engine start on the H200, for no measurable rollout gain
+        # prefill runs once per rollout on short prompts; capturing its graphs took most of the
+        # engine's start, for no measurable rollout gain (docs/performance.md)
         "disable_prefill_cuda_graph": True,
         # PPODECK_SGLANG_LOG_LEVEL=info shows where the engine start goes (driver.log)
         "log_level": os.environ.get("PPODECK_SGLANG_LOG_LEVEL", "error"),
@@ -633,7 +633,7 @@ class SGLangGenerator:
         miles' order when the weights were released too: only the weights come back here; the
         KV cache and CUDA graphs come back after the next push (load_weights), so the actor,
         which wakes up to export its weights, never meets a full KV cache on its GPU (it did:
-        an OOM on the H200 with SGLang's default --sglang-mem-fraction-static)."""
+        an out-of-memory error with SGLang's default --sglang-mem-fraction-static)."""
         if not self.args["offload_rollout"]:
             return _noop_report("gpu")
         start = time.perf_counter()
