@@ -142,7 +142,7 @@ class HealthJudge:
         self.run_dir = run_dir  # where the reward phase's progress is (a live run)
         self.findings: list[Finding] = []
         self.active: dict[str, Finding] = {}  # id prefix (code:metric) -> the finding, live
-        self.rollouts_judged = 0
+        self._judged: set[int] = set()  # a rollout whose records arrive late is judged again
         self.last_event_ts: float | None = None
         self.last_rollout_id: int | None = None
         self._open: dict[int, _Rollout] = {}
@@ -198,7 +198,7 @@ class HealthJudge:
     # ---- per-rollout rules -------------------------------------------------------------------
 
     def _judge_rollout(self, r: _Rollout) -> list[Finding]:
-        self.rollouts_judged += 1
+        self._judged.add(r.rollout_id)
         means = {key: r.mean(key) for key in r.values}
         checks = [
             self._nonfinite(r),
@@ -308,6 +308,10 @@ class HealthJudge:
                          f"{best:.3g} for {self._value_loss_above} rollouts",
                          "lower --critic-lr, set --value-clip, or check the reward scale")
 
+    @property
+    def rollouts_judged(self) -> int:
+        return len(self._judged)
+
     def _truncation(self, rid: int, ratio: float | None, mean_len: float | None
                     ) -> list[Finding]:
         max_len = self.facts.rollout_max_response_len
@@ -318,7 +322,7 @@ class HealthJudge:
         limit = self.t.truncation_max
         return self._set("health.truncation", TRUNCATED, rid, ratio > limit, ratio, limit,
                          f"{ratio:.0%} of responses were cut at --rollout-max-response-len "
-                         f"{max_len}",
+                         f"{max_len if max_len else '(its value is not recorded for this run)'}",
                          "raise --rollout-max-response-len, or reward shorter answers")
 
     def _reward_flat(self, rid: int, value: float | None) -> list[Finding]:
