@@ -125,7 +125,7 @@ def comparison(runs: list) -> dict:  # list[engine.run.stats.RunStats]
              "rollouts": len(run.series.get(metric, ()))} for run in runs]
     return {
         "runs": [{"id": r.run_id, "path": str(r.path), "state": r.state,
-                  "wall_seconds": r.wall_seconds} for r in runs],
+                  "wall_seconds": r.wall_seconds, "flags_known": len(r.values)} for r in runs],
         "config_diff": {flag: values for flag, values in config_diff(runs)},
         "phase_mean_seconds": {
             name: [_mean(run.phase_seconds.get(name)) for run in runs] for name in phases},
@@ -164,8 +164,11 @@ def _print_comparison(data: dict) -> None:
     flags = table("config: flags that differ", "flag")
     for flag, values in data["config_diff"].items():
         flags.add_row(flag, *(_val(v) for v in values))
+    blind = [r["id"] for r in data["runs"] if not r.get("flags_known")]
     if not data["config_diff"]:
-        flags.add_row("(same resolved config)", *("" for _ in ids))
+        # a watched miles dump may record no flags at all: then "the same" would be a guess
+        flags.add_row("(same resolved config)" if not blind else
+                      f"(no flag compared: {', '.join(blind)} records none)", *("" for _ in ids))
     console.print(flags)
     phases = table("phase: mean seconds", "phase")
     for name, values in data["phase_mean_seconds"].items():

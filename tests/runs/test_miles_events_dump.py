@@ -137,3 +137,16 @@ def test_a_directory_without_anything_readable_names_what_was_looked_for(tmp_pat
                        "rollout_data/"):
         assert looked_for in str(raised.value)
     assert find_registered(empty) is None
+
+
+def test_health_and_compare_say_what_an_events_only_dump_does_not_record(runs_dir,
+                                                                           tmp_path) -> None:
+    """No meta.json: no flag to compare and no --rollout-max-response-len, said as such (not
+    "(same resolved config)" or "None"); each of its 5 rollouts judged once."""
+    dump = shutil.copytree(DUMP, tmp_path / "dump")
+    run_id = invoke("runs", "add", str(dump)).stdout.strip()
+    health = invoke("health", run_id)
+    assert "5 rollouts judged" in health.stdout and "None" not in health.stdout
+    compared = invoke("compare", run_id, run_id)
+    assert compared.exit_code == 0, compared.output
+    assert "records none" in compared.stdout and "same resolved config" not in compared.stdout
