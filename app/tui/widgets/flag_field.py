@@ -42,15 +42,24 @@ class FieldIssue:
 
 
 class FlagSelect(Select):
-    """Select whose first value survives a mount race: Textual 8.2's Select sets its value in
-    on_mount, and when its SelectCurrent has not composed its label yet (a busy machine, many
-    fields mounting at once) the update raised NoMatches and took the editor down."""
+    """Select whose first value and options survive a mount race: Textual 8.2's Select sets its
+    value in on_mount, and when its SelectCurrent has not composed its label yet (a busy machine,
+    many fields mounting at once) the update raised NoMatches and took the editor down."""
 
     def _watch_value(self, value: Any) -> None:  # noqa: ANN401
         try:
             super()._watch_value(value)
         except NoMatches:
             self.call_after_refresh(self._watch_value, value)
+
+    def _setup_options_renderables(self) -> None:
+        """The same race in on_mount's option list (its SelectOverlay not composed yet), seen
+        when fields mount in chunks on a busy machine: set the options up once it is there."""
+        try:
+            super()._setup_options_renderables()
+        except NoMatches:
+            if self.is_attached:
+                self.call_after_refresh(self._setup_options_renderables)
 
 
 def _select_value(value: Any) -> Any:
