@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -101,6 +102,13 @@ def judge(env: Path, cases: list[dict], workers: int) -> dict[str, dict]:
     return verdicts
 
 
+def _scrubbed(row: dict, root: str, env: Path) -> dict:
+    """The verdict with this machine's paths in miles' messages replaced by names, so the
+    record is the same wherever the oracle ran."""
+    error = row["error"].replace(root, "{ROOT}").replace(str(env), "{ORACLE_ENV}")
+    return {**row, "error": re.sub(r"/\S*/site-packages/", "{site-packages}/", error)}
+
+
 def _runnable(case: dict, root: Path, env: Path) -> dict:
     """The case as the runner parses it: the argv PPO Deck launches with, under the variables
     PPO Deck's launch gives the job (runtime_env_vars: CUDA_DEVICE_MAX_CONNECTIONS=1 for
@@ -123,7 +131,8 @@ def main() -> None:
         make_fixtures(Path(root), cases)
         runnable = [_runnable(c, Path(root), env) for c in cases]
         start = time.perf_counter()
-        verdicts = judge(env, runnable, args.workers)
+        verdicts = {ident: _scrubbed(row, root, env) for ident, row in
+                    judge(env, runnable, args.workers).items()}
         seconds = time.perf_counter() - start
     errors = {row["error"] for row in verdicts.values()}
     if len(verdicts) > 1 and len(errors) == 1 and errors != {""}:
