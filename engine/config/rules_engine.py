@@ -437,7 +437,48 @@ def miles_rules(s: set, out: Out, m: Machine, r: dict) -> None:
                "not know them, so they are left out of its command.",
                "drop them from the preset, or run on PPO Deck's engine")
     _miles_ref_load(r, out)
+    _megatron_validate_args(r, out)
     miles_machine_rules(r, m, out)
+
+
+def _megatron_validate_args(r: dict, out: Out) -> None:
+    """Megatron's validate_args, which miles' parse_args runs at start-up (the miles-main
+    fork at 2e64d788b, megatron/training/arguments.py): the asserts a flag alone reaches that
+    PPO Deck's engine, which does not run validate_args, has no reason to refuse. Found by
+    the oracle of tests/miles_oracle (issue #46)."""
+    if r["train_backend"] == "fsdp":
+        return  # miles' FSDP backend does not build Megatron's arguments
+    if r["overlap_param_gather"]:  # arguments.py:662-666
+        for dest in ("use_distributed_optimizer", "overlap_grad_reduce"):
+            if not r[dest]:
+                _issue(out, "error", f"miles.overlap_param_gather_needs_{dest}",
+                       ("overlap_param_gather", dest),
+                       f"--overlap-param-gather needs {_fl(dest)} (Megatron's validate_args "
+                       "asserts it when miles starts).",
+                       f"add {_fl(dest)}, or drop --overlap-param-gather")
+    if r["lr"] is not None and r["min_lr"] > r["lr"]:  # arguments.py:899-900
+        _issue(out, "error", "miles.min_lr_above_lr", ("min_lr", "lr"),
+               f"--min-lr {r['min_lr']:g} is above --lr {r['lr']:g} (Megatron's validate_args "
+               "asserts min_lr <= lr when miles starts).",
+               "lower --min-lr to at most --lr")
+    if r["save"] is not None and not (r["save_interval"] or 0) > 0:  # arguments.py:901-903
+        _issue(out, "error", "miles.save_needs_interval", ("save", "save_interval"),
+               "--save without a positive --save-interval (Megatron's validate_args asserts "
+               "one when miles starts).",
+               "set --save-interval, or drop --save")
+    cp = r["context_parallel_size"] or 1
+    if r["seq_length"] is not None and cp > 1 and r["seq_length"] % (2 * cp):  # :880-883
+        _issue(out, "error", "miles.seq_length_vs_cp", ("seq_length", "context_parallel_size"),
+               f"--seq-length {r['seq_length']} is not a multiple of 2 x "
+               f"--context-parallel-size ({2 * cp}), which Megatron's validate_args asserts.",
+               f"use a multiple of {2 * cp}")
+    if r["recompute_granularity"] == "selective" and r["recompute_method"] is not None:
+        # arguments.py:961-964
+        _issue(out, "error", "miles.selective_recompute_method",
+               ("recompute_granularity", "recompute_method"),
+               "--recompute-granularity selective takes no --recompute-method (Megatron's "
+               "validate_args refuses the pair when miles starts).",
+               "drop --recompute-method (and --recompute-num-layers), or use full granularity")
 
 
 def _miles_ref_load(r: dict, out: Out) -> None:

@@ -79,3 +79,31 @@ def test_validate_takes_the_engine() -> None:
     assert "miles.ref_load_missing" in {i["code"] for i in json.loads(
         miles.stdout)["issues"]}
     assert CliRunner().invoke(app, ["validate", "tiny-cpu", "--engine", "x"]).exit_code == 2
+
+
+def test_megatron_validate_args_asserts_are_miles_errors_with_near_misses() -> None:
+    """Megatron's validate_args asserts (arguments.py at the miles-main fork) that the oracle
+    of tests/miles_oracle found PPO Deck missing: each refused on miles, its near miss not,
+    and none on PPO Deck's engine, which does not run validate_args."""
+    base = resolve_preset(load_preset("qwen3-4b-ppo"))
+    refused = {
+        "miles.min_lr_above_lr": dict(lr=1e-6, min_lr=1e-5),
+        "miles.save_needs_interval": dict(save="/ckpt", save_interval=None),
+        "miles.overlap_param_gather_needs_overlap_grad_reduce": dict(
+            overlap_param_gather=True, use_distributed_optimizer=True, overlap_grad_reduce=False),
+        "miles.seq_length_vs_cp": dict(context_parallel_size=2, seq_length=4098),
+        "miles.selective_recompute_method": dict(recompute_granularity="selective",
+                                                 recompute_method="uniform"),
+    }
+    near = [dict(lr=1e-6, min_lr=1e-7), dict(save="/ckpt", save_interval=10),
+            dict(overlap_param_gather=True, use_distributed_optimizer=True,
+                 overlap_grad_reduce=True),
+            dict(context_parallel_size=2, seq_length=4096),
+            dict(recompute_granularity="selective", recompute_method=None,
+                 recompute_num_layers=None)]
+    for code, values in refused.items():
+        assert code in codes(base.with_values(**values), "miles"), code
+        assert code not in codes(base.with_values(**values), "ppodeck"), code
+    for values in near:
+        assert not {c for c in codes(base.with_values(**values), "miles")
+                    if c.startswith("miles.") and c != "miles.ref_load_missing"}, values
