@@ -438,6 +438,7 @@ def miles_rules(s: set, out: Out, m: Machine, r: dict) -> None:
                "drop them from the preset, or run on PPO Deck's engine")
     _miles_ref_load(r, out)
     _megatron_validate_args(r, out)
+    _miles_hf_validate_args(r, out)
     miles_machine_rules(r, m, out)
 
 
@@ -479,6 +480,31 @@ def _megatron_validate_args(r: dict, out: Out) -> None:
                "--recompute-granularity selective takes no --recompute-method (Megatron's "
                "validate_args refuses the pair when miles starts).",
                "drop --recompute-method (and --recompute-num-layers), or use full granularity")
+
+
+def _miles_hf_validate_args(r: dict, out: Out) -> None:
+    """miles' hf_validate_args (miles/utils/arguments.py:2678-2681, 3656-3707 at 31f1ca961):
+    on the Megatron backend, miles holds the model flags to --hf-checkpoint's config.json at
+    start-up, whatever --model-init says. Flags are compared as resolved (an unset one at the
+    value PPO Deck derives for it, Megatron's default); fields the file leaves out are not."""
+    from .hf_config_file import miles_validated_values
+
+    if r["train_backend"] == "fsdp":
+        return
+    theirs = miles_validated_values(r["hf_checkpoint"])
+    if not theirs:
+        return
+    differ = [dest for dest, value in theirs.items()
+              if r.get(dest) is not None and _not_equal(r[dest], value)]
+    if not differ:
+        return
+    said = ", ".join(f"{_fl(d)} {_text(r[d])} (the checkpoint's: {_text(theirs[d])})"
+                     for d in differ)
+    _issue(out, "error", "miles.hf_config_mismatch", ("hf_checkpoint", *differ),
+           f"miles' hf_validate_args refuses model flags that differ from "
+           f"{r['hf_checkpoint']}/config.json: {said}.",
+           "set them to the checkpoint's values, or point --hf-checkpoint at the model the "
+           "flags describe")
 
 
 def _miles_ref_load(r: dict, out: Out) -> None:

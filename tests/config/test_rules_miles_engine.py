@@ -107,3 +107,22 @@ def test_megatron_validate_args_asserts_are_miles_errors_with_near_misses() -> N
     for values in near:
         assert not {c for c in codes(base.with_values(**values), "miles")
                     if c.startswith("miles.") and c != "miles.ref_load_missing"}, values
+
+
+def test_miles_holds_model_flags_to_the_hf_config_json(tmp_path) -> None:
+    """miles' hf_validate_args (miles/utils/arguments.py:3656-3707): the fields it compares,
+    from the file as written, refuse on miles; a matching file does not."""
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "intermediate_size": 128, "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000}))
+    config = resolve_preset(load_preset("qwen3-4b-ppo")).with_values(
+        hf_checkpoint=str(hf), hidden_size=64, num_attention_heads=4, num_layers=2,
+        ffn_hidden_size=128, untie_embeddings_and_output_weights=False, norm_epsilon=1e-6,
+        rotary_base=1000000, num_query_groups=4)
+    assert "miles.hf_config_mismatch" not in codes(config, "miles")
+    for values in (dict(num_layers=3), dict(untie_embeddings_and_output_weights=True),
+                   dict(norm_epsilon=1e-5), dict(rotary_base=10000)):
+        assert "miles.hf_config_mismatch" in codes(config.with_values(**values), "miles"), values
