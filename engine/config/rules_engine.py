@@ -439,6 +439,7 @@ def miles_rules(s: set, out: Out, m: Machine, r: dict) -> None:
     _miles_ref_load(r, out)
     _megatron_validate_args(r, out)
     _miles_hf_validate_args(r, out)
+    _miles_parse_args(r, out)
     miles_machine_rules(r, m, out)
 
 
@@ -480,6 +481,28 @@ def _megatron_validate_args(r: dict, out: Out) -> None:
                "--recompute-granularity selective takes no --recompute-method (Megatron's "
                "validate_args refuses the pair when miles starts).",
                "drop --recompute-method (and --recompute-num-layers), or use full granularity")
+
+
+def _miles_parse_args(r: dict, out: Out) -> None:
+    """Pairs miles' parse_args refuses outright (miles/utils/arguments.py at 31f1ca961),
+    found by the oracle of tests/miles_oracle."""
+    if r["tito_model"] != "default" and not r["use_session_server"]:  # arguments.py:2911-2915
+        _issue(out, "error", "miles.tito_needs_session_server",
+               ("tito_model", "use_session_server"),
+               f"--tito-model {r['tito_model']} only configures the session server's TITO "
+               "middleware; miles refuses it without --use-session-server.",
+               "add --use-session-server, or drop --tito-model")
+    if r["use_opd"] and r["opd_type"] is None:  # arguments.py:2986-2988
+        _issue(out, "error", "miles.opd_needs_type", ("use_opd", "opd_type"),
+               "--use-opd without --opd-type: miles refuses it at start-up.",
+               "add --opd-type sglang or --opd-type megatron")
+    if r["advantage_estimator"] == "ppo" and r["megatron_to_hf_mode"] == "bridge":
+        # arguments.py:3205-3210: PPO's critic is built only in raw mode
+        _issue(out, "error", "miles.critic_with_bridge",
+               ("advantage_estimator", "megatron_to_hf_mode"),
+               "--advantage-estimator ppo trains a critic, which miles does not support with "
+               "--megatron-to-hf-mode bridge.",
+               "use --megatron-to-hf-mode raw, or a critic-free estimator (grpo)")
 
 
 def _miles_hf_validate_args(r: dict, out: Out) -> None:

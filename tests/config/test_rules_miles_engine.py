@@ -126,3 +126,17 @@ def test_miles_holds_model_flags_to_the_hf_config_json(tmp_path) -> None:
     for values in (dict(num_layers=3), dict(untie_embeddings_and_output_weights=True),
                    dict(norm_epsilon=1e-5), dict(rotary_base=10000)):
         assert "miles.hf_config_mismatch" in codes(config.with_values(**values), "miles"), values
+
+
+def test_miles_parse_args_pairs_refused_on_miles_with_near_misses() -> None:
+    """Pairs miles' parse_args raises on (miles/utils/arguments.py:2912, 2988, 3210); the
+    completed pair passes."""
+    base = resolve_preset(load_preset("qwen3-4b-ppo"))
+    for code, bad, good in (
+            ("miles.tito_needs_session_server", dict(tito_model="qwen3"),
+             dict(tito_model="qwen3", use_session_server=True)),
+            ("miles.opd_needs_type", dict(use_opd=True), dict(use_opd=True, opd_type="sglang")),
+            ("miles.critic_with_bridge", dict(megatron_to_hf_mode="bridge"),
+             dict(megatron_to_hf_mode="bridge", advantage_estimator="grpo"))):
+        assert code in codes(base.with_values(**bad), "miles"), code
+        assert code not in codes(base.with_values(**good), "miles"), code
