@@ -98,6 +98,13 @@ def _flags(config: dict[str, Any]) -> dict[str, Any]:
     }
     if scaled:
         flags["rotary_scaling_factor"] = float(rope["factor"])
+    # the norm epsilon and the tying change no tensor shape either, so a mismatch would leave
+    # the trainer and the rollout computing different models unnoticed; compared only when the
+    # file writes them (miles compares them too: miles/utils/arguments.py:3686-3690)
+    if "rms_norm_eps" in config:
+        flags["norm_epsilon"] = float(config["rms_norm_eps"])
+    if "tie_word_embeddings" in config:
+        flags["untie_embeddings_and_output_weights"] = not config["tie_word_embeddings"]
     return flags
 
 
