@@ -503,6 +503,15 @@ def _miles_parse_args(r: dict, out: Out) -> None:
                "--advantage-estimator ppo trains a critic, which miles does not support with "
                "--megatron-to-hf-mode bridge.",
                "use --megatron-to-hf-mode raw, or a critic-free estimator (grpo)")
+    hf = r["hf_checkpoint"]
+    if hf and (hf.startswith("pypi:") or hf.lower().endswith(".gguf") or os.path.isfile(hf)):
+        # arguments.py:2678-2679 -> utils/hf_config.py:106: AutoConfig.from_pretrained, which
+        # reads a directory's (or a hub id's) config.json; PPO Deck's engine reads GGUF itself
+        _issue(out, "error", "miles.hf_checkpoint_not_a_directory", ("hf_checkpoint",),
+               f"--hf-checkpoint {hf} is a single file; miles reads its config.json with "
+               "transformers' AutoConfig at start-up, so it needs an HF checkpoint directory.",
+               "point --hf-checkpoint at an HF checkpoint directory, or run on PPO Deck's "
+               "engine")
 
 
 def _miles_hf_validate_args(r: dict, out: Out) -> None:

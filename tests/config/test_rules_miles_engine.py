@@ -140,3 +140,13 @@ def test_miles_parse_args_pairs_refused_on_miles_with_near_misses() -> None:
              dict(megatron_to_hf_mode="bridge", advantage_estimator="grpo"))):
         assert code in codes(base.with_values(**bad), "miles"), code
         assert code not in codes(base.with_values(**good), "miles"), code
+
+
+def test_a_single_file_hf_checkpoint_is_refused_on_miles_only() -> None:
+    """miles reads --hf-checkpoint with AutoConfig (miles/utils/hf_config.py:106); the GGUF
+    PPO Deck's engine converts itself is no directory with a config.json."""
+    config = resolve_preset(load_preset("smollm2-135m-cpu"))
+    assert "miles.hf_checkpoint_not_a_directory" in codes(config, "miles")
+    assert "miles.hf_checkpoint_not_a_directory" not in codes(config, "ppodeck")
+    assert "miles.hf_checkpoint_not_a_directory" not in codes(
+        resolve_preset(load_preset("qwen3-4b-ppo")), "miles")
