@@ -8,20 +8,22 @@ commits (exported from the git repositories given, the GitHub ones by default). 
 miles' real parse_args() over the corpus (bench/miles_oracle_corpus.py) with the argv that
 `ppodeck command --engine miles` prints, in one interpreter that parses every argv in turn
 (bench/miles_oracle_runner.py), and writes each verdict into tests/miles_oracle/verdicts.json
-with the commits. tests/miles_oracle/test_verdicts.py holds PPO Deck's check() to them.
+with the commits. tests/miles_oracle/test_agreement.py holds PPO Deck's check() to them.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.miles_oracle_corpus import build_corpus, case_config, make_fixtures
+from bench.miles_oracle_corpus import SEED, build_corpus, case_config, make_fixtures
+from ppodeck.engine.miles.drive import runtime_env_vars
 
 MILES_COMMIT = "31f1ca961a94cb860cec3b2dea34ec332bfa8f76"
 MEGATRON_COMMIT = "2e64d788b67fe8155774200c87606e1e449c494b"  # radixark/Megatron-LM miles-main
@@ -100,6 +102,23 @@ def judge(env: Path, cases: list[dict], workers: int) -> dict[str, dict]:
     return verdicts
 
 
+def _scrubbed(row: dict, root: str, env: Path) -> dict:
+    """The verdict with this machine's paths in miles' messages replaced by names, so the
+    record is the same wherever the oracle ran."""
+    error = row["error"].replace(root, "{ROOT}").replace(str(env), "{ORACLE_ENV}")
+    return {**row, "error": re.sub(r"/\S*/site-packages/", "{site-packages}/", error)}
+
+
+def _runnable(case: dict, root: Path, env: Path) -> dict:
+    """The case as the runner parses it: the argv PPO Deck launches with, under the variables
+    PPO Deck's launch gives the job (runtime_env_vars: CUDA_DEVICE_MAX_CONNECTIONS=1 for
+    Megatron, which validate_args asserts when TP or CP > 1), then the case's own."""
+    config, argv = case_config(case, root)
+    job_env = runtime_env_vars(env / "src" / "miles", config, {}, has_nvlink=False)
+    job_env.pop("PYTHONPATH")  # the runner's interpreter has its own; set at start only
+    return {"id": case["id"], "argv": argv, "env": {**job_env, **case["env"]}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--miles-git", default="https://github.com/radixark/miles")
@@ -110,10 +129,10 @@ def main() -> None:
     cases = build_corpus()
     with tempfile.TemporaryDirectory() as root:
         make_fixtures(Path(root), cases)
-        runnable = [{"id": c["id"], "argv": case_config(c, Path(root))[1], "env": c["env"]}
-                    for c in cases]
+        runnable = [_runnable(c, Path(root), env) for c in cases]
         start = time.perf_counter()
-        verdicts = judge(env, runnable, args.workers)
+        verdicts = {ident: _scrubbed(row, root, env) for ident, row in
+                    judge(env, runnable, args.workers).items()}
         seconds = time.perf_counter() - start
     errors = {row["error"] for row in verdicts.values()}
     if len(verdicts) > 1 and len(errors) == 1 and errors != {""}:
@@ -129,7 +148,7 @@ def main() -> None:
     VERDICTS.parent.mkdir(parents=True, exist_ok=True)
     VERDICTS.write_text(json.dumps({
         "miles_commit": MILES_COMMIT, "megatron_commit": MEGATRON_COMMIT, "sglang": SGLANG,
-        "counts": counts, "cases": cases}, indent=1) + "\n")
+        "corpus_seed": SEED, "counts": counts, "cases": cases}, indent=1) + "\n")
     refused = sum(c["miles"]["verdict"] == "refuse" for c in cases)
     _say(f"{len(cases)} cases ({counts}), miles refuses {refused}; parsed in {seconds:.0f} s; "
          f"wrote {VERDICTS.relative_to(REPO)}")

@@ -6,9 +6,10 @@ case on stdout: {"id", "verdict": "accept" | "refuse", "error", "site"}. miles' 
 sys.argv and os.environ, so each case sets both and restores them after; argparse's exit on a
 bad flag is caught as SystemExit and its message read from stderr.
 
-Not finished: Megatron's validate_args asserts CUDA (training/utils.py:449 at the pinned
-commit), so on a CPU machine every config that gets that far is refused for want of a GPU;
-a CUDA stand-in for that one query is still to be written."""
+Megatron's validate_args asks CUDA device 0 for its architecture (training/utils.py:449 at
+the pinned commit), which on a CPU machine refuses every config for want of a GPU; the runner
+answers those device queries as a Hopper GPU would (_stand_in_gpu), the machines miles
+targets. No argument rule is touched: only what the hardware would have answered."""
 from __future__ import annotations
 
 import contextlib
@@ -72,6 +73,28 @@ def _placeholder_attribute(name: str):
     return Placeholder
 
 
+HOPPER = 9  # compute capability major of an H100/H200, the GPUs miles' scripts target
+
+
+def _stand_in_gpu() -> None:
+    """Stand-ins for the CUDA device queries validate_args makes while parsing, so a CPU
+    machine judges the flags rather than its lack of a GPU. Each answers what a Hopper GPU
+    would; none changes which flags are accepted except through that answer (e.g. Megatron's
+    TP/CP > 1 branch for pre-Blackwell GPUs keeps applying, as it would on an H100). Patched
+    on the function objects after import; miles' and Megatron's files are left unedited."""
+    import torch
+    from megatron.training import arguments, utils
+
+    def get_device_arch_version() -> int:  # megatron/training/utils.py:449
+        return HOPPER
+
+    # arguments.py imported the name itself (`from ...utils import`), so patch both bindings
+    utils.get_device_arch_version = get_device_arch_version
+    arguments.get_device_arch_version = get_device_arch_version
+    # arguments.py:917 asks torch for the capability when --moe-grouped-gemm is set
+    torch.cuda.get_device_capability = lambda device=None: (HOPPER, 0)
+
+
 def _site(tb) -> str:
     """The deepest frame inside miles or Megatron: where the refusal was raised."""
     site = ""
@@ -112,6 +135,7 @@ def main() -> None:
     cases = json.load(sys.stdin)
     _hide_torchvision()
     from miles.utils.arguments import parse_args
+    _stand_in_gpu()
     logging.disable(logging.CRITICAL)
     for case in cases:
         print(json.dumps(_judge(parse_args, case)), flush=True)

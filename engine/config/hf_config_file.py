@@ -46,6 +46,39 @@ def _read(path: str, mtime_ns: int, size: int) -> dict[str, Any] | None:  # noqa
         return None  # a malformed config: the run's own reader names what is wrong
 
 
+# miles' hf_validate_args (miles/utils/arguments.py:3656-3707 at 31f1ca961): HF field -> dest
+# compared by equality; tie_word_embeddings is compared with its negation
+MILES_VALIDATED = (("hidden_size", "hidden_size"), ("num_attention_heads", "num_attention_heads"),
+                   ("num_hidden_layers", "num_layers"), ("intermediate_size", "ffn_hidden_size"),
+                   ("tie_word_embeddings", "untie_embeddings_and_output_weights"),
+                   ("rms_norm_eps", "norm_epsilon"), ("rope_theta", "rotary_base"))
+
+
+def miles_validated_values(checkpoint: str | None) -> dict[str, Any] | None:
+    """dest -> the value miles' hf_validate_args holds that flag to, for the fields the
+    checkpoint's config.json writes (any model type: miles compares them all); None when
+    there is no readable config.json. Fields the file leaves out are not compared here (miles
+    would compare transformers' class defaults, which this layer does not know)."""
+    if not checkpoint:
+        return None
+    path = os.path.join(os.path.expanduser(checkpoint), "config.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    config = config.get("text_config") or config  # multimodal: miles reads the text config
+    rope = _rope(config)
+    if "rope_theta" in config or "rope_theta" in rope:
+        config = {**config, "rope_theta": rope["rope_theta"]}
+    out = {dest: config[name] for name, dest in MILES_VALIDATED if name in config}
+    if "untie_embeddings_and_output_weights" in out:
+        out["untie_embeddings_and_output_weights"] = not out["untie_embeddings_and_output_weights"]
+    return out
+
+
 def _flags(config: dict[str, Any]) -> dict[str, Any]:
     heads = int(config["num_attention_heads"])
     rope = _rope(config)
@@ -65,6 +98,13 @@ def _flags(config: dict[str, Any]) -> dict[str, Any]:
     }
     if scaled:
         flags["rotary_scaling_factor"] = float(rope["factor"])
+    # the norm epsilon and the tying change no tensor shape either, so a mismatch would leave
+    # the trainer and the rollout computing different models unnoticed; compared only when the
+    # file writes them (miles compares them too: miles/utils/arguments.py:3686-3690)
+    if "rms_norm_eps" in config:
+        flags["norm_epsilon"] = float(config["rms_norm_eps"])
+    if "tie_word_embeddings" in config:
+        flags["untie_embeddings_and_output_weights"] = not config["tie_word_embeddings"]
     return flags
 
 

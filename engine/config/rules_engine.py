@@ -437,7 +437,106 @@ def miles_rules(s: set, out: Out, m: Machine, r: dict) -> None:
                "not know them, so they are left out of its command.",
                "drop them from the preset, or run on PPO Deck's engine")
     _miles_ref_load(r, out)
+    _megatron_validate_args(r, out)
+    _miles_hf_validate_args(r, out)
+    _miles_parse_args(r, out)
     miles_machine_rules(r, m, out)
+
+
+def _megatron_validate_args(r: dict, out: Out) -> None:
+    """Megatron's validate_args, which miles' parse_args runs at start-up (the miles-main
+    fork at 2e64d788b, megatron/training/arguments.py): the asserts a flag alone reaches that
+    PPO Deck's engine, which does not run validate_args, has no reason to refuse. Found by
+    the oracle of tests/miles_oracle (issue #46)."""
+    if r["train_backend"] == "fsdp":
+        return  # miles' FSDP backend does not build Megatron's arguments
+    if r["overlap_param_gather"]:  # arguments.py:662-666
+        for dest in ("use_distributed_optimizer", "overlap_grad_reduce"):
+            if not r[dest]:
+                _issue(out, "error", f"miles.overlap_param_gather_needs_{dest}",
+                       ("overlap_param_gather", dest),
+                       f"--overlap-param-gather needs {_fl(dest)} (Megatron's validate_args "
+                       "asserts it when miles starts).",
+                       f"add {_fl(dest)}, or drop --overlap-param-gather")
+    if r["lr"] is not None and r["min_lr"] > r["lr"]:  # arguments.py:899-900
+        _issue(out, "error", "miles.min_lr_above_lr", ("min_lr", "lr"),
+               f"--min-lr {r['min_lr']:g} is above --lr {r['lr']:g} (Megatron's validate_args "
+               "asserts min_lr <= lr when miles starts).",
+               "lower --min-lr to at most --lr")
+    if r["save"] is not None and not (r["save_interval"] or 0) > 0:  # arguments.py:901-903
+        _issue(out, "error", "miles.save_needs_interval", ("save", "save_interval"),
+               "--save without a positive --save-interval (Megatron's validate_args asserts "
+               "one when miles starts).",
+               "set --save-interval, or drop --save")
+    cp = r["context_parallel_size"] or 1
+    if r["seq_length"] is not None and cp > 1 and r["seq_length"] % (2 * cp):  # :880-883
+        _issue(out, "error", "miles.seq_length_vs_cp", ("seq_length", "context_parallel_size"),
+               f"--seq-length {r['seq_length']} is not a multiple of 2 x "
+               f"--context-parallel-size ({2 * cp}), which Megatron's validate_args asserts.",
+               f"use a multiple of {2 * cp}")
+    if r["recompute_granularity"] == "selective" and r["recompute_method"] is not None:
+        # arguments.py:961-964
+        _issue(out, "error", "miles.selective_recompute_method",
+               ("recompute_granularity", "recompute_method"),
+               "--recompute-granularity selective takes no --recompute-method (Megatron's "
+               "validate_args refuses the pair when miles starts).",
+               "drop --recompute-method (and --recompute-num-layers), or use full granularity")
+
+
+def _miles_parse_args(r: dict, out: Out) -> None:
+    """Pairs miles' parse_args refuses outright (miles/utils/arguments.py at 31f1ca961),
+    found by the oracle of tests/miles_oracle."""
+    if r["tito_model"] != "default" and not r["use_session_server"]:  # arguments.py:2911-2915
+        _issue(out, "error", "miles.tito_needs_session_server",
+               ("tito_model", "use_session_server"),
+               f"--tito-model {r['tito_model']} only configures the session server's TITO "
+               "middleware; miles refuses it without --use-session-server.",
+               "add --use-session-server, or drop --tito-model")
+    if r["use_opd"] and r["opd_type"] is None:  # arguments.py:2986-2988
+        _issue(out, "error", "miles.opd_needs_type", ("use_opd", "opd_type"),
+               "--use-opd without --opd-type: miles refuses it at start-up.",
+               "add --opd-type sglang or --opd-type megatron")
+    if r["advantage_estimator"] == "ppo" and r["megatron_to_hf_mode"] == "bridge":
+        # arguments.py:3205-3210: PPO's critic is built only in raw mode
+        _issue(out, "error", "miles.critic_with_bridge",
+               ("advantage_estimator", "megatron_to_hf_mode"),
+               "--advantage-estimator ppo trains a critic, which miles does not support with "
+               "--megatron-to-hf-mode bridge.",
+               "use --megatron-to-hf-mode raw, or a critic-free estimator (grpo)")
+    hf = r["hf_checkpoint"]
+    if hf and (hf.startswith("pypi:") or hf.lower().endswith(".gguf") or os.path.isfile(hf)):
+        # arguments.py:2678-2679 -> utils/hf_config.py:106: AutoConfig.from_pretrained, which
+        # reads a directory's (or a hub id's) config.json; PPO Deck's engine reads GGUF itself
+        _issue(out, "error", "miles.hf_checkpoint_not_a_directory", ("hf_checkpoint",),
+               f"--hf-checkpoint {hf} is a single file; miles reads its config.json with "
+               "transformers' AutoConfig at start-up, so it needs an HF checkpoint directory.",
+               "point --hf-checkpoint at an HF checkpoint directory, or run on PPO Deck's "
+               "engine")
+
+
+def _miles_hf_validate_args(r: dict, out: Out) -> None:
+    """miles' hf_validate_args (miles/utils/arguments.py:2678-2681, 3656-3707 at 31f1ca961):
+    on the Megatron backend, miles holds the model flags to --hf-checkpoint's config.json at
+    start-up, whatever --model-init says. Flags are compared as resolved (an unset one at the
+    value PPO Deck derives for it, Megatron's default); fields the file leaves out are not."""
+    from .hf_config_file import miles_validated_values
+
+    if r["train_backend"] == "fsdp":
+        return
+    theirs = miles_validated_values(r["hf_checkpoint"])
+    if not theirs:
+        return
+    differ = [dest for dest, value in theirs.items()
+              if r.get(dest) is not None and _not_equal(r[dest], value)]
+    if not differ:
+        return
+    said = ", ".join(f"{_fl(d)} {_text(r[d])} (the checkpoint's: {_text(theirs[d])})"
+                     for d in differ)
+    _issue(out, "error", "miles.hf_config_mismatch", ("hf_checkpoint", *differ),
+           f"miles' hf_validate_args refuses model flags that differ from "
+           f"{r['hf_checkpoint']}/config.json: {said}.",
+           "set them to the checkpoint's values, or point --hf-checkpoint at the model the "
+           "flags describe")
 
 
 def _miles_ref_load(r: dict, out: Out) -> None:

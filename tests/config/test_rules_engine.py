@@ -66,7 +66,8 @@ CASES: list[tuple[str, Machine, dict[str, Any], dict[str, Any]]] = [
      {"add_qkv_bias": True}),
     ("engine.hf_config_mismatch", CPU_MACHINE,
      {"model_init": None, "hf_checkpoint": TINY_QWEN2},
-     {"model_init": None, "hf_checkpoint": TINY_QWEN2, "add_qkv_bias": True}),
+     {"model_init": None, "hf_checkpoint": TINY_QWEN2, "add_qkv_bias": True,
+      "norm_epsilon": 1e-6}),  # the fixture's rms_norm_eps
     ("engine.fast_decoder_no_bias", NO_SGLANG_GPU,
      {"add_qkv_bias": True, "rollout_backend": "hf"}, {"rollout_backend": "hf"}),
     ("engine.rm_type", CPU_MACHINE, {"rm_type": "dapo"}, {"rm_type": "boxed_math"}),
@@ -207,3 +208,15 @@ def test_the_live_machine_probe_imports_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "True []"
+
+
+@pytest.mark.parametrize("values", [{"norm_epsilon": 1e-5},
+                                    {"untie_embeddings_and_output_weights": True}])
+def test_hf_config_mismatch_covers_norm_epsilon_and_tying(values: dict[str, Any]) -> None:
+    """The fixture writes rms_norm_eps 1e-6 and tied embeddings: a trainer built otherwise
+    computes a different model than the rollout loads (miles refuses these too)."""
+    matching = {"model_init": None, "hf_checkpoint": TINY_QWEN2, "add_qkv_bias": True,
+                "norm_epsilon": 1e-6, "untie_embeddings_and_output_weights": False}
+    assert "engine.hf_config_mismatch" not in check(config(**matching), CPU_MACHINE).codes()
+    assert "engine.hf_config_mismatch" in check(config(**{**matching, **values}),
+                                                CPU_MACHINE).codes()

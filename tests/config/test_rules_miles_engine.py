@@ -79,3 +79,74 @@ def test_validate_takes_the_engine() -> None:
     assert "miles.ref_load_missing" in {i["code"] for i in json.loads(
         miles.stdout)["issues"]}
     assert CliRunner().invoke(app, ["validate", "tiny-cpu", "--engine", "x"]).exit_code == 2
+
+
+def test_megatron_validate_args_asserts_are_miles_errors_with_near_misses() -> None:
+    """Megatron's validate_args asserts (arguments.py at the miles-main fork) that the oracle
+    of tests/miles_oracle found PPO Deck missing: each refused on miles, its near miss not,
+    and none on PPO Deck's engine, which does not run validate_args."""
+    base = resolve_preset(load_preset("qwen3-4b-ppo"))
+    refused = {
+        "miles.min_lr_above_lr": dict(lr=1e-6, min_lr=1e-5),
+        "miles.save_needs_interval": dict(save="/ckpt", save_interval=None),
+        "miles.overlap_param_gather_needs_overlap_grad_reduce": dict(
+            overlap_param_gather=True, use_distributed_optimizer=True, overlap_grad_reduce=False),
+        "miles.seq_length_vs_cp": dict(context_parallel_size=2, seq_length=4098),
+        "miles.selective_recompute_method": dict(recompute_granularity="selective",
+                                                 recompute_method="uniform"),
+    }
+    near = [dict(lr=1e-6, min_lr=1e-7), dict(save="/ckpt", save_interval=10),
+            dict(overlap_param_gather=True, use_distributed_optimizer=True,
+                 overlap_grad_reduce=True),
+            dict(context_parallel_size=2, seq_length=4096),
+            dict(recompute_granularity="selective", recompute_method=None,
+                 recompute_num_layers=None)]
+    for code, values in refused.items():
+        assert code in codes(base.with_values(**values), "miles"), code
+        assert code not in codes(base.with_values(**values), "ppodeck"), code
+    for values in near:
+        assert not {c for c in codes(base.with_values(**values), "miles")
+                    if c.startswith("miles.") and c != "miles.ref_load_missing"}, values
+
+
+def test_miles_holds_model_flags_to_the_hf_config_json(tmp_path) -> None:
+    """miles' hf_validate_args (miles/utils/arguments.py:3656-3707): the fields it compares,
+    from the file as written, refuse on miles; a matching file does not."""
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "intermediate_size": 128, "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000}))
+    config = resolve_preset(load_preset("qwen3-4b-ppo")).with_values(
+        hf_checkpoint=str(hf), hidden_size=64, num_attention_heads=4, num_layers=2,
+        ffn_hidden_size=128, untie_embeddings_and_output_weights=False, norm_epsilon=1e-6,
+        rotary_base=1000000, num_query_groups=4)
+    assert "miles.hf_config_mismatch" not in codes(config, "miles")
+    for values in (dict(num_layers=3), dict(untie_embeddings_and_output_weights=True),
+                   dict(norm_epsilon=1e-5), dict(rotary_base=10000)):
+        assert "miles.hf_config_mismatch" in codes(config.with_values(**values), "miles"), values
+
+
+def test_miles_parse_args_pairs_refused_on_miles_with_near_misses() -> None:
+    """Pairs miles' parse_args raises on (miles/utils/arguments.py:2912, 2988, 3210); the
+    completed pair passes."""
+    base = resolve_preset(load_preset("qwen3-4b-ppo"))
+    for code, bad, good in (
+            ("miles.tito_needs_session_server", dict(tito_model="qwen3"),
+             dict(tito_model="qwen3", use_session_server=True)),
+            ("miles.opd_needs_type", dict(use_opd=True), dict(use_opd=True, opd_type="sglang")),
+            ("miles.critic_with_bridge", dict(megatron_to_hf_mode="bridge"),
+             dict(megatron_to_hf_mode="bridge", advantage_estimator="grpo"))):
+        assert code in codes(base.with_values(**bad), "miles"), code
+        assert code not in codes(base.with_values(**good), "miles"), code
+
+
+def test_a_single_file_hf_checkpoint_is_refused_on_miles_only() -> None:
+    """miles reads --hf-checkpoint with AutoConfig (miles/utils/hf_config.py:106); the GGUF
+    PPO Deck's engine converts itself is no directory with a config.json."""
+    config = resolve_preset(load_preset("smollm2-135m-cpu"))
+    assert "miles.hf_checkpoint_not_a_directory" in codes(config, "miles")
+    assert "miles.hf_checkpoint_not_a_directory" not in codes(config, "ppodeck")
+    assert "miles.hf_checkpoint_not_a_directory" not in codes(
+        resolve_preset(load_preset("qwen3-4b-ppo")), "miles")
