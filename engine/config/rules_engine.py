@@ -398,6 +398,8 @@ def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = N
         return
     refused_flags(e, s, out)
     command_only_flags(e, s, out)
+    # miles' refusals are ours too: a preset is also the miles command it prints
+    _megatron_validate_args(r, out)
     _estimator(r, out)
     _context_parallel(r, m, out)
     _lr_schedule(r, out)
@@ -445,9 +447,9 @@ def miles_rules(s: set, out: Out, m: Machine, r: dict) -> None:
 
 def _megatron_validate_args(r: dict, out: Out) -> None:
     """Megatron's validate_args, which miles' parse_args runs at start-up (the miles-main
-    fork at 2e64d788b, megatron/training/arguments.py): the asserts a flag alone reaches that
-    PPO Deck's engine, which does not run validate_args, has no reason to refuse. Found by
-    the oracle of tests/miles_oracle (issue #46)."""
+    fork at 2e64d788b, megatron/training/arguments.py): the asserts a flag alone reaches. Our
+    engine does not run validate_args, but it judges them too, so a preset that validates is
+    also a command miles takes. Found by the oracle of tests/miles_oracle (issue #46)."""
     if r["train_backend"] == "fsdp":
         return  # miles' FSDP backend does not build Megatron's arguments
     if r["overlap_param_gather"]:  # arguments.py:662-666
