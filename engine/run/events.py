@@ -181,6 +181,7 @@ def follow(
     pending = b""
     parser = _LineParser(path.name, on_warning)
     while True:
+        last = stop.is_set()  # set before this read began: what it finds is everything
         if _size(path) < offset:  # truncated or replaced: start over
             offset, pending, parser.line_no = 0, b"", 0
         got_any = False
@@ -191,8 +192,10 @@ def follow(
             if batch:
                 got_any = True
                 yield batch
-        if stop.is_set():
+        if last:
             return
+        if stop.is_set():
+            continue  # set while a batch was out: the writer may have added lines since
         if idle_batches and not got_any:
             yield []
         stop.wait(poll_s)
