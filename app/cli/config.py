@@ -163,7 +163,7 @@ def validate(
     config, parse_issues, label, imported = build_config_and_report(
         preset, sets, from_command, miles_root, launcher, run_launcher, trust)
     report = check(config, machine=machine_here(), engine=engine)
-    issues = [*parse_issues, *report.issues]
+    issues = [*parse_issues, *report.issues, *_miles_departures(engine)]
     ok = not any(i.level == "error" for i in issues)
     forecast = report.forecast.as_dict() if report.forecast else None
     if as_json:  # every issue, knock-ons included: a program reads them all
@@ -277,3 +277,13 @@ def flags(
         fail(f"no flag matches {search!r}. Fix: try a shorter search, or `ppodeck flags`.",
               EXIT_USAGE)
     typer.echo("\n".join(lines))
+
+
+def _miles_departures(engine: str) -> list[Issue]:
+    """This machine's departures from miles' image, shown with a miles verdict (read here, at
+    the edge: check() reads no environment)."""
+    if engine != "miles":
+        return []
+    from ...engine.miles.drive import departure_issues
+
+    return departure_issues()

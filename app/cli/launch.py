@@ -229,6 +229,10 @@ def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | Non
         machine = launch_machine(submit)
     report = check(config, machine=machine, engine=engine)
     shown = group_knock_on([], list(report.issues))  # a refused --set value: its knock-ons
+    if engine == "miles":
+        from ...engine.miles.drive import departure_issues
+
+        shown += departure_issues()  # this machine's setup against miles' image, at the edge
     for issue in shown:
         _err(format_issue(issue))
     errors = [i for i in shown if i.level == "error"]

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ppodeck import IMPORT_ROOT
 
+from ..config.issues import Issue
 from ..run.rundir import RunDir, update_status, write_status
 from ..vocabulary import FINAL_STATES, Kind, State
 from .watch import DUMP_SUBDIR, register, sync
@@ -319,6 +320,16 @@ def departures(environ: Mapping[str, str] | None = None) -> list[dict[str, str]]
                  "why": f"{type(exc).__name__}: {exc}"}]
     return [{"what": str(e.get("what")), "why": str(e.get("why"))} for e in entries
             if isinstance(e, dict)]
+
+
+def departure_issues(environ: Mapping[str, str] | None = None) -> list[Issue]:
+    """The departures as check()'s infos, added where a miles launch is judged (`validate
+    --engine miles`, `run --engine miles`): check() itself reads no environment."""
+    return [Issue("info", "miles.departure", (),
+                  f"departure from miles' image, applied outside the miles checkout: "
+                  f"{entry['what']}: {entry['why']}",
+                  f"nothing to do; ${DEPARTURES_ENV} names the record of this machine's setup")
+            for entry in departures(environ)]
 
 
 def announce_departures(rundir: RunDir) -> None:
