@@ -18,8 +18,9 @@ TOOLS=${SGLANG_TOOLS:-../shared/tools}
 PART_MIB=${PART_MIB:-58}
 MILES_REF=${MILES_REF:-31f1ca961}
 MEGATRON_REF=${MEGATRON_REF:-miles-main}
-MILES_GIT=${MILES_GIT:-/work/.mirror/radixark+miles/repo}
-MEGATRON_GIT=${MEGATRON_GIT:-/work/.mirror/radixark+Megatron-LM/repo}
+# git directories of radixark/miles and radixark/Megatron-LM (clones or mirrors of them)
+MILES_GIT=${MILES_GIT:?set MILES_GIT to a git directory of radixark/miles}
+MEGATRON_GIT=${MEGATRON_GIT:?set MEGATRON_GIT to a git directory of radixark/Megatron-LM}
 . bench/wheel_set_common.sh
 exclude_from_git /.whl/ /.sglang-wheels/ /.miles-wheels/ /.carry-miles/
 [ -d .whl ] || bash bench/make_gpu_wheels.sh
