@@ -1,78 +1,8 @@
 """The memory model, in one home: what a run holds per GPU in each phase, at the end of init, and
 in host memory; check() (engine/config/derived.py, rules_memory.py) and the driver
-(engine/driver/roles.py, offload.py) read it from here.
-
-README-memory: how the per-GPU memory estimate is computed
------------------------------------------------------------
-It is a planning number, not a promise: it aims at NVML's used memory per GPU within +-15%
-for dense models on one GPU (checked on one GPU at Qwen3-1.7B, below), worse for MoE,
-long contexts or custom kernels. All figures are GiB per GPU on the train GPUs (the rollout
-entry of a non-colocated run is on the rollout GPUs instead).
-
-Parameters P (from the Megatron shape flags; vocab padded to --make-vocab-size-divisible-by x TP):
-    attention  = h*(heads*kv) + 2*h*(groups*kv) + (heads*kv)*h   (+ biases unless
-                 --disable-bias-linear, + (heads+2*groups)*kv q/k/v biases with
-                 --add-qkv-bias, + 2*kv with --qk-layernorm)
-    mlp        = 3*h*ffn with --swiglu else 2*h*ffn   (x --num-experts for MoE, using
-                 --moe-ffn-hidden-size, + h*experts router)
-    per layer  = attention + mlp + 2*h norms;   P = L*layer + V*h*(2 if untied else 1) + h
-The shard one GPU holds is P_gpu = P / (TP*PP) (embeddings are not split out per stage).
-
-A trainer (actor or critic) awake on one GPU, bf16 training:
-    weights      2 B * P_gpu
-    grads        4 B * P_gpu with --accumulate-allreduce-grads-in-fp32, else 2 B
-    optimizer    12 B * P_gpu (fp32 master + Adam m, v), divided by DP x CP with the distributed
-                 optimizer (miles turns it on for adam); 0 for --optimizer-cpu-offload
-    activations  T = --max-tokens-per-gpu under dynamic batch (it counts the tokens one CP rank
-                 holds), else micro-batch x seq-length / CP (context parallelism splits rows).
-                 One layer's working set is what its backward keeps, in bf16, per token:
-                 2 B * (4*h [two norm inputs, qkv and fc1 inputs] + 2*(heads+2*groups)*kv [q/k
-                 norm inputs and v, attention q/k/v] + heads*kv [attention output] +
-                 3*ffn with --swiglu else 2*ffn [fc1 output, activation output]), / TP. For a
-                 plain GPT (groups = heads, heads*kv = h, ffn = 4h, gelu) that is 38*T*h, close
-                 to Korthikanti et al.'s 34*T*h with flash attention; for GQA + SwiGLU models it
-                 is larger (46*T*h for Qwen3-0.6B), which is what was measured.
-                 --recompute-granularity full keeps 2*T*h bytes per local layer plus one working
-                 set; otherwise every local layer keeps its working set.
-    logits       actor only: 6 B * T * V/TP (bf16 logits + fp32 softmax), on the last stage;
-                 the critic's value head output is negligible.
-    export       actor only, when its weights reach a colocated rollout as a device buffer:
-                 4 B * P_gpu (HF tensors + the flat buffer), after the step: the peak takes the
-                 larger of it and activations + logits.
-    process      CONTEXT_GIB (CUDA context) + TRAINER_RUNTIME_GIB (NCCL communicators,
-                 library handles, kernel images: memory torch does not see, kept while asleep).
-Asleep under --offload-train a trainer costs its process, and the actor also what it keeps
-after its step, 3 B * T * V/TP (ACTOR_KEPT_BYTES_PER_LOGIT: measured, not explained yet);
-without offload, all of the above (freed activations stay in torch's cache, which NVML
-counts).
-
-Rollout engine generating: SGLang reserves --sglang-mem-fraction-static (0.8 when unset) of
-GPU_GIB = 80 GiB. The hf backend's fast decoder, per GPU of an engine:
-    weights      2 B * P
-    KV cache     2 (k, v) * 2 B * L * rows * groups * kv * S, rows = rollout-batch-size x
-                 n-samples-per-prompt / engines, S = max-prompt-len + rollout-max-response-len
-                 rounded up to 64
-    sampling     26 B * rows * V: fp32 softmax, noise and log-softmax twice (graph pool and the
-                 eager first token) + the bf16 logits
-    packed       the default decoder, or PPODECK_DECODE=...packed...:
-                 2 B * L * h * ((heads+2*groups)*kv + 2*ffn),
-                 q/k/v and gate/up copied side by side
-    process      CONTEXT_GIB
-Released under --offload-rollout, it costs its context.
-
-Phases (miles' order): `generate` (rollout active, train models asleep), `critic_train`
-(critic awake, rollout released) and `actor_train` (actor awake). `total` is what one train
-GPU holds: actor + critic, plus the rollout when colocated, plus DRIVER_RESERVED_GIB (the
-driver's own reservation, which NVML counts as used).
-
-Checked on one GPU at Qwen3-1.7B (`bash bench/gpu_device_run.sh e2e-1.7b`, docs/performance.md,
-that run's decoder PPODECK_DECODE=packed+...): NVML peak generate 22.0, critic_train 60.3,
-actor_train 61.8 GiB. Through generate and the critic's phase the sleeping actor also held its
-freed 3.2 GiB export buffer, since returned (engine/train/worker.py
-release_cached_device_memory; in its own phase the actor reuses it): 18.8 / 57.1 / 61.8 GiB
-against the estimate's 17.9 / 55.1 / 58.6 (-5%, -4%, -5%). And bench/gpu_bench.py's torch peak
-allocated for the Qwen3-0.6B shape (8 x 1024 tokens): actor 30.1, critic 21.0 GiB against the
-awake roles' 29.7 and 22.7.
+(engine/driver/roles.py, offload.py) read it from here. The formulas (parameters, a trainer
+awake and asleep, the rollout engine, the phases) and what they were checked against are in
+docs/memory.md: it aims at NVML's used memory per GPU within +-15% for dense models.
 
 Unknown shape (missing --num-layers, --hidden-size, --num-attention-heads or --vocab-size) gives
 None everywhere instead of a guess.
