@@ -89,6 +89,24 @@ def first_metric(evs: list[dict], launch: dict) -> list[float]:
     return [min(stamps) - float(launch["launch_ts"])] if stamps else []
 
 
+def event_span(evs: list[dict]) -> list[float]:
+    """Seconds from a run's first event to its last (the driver's own wall time)."""
+    return [evs[-1]["ts"] - evs[0]["ts"]] if evs else []
+
+
+def json_value(data: dict, arg: str) -> list[float]:
+    """The number at a dotted key path ('forecast.seconds'); 'a..b' is the value at b minus
+    the value at a (two stamps of one file: 'launch_ts..done_ts')."""
+    def at(path: str) -> float:
+        value: object = data
+        for key in path.split("."):
+            value = value[key]  # type: ignore[index]
+        return float(value)  # type: ignore[arg-type]
+
+    start, _, end = arg.partition("..")
+    return [at(end) - at(start)] if end else [at(start)]
+
+
 def log_numbers(text: str, pattern: str) -> list[float]:
     """Every number a regex's first group catches in a bench log (thousands commas dropped)."""
     return [float(m.replace(",", "")) for m in re.findall(pattern, text, re.M)]
@@ -97,7 +115,7 @@ def log_numbers(text: str, pattern: str) -> list[float]:
 EVENT_MEASURES: dict[str, Callable[[list[dict], str], list[float]]] = {
     "phase": phase_seconds, "metric": metric_values, "sync": sync_seconds,
     "offload": offload_gbps, "rollout_wall": lambda evs, _: rollout_walls(evs),
-    "rollouts_with": rollouts_with}
+    "rollouts_with": rollouts_with, "event_span": lambda evs, _: event_span(evs)}
 SUMMARIES: dict[str, Callable[[list[float]], float]] = {
     "mean": statistics.fmean, "median": statistics.median, "min": min, "max": max, "sum": sum,
     "count": lambda values: float(len(values))}
@@ -106,9 +124,11 @@ SUMMARIES: dict[str, Callable[[list[float]], float]] = {
 def compute(directory: Path, figure: dict) -> float:
     """One figure from its file (or files: their values pooled): a measure's values reduced by
     `summary` (mean by default). `ratio` divides two such figures (`numerator`,
-    `denominator`); `first_metric` reads its launch stamp from the JSON file `arg` names."""
-    if figure["measure"] == "ratio":
-        return compute(directory, figure["numerator"]) / compute(directory, figure["denominator"])
+    `denominator`), `error_pct` is (numerator / denominator - 1) x 100 (a forecast against
+    its measurement); `first_metric` reads its launch stamp from the JSON file `arg` names."""
+    if figure["measure"] in ("ratio", "error_pct"):
+        ratio = compute(directory, figure["numerator"]) / compute(directory, figure["denominator"])
+        return ratio if figure["measure"] == "ratio" else (ratio - 1.0) * 100.0
     names = [figure["file"]] if isinstance(figure["file"], str) else figure["file"]
     measure, arg = figure["measure"], figure.get("arg", "")
     values: list[float] = []
@@ -116,6 +136,8 @@ def compute(directory: Path, figure: dict) -> float:
         source = directory / name
         if measure == "log":
             values += log_numbers(read_text(source), arg)
+        elif measure == "json":
+            values += json_value(json.loads(read_text(source)), arg)
         elif measure == "first_metric":
             values += first_metric(events(source), json.loads(read_text(directory / arg)))
         else:

@@ -84,7 +84,7 @@ def canary(
 
 
 def _run(recipe, name: str, runs_dir: Path):  # noqa: ANN001, ANN202 - the launch module
-    err(f"canary: running {name} with {_overrides(recipe.RECIPE_OVERRIDES)} in {runs_dir}")
+    err(f"canary: running {name} with {_overrides(recipe.recipe_overrides(name))} in {runs_dir}")
     try:
         return recipe.run_recipe(name, runs_dir)
     except recipe.CanaryError as exc:

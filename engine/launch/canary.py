@@ -26,6 +26,12 @@ CPU_RECIPE = "tiny-cpu"
 GPU_RECIPE = "qwen3-0.6b-ppo-1gpu"
 # few rollouts, but past the critic-only warmup and far enough that the reward has moved
 RECIPE_OVERRIDES: dict[str, Any] = {"num_rollout": 10, "save": None, "save_interval": None}
+# The 1-GPU preset samples from random weights over a 151,936-token vocabulary, where copy-digit's
+# ten digits are almost never drawn: its reward stays 0 and a broken loss cannot show. The canary
+# gives it tiny-cpu's task (32 tokens, 6-token answers, 128 samples and 4 steps a rollout).
+GPU_TASK_OVERRIDES: dict[str, Any] = {
+    "vocab_size": 32, "rollout_max_response_len": 6, "rollout_batch_size": 32,
+    "entropy_coef": 0.01, "lr": 1e-5, "critic_lr": 1e-5}
 RUN_TIMEOUT_S = 900
 
 
@@ -43,14 +49,19 @@ def default_recipe(gpus: int) -> str:
     return GPU_RECIPE if gpus > 0 else CPU_RECIPE
 
 
+def recipe_overrides(preset: str) -> dict[str, Any]:
+    """The flags the canary sets over the preset's own."""
+    return {**RECIPE_OVERRIDES, **(GPU_TASK_OVERRIDES if preset == GPU_RECIPE else {})}
+
+
 def recipe(preset: str) -> dict[str, Any]:
-    return {"preset": preset, "overrides": dict(RECIPE_OVERRIDES)}
+    return {"preset": preset, "overrides": recipe_overrides(preset)}
 
 
 def run_recipe(preset: str, runs_dir: Path, env: Mapping[str, str] | None = None,
                on_start: Callable[[RunDir], None] | None = None) -> CanaryRun:
     """One run of the recipe to its end; its series as the corridor judges them."""
-    config = resolve_preset(load_preset(preset)).with_values(**RECIPE_OVERRIDES)
+    config = resolve_preset(load_preset(preset)).with_values(**recipe_overrides(preset))
     runs_dir.mkdir(parents=True, exist_ok=True)
     rundir = prepare_run(config, preset, run_dir=_fresh_dir(runs_dir, preset))
     if on_start is not None:
