@@ -253,6 +253,16 @@ def test_qwen3_4b_does_not_validate_on_this_cpu_machine() -> None:
 # ---- the launch pre-flight --------------------------------------------------------------------
 
 
+
+def wait_for_cmdline(pid: int, word: str, timeout: float = 10.0) -> None:
+    """Until the child has exec'd: between fork and exec its command line is still pytest's,
+    and rundir's pid-reuse guard (which reads it) would rightly not name the run."""
+    deadline = time.monotonic() + timeout
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    while word not in cmdline.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"pid {pid} never showed {word} in its command line"
+        time.sleep(0.01)
+
 def test_the_launch_preflight_reads_afresh_and_refuses_before_any_run_dir(
         runs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """prepare_run() reads now (never the keystroke cache) and refuses with check()'s message;
@@ -268,6 +278,7 @@ def test_the_launch_preflight_reads_afresh_and_refuses_before_any_run_dir(
     driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", RUN],
                               start_new_session=True)
     try:
+        wait_for_cmdline(driver.pid, RUN)
         write_status(other, state="running", pid=driver.pid, pgid=driver.pid, preset="x")
         monkeypatch.setattr(memory_check, "run_id_of", lambda pid: None)  # no --run-dir
 
