@@ -2,7 +2,7 @@
 # Issues 42 and 45 on the lent GPU (device tool, repo root there, `.whl` carried; build .whl/
 # with bench/make_gpu_wheels.sh):
 #   call 1: run(carry=[".whl"], "bash bench/gpu_session25.sh gpu tests forecast trial")
-#   call 2: run(carry=[".whl"], "bash bench/gpu_session25.sh gpu canary probe")
+#   call 2: run(carry=[".whl"], "bash bench/gpu_session25.sh gpu probe canary")
 # Steps:
 #   gpu       what the GPU holds before anything runs (nvidia-smi)
 #   tests     every gpu-marked test file (tests/gpu/ and the three in tests/train/), one pytest per
@@ -14,7 +14,7 @@
 #             ($OUT/trial.log, the runs' events in $OUT/trial.tgz)
 #   canary    `ppodeck canary --preset qwen3-0.6b-ppo-1gpu --refresh --runs 2`, then the check,
 #             then the check with PPODECK_TEST_FLIP_ADVANTAGES=1 (must exit 3): the corridor
-#             file, the three logs and every run's events in $OUT/canary.tgz
+#             file and the three logs in $OUT, every run's events in $OUT/canary_runs.tgz
 #   probe     bench/gpu_bounds_probe.py: pinned copy, HBM and bf16 matmul bounds ($OUT/probe.txt)
 set -uo pipefail
 OUT=${OUT:-/tmp/ppodeck-gpu-out}
@@ -72,22 +72,19 @@ run_trial() {
     --runs-dir /tmp/trial --timeout $((left - 30)) 2>&1 | tee "$OUT/trial.log"
   (cd /tmp/trial && tar -czf "$OUT/trial.tgz" */events.jsonl */status.json)
 }
-run_canary() {
-  local dir=/tmp/canary
-  rm -rf "$dir" && mkdir -p "$dir"
-  export PPODECK_RUNS_DIR=/tmp/canary-runs
-  timeout 330 python3 -m ppodeck canary --preset $PRESET --refresh --runs 2 > "$dir/refresh.log" 2>&1
-  echo "refresh rc $?"; tail -3 "$dir/refresh.log"
-  cp engine/run/corridors/$PRESET.json "$dir/" 2>/dev/null
-  timeout 170 python3 -m ppodeck canary --preset $PRESET > "$dir/check.log" 2>&1
-  echo "check rc $?"; tail -3 "$dir/check.log"
-  PPODECK_TEST_FLIP_ADVANTAGES=1 timeout 170 python3 -m ppodeck canary --preset $PRESET \
-    > "$dir/flipped.log" 2>&1
-  echo "flipped rc $?"; tail -12 "$dir/flipped.log"
-  for run in /tmp/canary-runs/*/; do
-    cp "$run/events.jsonl" "$dir/$(basename "$run")_events.jsonl" 2>/dev/null
-  done
-  tar -czf "$OUT/canary.tgz" -C "$dir" .
+run_canary() {  # the logs go straight to $OUT: a call cut at its limit still brings them back
+  local runs=/tmp/canary-runs
+  export PPODECK_RUNS_DIR=$runs
+  timeout 280 python3 -m ppodeck canary --preset $PRESET --refresh --runs 2 \
+    > "$OUT/canary_refresh.log" 2>&1
+  echo "refresh rc $?"; tail -3 "$OUT/canary_refresh.log"
+  cp engine/run/corridors/$PRESET.json "$OUT/" 2>/dev/null
+  timeout 120 python3 -m ppodeck canary --preset $PRESET > "$OUT/canary_check.log" 2>&1
+  echo "check rc $?"; tail -3 "$OUT/canary_check.log"
+  PPODECK_TEST_FLIP_ADVANTAGES=1 timeout 120 python3 -m ppodeck canary --preset $PRESET \
+    > "$OUT/canary_flipped.log" 2>&1
+  echo "flipped rc $?"; tail -12 "$OUT/canary_flipped.log"
+  (cd $runs && tar -czf "$OUT/canary_runs.tgz" */events.jsonl */status.json)
   unset PPODECK_RUNS_DIR
 }
 for step in ${*:-gpu}; do

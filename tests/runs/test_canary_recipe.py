@@ -28,7 +28,7 @@ def test_the_cpu_recipe_sets_only_the_common_overrides() -> None:
 
 def test_the_gpu_recipe_is_accepted_on_one_gpu_and_samples_the_task_vocabulary() -> None:
     overrides = recipe_overrides(GPU_RECIPE)
-    assert overrides["num_rollout"] == RECIPE_OVERRIDES["num_rollout"]
+    assert overrides["num_rollout"] >= RECIPE_OVERRIDES["num_rollout"]
     config = resolve_preset(load_preset(GPU_RECIPE)).with_values(**overrides)
     machine = Machine(gpus=1, transformer_engine=False, sglang=False)
     report = check(config, machine)
