@@ -28,9 +28,8 @@ GPU_RECIPE = "qwen3-0.6b-ppo-1gpu"
 RECIPE_OVERRIDES: dict[str, Any] = {"num_rollout": 10, "save": None, "save_interval": None}
 # The 1-GPU preset samples from random weights over a 151,936-token vocabulary, where copy-digit's
 # ten digits are almost never drawn: its reward stays 0 and a broken loss cannot show. The canary
-# gives it tiny-cpu's task (32 tokens, 6-token answers, 128 samples and 4 steps a rollout), an
-# actor rate low enough that a rollout's KL stays near tiny-cpu's (at 1e-5 it passed 1 and runs
-# drifted apart), and 20 rollouts (about a second each on a GPU) for the reward to rise.
+# gives it tiny-cpu's task and batch, an actor rate low enough that a rollout's KL stays small (a
+# faster one lets float noise drive runs apart), and rollouts enough for the reward to rise.
 GPU_TASK_OVERRIDES: dict[str, Any] = {
     "num_rollout": 20, "vocab_size": 32, "rollout_max_response_len": 6,
     "rollout_batch_size": 32, "entropy_coef": 0.01, "lr": 3e-6}
