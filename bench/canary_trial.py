@@ -9,7 +9,8 @@ rate; each --flip-lr also runs it with negated advantages (PPODECK_TEST_FLIP_ADV
 runs start at once on this machine. Prints each run's per-rollout reward (the corridor's 3-rollout
 mean), KL and clip fraction, and, for each flipped run, the breaches it makes against a corridor
 of the unflipped run at the same rate: a recipe the canary can use rises in its trusted runs and
-leaves the corridor when the loss is broken.
+leaves the corridor when the loss is broken. Each run holds its own actor, critic and rollout
+model on the GPU: four runs of the 1-GPU recipe at once do not fit one 80 GB card.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 # with bench/make_gpu_wheels.sh):
 #   call 1: run(carry=[".whl"], "bash bench/gpu_session25.sh gpu tests forecast trial")
 #   call 2: run(carry=[".whl"], "bash bench/gpu_session25.sh gpu probe canary")
+#   (the canary alone again after a recipe change: "bash bench/gpu_session25.sh gpu canary")
 # Steps:
 #   gpu       what the GPU holds before anything runs (nvidia-smi)
 #   tests     every gpu-marked test file (tests/gpu/ and the three in tests/train/), one pytest per
