@@ -734,7 +734,8 @@ class EditScreen(Screen[None]):
             body.append("\n\nThis machine cannot hold the run now; launching here is refused:"
                         "\n", "bold red")
             body.append(refusal_text(refused))
-        self.app.push_screen(LaunchDialog("Launch run", body), self._launch_confirmed)
+        self.app.push_screen(LaunchDialog("Launch run", body, config=self.config),
+                             self._launch_confirmed)
 
     def _launch_confirmed(self, choice: LaunchChoice | bool | None) -> None:
         if isinstance(choice, LaunchChoice):
