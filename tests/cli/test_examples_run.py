@@ -111,6 +111,9 @@ RUN_HERE: dict[str, str] = {
     "ppodeck validate qwen3-4b-ppo": "a report, exit 0 or 1 with its verdict",
     "ppodeck validate qwen3-4b-ppo --json": "JSON report",
     "ppodeck validate qwen3-4b-ppo --engine miles": "a report",
+    "ppodeck validate qwen3-0.6b-ppo-1gpu --set rollout-backend=hf --json": "JSON report",
+    "ppodeck validate qwen3-0.6b-ppo-1gpu --set rollout-backend=hf --set num-rollout=12 --json":
+        "JSON report",
     "ppodeck samples 260101-000000-tiny-cpu-abcd": "the latest rollout's samples",
     "ppodeck samples 260101-000000-tiny-cpu-abcd --rollout 3 --sort advantage": "rollout 3",
     "ppodeck samples 260101-000000-tiny-cpu-abcd -r 3 --json | jq '.[0].advantages'": "JSON",
