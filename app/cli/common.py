@@ -221,6 +221,19 @@ def preset_config(name: str, sets: list[str] | None) -> tuple[RunConfig, Preset]
     return apply_sets(resolve_or_fail(preset), sets), preset
 
 
+def engine_issues(preset: str | None, engine: str, config: RunConfig) -> list[Issue]:
+    """preset.engines: an error when the preset says it does not run on `engine`."""
+    from ...engine.presets import engine_refusal
+
+    if preset is None:
+        return []
+    try:
+        refusal = engine_refusal(load_or_fail(preset), engine, config)
+    except PresetError as exc:  # a broken extends chain: resolving it already said so
+        fail(str(exc), EXIT_INVALID)
+    return [refusal] if refusal is not None else []
+
+
 def parse_set(item: str) -> dict[str, Any]:
     """One --set item -> {dest: value} (None = unset). typer.BadParameter on bad syntax."""
     text = item.strip()

@@ -30,6 +30,7 @@ from .common import (
     TrustLauncherOption,
     apply_sets,
     count,
+    engine_issues,
     fail,
     format_issue,
     import_command_or_fail,
@@ -169,8 +170,9 @@ def validate(
     config, parse_issues, label, imported = build_config_and_report(
         preset, sets, from_command, miles_root, launcher, run_launcher, trust)
     report = check(config, machine=machine_here(), engine=engine)
+    runs_on = engine_issues(preset, engine, config)
     gate = _own_parser(engine, config, miles_root, miles_python, miles_parser_timeout)
-    issues = [*parse_issues, *report.issues, *_miles_departures(engine), *gate]
+    issues = [*runs_on, *parse_issues, *report.issues, *_miles_departures(engine), *gate]
     ok = not any(i.level == "error" for i in issues)
     forecast = report.forecast.as_dict() if report.forecast else None
     if as_json:  # every issue, knock-ons included: a program reads them all
@@ -181,7 +183,7 @@ def validate(
         # over a preset, an unread launcher adds nothing: the preset's issues are its own
         issues = imported.judged(list(report.issues)) if imported is not None and \
             preset is None else group_knock_on(parse_issues, list(report.issues))
-        issues += gate
+        issues = [*runs_on, *issues, *gate]
         counts = [sum(i.level == lvl for i in issues) for lvl in ("error", "warning", "info")]
         typer.echo(f"{label}: {'OK' if ok else 'INVALID'} ({count(counts[0], 'error')}, "
                    f"{count(counts[1], 'warning')}, {count(counts[2], 'info')})")
@@ -233,7 +235,7 @@ def command(
     \b
         ppodeck command qwen3-4b-ppo
         ppodeck command qwen3-4b-ppo --set num-rollout=3 --json
-        ppodeck command tiny-cpu --engine miles
+        ppodeck command qwen3-4b-ppo --engine miles
     """
     if engine not in ("ppodeck", "miles"):
         fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
@@ -243,6 +245,8 @@ def command(
 
         argv, own = train_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
         _say_what_miles_gets(own, [dest for dest in SECRET_ENV if config.is_set(dest)])
+        for refusal in engine_issues(preset, engine, config):  # the argv is still miles'
+            _err(f"ppodeck: {refusal.message} Fix: {refusal.fix}.")
     else:
         argv = to_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
     typer.echo(json.dumps(argv) if as_json else shlex.join(argv))

@@ -28,6 +28,7 @@ from .common import (
     MilesPythonOption,
     SetOption,
     apply_sets,
+    engine_issues,
     find_run_or_fail,
     format_issue,
     own_parser_issues_or_fail,
@@ -40,7 +41,7 @@ from .progress import follow_run
 if TYPE_CHECKING:
     import subprocess
 
-    from ...engine.config import RunConfig
+    from ...engine.config import Issue, RunConfig
 
 
 
@@ -128,7 +129,8 @@ def run(
               "`ppodeck run --resume RUN`.", EXIT_USAGE)
     else:
         config, preset_name, trusted = _load_config(preset, set_ or [])
-    _check_or_exit(config)
+    _check_or_exit(config, runs_on=engine_issues(preset if resume is None else None,
+                                                 "ppodeck", config))
     _check_inputs_or_exit(config)
     if not trusted:
         _confirm_code_flags(config, yes, trust)
@@ -176,7 +178,8 @@ def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach
     except MilesLaunchError as exc:
         _fail(str(exc), EXIT_USAGE)
     config, preset_name, trusted = _load_config(preset, sets)
-    _check_or_exit(config, engine="miles", submit=submit, gate=(root, *gate))
+    _check_or_exit(config, engine="miles", submit=submit, gate=(root, *gate),
+                   runs_on=engine_issues(preset, "miles", config))
     _check_inputs_or_exit(config)
     if not trusted:
         _confirm_code_flags(config, yes, trust)
@@ -225,10 +228,12 @@ def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
 
 
 def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | None = None,
-                   gate: tuple[Path, str | None, float | None] | None = None) -> None:
+                   gate: tuple[Path, str | None, float | None] | None = None,
+                   runs_on: list[Issue] | None = None) -> None:
     """Print the config's issues and exit on an error. Under --engine miles, `gate` (the
     checkout, its Python, the parser's time bound) runs that checkout's own parser once PPO
-    Deck's rules pass: the last word before the launch."""
+    Deck's rules pass: the last word before the launch. `runs_on`: the preset's engines
+    (preset.engines), said first."""
     from ...engine.config import check
     from ...engine.config.knock_on import group_knock_on
 
@@ -238,7 +243,8 @@ def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | Non
 
         machine = launch_machine(submit)
     report = check(config, machine=machine, engine=engine)
-    shown = group_knock_on([], list(report.issues))  # a refused --set value: its knock-ons
+    # a refused --set value: its knock-ons
+    shown = [*(runs_on or []), *group_knock_on([], list(report.issues))]
     if engine == "miles":
         from ...engine.miles.drive import departure_issues
 

@@ -25,7 +25,7 @@ from ppodeck.engine.miles.parser_gate import (
 )
 from ppodeck.engine.presets import load_preset, resolve_preset
 
-PRESET = "qwen3-0.6b-ppo-1gpu"
+PRESET = "qwen3-4b-ppo"
 ACCEPTS = "def parse_args():\n    return None\n"
 REFUSES = (
     "import sys\n\n\ndef parse_args():\n"

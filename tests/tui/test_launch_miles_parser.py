@@ -12,7 +12,7 @@ from ppodeck.app.tui.screens.confirm import LaunchChoice, LaunchDialog
 from ppodeck.engine.presets import load_preset, resolve_preset
 from tests.cli.test_miles_parser_gate import ACCEPTS, REFUSES, checkout
 
-PRESET = "qwen3-0.6b-ppo-1gpu"
+PRESET = "qwen3-4b-ppo"
 SLOW = "import time\n\n\ndef parse_args():\n    time.sleep(3)\n"  # ends soon after the test
 
 
