@@ -80,6 +80,18 @@ def _passthrough(e: Values, r: Values, s: set[str], env: Mapping[str, str]) -> s
             + ".")
 
 
+def _command_only(e: Values, r: Values, s: set[str], env: Mapping[str, str]) -> str | None:
+    from .rules_engine import differs
+    from .schema import BY_DEST
+
+    names = [BY_DEST[d].name for d in sorted(s)
+             if BY_DEST[d].engine.cls == "command-only" and differs(d, e[d])]
+    if not names:
+        return None
+    return (f"PPO Deck's engine does not read {' '.join(names[:8])}"
+            + (" ..." if len(names) > 8 else "") + " (kept for miles' own train.py).")
+
+
 OVERRIDES: tuple[Override, ...] = (
     Override("override.num_query_groups_unused", ("num_query_groups", "group_query_attention"),
              _num_query_groups, "add --group-query-attention, or drop --num-query-groups"),
@@ -90,11 +102,14 @@ OVERRIDES: tuple[Override, ...] = (
              "point --load at a --save directory, or drop --load"),
     Override("override.tensorboard_dir_env", ("use_tensorboard", "tb_project_name"),
              _tensorboard_dir_from_env, "unset $TENSORBOARD_DIR to use the project's folder"),
-    # check() already warns of these (engine.passthrough_ignored); the driver announces them
+    # check() already warns of these two (engine.passthrough_ignored, engine.command_only);
+    # the driver announces them
     Override("override.passthrough", (), _passthrough,
              "drop them, or run with --engine miles, which reads them"),
+    Override("override.command_only", (), _command_only,
+             "drop them, or run with --engine miles, which reads them"),
 )
-CHECKED_ELSEWHERE = frozenset({"override.passthrough"})
+CHECKED_ELSEWHERE = frozenset({"override.passthrough", "override.command_only"})
 
 
 def applying(e: Values, r: Values, s: set[str],

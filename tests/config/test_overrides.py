@@ -63,7 +63,8 @@ def test_the_driver_announces_each_once_in_the_log_and_the_events(
 
     rundir = RunDir(tmp_path / "run")
     rundir.path.mkdir()
-    config = TINY.with_values(group_query_attention=False, num_query_groups=2)
+    config = TINY.with_values(group_query_attention=False, num_query_groups=2,
+                              attention_backend="flash" if passthrough else None)
     config = type(config)(config.values, passthrough)
     rundir.config_toml.write_text(config_to_toml(config, name="t", description=""))
     writer = EventWriter(rundir.events_jsonl)
@@ -72,8 +73,9 @@ def test_the_driver_announces_each_once_in_the_log_and_the_events(
     events, _ = read_events(rundir.events_jsonl)
     said = [e["msg"] for e in events if e.get("source") == "overrides"]
     assert all(e["level"] == "warning" for e in events if e.get("source") == "overrides")
-    assert len(said) == 1 + bool(passthrough)
+    assert len(said) == 1 + 2 * bool(passthrough)
     assert "--num-query-groups 2 is unused" in said[0]
-    if passthrough:
+    if passthrough:  # what check() warns of as engine.passthrough_ignored and .command_only
         assert "--moe-token-dispatcher-type" in said[1]
+        assert "does not read --attention-backend" in said[2]
     assert capsys.readouterr().err.count("warning: ") == len(said)  # driver.log is stderr
