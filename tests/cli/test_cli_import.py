@@ -169,3 +169,19 @@ def test_from_command_writes_no_preset_from_what_it_could_not_read(tmp_path: Pat
     assert result.exit_code == 1, result.output
     assert f"no preset written: {script} could not be read" in result.stderr
     assert result.stdout == "" and not (tmp_path / "config").exists()
+
+
+def test_a_launcher_whose_ray_has_fewer_gpus_than_its_command_asks_says_so(
+        tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "--from-command",
+                                 str(LAUNCHERS / "fstrings_concat.py")])
+    out = " ".join(result.stdout.split())
+    assert "launcher.ray_gpus_short" in out
+    assert ("starts Ray with 1 GPU per node, but the command asks each node for 8 "
+            "(--actor-num-gpus-per-node, miles' default)") in out
+    launcher = tmp_path / "run_x.py"
+    launcher.write_text((LAUNCHERS / "fstrings_concat.py").read_text().replace(
+        "num_gpus_per_node=1, ", ""))
+    result = runner.invoke(app, ["presets", "from-command", str(launcher)])
+    assert "ray cluster: no GPUs per node" in result.stderr
+    assert "launcher.num_gpus_per_node_missing" in result.stderr
