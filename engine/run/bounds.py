@@ -92,8 +92,11 @@ class PhaseSpeed:
             return f"{head} ({self.note or 'no rate recorded'})"
         rate = f"{_number(self.rate)} {self.unit}"
         if self.unit == "TFLOP/s" and self.fraction is not None:
-            rate += f" ({self.fraction:.1%} MFU)"
-        return f"{head} at {rate}; {self.bound_text}" if self.bound_text else f"{head} at {rate}"
+            rate += f" ({percent(self.fraction)} MFU)"
+        if not self.bound_text:
+            return f"{head} at {rate}"
+        above = ABOVE if self.fraction is not None and self.fraction > 1 else ""
+        return f"{head} at {rate}; {self.bound_text}{above}"
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,13 @@ class Speed:
         return {TRAIN_ROLES[p.phase]: p.fraction for p in self.phases
                 if p.phase in TRAIN_ROLES and p.fraction is not None}
 
+    def short(self) -> str:
+        """For a table column: "offload 4.7% of bound, 62% of step", or "-"."""
+        worst = self.worst
+        if worst is None or worst.fraction is None:
+            return "-"
+        return f"{worst.label} {percent(worst.fraction)} of bound, {worst.share:.0%} of step"
+
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.text, "step_s": self.step_s, "rollouts": self.rollouts,
                 "basis": self.basis, "mfu": self.mfu,
@@ -119,6 +129,15 @@ class Speed:
                             "share": round(p.share, 4), "rate": p.rate, "bound": p.bound,
                             "unit": p.unit, "fraction": p.fraction, "lost_s": round(p.lost_s, 4),
                             "text": p.text()} for p in self.phases]}
+
+
+ABOVE = (" (above it: the probe measured a busy machine; `python -m ppodeck.engine.host.probe` "
+         "measures it again)")
+
+
+def percent(fraction: float) -> str:
+    """"4.7%", "0.043%": two significant digits below 1%."""
+    return f"{fraction:.1%}" if fraction >= 0.01 else f"{fraction * 100:.2g}%"
 
 
 def _number(value: float) -> str:
@@ -398,12 +417,14 @@ def run_speed(run_path: Path) -> Speed:
 
 
 class SpeedWatch:
-    """For a follower: the verdict each time a rollout begins, only when it changed."""
+    """For a follower: the verdict each time a rollout begins when it names another phase than
+    the one shown (its figures move a little every rollout), and the final one at the end."""
 
     def __init__(self, ctx: SpeedContext) -> None:
         self.ctx = ctx
         self.fold = SpeedFold()
         self.shown: str | None = None
+        self.shown_phase: str | None = None
         self.last: Speed | None = None
 
     def after(self, event: Mapping[str, Any]) -> str | None:
@@ -414,12 +435,19 @@ class SpeedWatch:
         return self._show(self.fold.verdict(self.ctx))
 
     def end(self) -> str | None:
-        """The run ended: its last rollout counts too."""
-        return self._show(self.fold.verdict(self.ctx, ended=True)) if self.ctx.facts else None
-
-    def _show(self, speed: Speed) -> str | None:
-        self.last = speed
-        if speed.worst is None or speed.text == self.shown:
+        """The run ended: its last rollout counts too; shown unless the same text was."""
+        if self.ctx.facts is None:
             return None
-        self.shown = speed.text
+        speed = self.fold.verdict(self.ctx, ended=True)
+        return self._show(speed, speed.text != self.shown)
+
+    def _show(self, speed: Speed, changed: bool | None = None) -> str | None:
+        self.last = speed
+        if speed.worst is None:
+            return None
+        if changed is None:
+            changed = speed.worst.phase != self.shown_phase
+        if not changed:
+            return None
+        self.shown, self.shown_phase = speed.text, speed.worst.phase
         return f"speed: {speed.text}"

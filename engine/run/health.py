@@ -36,8 +36,8 @@ from ..config.health import (
     health_toml,
     parse_health_table,
 )
-from ..vocabulary import Kind, Metric, State
-from .bounds import SpeedContext, SpeedFold
+from ..vocabulary import Kind, Metric, Phase, State
+from .bounds import OFFLOAD, ONLOAD, SpeedContext, SpeedFold
 from .events import SCHEMA_VERSION, encode_event, read_events
 from .pace import PhaseTimes, judge_pace
 
@@ -466,19 +466,18 @@ class HealthJudge:
 
 SPEED_FIX = ("`python bench/phase_bounds.py RUN` shows every phase against its bound; "
              "`ppodeck tail RUN --kind log` says which path each move and sync took")
+TRAIN_FIX = ("larger micro-batches (--micro-batch-size, or --use-dynamic-batch-size with a "
+             "larger --max-tokens-per-gpu) so the matmuls fill the GPU; " + SPEED_FIX)
+PINNED_FIX = "pinned host buffers (the offload log says whether they were pinned)"
 SPEED_FIXES = {
-    "generate": "a larger decode batch (more --n-samples-per-prompt or --rollout-batch-size) "
-                "or the sglang backend; " + SPEED_FIX,
-    "offload": "pinned host buffers (the offload log says whether they were pinned), or "
-               "keep the model on the GPU when it fits; " + SPEED_FIX,
-    "onload": "pinned host buffers (the offload log says whether they were pinned); "
-              + SPEED_FIX,
-    "update_weights": "the cuda_ipc sync path (colocated) instead of packed host copies; "
-                      + SPEED_FIX,
-    "actor_train": "larger micro-batches (--micro-batch-size, --use-dynamic-batch-size) so "
-                   "the matmuls fill the GPU; " + SPEED_FIX,
-    "critic_train": "larger micro-batches (--micro-batch-size, --use-dynamic-batch-size) so "
-                    "the matmuls fill the GPU; " + SPEED_FIX,
+    Phase.GENERATE: "a larger decode batch (more --n-samples-per-prompt or --rollout-batch-size) "
+                    "or the sglang backend; " + SPEED_FIX,
+    OFFLOAD: f"{PINNED_FIX}, or keep the model on the GPU when it fits; {SPEED_FIX}",
+    ONLOAD: f"{PINNED_FIX}; {SPEED_FIX}",
+    Phase.UPDATE_WEIGHTS: "the cuda_ipc sync path (colocated) instead of packed host copies; "
+                          + SPEED_FIX,
+    Phase.ACTOR_TRAIN: TRAIN_FIX,
+    Phase.CRITIC_TRAIN: TRAIN_FIX,
 }
 
 
