@@ -9,10 +9,12 @@ share of the step and its rate against a bound measured on the machine (engine/h
 - critic train, actor train: FLOP/s (the `perf/<role>_train_tflops` the driver or miles logs)
   against the dense matmul peak (bf16 on GPU, fp32 on CPU) of the GPUs that train: the MFU;
 - offload, onload: bytes moved over seconds (`offload` events) against a pinned
-  device->host / host->device copy (a memcpy on CPU). Moves happen inside other phases (a
-  critic wakes inside critic train), so these shares overlap theirs;
+  device->host / host->device copy (a memcpy on CPU); memory SGLang releases rather than copies
+  (no rate in its event) is left out. Moves happen inside other phases (a critic wakes inside
+  critic train), so these shares overlap theirs;
 - weight sync: the update_weights phase's bytes (the driver's sync record, else parameters x
-  bytes per parameter) against a pinned host->device copy.
+  bytes per parameter) against a pinned host->device copy, or a device copy when every sync
+  took the cuda_ipc path.
 
 The verdict names the phase that loses the most seconds against its bound (seconds x (1 -
 rate / bound)): "offload: 62% of the step at 2.6 GB/s; a pinned copy here does 55 GB/s".
@@ -131,8 +133,8 @@ class Speed:
                             "text": p.text()} for p in self.phases]}
 
 
-ABOVE = (" (above it: the probe measured a busy machine; `python -m ppodeck.engine.host.probe` "
-         "measures it again)")
+ABOVE = (" (above it: the probe may have measured a busy machine; `python -m "
+         "ppodeck.engine.host.probe` measures it again)")
 
 
 def percent(fraction: float) -> str:
@@ -157,6 +159,7 @@ class _Rollout:
     response_len: float | None = None
     tflops: dict[str, list[float]] = field(default_factory=dict)  # role -> values
     sync_bytes: float = 0.0
+    sync_paths: set[str] = field(default_factory=set)  # cuda_ipc, packed_host
 
     def seconds(self, phase: str) -> float | None:
         """The slowest rank's, summed over roles (the actor and critic sleep in turn)."""
@@ -181,9 +184,11 @@ class SpeedFold:
             self._move(event)
         elif kind == Kind.METRICS:
             self._metrics(event)
-        elif kind == Kind.LOG and isinstance(event.get("sync_bytes"), (int, float)):
-            if self.current is not None:
-                self._of(self.current).sync_bytes += float(event["sync_bytes"])
+        elif kind == Kind.LOG and event.get("sync_path") and self.current is not None:
+            r = self._of(self.current)
+            r.sync_paths.add(str(event["sync_path"]))
+            if isinstance(event.get("sync_bytes"), (int, float)):
+                r.sync_bytes += float(event["sync_bytes"])
 
     def _of(self, rid: int) -> _Rollout:
         return self.rollouts.setdefault(rid, _Rollout())
@@ -211,7 +216,8 @@ class SpeedFold:
         direction = event.get("direction")
         if (self.current is None or event.get("noop") or direction not in (OFFLOAD, ONLOAD)
                 or not isinstance(seconds, (int, float)) or not isinstance(moved, (int, float))
-                or seconds <= 0 or moved <= 0):
+                or seconds <= 0 or moved <= 0
+                or ("gbps" in event and event["gbps"] is None)):  # released, not copied
             return
         total = self._of(self.current).moved.setdefault(str(direction), [0.0, 0.0])
         total[0] += float(moved)
@@ -352,7 +358,12 @@ def _sync(base: PhaseSpeed, rollouts: list[_Rollout], ctx: SpeedContext) -> Phas
     if not nbytes:
         return _with(base, note="no bytes recorded and no parameter count")
     assert ctx.facts is not None
-    bound, text = _copy_bound(ctx, ctx.facts.h2d_pinned_GBps)
+    paths = {p for r in rollouts for p in r.sync_paths}
+    if paths == {"cuda_ipc"} and ctx.on_gpu and ctx.facts.hbm_copy_GBps:  # device to device
+        bound = ctx.facts.hbm_copy_GBps
+        text = f"a device copy here does {_number(bound)} GB/s (cuda_ipc)"
+    else:
+        bound, text = _copy_bound(ctx, ctx.facts.h2d_pinned_GBps)
     rate = nbytes / (base.seconds * len(rollouts)) / 1e9
     estimated = "" if recorded else " (bytes estimated from the parameters)"
     return _with(base, rate=rate, bound=bound, unit="GB/s", bound_text=text + estimated)
@@ -401,8 +412,9 @@ def _shape(config_toml: Path, on_cpu: bool) -> dict[str, Any]:
             "train_gpus": int(r.get("world_size") or 1)}
 
 
-def run_speed(run_path: Path) -> Speed:
-    """The verdict of a run directory from its events (finished runs: every rollout)."""
+def run_speed(run_path: Path, ctx: SpeedContext | None = None) -> Speed:
+    """The verdict of a run directory from its events (finished runs: every rollout), against
+    `ctx` (default: its own machine kind's facts and config)."""
     from ..vocabulary import FINAL_STATES
     from .events import read_events
     from .rundir import RunDir, read_status
@@ -413,7 +425,7 @@ def run_speed(run_path: Path) -> Speed:
     except OSError:
         events = []
     ended = read_status(rundir).get("state") in FINAL_STATES
-    return judge_speed(events, speed_context(rundir.path), ended)
+    return judge_speed(events, ctx or speed_context(rundir.path), ended)
 
 
 class SpeedWatch:

@@ -62,7 +62,8 @@ def driver_events(rollouts: int, step: dict[str, float] | None = None,
                                "ts": ts + took})
             if name == "update_weights":
                 events.append({"kind": "log", "level": "info", "source": "driver",
-                               "msg": "weight sync", "sync_bytes": 1.2e9, "ts": ts + seconds})
+                               "msg": "weight sync", "sync_path": "packed_host",
+                               "sync_bytes": 1.2e9, "ts": ts + seconds})
             ts += seconds
             events.append({"kind": "phase", "name": name, "state": "end", "rollout_id": rid,
                            "ts": ts, "seconds": seconds})
