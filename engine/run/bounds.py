@@ -1,7 +1,8 @@
 """The speed verdict: each phase of a rollout step held against what this machine can do.
 
-For the steady rollouts of a run (the first one, with its warm-ups, left out), each phase's
-share of the step and its rate against a bound measured on the machine (engine/host/probe.py):
+For the steady rollouts of a run (those after each phase's first time, with its warm-ups), each
+phase's share of the step and its rate against a bound measured on the machine
+(engine/host/probe.py):
 
 - generate: tokens/s against the memory-bound decode rate, samples x read bandwidth x the
   engine's tensor-parallel GPUs / weight bytes (every decode step reads the weights once and
@@ -10,8 +11,10 @@ share of the step and its rate against a bound measured on the machine (engine/h
   against the dense matmul peak (bf16 on GPU, fp32 on CPU) of the GPUs that train: the MFU;
 - offload, onload: bytes moved over seconds (`offload` events) against a pinned
   device->host / host->device copy (a memcpy on CPU); memory SGLang releases rather than copies
-  (no rate in its event) is left out. Moves happen inside other phases (a critic wakes inside
-  critic train), so these shares overlap theirs;
+  (no rate in its event) is left out. A move's share of the step is the time the driver waited
+  for it (`waited_seconds`): a move that ran beside other work costs the step nothing. Moves
+  happen inside other phases (a critic wakes inside critic train), so these shares overlap
+  theirs;
 - weight sync: the update_weights phase's bytes (the driver's sync record, else parameters x
   bytes per parameter) against a pinned host->device copy, or a device copy when every sync
   took the cuda_ipc path.
@@ -155,7 +158,8 @@ class _Rollout:
     end: float | None = None  # its last phase's end
     # phase -> role -> rank -> seconds: a miles timer runs on each rank of each role
     phases: dict[str, dict[Any, dict[Any, float]]] = field(default_factory=dict)
-    moved: dict[str, list[float]] = field(default_factory=dict)  # direction -> [bytes, s]
+    # direction -> [bytes, seconds copying, seconds the driver waited for the copies]
+    moved: dict[str, list[float]] = field(default_factory=dict)
     response_len: float | None = None
     tflops: dict[str, list[float]] = field(default_factory=dict)  # role -> values
     sync_bytes: float = 0.0
@@ -219,9 +223,11 @@ class SpeedFold:
                 or seconds <= 0 or moved <= 0
                 or ("gbps" in event and event["gbps"] is None)):  # released, not copied
             return
-        total = self._of(self.current).moved.setdefault(str(direction), [0.0, 0.0])
+        waited = event.get("waited_seconds")
+        total = self._of(self.current).moved.setdefault(str(direction), [0.0, 0.0, 0.0])
         total[0] += float(moved)
         total[1] += float(seconds)
+        total[2] += float(waited) if isinstance(waited, (int, float)) else float(seconds)
 
     def _metrics(self, event: Mapping[str, Any]) -> None:
         rid, metrics = event.get("rollout_id"), event.get("metrics")
@@ -239,10 +245,17 @@ class SpeedFold:
     # ---- judging ---------------------------------------------------------------------------
 
     def steady(self, ended: bool = False) -> list[int]:
-        """Finished rollouts after the first: one whose next rollout began (or any, `ended`)."""
+        """Finished rollouts (whose next rollout began, or all once `ended`) after every judged
+        phase has run once: a phase's first time carries its compiles and warm-ups (the
+        actor's first train comes after the critic-only warmup, not in the first rollout)."""
         ids = sorted(rid for rid, r in self.rollouts.items() if r.start is not None)
         done = ids if ended else ids[:-1]
-        return done[1:]
+        first: dict[str, int] = {}
+        for rid in ids:
+            for phase in {*self.rollouts[rid].phases, *self.rollouts[rid].moved} & set(ORDER):
+                first.setdefault(phase, rid)
+        warm = max(first.values(), default=ids[0] if ids else 0)
+        return [rid for rid in done if rid > warm]
 
     def step_seconds(self, rid: int) -> float | None:
         r = self.rollouts[rid]
@@ -307,7 +320,7 @@ def _moves(direction: str, rollouts: list[_Rollout], step: float,
         nbytes, seconds = sum(m[0] for m in moved), sum(m[1] for m in moved)
         pinned = ctx.facts.d2h_pinned_GBps if direction == OFFLOAD else ctx.facts.h2d_pinned_GBps
         bound, text = _copy_bound(ctx, pinned)
-        per = seconds / len(rollouts)
+        per = sum(m[2] for m in moved) / len(rollouts)  # what the step waited, not what overlapped
         return PhaseSpeed(direction, per, per / step, nbytes / seconds / 1e9, bound, "GB/s", text)
     if timers:  # miles' sleep / wake_up timers: seconds, no bytes
         per = sum(timers) / len(rollouts)

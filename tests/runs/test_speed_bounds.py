@@ -104,6 +104,29 @@ def test_a_live_run_judges_only_finished_steady_rollouts() -> None:
     assert watch.end() is None
 
 
+def test_a_move_beside_other_work_costs_the_step_only_what_was_waited() -> None:
+    """The driver overlaps moves with other work (a prefetch during generate): `waited_seconds`
+    is what the step paid; the copy's rate is still its bytes over its own seconds."""
+    events = driver_events(6)
+    for event in events:
+        if event["kind"] == "offload" and event["direction"] == "offload":
+            event["waited_seconds"] = 0.1
+    ctx = SpeedContext(GPU, H100, params=600_000_000, samples=64)
+    phases = {p.phase: p for p in judge_speed(events, ctx, ended=True).phases}
+    assert phases["offload"].share == pytest.approx(0.01)
+    assert phases["offload"].rate == pytest.approx(2.6)
+    assert phases["offload"].lost_s < 0.1
+
+
+def test_a_phase_first_run_after_the_first_rollout_waits_for_its_second_time() -> None:
+    """With a critic-only warmup the actor first trains (and compiles) in rollout 1: steady
+    rollouts start after it."""
+    events = [e for e in driver_events(5) if not (e.get("name") == "actor_train"
+                                                  and e.get("rollout_id") == 0)]
+    ctx = SpeedContext(GPU, H100, params=600_000_000, samples=64)
+    assert judge_speed(events, ctx, ended=True).rollouts == 3  # rollouts 2, 3, 4
+
+
 def test_without_machine_facts_the_verdict_says_how_to_get_them() -> None:
     speed = judge_speed(driver_events(4), SpeedContext(GPU, None), ended=True)
     assert speed.worst is None
@@ -131,16 +154,17 @@ def test_a_miles_dump_is_judged_from_its_own_timers(runs_dir, tmp_path) -> None:
     events, _ = read_events(rundir.events_jsonl)
     ctx = SpeedContext(GPU, H100, params=600_000_000, samples=64)
     speed = judge_speed(events, ctx, ended=True)
-    assert speed.rollouts == 4  # rollout 0 (the critic-only warmup's compiles) left out
+    # rollout 0 trains the critic alone; the actor's first train (rollout 1) compiles: both out
+    assert speed.rollouts == 3
     phases = {p.phase: p for p in speed.phases}
     actor = [e["metrics"]["perf/actor_train_tflops"] for e in events
              if e["kind"] == "metrics" and "perf/actor_train_tflops" in e["metrics"]
-             and e["rollout_id"] >= 1]
+             and e["rollout_id"] >= 2]
     assert speed.mfu["actor"] == pytest.approx(statistics.fmean(actor) / 779.8)
     assert phases["offload"].rate is None  # miles' sleep timer: seconds, no bytes
     assert "records no bytes moved" in phases["offload"].text()
     generate = [e["seconds"] for e in events if e["kind"] == "phase" and e["state"] == "end"
-                and e["name"] == "generate" and e["rollout_id"] >= 1]
+                and e["name"] == "generate" and e["rollout_id"] >= 2]
     assert phases["generate"].seconds == pytest.approx(statistics.fmean(generate))
     assert speed.worst is not None and speed.worst.phase == "actor_train"
     assert speed.text.startswith("actor train: ") and "MFU); a bf16 matmul here" in speed.text
