@@ -364,6 +364,10 @@ def presets_from_command(
         _err(format_issue(issue))
     for line in imported.lines():
         _err(line)
+    if imported.unreadable:  # an empty preset would be a story the script does not tell
+        _err(f"ppodeck: no preset written: {source} could not be read. Fix: the error above, "
+             "then import it again.")
+        raise typer.Exit(EXIT_INVALID)
     kind = "a miles Python launcher" if imported.language == "python" else \
         "a miles command line"
     header = (f"{name}: imported from {kind} ({source}).\n\n"
