@@ -66,8 +66,9 @@ class MachineFacts:
         parts = [(label, getattr(self, name), unit) for name, label, unit in _SHOWN]
         shown = ", ".join(f"{label} {value:.4g} {unit}" for label, value, unit in parts
                           if value is not None)
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.measured_at))
-        return f"machine facts ({self.kind}, probed {when}): {shown or 'none measured'}"
+        when = (", probed " + time.strftime("%Y-%m-%d %H:%M", time.localtime(self.measured_at))
+                if self.measured_at > 0 else "")
+        return f"machine facts ({self.kind}{when}): {shown or 'none measured'}"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MachineFacts:
