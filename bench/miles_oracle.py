@@ -7,8 +7,9 @@ miles' parse-time dependencies from PyPI and the miles and Megatron sources at t
 commits (exported from the git repositories given, the GitHub ones by default). Then it runs
 miles' real parse_args() over the corpus (bench/miles_oracle_corpus.py) with the argv that
 `ppodeck command --engine miles` prints, in one interpreter that parses every argv in turn
-(bench/miles_oracle_runner.py), and writes each verdict into tests/miles_oracle/verdicts.json
-with the commits. tests/miles_oracle/test_agreement.py holds PPO Deck's check() to them.
+(engine/miles/parse_runner.py, which the parser gate runs too), and writes each verdict into
+tests/miles_oracle/verdicts.json with the commits. tests/miles_oracle/test_agreement.py holds
+PPO Deck's check() to them.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ PACKAGES = ("torch==2.13.0", "transformers==5.12.1", "ray==2.60.0", "sglang-rout
 CACHE = Path.home() / ".cache" / "ppodeck" / "miles-oracle"
 REPO = Path(__file__).resolve().parent.parent
 VERDICTS = REPO / "tests" / "miles_oracle" / "verdicts.json"
-RUNNER = Path(__file__).resolve().parent / "miles_oracle_runner.py"
+RUNNER = REPO / "engine" / "miles" / "parse_runner.py"
 
 
 def _say(text: str) -> None:
@@ -84,7 +85,9 @@ def judge(env: Path, cases: list[dict], workers: int) -> dict[str, dict]:
     """miles' verdict per case id: `workers` interpreters, each parsing its share in turn."""
     shares = [cases[i::workers] for i in range(workers)]
     environ = {**os.environ, "PYTHONPATH": f"{env / 'src' / 'miles'}:{env / 'src' / 'megatron'}"}
-    procs = [subprocess.Popen([str(env / "venv" / "bin" / "python"), str(RUNNER)],
+    # sites relative to src/: "miles/miles/utils/arguments.py:3707", as recorded
+    runner = [str(env / "venv" / "bin" / "python"), str(RUNNER), "--site-root", str(env / "src")]
+    procs = [subprocess.Popen(runner,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, env=environ)
              for _ in shares]
@@ -97,6 +100,9 @@ def judge(env: Path, cases: list[dict], workers: int) -> dict[str, dict]:
         assert proc.stdout is not None
         for line in proc.stdout:
             row = json.loads(line)
+            if row["verdict"] == "unavailable":
+                sys.exit(f"miles_oracle: miles' parser does not import in {env}: "
+                         f"{row['error']}; nothing written")
             verdicts[row.pop("id")] = row
         proc.wait()
     return verdicts

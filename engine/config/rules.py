@@ -31,6 +31,7 @@ from .rules_engine import (
     passthrough_flags,
 )
 from .rules_memory import host_figures
+from .rules_overrides import override_rules
 from .rules_ppo import PPO_AND_PLACEMENT_RULES
 from .schema import BY_DEST, BY_NAME, DEFAULTS, PATH_DESTS
 
@@ -428,7 +429,7 @@ def _indep_dp(e: dict, r: dict, s: set, out: Out) -> None:
 RULES = (
     _ranges, *PPO_AND_PLACEMENT_RULES, _kl, _eps_clip, _estimator, _remat, _indep_dp,
     _batch_required,
-    _dynamic_batch, _data_source, _checkpoints, _ppodeck_backend, _dashboard,
+    _dynamic_batch, _data_source, _checkpoints, _ppodeck_backend, _dashboard, override_rules,
 )
 
 

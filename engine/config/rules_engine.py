@@ -94,7 +94,7 @@ def on_a_cluster(r: dict) -> bool:
     return bool(r["ray_address"] or os.environ.get("RAY_ADDRESS"))
 
 
-def _differs(dest: str, value: object) -> bool:
+def differs(dest: str, value: object) -> bool:
     default = DEFAULTS[dest]
     if isinstance(default, tuple) and isinstance(value, list | tuple):
         return tuple(value) != default
@@ -104,7 +104,7 @@ def _differs(dest: str, value: object) -> bool:
 def refused_flags(e: dict, s: set, out: Out) -> None:
     for dest in sorted(s):
         flag = BY_DEST[dest]
-        if flag.engine.cls != "refused" or not _differs(dest, e[dest]):
+        if flag.engine.cls != "refused" or not differs(dest, e[dest]):
             continue
         nearest = f"; what runs instead: {flag.engine.nearest}" if flag.engine.nearest else ""
         _issue(out, "error", "engine.refused", (dest,),
@@ -115,7 +115,7 @@ def refused_flags(e: dict, s: set, out: Out) -> None:
 
 def command_only_flags(e: dict, s: set, out: Out) -> None:
     dests = [d for d in sorted(s)
-             if BY_DEST[d].engine.cls == "command-only" and _differs(d, e[d])]
+             if BY_DEST[d].engine.cls == "command-only" and differs(d, e[d])]
     if not dests:
         return
     why = "; ".join(f"{_fl(d)}: {BY_DEST[d].engine.reason}" for d in dests)
@@ -244,7 +244,7 @@ def _model_features(r: dict, m: Machine, out: Out) -> None:
                    f"--rotary-scaling-factor {r['rotary_scaling_factor']:g}: Llama 3 scaling "
                    "divides the low frequencies by it, so it must be at least 1.",
                    "use the model's factor (Llama 3.1: 8, Llama 3.2: 32)")
-    elif _differs("rotary_scaling_factor", r["rotary_scaling_factor"]):
+    elif differs("rotary_scaling_factor", r["rotary_scaling_factor"]):
         _issue(out, "warning", "engine.rope_scaling_factor_unused", ("rotary_scaling_factor",),
                f"--rotary-scaling-factor {r['rotary_scaling_factor']:g} is ignored without "
                "--use-rope-scaling (Megatron reads it only then).",

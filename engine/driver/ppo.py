@@ -366,6 +366,18 @@ def load_args(rundir: RunDir) -> dict[str, Any]:
     return dict(resolve(config))
 
 
+def announce_overrides(rundir: RunDir, tm: Telemetry) -> None:
+    """Each start-up override that applies (engine/config/rules_overrides.py), said once: a
+    warning event (tail, the monitor) and a line in driver.log."""
+    from ..config.rules_overrides import start_announcements
+    from ..presets import config_from_toml
+
+    config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
+    for line in start_announcements(config, os.environ):
+        tm.log("warning", line, source="overrides")
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
 def run(rundir: RunDir) -> int:
     stop = StopFlag()
     signal.signal(signal.SIGINT, stop.handle)
@@ -382,6 +394,7 @@ def run(rundir: RunDir) -> int:
         tm.log("info", caches.message(), source="driver")
         args = load_args(rundir)
         tm.status(State.RUNNING, num_rollout=args["num_rollout"])  # replays: N without status.json
+        announce_overrides(rundir, tm)
         from .preflight import preflight_host, preflight_in_background
 
         preflight_host(args)  # a config the engine cannot take fails here, before Ray starts
