@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..host.kind import gpu_count
 from ..host.probe import MachineFacts, read_facts
 from ..vocabulary import PHASE_LABEL, Kind, Metric, Phase, StepKey
 
@@ -406,7 +407,7 @@ def speed_context(run_path: Path, kind: str | None = None) -> SpeedContext:
     kind = kind or read_status(rundir).get("machine")
     facts = read_facts(kind) if kind else None
     on_cpu = not str(kind or "").startswith("gpu:")
-    shape = _shape(rundir.config_toml, on_cpu)
+    shape = {"train_gpus": max(1, gpu_count(kind or "")), **_shape(rundir.config_toml, on_cpu)}
     return SpeedContext(kind, facts, bytes_per_param=4 if on_cpu else 2, **shape)
 
 
