@@ -362,15 +362,14 @@ def load_args(rundir: RunDir) -> dict[str, Any]:
 
 
 def announce_overrides(rundir: RunDir, tm: Telemetry) -> None:
-    """Each start-up override that applies (engine/config/rules_overrides.py), said once: a
-    warning event (tail, the monitor) and a line in driver.log."""
+    """Each start-up override that applies (engine/config/rules_overrides.py), said once
+    (Telemetry.announce: a warning event and a line in driver.log)."""
     from ..config.rules_overrides import start_announcements
     from ..presets import config_from_toml
 
     config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
     for line in start_announcements(config, os.environ):
-        tm.log("warning", line, source="overrides")
-        print(f"warning: {line}", file=sys.stderr, flush=True)
+        tm.announce(line, "overrides")
 
 
 def run(rundir: RunDir) -> int:

@@ -517,6 +517,8 @@ def start_rollout(rollout: RolloutHandle, tm: Telemetry, args: Mapping[str, Any]
         started = time.perf_counter()
         for note in info.get("notes", []):
             tm.log("info", note, source="rollout")
+        for override in info.get("overrides", []):
+            tm.announce(override, "rollout")
         parts = dict(info.get("parts") or {})
         if parts:  # the process start and the manager's own imports before its init
             parts = {"worker ready": round(max(0.0, started - begin - sum(parts.values())), 3),

@@ -78,4 +78,4 @@ def test_the_driver_announces_each_once_in_the_log_and_the_events(
     if passthrough:  # what check() warns of as engine.passthrough_ignored and .command_only
         assert "--moe-token-dispatcher-type" in said[1]
         assert "does not read --attention-backend" in said[2]
-    assert capsys.readouterr().err.count("warning: ") == len(said)  # driver.log is stderr
+    assert capsys.readouterr().err.count("warning [overrides]: ") == len(said)  # driver.log
