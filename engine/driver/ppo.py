@@ -332,6 +332,9 @@ def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: 
                    critic_out: dict[str, Any] | None, actor_out: dict[str, Any] | None,
                    perf: dict[str, float] | None = None) -> dict[str, Any]:
     rollout_metrics = {**batch.metrics, **(perf or {})}
+    for out in (critic_out, actor_out):  # e.g. a compile that fell back to eager
+        for override in (out or {}).get("overrides", []):
+            tm.announce(override, "train")
     if critic_out is not None:
         steps = critic_out["step_metrics"]
         for i, metrics in enumerate(steps):

@@ -175,14 +175,13 @@ class RolloutManager:
         """A built-in task writes its own fields; the data flags cannot point elsewhere."""
         from dataclasses import replace
 
-        task_keys = {"input_key": "prompt", "label_key": "label", "metadata_key": "metadata"}
-        miles_defaults = {"input_key": "input", "label_key": None, "metadata_key": "metadata"}
-        for dest, key in task_keys.items():
-            value = getattr(options, dest)
-            if value not in (key, miles_defaults[dest]):
-                overrides.append(f"--{dest.replace('_', '-')} {value} ignored: --synthetic-task "
-                             f"records keep it under {key!r}")
-        return replace(options, **task_keys)
+        from ..config.rules_overrides import SYNTHETIC_KEYS, synthetic_keys_ignored
+
+        asked = {dest: getattr(options, dest) for dest in SYNTHETIC_KEYS}
+        overrides += [f"{flag} ignored: --synthetic-task records keep it under "
+                      f"{SYNTHETIC_KEYS[flag.split()[0][2:].replace('-', '_')]!r}"
+                      for flag in synthetic_keys_ignored(asked)]
+        return replace(options, **SYNTHETIC_KEYS)
 
     def _synthetic_dir(self, task: str, num: int) -> Path:
         if self.args.get("run_dir"):
