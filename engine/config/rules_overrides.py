@@ -30,6 +30,21 @@ class Override:
     dests: tuple[str, ...]
     says: Callable[[Values, Values, set[str], Mapping[str, str]], str | None]  # None: n/a
     fix: str
+    # who says it: "both" (check() as an info, the driver at start), "driver" (check() warns
+    # of it under its own code), "check" (the rollout announces it at start, where it applies)
+    speaks: str = "both"
+
+
+# A --synthetic-task writes its records with these keys, whatever the data flags say (the
+# rollout manager applies them); miles' own defaults of those flags are no request.
+SYNTHETIC_KEYS = {"input_key": "prompt", "label_key": "label", "metadata_key": "metadata"}
+MILES_KEY_DEFAULTS = {"input_key": "input", "label_key": None, "metadata_key": "metadata"}
+
+
+def synthetic_keys_ignored(values: Values) -> list[str]:
+    """The data-key flags a --synthetic-task replaces, as `--input-key question`."""
+    return [f"--{dest.replace('_', '-')} {values.get(dest)}" for dest, key in SYNTHETIC_KEYS.items()
+            if values.get(dest) not in (key, MILES_KEY_DEFAULTS[dest])]
 
 
 def _num_query_groups(e: Values, r: Values, s: set[str], env: Mapping[str, str]) -> str | None:
@@ -92,6 +107,16 @@ def _command_only(e: Values, r: Values, s: set[str], env: Mapping[str, str]) -> 
             + (" ..." if len(names) > 8 else "") + " (kept for miles' own train.py).")
 
 
+def _synthetic_keys(e: Values, r: Values, s: set[str], env: Mapping[str, str]) -> str | None:
+    if not r["synthetic_task"]:
+        return None
+    ignored = synthetic_keys_ignored(r)
+    if not ignored:
+        return None
+    return (f"{', '.join(ignored)} ignored: --synthetic-task {r['synthetic_task']} writes its "
+            f"records with the keys {', '.join(repr(k) for k in SYNTHETIC_KEYS.values())}.")
+
+
 OVERRIDES: tuple[Override, ...] = (
     Override("override.num_query_groups_unused", ("num_query_groups", "group_query_attention"),
              _num_query_groups, "add --group-query-attention, or drop --num-query-groups"),
@@ -102,14 +127,14 @@ OVERRIDES: tuple[Override, ...] = (
              "point --load at a --save directory, or drop --load"),
     Override("override.tensorboard_dir_env", ("use_tensorboard", "tb_project_name"),
              _tensorboard_dir_from_env, "unset $TENSORBOARD_DIR to use the project's folder"),
-    # check() already warns of these two (engine.passthrough_ignored, engine.command_only);
-    # the driver announces them
+    Override("override.synthetic_data_keys", ("synthetic_task", "input_key", "label_key"),
+             _synthetic_keys, "drop those flags, or use --prompt-data instead of the task",
+             speaks="check"),
     Override("override.passthrough", (), _passthrough,
-             "drop them, or run with --engine miles, which reads them"),
+             "drop them, or run with --engine miles, which reads them", speaks="driver"),
     Override("override.command_only", (), _command_only,
-             "drop them, or run with --engine miles, which reads them"),
+             "drop them, or run with --engine miles, which reads them", speaks="driver"),
 )
-CHECKED_ELSEWHERE = frozenset({"override.passthrough", "override.command_only"})
 
 
 def applying(e: Values, r: Values, s: set[str],
@@ -126,7 +151,7 @@ def applying(e: Values, r: Values, s: set[str],
 def override_rules(e: dict, r: dict, s: set, out: Out) -> None:
     """check(): each override that applies, as an info (the environment is the driver's)."""
     for row, message in applying(e, r, s, {}):
-        if row.code not in CHECKED_ELSEWHERE:
+        if row.speaks != "driver":
             out.append(Issue("info", row.code, tuple(fl(d) for d in row.dests), message,
                              row.fix))
 
@@ -139,4 +164,5 @@ def start_announcements(config: Any, env: Mapping[str, str]) -> list[str]:
     valid, _, _ = split_values(config)
     e = {**DEFAULTS, **valid}
     r = {**resolve_values(valid), "passthrough": tuple(config.passthrough)}
-    return [f"{message} Fix: {row.fix}." for row, message in applying(e, r, set(valid), env)]
+    return [f"{message} Fix: {row.fix}." for row, message in applying(e, r, set(valid), env)
+            if row.speaks != "check"]

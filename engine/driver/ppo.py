@@ -337,6 +337,9 @@ def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: 
                    critic_out: dict[str, Any] | None, actor_out: dict[str, Any] | None,
                    perf: dict[str, float] | None = None) -> dict[str, Any]:
     rollout_metrics = {**batch.metrics, **(perf or {})}
+    for out in (critic_out, actor_out):  # e.g. a compile that fell back to eager
+        for override in (out or {}).get("overrides", []):
+            tm.announce(override, "train")
     if critic_out is not None:
         steps = critic_out["step_metrics"]
         for i, metrics in enumerate(steps):
@@ -367,15 +370,14 @@ def load_args(rundir: RunDir) -> dict[str, Any]:
 
 
 def announce_overrides(rundir: RunDir, tm: Telemetry) -> None:
-    """Each start-up override that applies (engine/config/rules_overrides.py), said once: a
-    warning event (tail, the monitor) and a line in driver.log."""
+    """Each start-up override that applies (engine/config/rules_overrides.py), said once
+    (Telemetry.announce: a warning event and a line in driver.log)."""
     from ..config.rules_overrides import start_announcements
     from ..presets import config_from_toml
 
     config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
     for line in start_announcements(config, os.environ):
-        tm.log("warning", line, source="overrides")
-        print(f"warning: {line}", file=sys.stderr, flush=True)
+        tm.announce(line, "overrides")
 
 
 def run(rundir: RunDir) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 from .files import atomic_write
 
 FACTS_FILE = "machine-facts.json"
+PROBE_VERSION = 1  # an entry of another version (another probe's method) is probed again
 PROBE_WAIT_S = 2.0  # the longest a launch waits for a first probe of its machine kind
 QUICK = {"gib": 0.25, "matmul": 4096, "repeats": 5}  # the launch probe: well under a second
 CPU_COPY_BYTES = 64 * 2**20
@@ -66,8 +67,9 @@ class MachineFacts:
         parts = [(label, getattr(self, name), unit) for name, label, unit in _SHOWN]
         shown = ", ".join(f"{label} {value:.4g} {unit}" for label, value, unit in parts
                           if value is not None)
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.measured_at))
-        return f"machine facts ({self.kind}, probed {when}): {shown or 'none measured'}"
+        when = (", probed " + time.strftime("%Y-%m-%d %H:%M", time.localtime(self.measured_at))
+                if self.measured_at > 0 else "")
+        return f"machine facts ({self.kind}{when}): {shown or 'none measured'}"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MachineFacts:
@@ -99,9 +101,10 @@ def read_all(path: Path | None = None) -> dict[str, Any]:
 
 
 def read_facts(kind: str, path: Path | None = None) -> MachineFacts | None:
-    """The cached facts of machine kind `kind`, or None (never probed, or unreadable)."""
+    """The cached facts of machine kind `kind`, or None (never probed, by another version of
+    the probe, or unreadable)."""
     entry = read_all(path).get(kind)
-    if not isinstance(entry, dict):
+    if not isinstance(entry, dict) or entry.get("probe_version") != PROBE_VERSION:
         return None
     try:
         return MachineFacts.from_dict({**entry, "kind": kind})
@@ -114,7 +117,8 @@ def write_facts(facts: MachineFacts, path: Path | None = None) -> Path:
     path = path or facts_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     data = read_all(path)
-    data[facts.kind] = {k: v for k, v in asdict(facts).items() if k != "kind"}
+    data[facts.kind] = {"probe_version": PROBE_VERSION,
+                        **{k: v for k, v in asdict(facts).items() if k != "kind"}}
     atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return path
 

@@ -1,7 +1,7 @@
 """The speed verdict: each phase of a rollout step held against what this machine can do.
 
-For the steady rollouts of a run (those after each phase's first time, with its warm-ups), each
-phase's share of the step and its rate against a bound measured on the machine
+For the newest 20 steady rollouts of a run (those after each phase's first time, with its
+warm-ups), each phase's share of the step and its rate against a bound measured on the machine
 (engine/host/probe.py):
 
 - generate: tokens/s against the memory-bound decode rate, samples x read bandwidth x the
@@ -29,11 +29,13 @@ LIGHT: stdlib only.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..host.kind import gpu_count
 from ..host.probe import MachineFacts, read_facts
 from ..vocabulary import PHASE_LABEL, Kind, Metric, Phase, StepKey
 
@@ -43,6 +45,7 @@ TRAIN_ROLES = {Phase.CRITIC_TRAIN: "critic", Phase.ACTOR_TRAIN: "actor"}
 LABEL = {**PHASE_LABEL, OFFLOAD: "offload", ONLOAD: "onload"}
 ORDER = (Phase.GENERATE, OFFLOAD, Phase.CRITIC_TRAIN, Phase.ACTOR_TRAIN, ONLOAD,
          Phase.UPDATE_WEIGHTS)
+WINDOW = 20  # the newest steady rollouts a verdict covers: the run's speed now
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,8 @@ class SpeedFold:
 
     def __init__(self) -> None:
         self.rollouts: dict[int, _Rollout] = {}
+        self.order: list[int] = []  # rollout ids, ascending
+        self.first_seen: dict[str, int] = {}  # judged phase -> the rollout it first ran in
         self.current: int | None = None  # the rollout of the latest phase start
 
     def add(self, event: Mapping[str, Any]) -> None:
@@ -195,7 +200,15 @@ class SpeedFold:
                 r.sync_bytes += float(event["sync_bytes"])
 
     def _of(self, rid: int) -> _Rollout:
-        return self.rollouts.setdefault(rid, _Rollout())
+        r = self.rollouts.get(rid)
+        if r is None:
+            r = self.rollouts[rid] = _Rollout()
+            bisect.insort(self.order, rid)
+        return r
+
+    def _seen(self, phase: str, rid: int) -> None:
+        if phase in ORDER and (phase not in self.first_seen or rid < self.first_seen[phase]):
+            self.first_seen[phase] = rid
 
     def _phase(self, event: Mapping[str, Any]) -> None:
         rid, name = event.get("rollout_id"), event.get("name")
@@ -211,6 +224,7 @@ class SpeedFold:
             return
         r.end = ts if r.end is None else max(r.end, ts)
         phase = MILES_MOVES.get(str(name), str(name))
+        self._seen(phase, rid)
         ranks = r.phases.setdefault(phase, {}).setdefault(event.get("role"), {})
         rank = event.get("rank", event.get("process"))
         ranks[rank] = ranks.get(rank, 0.0) + float(event.get("seconds") or 0.0)
@@ -224,6 +238,7 @@ class SpeedFold:
                 or ("gbps" in event and event["gbps"] is None)):  # released, not copied
             return
         waited = event.get("waited_seconds")
+        self._seen(str(direction), self.current)
         total = self._of(self.current).moved.setdefault(str(direction), [0.0, 0.0, 0.0])
         total[0] += float(moved)
         total[1] += float(seconds)
@@ -244,39 +259,39 @@ class SpeedFold:
 
     # ---- judging ---------------------------------------------------------------------------
 
-    def steady(self, ended: bool = False) -> list[int]:
-        """Finished rollouts (whose next rollout began, or all once `ended`) after every judged
-        phase has run once: a phase's first time carries its compiles and warm-ups (the
-        actor's first train comes after the critic-only warmup, not in the first rollout)."""
-        ids = sorted(rid for rid, r in self.rollouts.items() if r.start is not None)
-        done = ids if ended else ids[:-1]
-        first: dict[str, int] = {}
-        for rid in ids:
-            for phase in {*self.rollouts[rid].phases, *self.rollouts[rid].moved} & set(ORDER):
-                first.setdefault(phase, rid)
-        warm = max(first.values(), default=ids[0] if ids else 0)
-        return [rid for rid in done if rid > warm]
-
-    def step_seconds(self, rid: int) -> float | None:
-        r = self.rollouts[rid]
-        later = [self.rollouts[i].start for i in self.rollouts if i > rid
-                 and self.rollouts[i].start is not None]
-        end = min(later) if later else r.end  # type: ignore[type-var]
-        if r.start is None or end is None or end <= r.start:
-            return None
-        return end - r.start
+    def steady(self, ended: bool = False, window: int = WINDOW) -> list[tuple[int, float]]:
+        """The newest `window` finished steady rollouts with their step seconds, oldest first.
+        Finished: its next rollout began (or any once `ended`). Steady: after every judged
+        phase has run once, since a phase's first time carries its compiles and warm-ups (the
+        actor's first train comes after the critic-only warmup, not in the first rollout).
+        Newest first and bounded, so a follower's verdict after each rollout stays cheap."""
+        warm = max(self.first_seen.values(), default=-1)
+        out: list[tuple[int, float]] = []
+        later: float | None = None  # the start of the next rollout that began
+        for rid in reversed(self.order):
+            r = self.rollouts[rid]
+            if rid <= warm or len(out) >= window:
+                break
+            if r.start is None:
+                continue
+            end = later if later is not None else (r.end if ended else None)
+            later = r.start
+            if end is not None and end > r.start:
+                out.append((rid, end - r.start))
+        return out[::-1]
 
     def verdict(self, ctx: SpeedContext, ended: bool = False) -> Speed:
         if ctx.facts is None:
             return Speed(f"no machine facts for {ctx.kind or 'this run (no machine kind)'} "
                          "(`python -m ppodeck.engine.host.probe` on that machine measures "
                          "them)")
-        steady = [rid for rid in self.steady(ended) if self.step_seconds(rid)]
+        steady = self.steady(ended)
         if not steady:
             return Speed("no steady rollout yet", basis=ctx.facts.line())
-        step = sum(self.step_seconds(rid) or 0.0 for rid in steady) / len(steady)
-        phases = tuple(p for p in (_judge(name, [self.rollouts[r] for r in steady], step, ctx)
-                                   for name in ORDER) if p is not None)
+        step = sum(seconds for _, seconds in steady) / len(steady)
+        rollouts = [self.rollouts[rid] for rid, _ in steady]
+        phases = tuple(p for p in (_judge(name, rollouts, step, ctx) for name in ORDER)
+                       if p is not None)
         judged = [p for p in phases if p.fraction is not None]
         if not judged:
             return Speed("no phase with a rate and a bound", phases, None, step, len(steady),
@@ -406,7 +421,7 @@ def speed_context(run_path: Path, kind: str | None = None) -> SpeedContext:
     kind = kind or read_status(rundir).get("machine")
     facts = read_facts(kind) if kind else None
     on_cpu = not str(kind or "").startswith("gpu:")
-    shape = _shape(rundir.config_toml, on_cpu)
+    shape = {"train_gpus": max(1, gpu_count(kind or "")), **_shape(rundir.config_toml, on_cpu)}
     return SpeedContext(kind, facts, bytes_per_param=4 if on_cpu else 2, **shape)
 
 

@@ -23,6 +23,7 @@ def _cases(tmp: Path) -> dict[str, dict]:
         "override.rope_forced": {"use_rotary_position_embeddings": True,
                                  "position_embedding_type": "learned_absolute"},
         "override.load_not_a_checkpoint": {"load": str(tmp / "empty")},
+        "override.synthetic_data_keys": {"input_key": "question"},
     }
 
 
@@ -78,4 +79,36 @@ def test_the_driver_announces_each_once_in_the_log_and_the_events(
     if passthrough:  # what check() warns of as engine.passthrough_ignored and .command_only
         assert "--moe-token-dispatcher-type" in said[1]
         assert "does not read --attention-backend" in said[2]
-    assert capsys.readouterr().err.count("warning: ") == len(said)  # driver.log is stderr
+    assert capsys.readouterr().err.count("warning [overrides]: ") == len(said)  # driver.log
+
+
+def test_a_train_override_a_worker_reports_is_announced_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A compile that fell back to eager (engine/train/layer_compile.py new_fallback) comes back
+    with the train call; the driver says it as a warning event and in driver.log."""
+    from types import SimpleNamespace
+
+    from ppodeck.engine.driver.ppo import report_rollout
+    from ppodeck.engine.driver.roles import logging_rank
+    from ppodeck.engine.driver.telemetry import Telemetry
+    from ppodeck.engine.run.events import EventWriter, read_events
+
+    line = "actor transformer layers: torch.compile failed (X); the layers run eager from now on"
+    actor = logging_rank([{"step_metrics": [], "overrides": []},
+                          {"step_metrics": [{"train/loss": 1.0}], "overrides": [line]}])
+    writer = EventWriter(tmp_path / "events.jsonl")
+    report_rollout({}, Telemetry(writer, 0), 0, SimpleNamespace(metrics={}), None, actor)
+    writer.close()
+    events, _ = read_events(tmp_path / "events.jsonl")
+    assert [(e["level"], e["msg"]) for e in events if e.get("source") == "train"] == [
+        ("warning", line)]
+    assert capsys.readouterr().err.count(line) == 1
+
+
+def test_what_the_rollout_announces_itself_is_not_said_twice() -> None:
+    """tiny-cpu's synthetic task replaces --input-key: check() says so, the rollout manager
+    announces it where it applies it, and the driver's table does not say it again."""
+    config = TINY.with_values(input_key="question")
+    [issue] = [i for i in check(config).issues if i.code == "override.synthetic_data_keys"]
+    assert "--input-key question ignored" in issue.message
+    assert not start_announcements(config, {})

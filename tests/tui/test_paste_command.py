@@ -224,10 +224,11 @@ async def test_knock_ons_fold_under_their_cause_counted_as_validate_counts(
         from ppodeck.app.tui.widgets.view_tabs import ViewTabs
 
         editor.query_one(ViewTabs).active = "issues"
-        await wait_until(pilot, lambda: panel.display and panel.region.height > 0)
+        await wait_until(pilot, lambda: panel.display and panel.region.height > 0, timeout=15)
         panel.focus()
         await wait_until(pilot, lambda: panel.has_focus)
-        await wait_until(pilot, lambda: "num_rollout" in editor.parse_errors)  # "ten" mounted
+        await wait_until(pilot, lambda: "num_rollout" in editor.parse_errors,  # "ten" mounted
+                         timeout=30)
         assert (panel.counts["error"], panel.counts["warning"], panel.counts["info"]) == (
             errors, warnings, infos)  # the field's parse error is the refusal, not one more
         rows, row = len(panel.rows), panel.rows.index(summary)

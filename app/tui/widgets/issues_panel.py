@@ -76,10 +76,8 @@ class IssuesPanel(OptionList):
     @staticmethod
     def _prompt(issue: PanelIssue, unfolded: bool = False, indent: str = "") -> Text:
         icon, style = LEVEL_STYLE.get(issue.level, ("•", "bold"))
-        text = Text(indent)
-        if issue.knock_ons:
-            text.append("▾ " if unfolded else "▸ ", "bold")
-        text.append(f"{icon} ", style)
+        fold = ("▾ " if unfolded else "▸ ") if issue.knock_ons else ""
+        text = Text(f"{indent}{fold}{icon} ", style)  # the level's style is the row's base
         if issue.flags and not issue.knock_ons:
             text.append(" ".join(issue.flags), "bold")
             text.append(": ")
