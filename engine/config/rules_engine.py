@@ -449,10 +449,11 @@ def _megatron_validate_args(r: dict, out: Out) -> None:
     """Megatron's validate_args, which miles' parse_args runs at start-up (the miles-main
     fork at 2e64d788b, megatron/training/arguments.py): the asserts a flag alone reaches. Our
     engine does not run validate_args, but it judges them too, so a preset that validates is
-    also a command miles takes. Found by the oracle of tests/miles_oracle (issue #46)."""
+    also a command miles takes. Found by the oracle of tests/miles_oracle (issue #46); each
+    rule's line at the pin: engine/config/miles_sources.py."""
     if r["train_backend"] == "fsdp":
         return  # miles' FSDP backend does not build Megatron's arguments
-    if r["overlap_param_gather"]:  # arguments.py:662-666
+    if r["overlap_param_gather"]:
         for dest in ("use_distributed_optimizer", "overlap_grad_reduce"):
             if not r[dest]:
                 _issue(out, "error", f"miles.overlap_param_gather_needs_{dest}",
@@ -460,24 +461,23 @@ def _megatron_validate_args(r: dict, out: Out) -> None:
                        f"--overlap-param-gather needs {_fl(dest)} (Megatron's validate_args "
                        "asserts it when miles starts).",
                        f"add {_fl(dest)}, or drop --overlap-param-gather")
-    if r["lr"] is not None and r["min_lr"] > r["lr"]:  # arguments.py:899-900
+    if r["lr"] is not None and r["min_lr"] > r["lr"]:
         _issue(out, "error", "miles.min_lr_above_lr", ("min_lr", "lr"),
                f"--min-lr {r['min_lr']:g} is above --lr {r['lr']:g} (Megatron's validate_args "
                "asserts min_lr <= lr when miles starts).",
                "lower --min-lr to at most --lr")
-    if r["save"] is not None and not (r["save_interval"] or 0) > 0:  # arguments.py:901-903
+    if r["save"] is not None and not (r["save_interval"] or 0) > 0:
         _issue(out, "error", "miles.save_needs_interval", ("save", "save_interval"),
                "--save without a positive --save-interval (Megatron's validate_args asserts "
                "one when miles starts).",
                "set --save-interval, or drop --save")
     cp = r["context_parallel_size"] or 1
-    if r["seq_length"] is not None and cp > 1 and r["seq_length"] % (2 * cp):  # :880-883
+    if r["seq_length"] is not None and cp > 1 and r["seq_length"] % (2 * cp):
         _issue(out, "error", "miles.seq_length_vs_cp", ("seq_length", "context_parallel_size"),
                f"--seq-length {r['seq_length']} is not a multiple of 2 x "
                f"--context-parallel-size ({2 * cp}), which Megatron's validate_args asserts.",
                f"use a multiple of {2 * cp}")
     if r["recompute_granularity"] == "selective" and r["recompute_method"] is not None:
-        # arguments.py:961-964
         _issue(out, "error", "miles.selective_recompute_method",
                ("recompute_granularity", "recompute_method"),
                "--recompute-granularity selective takes no --recompute-method (Megatron's "
@@ -486,20 +486,20 @@ def _megatron_validate_args(r: dict, out: Out) -> None:
 
 
 def _miles_parse_args(r: dict, out: Out) -> None:
-    """Pairs miles' parse_args refuses outright (miles/utils/arguments.py at 31f1ca961),
-    found by the oracle of tests/miles_oracle."""
-    if r["tito_model"] != "default" and not r["use_session_server"]:  # arguments.py:2911-2915
+    """Pairs miles' parse_args refuses outright (miles/utils/arguments.py), found by the oracle
+    of tests/miles_oracle; each rule's line at the pin: engine/config/miles_sources.py."""
+    if r["tito_model"] != "default" and not r["use_session_server"]:
         _issue(out, "error", "miles.tito_needs_session_server",
                ("tito_model", "use_session_server"),
                f"--tito-model {r['tito_model']} only configures the session server's TITO "
                "middleware; miles refuses it without --use-session-server.",
                "add --use-session-server, or drop --tito-model")
-    if r["use_opd"] and r["opd_type"] is None:  # arguments.py:2986-2988
+    if r["use_opd"] and r["opd_type"] is None:
         _issue(out, "error", "miles.opd_needs_type", ("use_opd", "opd_type"),
                "--use-opd without --opd-type: miles refuses it at start-up.",
                "add --opd-type sglang or --opd-type megatron")
     if r["advantage_estimator"] == "ppo" and r["megatron_to_hf_mode"] == "bridge":
-        # arguments.py:3205-3210: PPO's critic is built only in raw mode
+        # PPO's critic is built only in raw mode
         _issue(out, "error", "miles.critic_with_bridge",
                ("advantage_estimator", "megatron_to_hf_mode"),
                "--advantage-estimator ppo trains a critic, which miles does not support with "
@@ -507,8 +507,8 @@ def _miles_parse_args(r: dict, out: Out) -> None:
                "use --megatron-to-hf-mode raw, or a critic-free estimator (grpo)")
     hf = r["hf_checkpoint"]
     if hf and (hf.startswith("pypi:") or hf.lower().endswith(".gguf") or os.path.isfile(hf)):
-        # arguments.py:2678-2679 -> utils/hf_config.py:106: AutoConfig.from_pretrained, which
-        # reads a directory's (or a hub id's) config.json; PPO Deck's engine reads GGUF itself
+        # AutoConfig.from_pretrained (miles/utils/hf_config.py) reads a directory's (or a hub
+        # id's) config.json; PPO Deck's engine reads GGUF itself
         _issue(out, "error", "miles.hf_checkpoint_not_a_directory", ("hf_checkpoint",),
                f"--hf-checkpoint {hf} is a single file; miles reads its config.json with "
                "transformers' AutoConfig at start-up, so it needs an HF checkpoint directory.",

@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from ....engine.presets import Preset
 
 DRAFT_DEBOUNCE_S = 0.4
-SEARCH_DEBOUNCE_S = 0.03  # a burst of keys filters once; one key is filtered at once
 SIDE_WIDTH = 64  # the issues/derived/command column in the wide layout (app.tcss)
 FOCUS_TRIES = 100  # refreshes to wait for a group's fields before giving the keys back
 SEARCH_OPEN_MAX = 40  # matches across all groups at most this many: open their groups
@@ -59,6 +58,9 @@ LEVEL_RANK = {"error": 0, "warning": 1, "info": 2}
 VIEWS = (("flags", "Flags"), ("issues", "Issues"), ("derived", "Derived"),
          ("command", "Command"))
 DESTS = tuple(flag.dest for flag in FLAGS)  # Flag.dest is computed: look it up once
+# what a search looks in, lowered once: per flag, its name without `--`, and its help
+SEARCH_NAMES = tuple(flag.name[2:].lower() for flag in FLAGS)
+SEARCH_HELPS = tuple(flag.help.lower() for flag in FLAGS)
 ALL_DESTS = frozenset(DESTS)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -112,9 +114,9 @@ def matching_dests(query: str) -> frozenset[str]:
     if not query:
         return ALL_DESTS
     matcher, words = Matcher(query), query.split()
-    return frozenset(dest for dest, flag in zip(DESTS, FLAGS, strict=True)
-                     if matcher.match(flag.name[2:]) > 0
-                     or all(word in flag.help.lower() for word in words))
+    return frozenset(dest for dest, name, help_text in zip(DESTS, SEARCH_NAMES, SEARCH_HELPS,
+                                                          strict=True)
+                     if all(word in help_text for word in words) or matcher.match(name) > 0)
 
 
 def masked_argv(config: RunConfig) -> list[str]:
@@ -188,7 +190,7 @@ class EditScreen(Screen[None]):
         self._draft_timer: Timer | None = None
         self._draft_dirty = False
         self._groups_cache: list[FlagGroup] = []
-        self._search_timer: Timer | None = None
+        self._search_pending = False  # a filter is queued for after the next refresh
         self._issues_cache: tuple[Any, dict[str, list[Any]]] = (None, {})
         self.holding_keys = False  # True while a jump to a field waits for it (typeahead.py)
 
@@ -271,9 +273,10 @@ class EditScreen(Screen[None]):
     def _mount_open_groups(self) -> None:
         """Fields of the groups that start open mount after the first paint: the screen
         appears at once and the fields fill in a moment later."""
+        hits = matching_dests(self.query_text)
         for group in self.groups:
             if not group.collapsed:
-                group.ensure_fields()
+                group.ensure_fields(hits)
 
     def on_resize(self) -> None:
         compact = self.size.width < 110 or self.size.height < 30
@@ -432,30 +435,40 @@ class EditScreen(Screen[None]):
     def _search_changed(self, event: Input.Changed) -> None:
         event.stop()
         self.query_text = event.value
-        if self._search_timer is not None:
-            self._search_timer.stop()
-        # debounced: typing a word filters once, not once per letter; and after the next
-        # refresh, so the letter itself is on screen before the filtering work starts
-        self._search_timer = self.set_timer(
-            SEARCH_DEBOUNCE_S, lambda: self.call_after_refresh(self.apply_search))
+        # No timer: the filter runs after the next refresh, so the letter itself is on screen
+        # first, and the keys of a burst that arrive before that refresh filter once.
+        if not self._search_pending:
+            self._search_pending = True
+            self.call_after_refresh(self._run_queued_search)
+
+    def _run_queued_search(self) -> None:
+        if self._search_pending:
+            self._search_pending = False
+            self.apply_search()
 
     def apply_search(self) -> None:
         """Hide flags that do not match; open the groups with matches once few enough remain
-        (opening every group for a one-letter query would mount all 209 fields)."""
+        (opening every group for a one-letter query would mount hundreds of fields). An open
+        group mounts only the fields the search shows; every change lands in one repaint."""
+        self._search_pending = False
         hits = matching_dests(self.query_text)
-        matches = {group.group: [f for f in group.flags if f.dest in hits]
+        searching = bool(self.query_text.strip())
+        matches = {group.group: [f.dest for f in group.flags if f.dest in hits]
                    for group in self.groups}
         total = sum(len(found) for found in matches.values())
-        self._show_no_match(total)
-        for group in self.groups:
-            found = matches[group.group]
-            found_dests = {flag.dest for flag in found}
-            group.display = bool(found)
-            group.set_matches(len(found) if self.query_text.strip() else None)
-            if self.query_text.strip() and found and total <= SEARCH_OPEN_MAX:
-                group.collapsed = False
-            for field in group.fields.values():
-                field.show_match(field.dest in found_dests)
+        with self.app.batch_update():
+            self._show_no_match(total)
+            for group in self.groups:
+                found = matches[group.group]
+                if group.display != bool(found):
+                    group.display = bool(found)
+                group.set_matches(len(found) if searching else None)
+                if searching and found and total <= SEARCH_OPEN_MAX:
+                    group.open_quietly()
+                for field in group.fields.values():
+                    field.show_match(field.dest in hits)
+                if not group.collapsed:
+                    group.ensure_fields(hits)
 
     def _show_no_match(self, total: int) -> None:
         note = self.query_one("#no-match", Static)
@@ -473,8 +486,6 @@ class EditScreen(Screen[None]):
 
     def focus_first_match(self) -> bool:
         """Jump to the first flag the search matches; False when none does."""
-        if self._search_timer is not None:
-            self._search_timer.stop()
         # the box itself: its Changed message may still be on its way (a burst of keys)
         self.query_text = self.query_one("#flag-search", Input).value
         self.apply_search()
@@ -507,7 +518,7 @@ class EditScreen(Screen[None]):
         group.display = True
         group.collapsed = False
         self.holding_keys = True  # typeahead.py: what is typed next belongs to that field
-        group.ensure_fields()
+        group.ensure_fields(matching_dests(self.query_text) | {dest})
 
         def focus(tries: int = 0) -> None:
             field = group.fields.get(dest)
@@ -528,7 +539,7 @@ class EditScreen(Screen[None]):
     @on(Collapsible.Expanded)
     def _group_expanded(self, event: Collapsible.Expanded) -> None:
         if isinstance(event.collapsible, FlagGroup):
-            event.collapsible.ensure_fields()
+            event.collapsible.ensure_fields(matching_dests(self.query_text))
 
     def action_reset_field(self) -> None:
         node = self.focused
@@ -750,7 +761,8 @@ class EditScreen(Screen[None]):
             body.append("\n\nThis machine cannot hold the run now; launching here is refused:"
                         "\n", "bold red")
             body.append(refusal_text(refused))
-        self.app.push_screen(LaunchDialog("Launch run", body), self._launch_confirmed)
+        self.app.push_screen(LaunchDialog("Launch run", body, config=self.config),
+                             self._launch_confirmed)
 
     def _launch_confirmed(self, choice: LaunchChoice | bool | None) -> None:
         if isinstance(choice, LaunchChoice):
