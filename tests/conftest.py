@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ppodeck.engine.config.machine import Machine
+
+if TYPE_CHECKING:
+    from tests.reliability.killed_run import KilledRun
 
 CPU_MACHINE = Machine(gpus=0, transformer_engine=False, sglang=False, host_memory_bytes=24 << 30)
 GPU_MACHINE = Machine(gpus=4, transformer_engine=True, sglang=True, host_memory_bytes=512 << 30)
@@ -46,3 +51,18 @@ def megatron():
     yield
     if owner:
         shutdown_distributed()
+
+
+@pytest.fixture(scope="session")
+def killed_tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KilledRun]:
+    """The one real tiny-cpu run SIGKILLed mid-phase that the driver-kill and verified-saves
+    tests share (tests/reliability/killed_run.py says what it holds)."""
+    pytest.importorskip("megatron.core")
+    from tests.reliability import helpers
+    from tests.reliability.killed_run import start_and_kill
+
+    started: list[int] = []
+    try:
+        yield start_and_kill(tmp_path_factory.mktemp("killed"), started)
+    finally:
+        helpers.kill_everything(started)
