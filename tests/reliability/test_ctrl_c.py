@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from ppodeck.engine.run.rundir import RunDir
 from tests.reliability import helpers
 
@@ -66,6 +68,11 @@ def test_first_ctrl_c_stops_after_the_rollout_and_saves(tmp_path, started) -> No
     assert leftovers == [], {p: watch.seen.get(p) for p in leftovers}
 
 
+# A second real run: the nightly bench's (`slow`). The default suite holds it in two halves:
+# tests/runs/test_cli_runs.py::test_second_ctrl_c_kills_the_group (ppodeck's second Ctrl-C
+# SIGKILLs the driver's group, exit 130, status stopped) and test_driver_kill.py (a SIGKILLed
+# real driver leaves no Ray daemon or worker alive, and its end is recorded).
+@pytest.mark.slow
 def test_second_ctrl_c_stops_at_once(tmp_path, started) -> None:
     proc, rundir = _attached_run(tmp_path, started)
     driver = helpers.recorded_status(rundir)["pid"]

@@ -79,6 +79,13 @@ def _assert_checkpoint_intact(directory: Path, iteration: int, partial_ok: bool 
         assert not list(directory.glob("*.tmp-*")), list(directory.iterdir())
 
 
+# A real run to its first save, then a full disk: the nightly bench's (`slow`). The default
+# suite holds each part more cheaply: tests/train/test_checkpoint.py's disk tests (refused
+# before writing, a mid-write failure keeps the previous checkpoint, a write error on a full disk
+# is a disk-full error), tests/engine/test_driver_run_loop.py's failed-check test (an error in
+# the loop is the failed status's detail) and test_worker_death.py (a real run's failing worker
+# named by role and rank, nothing left running).
+@pytest.mark.slow
 def test_a_checkpoint_that_does_not_fit_fails_the_run_cleanly(small_disk, started) -> None:
     rundir, env, pid = _start(small_disk, started)
     fill(small_disk, leave_bytes=400_000)  # events and status still fit; a checkpoint does not
