@@ -31,6 +31,8 @@ EVIDENCE = (
     # (results dir, preset, overrides, machine kind)
     ("e2e-and-gpu-tests-dddab8d", "qwen3-0.6b-ppo-1gpu",
      {"rollout_backend": "hf", "num_rollout": 6}, "gpu: NVIDIA H200 x1"),
+    ("forecast-qwen3-0.6b-h100", "qwen3-0.6b-ppo-1gpu",
+     {"rollout_backend": "hf", "num_rollout": 3}, "gpu: NVIDIA H100 80GB HBM3 x1"),
 )
 
 

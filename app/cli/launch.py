@@ -24,10 +24,14 @@ from .common import (
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_USAGE,
+    MilesParserTimeoutOption,
+    MilesPythonOption,
     SetOption,
     apply_sets,
+    engine_issues,
     find_run_or_fail,
     format_issue,
+    own_parser_issues_or_fail,
     preset_config,
 )
 from .common import err as _err
@@ -37,7 +41,7 @@ from .progress import follow_run
 if TYPE_CHECKING:
     import subprocess
 
-    from ...engine.config import RunConfig
+    from ...engine.config import Issue, RunConfig
 
 
 
@@ -86,8 +90,11 @@ def run(
     ] = "ppodeck",
     miles_root: Annotated[
         Path | None, typer.Option("--miles-root", metavar="DIR",
-                                  help="The miles checkout whose train.py --engine miles runs.")
+                                  help="The miles checkout whose train.py --engine miles "
+                                       "runs; its own parser judges the command first.")
     ] = None,
+    miles_python: MilesPythonOption = None,
+    miles_parser_timeout: MilesParserTimeoutOption = None,
 ) -> None:
     """Launch a PPO run from a preset and follow its progress.
 
@@ -108,8 +115,9 @@ def run(
     if engine not in ("ppodeck", "miles"):
         _fail(f"--engine {engine}: unknown engine (ppodeck or miles)", EXIT_USAGE)
     if engine == "miles":
+        gate = (miles_python, miles_parser_timeout)
         raise typer.Exit(_run_miles(preset, set_ or [], run_dir, detach, yes, trust, resume,
-                                    submit, miles_root))
+                                    submit, miles_root, gate))
     if resume is not None:
         if preset is not None or run_dir is not None:
             _fail("--resume continues a run from its own config and directory: drop PRESET "
@@ -121,7 +129,8 @@ def run(
               "`ppodeck run --resume RUN`.", EXIT_USAGE)
     else:
         config, preset_name, trusted = _load_config(preset, set_ or [])
-    _check_or_exit(config)
+    _check_or_exit(config, runs_on=engine_issues(preset if resume is None else None,
+                                                 "ppodeck", config))
     _check_inputs_or_exit(config)
     if not trusted:
         _confirm_code_flags(config, yes, trust)
@@ -148,7 +157,7 @@ def run(
 
 def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach: bool,
                yes: bool, trust: bool, resume: str | None, submit: str | None,
-               miles_root: Path | None) -> int:
+               miles_root: Path | None, gate: tuple[str | None, float | None]) -> int:
     """`run --engine miles`: miles' own train.py (engine/miles/drive.py), watched as a run."""
     from ...engine.miles.drive import (
         MilesLaunchError,
@@ -169,7 +178,8 @@ def _run_miles(preset: str | None, sets: list[str], run_dir: Path | None, detach
     except MilesLaunchError as exc:
         _fail(str(exc), EXIT_USAGE)
     config, preset_name, trusted = _load_config(preset, sets)
-    _check_or_exit(config, engine="miles", submit=submit)
+    _check_or_exit(config, engine="miles", submit=submit, gate=(root, *gate),
+                   runs_on=engine_issues(preset, "miles", config))
     _check_inputs_or_exit(config)
     if not trusted:
         _confirm_code_flags(config, yes, trust)
@@ -217,8 +227,13 @@ def _load_config(preset: str, sets: list[str]) -> tuple[RunConfig, str, bool]:
     return config, loaded.name, loaded.source == "built-in"
 
 
-def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | None = None
-                   ) -> None:
+def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | None = None,
+                   gate: tuple[Path, str | None, float | None] | None = None,
+                   runs_on: list[Issue] | None = None) -> None:
+    """Print the config's issues and exit on an error. Under --engine miles, `gate` (the
+    checkout, its Python, the parser's time bound) runs that checkout's own parser once PPO
+    Deck's rules pass: the last word before the launch. `runs_on`: the preset's engines
+    (preset.engines), said first."""
     from ...engine.config import check
     from ...engine.config.knock_on import group_knock_on
 
@@ -228,11 +243,14 @@ def _check_or_exit(config: RunConfig, engine: str = "ppodeck", submit: str | Non
 
         machine = launch_machine(submit)
     report = check(config, machine=machine, engine=engine)
-    shown = group_knock_on([], list(report.issues))  # a refused --set value: its knock-ons
+    # a refused --set value: its knock-ons
+    shown = [*(runs_on or []), *group_knock_on([], list(report.issues))]
     if engine == "miles":
         from ...engine.miles.drive import departure_issues
 
         shown += departure_issues()  # this machine's setup against miles' image, at the edge
+        if gate is not None and not any(i.level == "error" for i in shown):
+            shown += own_parser_issues_or_fail(config, *gate)
     for issue in shown:
         _err(format_issue(issue))
     errors = [i for i in shown if i.level == "error"]

@@ -70,7 +70,20 @@ def _preset_json(preset: Preset) -> dict[str, Any]:
         "flags": {BY_DEST[d].name[2:]: list(v) if isinstance(v, tuple) else v
                   for d, v in preset.flags.items() if not BY_DEST[d].secret},
         "passthrough": list(preset.passthrough),
+        "engines": list(_runs_on(preset)),
     }
+
+
+def _runs_on(preset: Preset) -> tuple[str, ...]:
+    """The engines it runs on (`engines`, resolved along extends); none for a broken file."""
+    from ...engine.presets import PresetError, preset_engines
+
+    if preset.error:
+        return ()
+    try:
+        return preset_engines(preset)
+    except PresetError:
+        return ()
 
 
 @presets_app.command("ls")
@@ -92,11 +105,14 @@ def presets_ls(as_json: JsonOption = False) -> None:
         typer.echo(json.dumps([_preset_json(p) for p in presets], indent=2))
         return
     width = max((len(p.name) for p in presets), default=4)
-    indent = " " * (width + 12)
+    engines = {p.path: ",".join(_runs_on(p)) or "-" for p in presets}
+    runs_width = max((len(e) for e in engines.values()), default=7)
+    indent = " " * (width + 12 + runs_width + 2)
+    typer.echo(f"{'name':<{width}}  {'source':<8}  {'engines':<{runs_width}}  description")
     for p in presets:
         errors = p.error.splitlines() if p.error else []
         text = p.description if not errors else f"(invalid: {len(errors)} error(s), below)"
-        typer.echo(f"{p.name:<{width}}  {p.source:<8}  {text}")
+        typer.echo(f"{p.name:<{width}}  {p.source:<8}  {engines[p.path]:<{runs_width}}  {text}")
         for shadowed in p.shadows:
             typer.echo(f"{indent}wins over {shadowed}")
         if p.clash:
@@ -348,6 +364,10 @@ def presets_from_command(
         _err(format_issue(issue))
     for line in imported.lines():
         _err(line)
+    if imported.unreadable:  # an empty preset would be a story the script does not tell
+        _err(f"ppodeck: no preset written: {source} could not be read. Fix: the error above, "
+             "then import it again.")
+        raise typer.Exit(EXIT_INVALID)
     kind = "a miles Python launcher" if imported.language == "python" else \
         "a miles command line"
     header = (f"{name}: imported from {kind} ({source}).\n\n"

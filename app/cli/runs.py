@@ -43,7 +43,7 @@ from .save_check import runs_saves
 from .tail import tail
 
 if TYPE_CHECKING:
-    pass
+    from ...engine.run.bounds import Speed
 
 
 _RUNS_HELP = f"Runs live under ${RUNS_DIR_ENV} (default ./runs)."
@@ -87,7 +87,8 @@ def runs_ls(
     infos = list_runs(root)
     if as_json:
         typer.echo(json.dumps([{**asdict(i), "path": str(i.path), "job": _job_of(i),
-                                "health": _health_of(i), **_pace_json(i)} for i in infos],
+                                "health": _health_of(i), **_pace_json(i),
+                                "speed": _speed_of(i).as_dict()} for i in infos],
                               indent=2))
         return
     if not infos:
@@ -128,9 +129,10 @@ def runs_add(
 
 def _runs_table(infos: list[RunInfo]) -> Table:
     """Every column but detail keeps its full width; detail folds into what is left."""
-    headers = ("id", "state", "preset", "rollout", "started", "health", "pace", "saves")
+    headers = ("id", "state", "preset", "rollout", "started", "health", "pace", "saves",
+               "speed")
     rows = [(i.id, i.state, i.preset, rollout_count_text(i.rollout_id, i.num_rollout),
-             _when(i.started), _health_of(i), *_pace_and_saves(i),
+             _when(i.started), _health_of(i), *_pace_and_saves(i), _speed_of(i).short(),
              _job_note(_job_of(i)) + i.detail) for i in infos]
     table = Table(box=None)
     for col, header in enumerate(headers):
@@ -168,6 +170,13 @@ def _pace_and_saves(info: RunInfo) -> tuple[str, str]:
 
     pace, saves = run_verdicts(RunDir(info.path))
     return (pace.text.removeprefix("pace: ") if pace.ratio is not None else "-"), saves
+
+
+def _speed_of(info: RunInfo) -> Speed:
+    """The phase furthest below its bound on this machine (engine/run/bounds.py)."""
+    from ...engine.run.bounds import run_speed
+
+    return run_speed(info.path)
 
 
 def _job_note(job: dict[str, Any] | None) -> str:

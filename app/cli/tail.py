@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ...engine.run.bounds import SpeedWatch, speed_context
 from ...engine.run.events import follow, read_events
 from ...engine.run.pace import PaceWatch
 from ...engine.run.rundir import (
@@ -77,10 +78,12 @@ def tail(
     from .health import TailJudge
 
     judge = TailJudge(rundir)  # health findings are shown after the event that fired them
-    pace = None if as_json or kinds else _pace_watch(rundir)  # a filter asked for events only
-    show = _printer(as_json, set(kinds or ()), judge, pace)
+    lines = not (as_json or kinds)  # a filter asked for events only
+    pace = _pace_watch(rundir) if lines else None
+    speed = SpeedWatch(speed_context(rundir.path)) if lines else None
+    show = _printer(as_json, set(kinds or ()), judge, pace, speed)
     if follow_:
-        raise typer.Exit(_tail_follow(rundir, show, judge))
+        raise typer.Exit(_tail_follow(rundir, show, judge, speed))
     try:
         events, warnings = read_events(rundir.events_jsonl)
     except FileNotFoundError:
@@ -93,6 +96,14 @@ def tail(
     if read_status(rundir).get("state") in FINAL_STATES:
         for finding in judge.end():
             show(finding)
+        _show_speed_end(speed)
+
+
+def _show_speed_end(speed: SpeedWatch | None) -> None:
+    """The run ended: the verdict with its last rollout (engine/run/bounds.py)."""
+    line = speed.end() if speed is not None else None
+    if line is not None:
+        typer.echo(line)
 
 
 def _pace_watch(rundir: RunDir) -> PaceWatch:
@@ -101,7 +112,8 @@ def _pace_watch(rundir: RunDir) -> PaceWatch:
 
 
 def _printer(as_json: bool, kinds: set[str], judge: TailJudge | None = None,
-             pace: PaceWatch | None = None) -> Callable[[dict[str, Any]], None]:
+             pace: PaceWatch | None = None, speed: SpeedWatch | None = None
+             ) -> Callable[[dict[str, Any]], None]:
     def emit(event: dict[str, Any]) -> None:
         if kinds and event["kind"] not in kinds:
             return
@@ -112,15 +124,16 @@ def _printer(as_json: bool, kinds: set[str], judge: TailJudge | None = None,
         if judge is not None and event["kind"] != Kind.HEALTH:
             for finding in judge.after(event):
                 emit(finding)
-        line = pace.after(event) if pace is not None else None
-        if line is not None:
-            typer.echo(line)
+        for watch in (pace, speed):
+            line = watch.after(event) if watch is not None else None
+            if line is not None:
+                typer.echo(line)
 
     return show
 
 
 def _tail_follow(rundir: RunDir, show: Callable[[dict[str, Any]], None],
-                 judge: TailJudge) -> int:
+                 judge: TailJudge, speed: SpeedWatch | None = None) -> int:
     run_ended = threading.Event()
     next_check = 0.0
     try:
@@ -139,6 +152,7 @@ def _tail_follow(rundir: RunDir, show: Callable[[dict[str, Any]], None],
         return EXIT_INTERRUPTED
     for finding in judge.end():
         show(finding)
+    _show_speed_end(speed)
     return 0
 
 

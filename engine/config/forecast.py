@@ -292,23 +292,27 @@ def _gpu_facts(machine: str) -> tuple[float, float] | None:
 
 def _from_facts(r: Mapping[str, Any], c: Counts, work: Work, facts: tuple[float, float],
                 machine: str, calibrations: Sequence[Calibration]) -> Forecast:
-    """No kept run of this GPU: each phase of the nearest kept GPU run, scaled by the ratio of
-    the two GPUs' peaks (decode by bandwidth, train by FLOP/s), then by work."""
+    """No kept run of this GPU: each kept GPU run scaled to this one by the ratio of the two
+    GPUs' peaks (decode by bandwidth, train by FLOP/s), then the nearest by work. Each run is
+    scaled from its own GPU before any median, so runs of two GPU kinds never mix unscaled."""
     gpu_runs = [cal for cal in calibrations if _gpu_facts(cal.machine) is not None]
     if not gpu_runs:
         return Forecast(None, None, f"no kept GPU run to scale to {machine}")
-    cal = _nearest(gpu_runs, work)
+    cal = _nearest([_scaled_to(cal, facts, machine) for cal in gpu_runs], work)
+    out = _from_calibration(r, c, work, cal)
+    basis = (f"machine facts: {cal.source}, scaled to {machine} by peak FLOP/s (train) and "
+             f"memory bandwidth (decode); no kept run of this GPU")
+    return Forecast(out.seconds, out.gpu_hours, basis, out.init_s, out.phase_s)
+
+
+def _scaled_to(cal: Calibration, facts: tuple[float, float], machine: str) -> Calibration:
     kept = _gpu_facts(cal.machine)
     assert kept is not None
     speed = {"decode": facts[1] / kept[1], "train": facts[0] / kept[0], "params": 1.0}
-    scaled = Calibration(
-        machine=machine, source=cal.source, work=cal.work, launch_s=cal.launch_s,
-        init_s=cal.init_s, first_extra_s=cal.first_extra_s, save_s=cal.save_s,
-        phase_s={p: s / speed[SCALE_BY[p]] for p, s in cal.phase_s.items()})
-    out = _from_calibration(r, c, work, scaled)
-    basis = (f"machine facts: {cal.source} on {cal.machine}, scaled to {machine} by peak "
-             f"FLOP/s (train) and memory bandwidth (decode); no kept run of this GPU")
-    return Forecast(out.seconds, out.gpu_hours, basis, out.init_s, out.phase_s)
+    return Calibration(
+        machine=machine, source=f"{cal.source} on {cal.machine}", work=cal.work,
+        launch_s=cal.launch_s, init_s=cal.init_s, first_extra_s=cal.first_extra_s,
+        save_s=cal.save_s, phase_s={p: s / speed[SCALE_BY[p]] for p, s in cal.phase_s.items()})
 
 
 # ---------------------------------------------------------------------------- kept evidence

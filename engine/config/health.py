@@ -36,6 +36,7 @@ RULES = (
     Rule("health.reward_stall", "warning", "reward requests pending, none answered"),
     Rule("health.run_failed", "error", "the run failed"),
     Rule("health.pace_far_off", "warning", "steady rollouts far off their forecast pace"),
+    Rule("health.speed_below_bound", "warning", "a phase far below what the machine can do"),
 )
 BY_CODE = {rule.code: rule for rule in RULES}
 
@@ -63,6 +64,9 @@ class Thresholds:
     reward_stall_seconds: float = 60.0  # reward requests pending and none answered this long
     pace_factor: float = 2.0  # steady rollouts 2x slower (or faster) than the forecast ...
     pace_rollouts: int = 3  # ... over at least this many steady rollouts
+    speed_share_min: float = 0.25  # on GPU, a phase taking >= 25% of the step ...
+    speed_bound_max: float = 0.05  # ... at <= 5% of its bound (engine/run/bounds.py) ...
+    speed_rollouts: int = 2  # ... over at least this many steady rollouts
     disable: tuple[str, ...] = ()  # rule codes not to judge, e.g. ["health.reward_flat"]
 
 

@@ -25,26 +25,32 @@ def group_knock_on(read_issues: list[Issue], checked: list[Issue], *,
     """`read_issues` (from reading the input) then check()'s `checked`, with knock-on issues
     grouped. `unreadable`: why the input as a whole could not be read (a launcher the reader
     refused); then everything check() says is about an empty config, a knock-on."""
+    return [issue for issue, _ in knock_on_tree(read_issues, checked, unreadable=unreadable)]
+
+
+def knock_on_tree(read_issues: list[Issue], checked: list[Issue], *,
+                  unreadable: str | None = None) -> list[tuple[Issue, tuple[Issue, ...]]]:
+    """group_knock_on's issues, each with the issues grouped under it: the knock-on summary
+    holds them (a front end can unfold it), every other issue holds none."""
     if unreadable:
-        return [*read_issues, *_summary(checked, unreadable)]
+        return [*((i, ()) for i in read_issues), *_summary(checked, unreadable)]
     issues = [*read_issues, *checked]
     refused = {flag for i in issues if i.code in REFUSING_CODES for flag in i.flags}
-    if not refused:
-        return issues
     grouped = [i for i in issues if i.code not in REFUSING_CODES and i.level != "info"
                and refused & set(i.flags)]
     if not grouped:
-        return issues
+        return [(i, ()) for i in issues]
     because = f"the refused value of {', '.join(sorted(refused))}"
-    return [i for i in issues if i not in grouped] + _summary(grouped, because)
+    return [(i, ()) for i in issues if i not in grouped] + _summary(grouped, because)
 
 
-def _summary(grouped: list[Issue], because: str) -> list[Issue]:
+def _summary(grouped: list[Issue], because: str) -> list[tuple[Issue, tuple[Issue, ...]]]:
     if not grouped:
         return []
     codes = ", ".join(dict.fromkeys(i.code for i in grouped))
     flags = tuple(dict.fromkeys(f for i in grouped for f in i.flags))[:6]
-    return [Issue("info", KNOCK_ON, flags,
-                  f"{len(grouped)} more issue{'s' if len(grouped) != 1 else ''} follow from "
-                  f"{because} ({codes}); they are judged again once it is fixed.",
-                  "fix the error above first")]
+    summary = Issue("info", KNOCK_ON, flags,
+                    f"{len(grouped)} more issue{'s' if len(grouped) != 1 else ''} follow from "
+                    f"{because} ({codes}); they are judged again once it is fixed.",
+                    "fix the error above first")
+    return [(summary, tuple(grouped))]

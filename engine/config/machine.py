@@ -30,6 +30,9 @@ class Machine:
     calibrations: tuple[Calibration, ...] = ()  # kept runs' timings (engine/config/forecast.py)
     load: float | None = None  # 1-min load average when probed for a forecast (engine/run/pace)
     cpus: int | None = None
+    # MILES_EXPERIMENTAL_FT_TRAINER on in the environment miles' train.py inherits (a local
+    # `--engine miles` launch hands it this process's environment; engine/miles/drive.py)
+    miles_ft_trainer: bool = False
 
     @property
     def cuda(self) -> bool:

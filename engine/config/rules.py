@@ -20,6 +20,7 @@ from .forecast import Forecast, Load, forecast, work_of
 from .issues import Issue, Out, Report
 from .issues import add as _issue
 from .issues import fl as _fl
+from .miles_sources import later_in_miles
 from .model import RunConfig
 from .resolve import resolve_values, split_values
 from .rules_engine import (
@@ -31,6 +32,7 @@ from .rules_engine import (
     passthrough_flags,
 )
 from .rules_memory import host_figures
+from .rules_overrides import override_rules
 from .rules_ppo import PPO_AND_PLACEMENT_RULES
 from .schema import BY_DEST, BY_NAME, DEFAULTS, PATH_DESTS
 
@@ -214,7 +216,8 @@ def _batch_arithmetic(e: dict, r: dict, s: set, out: Out, d: Derived) -> None:
         _issue(out, "error", "batch.not_enough_samples",
                ("rollout_batch_size", "n_samples_per_prompt", "global_batch_size"),
                f"Not enough samples {samples} for global_batch_size {gbs}: a rollout of "
-               f"{rbs} x {n} samples cannot fill one optimizer step.",
+               f"{rbs} x {n} samples cannot fill one optimizer step "
+               f"({later_in_miles('batch.not_enough_samples')}, after the first rollout).",
                "raise --rollout-batch-size / --n-samples-per-prompt or lower "
                "--global-batch-size")
         return
@@ -428,7 +431,7 @@ def _indep_dp(e: dict, r: dict, s: set, out: Out) -> None:
 RULES = (
     _ranges, *PPO_AND_PLACEMENT_RULES, _kl, _eps_clip, _estimator, _remat, _indep_dp,
     _batch_required,
-    _dynamic_batch, _data_source, _checkpoints, _ppodeck_backend, _dashboard,
+    _dynamic_batch, _data_source, _checkpoints, _ppodeck_backend, _dashboard, override_rules,
 )
 
 

@@ -41,12 +41,12 @@ RM_TYPES = RULE_REWARDS
 def this_machine() -> Machine:
     """Probed once per process: find_spec only (nothing is imported), NVML or /proc for GPUs."""
     from ..host.kind import machine_kind
-    from ..host.machine import host_memory_bytes, visible_gpus
+    from ..host.machine import host_memory_bytes, miles_ft_trainer, visible_gpus
 
     return Machine(gpus=visible_gpus(), transformer_engine=_importable("transformer_engine"),
                    sglang=_importable("sglang"), host_memory_bytes=host_memory_bytes(),
                    megatron_bridge=_installed("megatron-bridge"), kind=machine_kind(),
-                   calibrations=kept_calibrations())
+                   calibrations=kept_calibrations(), miles_ft_trainer=miles_ft_trainer())
 
 
 def live_holdings() -> Holdings | None:
@@ -94,7 +94,7 @@ def on_a_cluster(r: dict) -> bool:
     return bool(r["ray_address"] or os.environ.get("RAY_ADDRESS"))
 
 
-def _differs(dest: str, value: object) -> bool:
+def differs(dest: str, value: object) -> bool:
     default = DEFAULTS[dest]
     if isinstance(default, tuple) and isinstance(value, list | tuple):
         return tuple(value) != default
@@ -104,18 +104,18 @@ def _differs(dest: str, value: object) -> bool:
 def refused_flags(e: dict, s: set, out: Out) -> None:
     for dest in sorted(s):
         flag = BY_DEST[dest]
-        if flag.engine.cls != "refused" or not _differs(dest, e[dest]):
+        if flag.engine.cls != "refused" or not differs(dest, e[dest]):
             continue
         nearest = f"; what runs instead: {flag.engine.nearest}" if flag.engine.nearest else ""
         _issue(out, "error", "engine.refused", (dest,),
-               f"{flag.name} is refused by PPO Deck's engine: {flag.engine.reason}.",
+               f"our engine cannot run {flag.name}: {flag.engine.reason}.",
                f"drop {flag.name}{nearest}, or run the command with miles itself "
                "(`ppodeck command`)")
 
 
 def command_only_flags(e: dict, s: set, out: Out) -> None:
     dests = [d for d in sorted(s)
-             if BY_DEST[d].engine.cls == "command-only" and _differs(d, e[d])]
+             if BY_DEST[d].engine.cls == "command-only" and differs(d, e[d])]
     if not dests:
         return
     why = "; ".join(f"{_fl(d)}: {BY_DEST[d].engine.reason}" for d in dests)
@@ -244,7 +244,7 @@ def _model_features(r: dict, m: Machine, out: Out) -> None:
                    f"--rotary-scaling-factor {r['rotary_scaling_factor']:g}: Llama 3 scaling "
                    "divides the low frequencies by it, so it must be at least 1.",
                    "use the model's factor (Llama 3.1: 8, Llama 3.2: 32)")
-    elif _differs("rotary_scaling_factor", r["rotary_scaling_factor"]):
+    elif differs("rotary_scaling_factor", r["rotary_scaling_factor"]):
         _issue(out, "warning", "engine.rope_scaling_factor_unused", ("rotary_scaling_factor",),
                f"--rotary-scaling-factor {r['rotary_scaling_factor']:g} is ignored without "
                "--use-rope-scaling (Megatron reads it only then).",
@@ -284,8 +284,8 @@ def _reward(r: dict, out: Out) -> None:
     base = base_type(rm)
     if base not in RM_TYPES and base != REMOTE_RM:
         _issue(out, "error", "engine.rm_type", ("rm_type",),
-               f"--rm-type {rm} is not a reward PPO Deck's rollout has (it has "
-               f"{', '.join(RM_TYPES)} and remote_rm, each also as boxed_<type>).",
+               f"our engine cannot compute --rm-type {rm}: its rollout has "
+               f"{', '.join(RM_TYPES)} and remote_rm, each also as boxed_<type>.",
                "pick one of those, use --custom-rm-path, or run the command with miles itself")
 
 
@@ -392,6 +392,7 @@ ENGINES = ("ppodeck", "miles")
 def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = None,
                  engine: str = "ppodeck") -> None:
     m = machine or current_machine()
+    _miles_pairs(r, out)  # miles refuses these at start-up; they are ours too
     if engine == "miles":  # the capability classes describe our engine, not miles
         miles_rules(s, out, m, r)
         remote_reward_rules(r, out)  # miles posts to --rm-url the same way
@@ -441,7 +442,7 @@ def miles_rules(s: set, out: Out, m: Machine, r: dict) -> None:
     _miles_ref_load(r, out)
     _megatron_validate_args(r, out)
     _miles_hf_validate_args(r, out)
-    _miles_parse_args(r, out)
+    _miles_parse_args(r, m, out)
     miles_machine_rules(r, m, out)
 
 
@@ -449,10 +450,11 @@ def _megatron_validate_args(r: dict, out: Out) -> None:
     """Megatron's validate_args, which miles' parse_args runs at start-up (the miles-main
     fork at 2e64d788b, megatron/training/arguments.py): the asserts a flag alone reaches. Our
     engine does not run validate_args, but it judges them too, so a preset that validates is
-    also a command miles takes. Found by the oracle of tests/miles_oracle (issue #46)."""
+    also a command miles takes. Found by the oracle of tests/miles_oracle (issue #46); each
+    rule's line at the pin: engine/config/miles_sources.py."""
     if r["train_backend"] == "fsdp":
         return  # miles' FSDP backend does not build Megatron's arguments
-    if r["overlap_param_gather"]:  # arguments.py:662-666
+    if r["overlap_param_gather"]:
         for dest in ("use_distributed_optimizer", "overlap_grad_reduce"):
             if not r[dest]:
                 _issue(out, "error", f"miles.overlap_param_gather_needs_{dest}",
@@ -460,24 +462,23 @@ def _megatron_validate_args(r: dict, out: Out) -> None:
                        f"--overlap-param-gather needs {_fl(dest)} (Megatron's validate_args "
                        "asserts it when miles starts).",
                        f"add {_fl(dest)}, or drop --overlap-param-gather")
-    if r["lr"] is not None and r["min_lr"] > r["lr"]:  # arguments.py:899-900
+    if r["lr"] is not None and r["min_lr"] > r["lr"]:
         _issue(out, "error", "miles.min_lr_above_lr", ("min_lr", "lr"),
                f"--min-lr {r['min_lr']:g} is above --lr {r['lr']:g} (Megatron's validate_args "
                "asserts min_lr <= lr when miles starts).",
                "lower --min-lr to at most --lr")
-    if r["save"] is not None and not (r["save_interval"] or 0) > 0:  # arguments.py:901-903
+    if r["save"] is not None and not (r["save_interval"] or 0) > 0:
         _issue(out, "error", "miles.save_needs_interval", ("save", "save_interval"),
                "--save without a positive --save-interval (Megatron's validate_args asserts "
                "one when miles starts).",
                "set --save-interval, or drop --save")
     cp = r["context_parallel_size"] or 1
-    if r["seq_length"] is not None and cp > 1 and r["seq_length"] % (2 * cp):  # :880-883
+    if r["seq_length"] is not None and cp > 1 and r["seq_length"] % (2 * cp):
         _issue(out, "error", "miles.seq_length_vs_cp", ("seq_length", "context_parallel_size"),
                f"--seq-length {r['seq_length']} is not a multiple of 2 x "
                f"--context-parallel-size ({2 * cp}), which Megatron's validate_args asserts.",
                f"use a multiple of {2 * cp}")
     if r["recompute_granularity"] == "selective" and r["recompute_method"] is not None:
-        # arguments.py:961-964
         _issue(out, "error", "miles.selective_recompute_method",
                ("recompute_granularity", "recompute_method"),
                "--recompute-granularity selective takes no --recompute-method (Megatron's "
@@ -485,30 +486,42 @@ def _megatron_validate_args(r: dict, out: Out) -> None:
                "drop --recompute-method (and --recompute-num-layers), or use full granularity")
 
 
-def _miles_parse_args(r: dict, out: Out) -> None:
-    """Pairs miles' parse_args refuses outright (miles/utils/arguments.py at 31f1ca961),
-    found by the oracle of tests/miles_oracle."""
-    if r["tito_model"] != "default" and not r["use_session_server"]:  # arguments.py:2911-2915
+def _miles_pairs(r: dict, out: Out) -> None:
+    """Pairs miles' parse_args refuses outright (miles/utils/arguments.py) that PPO Deck's
+    engine refuses too, so a preset is also the miles command it prints; found by the oracle
+    of tests/miles_oracle; each rule's line at the pin: engine/config/miles_sources.py."""
+    if r["tito_model"] != "default" and not r["use_session_server"]:
         _issue(out, "error", "miles.tito_needs_session_server",
                ("tito_model", "use_session_server"),
                f"--tito-model {r['tito_model']} only configures the session server's TITO "
                "middleware; miles refuses it without --use-session-server.",
                "add --use-session-server, or drop --tito-model")
-    if r["use_opd"] and r["opd_type"] is None:  # arguments.py:2986-2988
-        _issue(out, "error", "miles.opd_needs_type", ("use_opd", "opd_type"),
-               "--use-opd without --opd-type: miles refuses it at start-up.",
-               "add --opd-type sglang or --opd-type megatron")
     if r["advantage_estimator"] == "ppo" and r["megatron_to_hf_mode"] == "bridge":
-        # arguments.py:3205-3210: PPO's critic is built only in raw mode
+        # PPO's critic is built only in raw mode
         _issue(out, "error", "miles.critic_with_bridge",
                ("advantage_estimator", "megatron_to_hf_mode"),
                "--advantage-estimator ppo trains a critic, which miles does not support with "
-               "--megatron-to-hf-mode bridge.",
+               "--megatron-to-hf-mode bridge (the critic's value head has no HF counterpart).",
                "use --megatron-to-hf-mode raw, or a critic-free estimator (grpo)")
+
+
+def _miles_parse_args(r: dict, m: Machine, out: Out) -> None:
+    """What miles' parse_args refuses on miles only (miles/utils/arguments.py), found by the
+    oracle of tests/miles_oracle; each rule's line at the pin: engine/config/miles_sources.py."""
+    if r["advantage_estimator"] == "ppo" and m.miles_ft_trainer:
+        # our engine never reads the variable; miles' train.py inherits it on a local launch
+        _issue(out, "error", "miles.ft_trainer_with_critic", ("advantage_estimator",),
+               "MILES_EXPERIMENTAL_FT_TRAINER=1 is set in the environment miles' train.py "
+               "inherits, and miles' v2 fault-tolerant trainer cannot run PPO's critic.",
+               "unset MILES_EXPERIMENTAL_FT_TRAINER, or use a critic-free estimator (grpo)")
+    if r["use_opd"] and r["opd_type"] is None:
+        _issue(out, "error", "miles.opd_needs_type", ("use_opd", "opd_type"),
+               "--use-opd without --opd-type: miles refuses it at start-up.",
+               "add --opd-type sglang or --opd-type megatron")
     hf = r["hf_checkpoint"]
     if hf and (hf.startswith("pypi:") or hf.lower().endswith(".gguf") or os.path.isfile(hf)):
-        # arguments.py:2678-2679 -> utils/hf_config.py:106: AutoConfig.from_pretrained, which
-        # reads a directory's (or a hub id's) config.json; PPO Deck's engine reads GGUF itself
+        # AutoConfig.from_pretrained (miles/utils/hf_config.py) reads a directory's (or a hub
+        # id's) config.json; PPO Deck's engine reads GGUF itself
         _issue(out, "error", "miles.hf_checkpoint_not_a_directory", ("hf_checkpoint",),
                f"--hf-checkpoint {hf} is a single file; miles reads its config.json with "
                "transformers' AutoConfig at start-up, so it needs an HF checkpoint directory.",

@@ -33,6 +33,7 @@ from .samples_keeper import SamplesKeeper
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
+    from ..host.probe import Probe
     from .roles import Roles
 
 
@@ -266,7 +267,8 @@ def log_weight_sync(tm: Telemetry, loaded: dict | None, exported: ExportedWeight
                        f"{exported.seconds:.3f} s ({when}), transfer {seconds - load:.3f} s, "
                        f"rollout load {load:.3f} s ({int(loaded.get('bytes', 0)) / 1e9:.2f} GB, "
                        f"{path})",
-                   sync_path=path, sync_seconds=total, export_seconds=exported.seconds,
+                   sync_path=path, sync_seconds=total, sync_bytes=int(loaded.get("bytes", 0)),
+                   export_seconds=exported.seconds,
                    export_while_awake=exported.while_awake, transfer_seconds=seconds - load,
                    load_seconds=load)
 
@@ -323,15 +325,21 @@ def train_mfu(args: dict[str, Any], batch: Any, spent: dict[str, float]) -> dict
     """perf/{critic,actor}_train_tflops (and _mfu on a known GPU): engine/driver/mfu.py."""
     from ..config.derived import count_params
     from ..host.kind import machine_kind
+    from ..host.probe import read_facts
     from .mfu import mfu_metrics, trained_tokens
 
-    return mfu_metrics(args, count_params(args), trained_tokens(batch), spent, machine_kind())
+    kind = machine_kind()  # the probe's facts may arrive mid-run: read each rollout (small)
+    return mfu_metrics(args, count_params(args), trained_tokens(batch), spent, kind,
+                       read_facts(kind))
 
 
 def report_rollout(args: dict[str, Any], tm: Telemetry, rollout_id: int, batch: Any,
                    critic_out: dict[str, Any] | None, actor_out: dict[str, Any] | None,
                    perf: dict[str, float] | None = None) -> dict[str, Any]:
     rollout_metrics = {**batch.metrics, **(perf or {})}
+    for out in (critic_out, actor_out):  # e.g. a compile that fell back to eager
+        for override in (out or {}).get("overrides", []):
+            tm.announce(override, "train")
     if critic_out is not None:
         steps = critic_out["step_metrics"]
         for i, metrics in enumerate(steps):
@@ -361,6 +369,17 @@ def load_args(rundir: RunDir) -> dict[str, Any]:
     return dict(resolve(config))
 
 
+def announce_overrides(rundir: RunDir, tm: Telemetry) -> None:
+    """Each start-up override that applies (engine/config/rules_overrides.py), said once
+    (Telemetry.announce: a warning event and a line in driver.log)."""
+    from ..config.rules_overrides import start_announcements
+    from ..presets import config_from_toml
+
+    config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
+    for line in start_announcements(config, os.environ):
+        tm.announce(line, "overrides")
+
+
 def run(rundir: RunDir) -> int:
     stop = StopFlag()
     signal.signal(signal.SIGINT, stop.handle)
@@ -377,9 +396,11 @@ def run(rundir: RunDir) -> int:
         tm.log("info", caches.message(), source="driver")
         args = load_args(rundir)
         tm.status(State.RUNNING, num_rollout=args["num_rollout"])  # replays: N without status.json
+        announce_overrides(rundir, tm)
         from .preflight import preflight_host, preflight_in_background
 
         preflight_host(args)  # a config the engine cannot take fails here, before Ray starts
+        probe = probe_machine(tm)  # before Ray and the engines take the GPUs
         # Megatron's own config checks (a 4-10 s import) run while Ray starts; start_roles
         # waits for them before any model is built
         model_checks = preflight_in_background(args)
@@ -387,6 +408,8 @@ def run(rundir: RunDir) -> int:
         from .roles import start_roles
 
         roles, start_rollout_id = start_roles(args, tm, caches.env, model_checks)
+        if probe.process is not None and probe.poll() is not None:  # it finished meanwhile
+            tm.log("info", probe.line(), source="driver")
         if start_rollout_id:
             tm.log("info", f"resumed from the checkpoint of rollout {start_rollout_id - 1}: "
                    f"continuing at rollout {start_rollout_id}", source="driver")
@@ -411,6 +434,17 @@ def run(rundir: RunDir) -> int:
         if writer.error:
             write_status(rundir, state=State.FAILED,
                          detail=f"events could not be written: {writer.error}")
+
+
+def probe_machine(tm: Telemetry) -> Probe:
+    """This machine kind's bounds (engine/host/probe.py): cached, or probed now for at most
+    PROBE_WAIT_S; the speed verdict (engine/run/bounds.py) holds each phase against them."""
+    from ..host.kind import machine_kind
+    from ..host.probe import start_probe
+
+    probe = start_probe(machine_kind())
+    tm.log("info", probe.line(), source="driver")
+    return probe
 
 
 def finish(rundir: RunDir, tm: Telemetry, state: str, detail: str, code: int,

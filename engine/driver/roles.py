@@ -253,12 +253,14 @@ def choose_backend(requested: str, use_gpu: bool) -> tuple[str, str]:
 
 
 def logging_rank(outs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The one rank that reports metrics (DP0/TP0/last PP stage), as in miles."""
+    """The one rank that reports metrics (DP0/TP0/last PP stage), as in miles; the overrides
+    only that rank says (a compile fallback), whichever call brought them."""
+    overrides = [line for out in outs for line in out.get("overrides", [])]
     for out in outs:
         if out.get("step_metrics"):
             return {"step_metrics": out["step_metrics"],
-                    "rollout_metrics": out.get("rollout_metrics", {})}
-    return {"step_metrics": [], "rollout_metrics": {}}
+                    "rollout_metrics": out.get("rollout_metrics", {}), "overrides": overrides}
+    return {"step_metrics": [], "rollout_metrics": {}, "overrides": overrides}
 
 
 def merged_samples(outs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -517,6 +519,8 @@ def start_rollout(rollout: RolloutHandle, tm: Telemetry, args: Mapping[str, Any]
         started = time.perf_counter()
         for note in info.get("notes", []):
             tm.log("info", note, source="rollout")
+        for override in info.get("overrides", []):
+            tm.announce(override, "rollout")
         parts = dict(info.get("parts") or {})
         if parts:  # the process start and the manager's own imports before its init
             parts = {"worker ready": round(max(0.0, started - begin - sum(parts.values())), 3),

@@ -8,6 +8,7 @@ Metrics also go to wandb / TensorBoard (engine/driver/tracking.py) when --use-wa
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -135,6 +136,12 @@ class Telemetry:
 
     def log(self, level: str, msg: str, source: str = "driver") -> None:
         self.writer.emit(Kind.LOG, level=level, source=source, msg=msg)
+
+    def announce(self, msg: str, source: str) -> None:
+        """An override of what the user asked for, said once: a warning event (tail, the
+        monitor) and a line in driver.log (the driver's stderr)."""
+        self.log("warning", msg, source)
+        print(f"warning [{source}]: {msg}", file=sys.stderr, flush=True)
 
     def status(self, state: str, detail: str = "", **fields: Any) -> None:
         self.writer.emit(Kind.STATUS, state=state, detail=detail, **fields)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,17 @@ def _proc_count(root: Path) -> int:
         return sum(1 for entry in root.iterdir() if entry.is_dir())
     except OSError:
         return 0  # no NVIDIA driver: no GPUs
+
+
+# miles' switch for its v2 fault-tolerant trainer (miles/utils/environ.py at the pin reads it
+# from the environment of train.py, which a local miles launch inherits from this process)
+MILES_FT_TRAINER_ENV = "MILES_EXPERIMENTAL_FT_TRAINER"
+
+
+def miles_ft_trainer(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether miles' enable_experimental_ft_trainer() would say yes under `environ`."""
+    raw = (os.environ if environ is None else environ).get(MILES_FT_TRAINER_ENV, "0")
+    return raw.lower() in ("1", "true", "on", "yes")
 
 
 @functools.cache

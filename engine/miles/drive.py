@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ppodeck import IMPORT_ROOT
 
 from ..config.issues import Issue
+from ..run.events import SCHEMA_VERSION, encode_event
 from ..run.rundir import RunDir, update_status, write_status
 from ..vocabulary import FINAL_STATES, Kind, State
 from .watch import DUMP_SUBDIR, register, sync
@@ -176,7 +177,8 @@ def launch_machine(submit: str | None) -> Machine:
     machine = this_machine()
     declared = os.environ.get(TEST_GPUS_ENV, "")
     if submit is not None:
-        return replace(machine, gpus=max(machine.gpus, 1 << 20))
+        # the job's environment is the cluster's plus runtime_env_vars(), not this shell's
+        return replace(machine, gpus=max(machine.gpus, 1 << 20), miles_ft_trainer=False)
     if declared.isdigit() and int(declared) > 0:
         return replace(machine, gpus=int(declared))
     return machine
@@ -280,6 +282,7 @@ def supervise(rundir: RunDir) -> int:
         command = entrypoint(miles_root, argv, os.environ)
         if not private:
             return _run_job(rundir, address, command, env, stop, private)
+        announce_machine_facts(rundir)  # this machine runs train.py: its bounds, before Ray
         missing = jobs_api_missing()
         write_status(rundir, state=State.STARTING, detail="starting a private Ray head")
         # without the Jobs API no runtime_env reaches Ray's workers: the head (whose raylet
@@ -334,9 +337,6 @@ def departure_issues(environ: Mapping[str, str] | None = None) -> list[Issue]:
 
 def announce_departures(rundir: RunDir) -> None:
     """Each departure as a warning line in driver.log and a warning event (tail shows it)."""
-    from ..run.events import SCHEMA_VERSION, encode_event
-    from .watch import LOCK_FILE, locked
-
     lines = [f"departure from miles' image (outside the miles checkout): {entry['what']}: "
              f"{entry['why']}" for entry in departures()]
     for line in lines:
@@ -344,8 +344,27 @@ def announce_departures(rundir: RunDir) -> None:
     events = [{"v": SCHEMA_VERSION, "ts": time.time(), "kind": Kind.LOG, "source": "miles",
                "level": "warning", "msg": line} for line in lines]
     if events:
-        with locked(rundir.path / LOCK_FILE), open(rundir.events_jsonl, "ab") as out:
-            out.write(b"".join(encode_event(e) for e in events))
+        _append_events(rundir, events)
+
+
+def announce_machine_facts(rundir: RunDir) -> None:
+    """This machine kind's bounds (engine/host/probe.py: cached, or probed now for at most a
+    couple of seconds) as a line in driver.log and an info event: the speed verdict
+    (engine/run/bounds.py) holds miles' phase timers against them."""
+    from ..host.kind import machine_kind
+    from ..host.probe import start_probe
+
+    line = start_probe(machine_kind()).line()
+    print(line, flush=True)
+    _append_events(rundir, [{"v": SCHEMA_VERSION, "ts": time.time(), "kind": Kind.LOG,
+                             "source": "ppodeck", "level": "info", "msg": line}])
+
+
+def _append_events(rundir: RunDir, events: list[dict[str, Any]]) -> None:
+    from .watch import LOCK_FILE, locked
+
+    with locked(rundir.path / LOCK_FILE), open(rundir.events_jsonl, "ab") as out:
+        out.write(b"".join(encode_event(e) for e in events))
 
 
 DIRECT_ENV = "PPODECK_MILES_DIRECT"  # 1: train.py as the supervisor's child, Jobs API or not

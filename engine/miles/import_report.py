@@ -35,11 +35,18 @@ class ImportReport:
 
     def judged(self, checked: list[Issue]) -> list[Issue]:
         """This report's issues, then check()'s on its config, knock-ons grouped."""
-        from ..config.knock_on import group_knock_on
+        return [issue for issue, _ in self.judged_tree(checked)]
 
-        return group_knock_on(self.issues, checked,
-                              unreadable=f"{self.script}, which could not be read"
-                              if self.unreadable else None)
+    def judged_tree(self, checked: list[Issue], *, config_edited: bool = False
+                    ) -> list[tuple[Issue, tuple[Issue, ...]]]:
+        """judged(), each issue with the knock-ons grouped under it. `config_edited`: checked
+        is about a config edited since the import (the editor), so it is judged as it is."""
+        from ..config.knock_on import knock_on_tree
+
+        unread = self.unreadable and not config_edited
+        return knock_on_tree(self.issues, checked,
+                             unreadable=f"{self.script}, which could not be read"
+                             if unread else None)
 
     def resolved(self) -> list[tuple[str, list[str]]]:
         """(from where, flags) for every flag whose value did not sit in the command itself."""

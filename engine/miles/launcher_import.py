@@ -126,12 +126,40 @@ def _report(run: LauncherRun, script: str, lines: list[str], env: Mapping[str, s
         issues += [Issue("warning", "launcher.not_static", (script,), f"{script}: {problem}.",
                          fix) for problem in problems]
     issues += _unresolved_issues(unresolved) + note_issues(run.notes) + argv_issues
+    external_ray = (env or {}).get("MILES_SCRIPT_EXTERNAL_RAY", "").lower() in ("1", "true")
+    if call is not None and not unreadable and not external_ray:
+        issues += _ray_gpus_issues(call, config, script)
     prepare, sources = _prepare(run.prepare, config, script)
     return ImportReport(
         config, issues, script, word_origins(words), unresolved, run.notes,
         call.line if call else None, language="python", flag_lines=_flag_lines(words),
         prepare=prepare, sources=sources, launcher=_launcher_lines(run, call, overrides),
         problems=problems, ran=ran, unreadable=unreadable)
+
+
+def _ray_gpus_issues(call: TrainCall, config: RunConfig, script: str) -> list[Issue]:
+    """miles' execute_train starts Ray with `--num-gpus num_gpus_per_node` (unless
+    $MILES_SCRIPT_EXTERNAL_RAY); a command that asks a node for more waits for GPUs that Ray
+    was never given."""
+    from ..config.schema import DEFAULTS
+
+    gpus = call.num_gpus_per_node
+    asked = config.values.get("actor_num_gpus_per_node", DEFAULTS["actor_num_gpus_per_node"])
+    if call.num_gpus_per_node is None:
+        return [Issue("warning", "launcher.num_gpus_per_node_missing", (script,),
+                      f"U.execute_train ({script}:{call.line}) is given no num_gpus_per_node, "
+                      "which miles' execute_train requires: the launcher stops there.",
+                      "pass num_gpus_per_node=N to U.execute_train")]
+    if type(gpus) is not int or type(asked) is not int or asked <= gpus:
+        return []
+    return [Issue("warning", "launcher.ray_gpus_short", ("--actor-num-gpus-per-node",),
+                  f"U.execute_train ({script}:{call.line}) starts Ray with {gpus} GPU"
+                  f"{'s' if gpus != 1 else ''} per node, but the command asks each node for "
+                  f"{asked} (--actor-num-gpus-per-node"
+                  + (", miles' default" if "actor_num_gpus_per_node" not in config.values
+                     else "") + "): its placement group would wait for GPUs Ray does not have.",
+                  f"set --actor-num-gpus-per-node {gpus} in train_args, or num_gpus_per_node="
+                  f"{asked}")]
 
 
 def _unresolved_issues(unresolved: list[Unresolved]) -> list[Issue]:
@@ -254,7 +282,7 @@ def _launcher_lines(run: LauncherRun, call: TrainCall | None,
         lines.append(run.model_source)
     if call is not None:
         gpus = call.num_gpus_per_node
-        shown = describe_value(gpus)
+        shown = "no" if gpus is None else describe_value(gpus)
         lines.append(f"ray cluster: {shown} GPUs per node (U.execute_train num_gpus_per_node, "
                      f"line {call.line})")
     return lines

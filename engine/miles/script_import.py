@@ -81,6 +81,8 @@ def import_script(text: str, *, env: Mapping[str, str] | None = None,
     run = reader.read(text, script, path.resolve() if path else None)
     issues = _syntax_issues(run)
     command, words = _train_words(run, issues)
+    if run.refused is None and command is None and not any(_is_flag(w) for w in words):
+        return _no_train_command(run, script, issues)
     argv = [w.text for w in words]
     config, argv_issues = parse_argv(argv)
     unresolved = list(dict.fromkeys(u for w in words for u in w.unresolved))
@@ -102,6 +104,23 @@ def _too_long(text: str, script: str) -> ImportReport:
     issue = Issue("error", "command.not_read", (script,), why + ".",
                   "paste the command that launches training, or the launcher itself")
     return ImportReport(RunConfig(), [issue], script, unreadable=why)
+
+
+def _no_train_command(run: ShellRun, script: str, issues: list[Issue]) -> ImportReport:
+    """Text with no train command and no flag (`echo hi`): one refusal, not the dozen issues
+    check() would find in the empty config it gives."""
+    programs = list(dict.fromkeys(c.words[0].text for c in run.commands if c.words))
+    seen = (f"its commands: {', '.join(programs[:4])}" + (" ..." if len(programs) > 4 else "")
+            if programs else "it holds no command")
+    why = f"{script} has no train command: no `python3 train.py ...` and no --flag ({seen})"
+    kept = [i for i in issues if i.code == "command.syntax_error"]
+    refusal = Issue("error", "command.no_train_command", (script,), why + ".",
+                    "paste the `python3 train.py ...` command, or the script that runs it")
+    return ImportReport(RunConfig(), [refusal, *kept], script, unreadable=why)
+
+
+def _is_flag(word: Word) -> bool:
+    return word.text.startswith("--") and len(word.text) > 2
 
 
 def _train_words(run: ShellRun, issues: list[Issue]) -> tuple[Command | None, list[Word]]:

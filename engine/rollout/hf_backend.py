@@ -60,6 +60,7 @@ class HFGenerator:
         self.tied = bool(config.tie_word_embeddings)
         self._storage_offloader: StorageOffloader | None = None  # made at the first offload
         self.notes: list[str] = []  # shown by the rollout manager at init
+        self.overrides: list[str] = []  # the same, as warnings: what replaces what was asked
         self.decode_options = self._decode_options()
         self._note_decoder_fallback()
         clock.done("decoder options")
@@ -137,8 +138,8 @@ class HFGenerator:
 
         ok, why = can_use(self.model)
         if not ok:
-            self.notes.append(f"hf rollout: the CUDA fast decoder cannot run this model ({why}); "
-                              "transformers' generate samples instead (slower)")
+            self.overrides.append(f"hf rollout: the CUDA fast decoder cannot run this model "
+                                  f"({why}); transformers' generate samples instead (slower)")
 
     def _decode_options(self) -> Any:  # noqa: ANN401
         """The fast decoder's variant (PPODECK_DECODE=<name>), noted whenever it is set."""

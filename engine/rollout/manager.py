@@ -78,13 +78,15 @@ class RolloutManager:
         clock.done("imports")
         self._check_required()
         notes: list[str] = []
-        prompt_data, tokenizer_path = self._data_paths(notes)
+        # what overrides a value the user set: announced as warnings (Telemetry.announce)
+        overrides: list[str] = []
+        prompt_data, tokenizer_path = self._data_paths(notes, overrides)
         clock.done("prompt data")
         self.tokenizer = load_tokenizer(tokenizer_path)
         clock.done("tokenizer")
         options = PromptOptions.from_args(self.args)
         if self.args.get("synthetic_task"):
-            options = self._synthetic_options(options, notes)
+            options = self._synthetic_options(options, overrides)
         prompts, dropped = build_prompts(load_records(prompt_data), self.tokenizer, options)
         if dropped:
             notes.append(f"{dropped} prompts longer than --max-prompt-len "
@@ -92,9 +94,9 @@ class RolloutManager:
         self.source = PromptSource(prompts, shuffle=bool(self.args.get("rollout_shuffle")),
                                    seed=self._rollout_seed())
         self._check_rewards(prompts)
-        notes.extend(metadata_rm_notes(prompts, self.args))
+        overrides.extend(metadata_rm_notes(prompts, self.args))
         self._load_reward_code(notes)
-        self.eval_sets = self._load_eval_sets(options, notes)
+        self.eval_sets = self._load_eval_sets(options, notes, overrides)
         shape = ModelShape.from_args(self.args)
         self._check_vocab(shape.vocab_size)
         # the driver has chosen (engine/driver/roles.py choose_backend); standalone use picks here
@@ -104,13 +106,15 @@ class RolloutManager:
         clock.done("prompts")
         self.generator = build_generator(self.backend, shape, arch_for(shape), self.args)
         notes.extend(getattr(self.generator, "notes", []))  # e.g. SGLang engine start times
+        overrides.extend(getattr(self.generator, "overrides", []))  # e.g. a decoder fallback
         clock.done("engine start")
         if warm_up and getattr(self.generator, "compiles_at_first_use", lambda: False)():
             self._warm_up_decoder()
             clock.done("decoder warm-up")
-        return {"notes": notes, "backend": self.backend, "num_prompts": len(prompts),
-                "dropped_prompts": dropped, "prompt_data": str(prompt_data),
-                "tokenizer": str(tokenizer_path), "tokenizer_vocab": len(self.tokenizer),
+        return {"notes": notes, "overrides": overrides, "backend": self.backend,
+                "num_prompts": len(prompts), "dropped_prompts": dropped,
+                "prompt_data": str(prompt_data), "tokenizer": str(tokenizer_path),
+                "tokenizer_vocab": len(self.tokenizer),
                 "parts": init_parts(clock.parts, getattr(self.generator, "parts", None))}
 
     def _warm_up_decoder(self) -> None:
@@ -123,7 +127,8 @@ class RolloutManager:
         self.generator.generate([p.token_ids for p in prompts], n_samples=n,
                                 **self._sampling_params(0))
 
-    def _load_eval_sets(self, options: Any, notes: list[str]) -> list[Any]:  # noqa: ANN401
+    def _load_eval_sets(self, options: Any, notes: list[str],  # noqa: ANN401
+                        overrides: list[str]) -> list[Any]:
         """--eval-prompt-data, read only when evaluation will run (miles: an --eval-interval,
         and never under --debug-train-only)."""
         if self.args["eval_interval"] is None or self.args["debug_train_only"]:
@@ -134,6 +139,8 @@ class RolloutManager:
         self._check_rewards([p for eval_set in sets for p in eval_set.prompts])
         notes.extend(f"eval set {s.name!r}: {len(s.prompts)} prompts from {s.path}"
                      for s in sets)
+        overrides += [f"eval set {s.name!r}: {line}" for s in sets  # scored like training
+                      for line in metadata_rm_notes(s.prompts, self.args)]
         return sets
 
     def _check_required(self) -> None:
@@ -144,7 +151,7 @@ class RolloutManager:
                 raise ValueError(f"{flag} must be a positive integer for the built-in rollout, "
                                  f"got {value!r}")
 
-    def _data_paths(self, notes: list[str]) -> tuple[str, str]:
+    def _data_paths(self, notes: list[str], overrides: list[str]) -> tuple[str, str]:
         """(--prompt-data, tokenizer source), preparing --synthetic-task data when set."""
         task = self.args.get("synthetic_task")
         hf_checkpoint = installed_file(self.args.get("hf_checkpoint"))
@@ -161,24 +168,23 @@ class RolloutManager:
                                           seed=self._rollout_seed())
         notes.append(f"synthetic task {task!r}: {num} prompts in {task_dir}")
         if self.args.get("prompt_data"):
-            notes.append(f"--prompt-data ignored: --synthetic-task {task} provides the prompts")
+            overrides.append(f"--prompt-data ignored: --synthetic-task {task} provides the prompts")
         has_tokenizer = (task_dir / "tokenizer_config.json").is_file()
         if not has_tokenizer and not hf_checkpoint:
             raise ValueError(f"--synthetic-task {task} needs --hf-checkpoint for its tokenizer")
         return str(task_dir / DATA_FILE), str(hf_checkpoint or task_dir)
 
-    def _synthetic_options(self, options: Any, notes: list[str]) -> Any:  # noqa: ANN401
+    def _synthetic_options(self, options: Any, overrides: list[str]) -> Any:  # noqa: ANN401
         """A built-in task writes its own fields; the data flags cannot point elsewhere."""
         from dataclasses import replace
 
-        task_keys = {"input_key": "prompt", "label_key": "label", "metadata_key": "metadata"}
-        miles_defaults = {"input_key": "input", "label_key": None, "metadata_key": "metadata"}
-        for dest, key in task_keys.items():
-            value = getattr(options, dest)
-            if value not in (key, miles_defaults[dest]):
-                notes.append(f"--{dest.replace('_', '-')} {value} ignored: --synthetic-task "
-                             f"records keep it under {key!r}")
-        return replace(options, **task_keys)
+        from ..config.rules_overrides import SYNTHETIC_KEYS, synthetic_keys_ignored
+
+        asked = {dest: getattr(options, dest) for dest in SYNTHETIC_KEYS}
+        overrides += [f"{flag} ignored: --synthetic-task records keep it under "
+                      f"{SYNTHETIC_KEYS[flag.split()[0][2:].replace('-', '_')]!r}"
+                      for flag in synthetic_keys_ignored(asked)]
+        return replace(options, **SYNTHETIC_KEYS)
 
     def _synthetic_dir(self, task: str, num: int) -> Path:
         if self.args.get("run_dir"):

@@ -36,7 +36,8 @@ from ..config.health import (
     health_toml,
     parse_health_table,
 )
-from ..vocabulary import Kind, Metric, State
+from ..vocabulary import Kind, Metric, Phase, State
+from .bounds import OFFLOAD, ONLOAD, SpeedContext, SpeedFold
 from .events import SCHEMA_VERSION, encode_event, read_events
 from .pace import PhaseTimes, judge_pace
 
@@ -67,6 +68,7 @@ class RunFacts:
     rollout_max_response_len: int | None = None
     use_critic: bool = True
     forecast: Mapping[str, Any] | None = None  # status.json's, from launch (engine/run/pace.py)
+    speed: SpeedContext | None = None  # machine facts and shape (engine/run/bounds.py)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> RunFacts:
@@ -154,6 +156,7 @@ class HealthJudge:
         self._value_loss_above = 0
         self._seen_ids: set[str] = set()
         self._phases = PhaseTimes()
+        self._speed = SpeedFold()
 
     # ---- ingest -----------------------------------------------------------------------------
 
@@ -170,6 +173,7 @@ class HealthJudge:
         ts = event.get("ts")
         if isinstance(ts, (int, float)):
             self.last_event_ts = float(ts)
+        self._speed.add(event)  # offload moves carry no rollout id: the fold places them
         rollout_id = event.get("rollout_id")
         if not isinstance(rollout_id, int) or isinstance(rollout_id, bool) or rollout_id < 0:
             return []
@@ -211,6 +215,7 @@ class HealthJudge:
             self._reward_flat(r.rollout_id, means.get(REWARD)),
             self._logprob_gap(r.rollout_id, means.get(LOGPROB_GAP)),
             self._pace(r.rollout_id),
+            self._speed_below_bound(r.rollout_id),
         ]
         return [f for group in checks for f in group]
 
@@ -378,6 +383,24 @@ class HealthJudge:
                          "changed the work; `ppodeck validate` shows the forecast's basis",
                          keep_active=True)
 
+    def _speed_below_bound(self, rid: int) -> list[Finding]:
+        """On GPU, a phase that takes a large share of the step at a small fraction of what
+        the machine does (engine/run/bounds.py); each such phase is named."""
+        ctx = self.facts.speed
+        if ctx is None or not ctx.on_gpu or len(self._speed.steady()) < self.t.speed_rollouts:
+            return []
+        fired: list[Finding] = []
+        for phase in self._speed.verdict(ctx).phases:
+            fraction = phase.fraction
+            if fraction is None:
+                continue
+            slow = phase.share >= self.t.speed_share_min and fraction <= self.t.speed_bound_max
+            fired += self._set("health.speed_below_bound", phase.phase, rid, slow, fraction,
+                               self.t.speed_bound_max,
+                               f"{phase.text()} ({fraction:.1%} of that bound)",
+                               SPEED_FIXES.get(phase.phase, SPEED_FIX), keep_active=True)
+        return fired
+
     def check_hang(self, now: float, driver_alive: bool) -> list[Finding]:
         """No new event for hang_minutes while the driver process is alive: a hang. And,
         within it, reward requests pending with none answered: a reward stall."""
@@ -439,6 +462,23 @@ class HealthJudge:
 
     def level(self) -> str:
         return worst_level(self.findings)
+
+
+SPEED_FIX = ("`python bench/phase_bounds.py RUN` shows every phase against its bound; "
+             "`ppodeck tail RUN --kind log` says which path each move and sync took")
+TRAIN_FIX = ("larger micro-batches (--micro-batch-size, or --use-dynamic-batch-size with a "
+             "larger --max-tokens-per-gpu) so the matmuls fill the GPU; " + SPEED_FIX)
+PINNED_FIX = "pinned host buffers (the offload log says whether they were pinned)"
+SPEED_FIXES = {
+    Phase.GENERATE: "a larger decode batch (more --n-samples-per-prompt or --rollout-batch-size) "
+                    "or the sglang backend; " + SPEED_FIX,
+    OFFLOAD: f"{PINNED_FIX}, or keep the model on the GPU when it fits; {SPEED_FIX}",
+    ONLOAD: f"{PINNED_FIX}; {SPEED_FIX}",
+    Phase.UPDATE_WEIGHTS: "the cuda_ipc sync path (colocated) instead of packed host copies; "
+                          + SPEED_FIX,
+    Phase.ACTOR_TRAIN: TRAIN_FIX,
+    Phase.CRITIC_TRAIN: TRAIN_FIX,
+}
 
 
 def _round(value: float) -> float:
@@ -526,11 +566,12 @@ def snapshot_thresholds(run_path: Path, table: Mapping[str, Any]) -> None:
 def run_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
     """RunFacts from the run's config.toml, resolved, with the forecast status.json keeps from
     launch; defaults (and a note) if unreadable."""
+    from .bounds import speed_context
     from .rundir import RunDir, read_status
 
     facts, notes = _config_facts(run_path)
     forecast = read_status(RunDir(Path(run_path))).get("forecast") or None
-    return replace(facts, forecast=forecast), notes
+    return replace(facts, forecast=forecast, speed=speed_context(Path(run_path))), notes
 
 
 def _config_facts(run_path: Path) -> tuple[RunFacts, list[str]]:

@@ -114,7 +114,8 @@ class ActorWorker(TrainWorker):
         self._maybe_update_ref(rollout_id)
         logging = self._is_logging_rank()
         return {"step_metrics": step_metrics if logging else [],
-                "rollout_metrics": rollout_metrics if logging else {}, "samples": kept}
+                "rollout_metrics": rollout_metrics if logging else {}, "samples": kept,
+                "overrides": self._overrides()}
 
 
     def _maybe_update_ref(self, rollout_id: int) -> None:

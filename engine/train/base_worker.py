@@ -527,6 +527,14 @@ class TrainWorker:
 
         return ps.is_pipeline_last_stage()
 
+    def _overrides(self) -> list[str]:
+        """What replaced what the run asked for since the last train call (a compile that fell
+        back to eager), for the driver to announce; said by the logging rank only."""
+        from .layer_compile import new_fallback
+
+        line = new_fallback(self.model) if self._is_logging_rank() else None
+        return [f"{self.role} {line}"] if line else []
+
     def _is_logging_rank(self) -> bool:
         """miles' first-replica main rank: DP rank 0, TP rank 0, last PP stage."""
         return (self._dp_rank == 0 and self._tp_rank == 0 and self._cp.rank == 0

@@ -54,7 +54,8 @@ class CriticWorker(TrainWorker):
         logging = self._is_logging_rank()
         return {"values": values_out, "samples": kept,
                 "step_metrics": step_metrics if logging else [],
-                "rollout_metrics": rollout_metrics if logging else {}}
+                "rollout_metrics": rollout_metrics if logging else {},
+                "overrides": self._overrides()}
 
 
 

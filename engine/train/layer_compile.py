@@ -36,11 +36,11 @@ class CompiledLayerCall:
     """A layer's compiled `_call_impl` (what nn.Module.compile installs), with an eager
     fallback shared by every layer of the model once one compile fails."""
 
-    def __init__(self, layer: torch.nn.Module, state: dict[str, bool],
+    def __init__(self, layer: torch.nn.Module, state: dict[str, Any],
                  static_batch: bool) -> None:
         self.eager = layer._call_impl
         self.compiled = torch.compile(layer._call_impl)
-        self.state = state  # {"failed": bool}, one per model
+        self.state = state  # {"failed": bool, "why": str, "said": bool}, one per model
         self.static_batch = static_batch
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
@@ -54,8 +54,10 @@ class CompiledLayerCall:
         except Exception as err:  # noqa: BLE001 - a compiler failure must not stop training
             out = self.eager(*args, **kwargs)  # a genuine error raises again here
             self.state["failed"] = True
-            warnings.warn(f"transformer layers: torch.compile failed ({type(err).__name__}: "
-                          f"{str(err)[:300]}); the layers run eager from now on", stacklevel=2)
+            why = (f"transformer layers: torch.compile failed ({type(err).__name__}: "
+                   f"{str(err)[:300]}); the layers run eager from now on")
+            self.state["why"] = why
+            warnings.warn(why, stacklevel=2)
             return out
 
 
@@ -94,7 +96,7 @@ def compile_layers(model: torch.nn.Module, static_batch: bool = False) -> list[s
     if not layers:
         return []
     raise_global_recompile_limit()
-    state = {"failed": False}
+    state: dict[str, Any] = {"failed": False}
     for layer in layers:
         layer._compiled_call_impl = CompiledLayerCall(layer, state, static_batch)
     return [line] if (line := compiled_line(model)) else []
@@ -108,6 +110,16 @@ def compiled_calls(model: torch.nn.Module) -> list[CompiledLayerCall]:
 def layers_compiled(model: torch.nn.Module) -> int:
     """How many of the model's layers run through CompiledLayerCall (for describe())."""
     return len(compiled_calls(model))
+
+
+def new_fallback(model: torch.nn.Module) -> str | None:
+    """The model's compile fallback, the first time it is asked after it happened (the driver
+    announces it as a warning); None before, and after."""
+    calls = compiled_calls(model)
+    if not calls or not calls[0].state["failed"] or calls[0].state.get("said"):
+        return None
+    calls[0].state["said"] = True
+    return str(calls[0].state.get("why", "transformer layers: torch.compile failed"))
 
 
 def compiled_line(model: torch.nn.Module) -> str | None:

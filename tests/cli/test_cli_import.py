@@ -146,3 +146,42 @@ def test_run_launcher_needs_consent_and_records_instead_of_running(tmp_path: Pat
     assert "run with miles' helpers replaced by recorders" in ran.stderr
     assert f"not done by ppodeck prepare: touch {marker}" in ran.stderr
     assert not marker.exists()  # recorded, never run
+
+
+@pytest.mark.parametrize("text", ["echo hi\n", "", "hf download Qwen/Qwen3-0.6B --local-dir m\n"],
+                         ids=["echo", "empty", "download only"])
+def test_text_with_no_train_command_is_one_error(tmp_path: Path, text: str) -> None:
+    script = tmp_path / "notes.sh"
+    script.write_text(text)
+    result = runner.invoke(app, ["validate", "--from-command", str(script)])
+    assert result.exit_code == 1, result.output
+    assert "notes.sh: INVALID (1 error, 0 warnings, 1 info)" in result.stdout
+    assert "command.no_train_command" in result.stdout and "argv.stray_token" not in result.stdout
+
+
+@pytest.mark.parametrize("text", ["echo hi\n", "import os\n" + "x = 1\n" * 3])
+def test_from_command_writes_no_preset_from_what_it_could_not_read(tmp_path: Path,
+                                                                   text: str) -> None:
+    script = tmp_path / ("notes.sh" if text.startswith("echo") else "run_x.py")
+    script.write_text(text)
+    result = runner.invoke(app, ["presets", "from-command", str(script), "--save",
+                                 "--name", "nothing"])
+    assert result.exit_code == 1, result.output
+    assert f"no preset written: {script} could not be read" in result.stderr
+    assert result.stdout == "" and not (tmp_path / "config").exists()
+
+
+def test_a_launcher_whose_ray_has_fewer_gpus_than_its_command_asks_says_so(
+        tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "--from-command",
+                                 str(LAUNCHERS / "fstrings_concat.py")])
+    out = " ".join(result.stdout.split())
+    assert "launcher.ray_gpus_short" in out
+    assert ("starts Ray with 1 GPU per node, but the command asks each node for 8 "
+            "(--actor-num-gpus-per-node, miles' default)") in out
+    launcher = tmp_path / "run_x.py"
+    launcher.write_text((LAUNCHERS / "fstrings_concat.py").read_text().replace(
+        "num_gpus_per_node=1, ", ""))
+    result = runner.invoke(app, ["presets", "from-command", str(launcher)])
+    assert "ray cluster: no GPUs per node" in result.stderr
+    assert "launcher.num_gpus_per_node_missing" in result.stderr

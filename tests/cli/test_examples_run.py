@@ -93,7 +93,7 @@ RUN_HERE: dict[str, str] = {
     "ppodeck --version": "exit 0",
     "ppodeck command qwen3-4b-ppo": "the argv after `python3 train.py`",
     "ppodeck command qwen3-4b-ppo --set num-rollout=3 --json": "JSON argv",
-    "ppodeck command tiny-cpu --engine miles": "exit 0",
+    "ppodeck command qwen3-4b-ppo --engine miles": "exit 0",
     "ppodeck flags": "exit 0",
     "ppodeck flags --json kl": "JSON",
     "ppodeck flags --markdown": "exit 0",
@@ -111,6 +111,10 @@ RUN_HERE: dict[str, str] = {
     "ppodeck validate qwen3-4b-ppo": "a report, exit 0 or 1 with its verdict",
     "ppodeck validate qwen3-4b-ppo --json": "JSON report",
     "ppodeck validate qwen3-4b-ppo --engine miles": "a report",
+    "ppodeck validate tiny-cpu --engine miles": "preset.engines: tiny-cpu runs on ppodeck only",
+    "ppodeck validate qwen3-0.6b-ppo-1gpu --set rollout-backend=hf --json": "JSON report",
+    "ppodeck validate qwen3-0.6b-ppo-1gpu --set rollout-backend=hf --set num-rollout=12 --json":
+        "JSON report",
     "ppodeck samples 260101-000000-tiny-cpu-abcd": "the latest rollout's samples",
     "ppodeck samples 260101-000000-tiny-cpu-abcd --rollout 3 --sort advantage": "rollout 3",
     "ppodeck samples 260101-000000-tiny-cpu-abcd -r 3 --json | jq '.[0].advantages'": "JSON",
@@ -128,6 +132,9 @@ def test_example_runs_and_does_what_it_says(example: str, cli_env: Path) -> None
     assert example in all_examples(), f"{example} is no longer an example: drop it here"
     # a GPU preset's verdict depends on the machine (check() judges it): 0 OK, 1 INVALID
     verdicts = (0, 1) if example.startswith("ppodeck validate qwen3") else (0,)
+    if example == "ppodeck validate tiny-cpu --engine miles":  # docs/presets.md: refused
+        assert code == 1 and "preset.engines" in out and "runs on ppodeck only" in out
+        return
     assert code in verdicts, f"`{example}` exited {code}:\n{out}\n{err}"
     if "--json" in example:
         data = json.loads(out)

@@ -22,6 +22,7 @@ from tests.cluster.conftest import REPO
 pytestmark = pytest.mark.slow
 
 STANDIN = REPO / "tests" / "miles_standin"
+PRESET = str(STANDIN / "tiny-cpu-standin.toml")  # tiny-cpu, declared for both engines
 SETS = ("--set", "num-rollout=3")
 OWN_FLAGS = ("--rollout-backend", "--synthetic-task", "--synthetic-num-prompts",
              "--model-init", "--max-prompt-len")  # tiny-cpu's PPO Deck-only flags
@@ -50,7 +51,7 @@ def standin_lines(rundir: RunDir, tag: str) -> object:
 
 def expected_argv(env: dict[str, str], rundir: RunDir) -> list[str]:
     """`ppodeck command`'s argv without PPO Deck's own flags, plus the watching flags."""
-    shown = json.loads(ppodeck("command", "tiny-cpu", *SETS, "--json", env=env).stdout)
+    shown = json.loads(ppodeck("command", PRESET, *SETS, "--json", env=env).stdout)
     kept: list[str] = []
     skip = False
     for word in shown:
@@ -67,7 +68,7 @@ def expected_argv(env: dict[str, str], rundir: RunDir) -> list[str]:
 
 def test_a_local_miles_run_goes_through_a_private_ray_head(cli_env, tmp_path) -> None:
     rundir = RunDir(tmp_path / "runs" / "local")
-    out = ppodeck("run", "tiny-cpu", *SETS, "--set", "wandb-key=k3y-never-shown", "--engine",
+    out = ppodeck("run", PRESET, *SETS, "--set", "wandb-key=k3y-never-shown", "--engine",
                   "miles", "--miles-root", str(STANDIN), "--run-dir", str(rundir.path),
                   env=cli_env)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -94,14 +95,14 @@ def test_a_local_miles_run_goes_through_a_private_ray_head(cli_env, tmp_path) ->
 
 def test_a_failing_miles_run_exits_3_and_a_stopped_one_is_stopped(cli_env, tmp_path) -> None:
     failing = RunDir(tmp_path / "runs" / "failing")
-    out = ppodeck("run", "tiny-cpu", *SETS, "--engine", "miles", "--miles-root", str(STANDIN),
+    out = ppodeck("run", PRESET, *SETS, "--engine", "miles", "--miles-root", str(STANDIN),
                   "--run-dir", str(failing.path), env={**cli_env, "STANDIN_EXIT": "2"})
     assert out.returncode == 3, out.stderr[-3000:]
     status = read_status(failing)
     assert status["state"] == "failed" and "exit code 2" in status["detail"]
 
     stopped = RunDir(tmp_path / "runs" / "stopped")
-    out = ppodeck("run", "tiny-cpu", "--set", "num-rollout=500", "--engine", "miles",
+    out = ppodeck("run", PRESET, "--set", "num-rollout=500", "--engine", "miles",
                   "--miles-root", str(STANDIN), "--run-dir", str(stopped.path), "--detach",
                   env={**cli_env, "STANDIN_ROLLOUT_S": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
@@ -114,7 +115,7 @@ def test_a_failing_miles_run_exits_3_and_a_stopped_one_is_stopped(cli_env, tmp_p
 
 def test_a_submitted_miles_run_is_a_job_on_the_cluster(ray_cluster, cli_env, tmp_path) -> None:
     rundir = RunDir(tmp_path / "runs" / "submitted")
-    out = ppodeck("run", "tiny-cpu", *SETS, "--engine", "miles", "--miles-root", str(STANDIN),
+    out = ppodeck("run", PRESET, *SETS, "--engine", "miles", "--miles-root", str(STANDIN),
                   "--submit", ray_cluster.dashboard_url, "--run-dir", str(rundir.path),
                   env=cli_env)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -140,7 +141,7 @@ def test_without_the_jobs_api_train_py_is_the_supervisors_child(cli_env, tmp_pat
     env = {**cli_env, "PPODECK_MILES_DIRECT": "1",
            "PPODECK_MILES_DEPARTURES": str(departures)}
     rundir = RunDir(tmp_path / "runs" / "direct")
-    out = ppodeck("run", "tiny-cpu", *SETS, "--engine", "miles", "--miles-root", str(STANDIN),
+    out = ppodeck("run", PRESET, *SETS, "--engine", "miles", "--miles-root", str(STANDIN),
                   "--run-dir", str(rundir.path), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     log = rundir.driver_log.read_text()
@@ -157,7 +158,7 @@ def test_without_the_jobs_api_train_py_is_the_supervisors_child(cli_env, tmp_pat
     assert "a stub module" in warned
 
     stopped = RunDir(tmp_path / "runs" / "direct-stopped")
-    out = ppodeck("run", "tiny-cpu", "--set", "num-rollout=500", "--engine", "miles",
+    out = ppodeck("run", PRESET, "--set", "num-rollout=500", "--engine", "miles",
                   "--miles-root", str(STANDIN), "--run-dir", str(stopped.path), "--detach",
                   env={**env, "STANDIN_ROLLOUT_S": "1"})
     assert out.returncode == 0, out.stderr[-3000:]

@@ -198,7 +198,7 @@ def test_report_lines_name_each_section() -> None:
 def test_an_unclosed_quote_keeps_its_last_character_whole() -> None:
     """A cut paste ends inside "...": the last character is kept, not split mid-UTF-8 into a
     surrogate that no preset file can hold (found by tests/reliability/test_fuzz.py)."""
-    assert import_script('0"\u00e9', env={}).config.passthrough == ("0\u00e9",)
+    assert import_script('--x 0"\u00e9', env={}).config.passthrough == ("--x", "0\u00e9")
     report = import_script('python3 train.py --wandb-group "run\u00e9"', env={})
     assert report.config.values["wandb_group"] == "run\u00e9"
 

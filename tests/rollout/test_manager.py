@@ -131,10 +131,11 @@ def test_synthetic_task_uses_its_own_record_keys(tmp_path: Path) -> None:
     args = tiny_args(tmp_path, input_key="input", label_key=None, rollout_batch_size=2,
                      global_batch_size=None)
     mgr = RolloutManager(args)
-    assert not any("ignored" in note for note in mgr.init()["notes"])
+    assert not any("ignored" in note for note in mgr.init()["overrides"])
     assert all(p.label in "0123456789" and p.metadata for p in mgr.source.prompts)
     odd = RolloutManager({**args, "input_key": "question"})
-    assert any("--input-key question ignored" in note for note in odd.init()["notes"])
+    # an override of what was asked: the driver announces it as a warning, not a note
+    assert any("--input-key question ignored" in note for note in odd.init()["overrides"])
 
 
 def test_sglang_backend_without_cuda_or_sglang_is_refused_by_name(tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def test_a_remote_rm_gets_every_sample_and_its_answers_are_trained_on(tmp_path: 
     (its samples name no rm_type of their own, so the flag reaches every one)."""
     with RewardServer() as server:
         mgr = started(tmp_path, rm_type="remote_rm", rm_url=server.url)
-        assert not any("wins over --rm-type" in note for note in mgr.info["notes"])
+        assert not any("wins over --rm-type" in note for note in mgr.info["overrides"])
         assert any(f"remote reward model: {server.url}" in n for n in mgr.info["notes"])
         batch = mgr.generate(0)
         mgr.shutdown()

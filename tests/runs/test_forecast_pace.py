@@ -139,12 +139,15 @@ def test_a_gpu_without_its_own_runs_is_scaled_from_kept_evidence_by_machine_fact
     config = resolve_preset(load_preset("qwen3-0.6b-ppo-1gpu")).with_values(
         rollout_backend="hf", num_rollout=3)
     r = resolve(config)
-    report = check(config, replace(CPU_MACHINE, gpus=1, kind="gpu: NVIDIA H100 80GB HBM3 x1",
+    assert not any("A100" in c.machine for c in kept)
+    report = check(config, replace(CPU_MACHINE, gpus=1, kind="gpu: NVIDIA A100-SXM4-80GB x1",
                                    calibrations=kept))
-    on_h200 = check(config, replace(CPU_MACHINE, gpus=1, kind="gpu: NVIDIA H200 x1",
-                                    calibrations=kept)).forecast
     assert report.forecast.basis.startswith("machine facts")
-    assert report.forecast.seconds > on_h200.seconds  # the H100's decode is slower
+    for kind in ("gpu: NVIDIA H200 x1", "gpu: NVIDIA H100 80GB HBM3 x1"):  # the kept GPUs
+        own = check(config, replace(CPU_MACHINE, gpus=1, kind=kind, calibrations=kept)).forecast
+        assert "scaled" not in own.basis
+        for phase in ("generate", "actor_train", "critic_train"):  # slower decode and matmuls
+            assert report.forecast.phase_s[phase] > own.phase_s[phase]
     assert report.forecast.gpu_hours == pytest.approx(report.forecast.seconds / 3600)
     assert r["num_rollout"] == 3
 
@@ -236,3 +239,14 @@ def test_the_kept_calibrations_match_their_evidence() -> None:
     done = subprocess.run([sys.executable, str(root / "bench" / "forecast_kept.py"), "--check"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+def test_a_gpu_with_its_own_kept_run_is_forecast_from_it_not_scaled() -> None:
+    """The H100 run kept from the GPU session (bench/results/forecast-qwen3-0.6b-h100) is this
+    GPU kind's calibration: no machine-facts scaling."""
+    config = resolve_preset(load_preset("qwen3-0.6b-ppo-1gpu")).with_values(
+        rollout_backend="hf", num_rollout=12)
+    out = check(config, replace(CPU_MACHINE, gpus=1, kind="gpu: NVIDIA H100 80GB HBM3 x1",
+                                calibrations=kept_calibrations())).forecast
+    assert out.basis.startswith("kept evidence bench/results/forecast-qwen3-0.6b-h100")
+    assert "scaled" not in out.basis

@@ -164,6 +164,11 @@ def test_a_compile_failure_runs_every_layer_eager_with_one_warning(monkeypatch) 
         want, _ = _run(eager, 2, 9, 0)
     torch.testing.assert_close(out, want)
     assert all(layer._compiled_call_impl.state["failed"] for layer in compiled.decoder.layers)
+    from ppodeck.engine.train.layer_compile import new_fallback
+
+    said = new_fallback(compiled)  # the driver announces it once (Telemetry.announce)
+    assert said is not None and "inductor exploded" in said and "run eager" in said
+    assert new_fallback(compiled) is None and new_fallback(eager) is None
 
 
 def test_the_switch_picks_layers_ops_or_none(monkeypatch) -> None:

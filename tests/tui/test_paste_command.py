@@ -176,3 +176,87 @@ async def test_a_python_launcher_path_with_its_options_imports_as_python(
         saved = app.screen._toml("from-launcher", "", "")
     assert 'hf-checkpoint = "Qwen/Qwen3-1.7B"' in saved  # [provenance.sources], for prepare
     assert "prepare_steps.py:" in saved  # each flag's line
+
+
+def _cli_counts_all(script: str) -> tuple[int, int, int]:
+    import re
+
+    from typer.testing import CliRunner
+
+    from ppodeck.app.cli.root import app as cli
+
+    Path("pasted.sh").write_text(script)
+    out = CliRunner().invoke(cli, ["validate", "--from-command", "pasted.sh"]).stdout
+    found = re.search(r"\((\d+) errors?, (\d+) warnings?, (\d+) infos?\)", out)
+    assert found, out
+    return int(found.group(1)), int(found.group(2)), int(found.group(3))
+
+
+async def test_knock_ons_fold_under_their_cause_counted_as_validate_counts(
+        tui_env: Path) -> None:
+    """A refused value's knock-ons are one folded row (▸) in the dialog and the Issues panel;
+    enter unfolds them (▾); the counts are validate --from-command's, in both."""
+    from ppodeck.app.tui.widgets.issues_panel import IssuesPanel
+
+    script = SCRIPT.replace("--advantage-estimator ppo", "--advantage-estimator ppo "
+                            "--num-rollout ten --lr-decay-style linear")
+    errors, warnings, infos = _cli_counts_all(script)
+    app = PPODeckApp()
+    async with app.run_test(size=(140, 44)) as pilot:
+        screen = await _import(pilot, app, script)
+        report = str(screen.query_one("#paste-report").render())
+        assert (f"issues ({errors} error{'s' * (errors != 1)}, {warnings} warning"
+                f"{'s' * (warnings != 1)}, {infos} info{'s' * (infos != 1)})") in report
+        assert "▸ info input.knock_on" in report
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, EditScreen))
+        editor = app.screen
+        panel = editor.query_one(IssuesPanel)
+        await wait_until(pilot, lambda: bool(panel.issues))
+        assert (panel.counts["error"], panel.counts["warning"], panel.counts["info"]) == (
+            errors, warnings, infos)
+        [summary] = [i for i in panel.issues if i.knock_ons]
+        assert {i.code for i in summary.knock_ons} >= {"data.num_rollout_required"}
+        assert all(i.code != "data.num_rollout_required" for i in panel.issues)
+        row = panel.rows.index(summary)
+        assert str(panel.get_option_at_index(row).prompt).startswith("▸")
+        rows = len(panel.rows)
+        from ppodeck.app.tui.widgets.view_tabs import ViewTabs
+
+        editor.query_one(ViewTabs).active = "issues"
+        await wait_until(pilot, lambda: panel.display and panel.region.height > 0, timeout=15)
+        panel.focus()
+        await wait_until(pilot, lambda: panel.has_focus)
+        await wait_until(pilot, lambda: "num_rollout" in editor.parse_errors,  # "ten" mounted
+                         timeout=30)
+        assert (panel.counts["error"], panel.counts["warning"], panel.counts["info"]) == (
+            errors, warnings, infos)  # the field's parse error is the refusal, not one more
+        rows, row = len(panel.rows), panel.rows.index(summary)
+        panel.highlighted = row
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(panel.rows) == rows + len(summary.knock_ons))
+        assert str(panel.get_option_at_index(row).prompt).startswith("▾")
+        assert panel.counts["error"] == errors  # unfolding shows them, it does not count them
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(panel.rows) == rows)
+
+
+async def test_an_unreadable_paste_is_one_error_until_its_config_is_edited(
+        tui_env: Path) -> None:
+    from ppodeck.app.tui.widgets.issues_panel import IssuesPanel
+
+    app = PPODeckApp()
+    async with app.run_test(size=(140, 44)) as pilot:
+        screen = await _import(pilot, app, "echo hi\n")
+        report = str(screen.query_one("#paste-report").render())
+        assert "issues (1 error, 0 warnings, 1 info)" in report
+        assert "command.no_train_command" in report
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, EditScreen))
+        editor = app.screen
+        panel = editor.query_one(IssuesPanel)
+        await wait_until(pilot, lambda: bool(panel.issues))
+        assert [i.code for i in panel.issues] == ["command.no_train_command", "input.knock_on"]
+        editor.config = editor.config.with_values(num_rollout=3)
+        editor._revalidate()
+        assert "model.shape_required" in {i.code for i in panel.issues}  # judged as it is

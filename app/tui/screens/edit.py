@@ -24,6 +24,7 @@ from textual.timer import Timer
 from textual.widgets import Button, Collapsible, Input, Static
 
 from ....engine.config import BY_DEST, BY_NAME, FLAGS, Flag, Report, RunConfig, check, to_argv
+from ....engine.config.knock_on import knock_on_tree
 from ....engine.config.schema import GROUP_TITLES, GROUPS
 from ....engine.run.pace import machine_here
 from .. import drafts
@@ -122,6 +123,11 @@ def matching_dests(query: str) -> frozenset[str]:
 def masked_argv(config: RunConfig) -> list[str]:
     """to_argv with secret values replaced by a mask (never shown, never exported)."""
     return to_argv(config, show_secrets=False)
+
+
+def _panel_issue(issue: Any, knock_ons: tuple[Any, ...] = ()) -> PanelIssue:
+    return PanelIssue(issue.level, issue.code, tuple(issue.flags), issue.message, issue.fix,
+                      tuple(_panel_issue(i) for i in knock_ons))
 
 
 def _parse_issue(dest: str, message: str) -> PanelIssue:
@@ -347,8 +353,18 @@ class EditScreen(Screen[None]):
 
     def panel_issues(self) -> list[PanelIssue]:
         parse = [_parse_issue(dest, message) for dest, message in self.parse_errors.items()]
-        return parse + [PanelIssue(i.level, i.code, tuple(i.flags), i.message, i.fix)
-                        for i in [*self._import_issues(), *self.report.issues]]
+        typed = {BY_DEST[dest].name for dest in self.parse_errors}  # their parse error says it
+        return parse + [_panel_issue(i, knock_ons) for i, knock_ons in self._grouped_issues()
+                        if not (i.code == "value.bad_type" and set(i.flags) <= typed)]
+
+    def _grouped_issues(self) -> list[tuple[Any, tuple[Any, ...]]]:
+        """The import's issues and check()'s, knock-ons grouped as `validate --from-command`
+        groups them; an unreadable import's only while its (empty) config is unedited."""
+        checked = list(self.report.issues)
+        if self.imported and self.preset is None:
+            edited = self.config != self.imported.config
+            return self.imported.judged_tree(checked, config_edited=edited)
+        return knock_on_tree([], checked)
 
     def _import_issues(self) -> list[Any]:
         """What the import itself found (unresolved variables, flags it could not read), as
@@ -429,7 +445,7 @@ class EditScreen(Screen[None]):
         launch = self.query_one("#launch", Button)
         if launch.disabled != (self.error_count > 0):  # a restyle: only when it flips
             launch.disabled = self.error_count > 0
-        launch.tooltip = (f"fix {self.error_count} error(s) first" if launch.disabled
+        launch.tooltip = (f"fix {counts['error']} error(s) first" if launch.disabled
                           else "launch this config")
         self.query_one(ViewTabs).set_label("issues",
                                            f"Issues ✖{counts['error']} ⚠{counts['warning']}")
@@ -785,7 +801,8 @@ class EditScreen(Screen[None]):
             body.append("\n\nThis machine cannot hold the run now; launching here is refused:"
                         "\n", "bold red")
             body.append(refusal_text(refused))
-        self.app.push_screen(LaunchDialog("Launch run", body), self._launch_confirmed)
+        self.app.push_screen(LaunchDialog("Launch run", body, config=self.config),
+                             self._launch_confirmed)
 
     def _launch_confirmed(self, choice: LaunchChoice | bool | None) -> None:
         if isinstance(choice, LaunchChoice):

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from ....engine.run.bounds import SpeedWatch, speed_context
 from ....engine.run.pace import PaceWatch
 from ....engine.run.state import RunState
 from ....engine.vocabulary import FINAL_STATES, INIT_PHASE, INIT_STEP_LABEL, Kind, Metric, State
@@ -32,6 +33,7 @@ from ..widgets.metric_chart import Line, MetricChart
 from ..widgets.offload_panel import OffloadPanel
 from ..widgets.phase_timeline import PhaseTimeline
 from ..widgets.run_header import HeaderData, RunHeader
+from ..widgets.speed_panel import SpeedPanel
 from ..widgets.view_tabs import ViewTabs
 
 FLUSH_S = 0.2  # at most five UI updates a second (bench: p95 lag 0.275 s at 0.25, 0.221 s at 0.2)
@@ -130,6 +132,7 @@ class MonitorScreen(Screen[None]):
         self.fixed_now = now  # tests freeze the clock of live runs
         self.state = RunState()
         self.pace = PaceWatch(None)  # its forecast arrives with status.json
+        self.speed = SpeedWatch(speed_context(run_dir)) if run_dir is not None else None
         self.tail_ended: str | None = None  # why the tail worker stopped (None while reading)
         self.stop_reading = threading.Event()
         self.batch_applied = threading.Event()
@@ -164,6 +167,7 @@ class MonitorScreen(Screen[None]):
                     yield MetricChart(title, lines, id=chart_id, classes="chart")
             with Vertical(id="pane-gpu", classes="pane"):
                 yield OffloadPanel(id="offload-panel")
+                yield SpeedPanel(id="speed-panel")
             with Vertical(id="pane-timeline", classes="pane"):
                 yield Static("phase timeline", classes="panel-title")
                 yield PhaseTimeline(id="phase-timeline")
@@ -175,6 +179,7 @@ class MonitorScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self._refresh_all({Kind.STATUS})
+        self._refresh_speed()
         if self.replay is not None:
             self.replay_worker(self.replay)
         elif self.run_dir is not None:
@@ -337,6 +342,9 @@ class MonitorScreen(Screen[None]):
                 changed = self.state.apply(message.events)
                 for event in message.events:
                     self.pace.after(event)
+                    if self.speed is not None:
+                        self.speed.after(event)
+                self._refresh_speed()
                 for warning in message.warnings:
                     self.notify(warning, severity="warning", timeout=6)
                 self._refresh_all(changed)
@@ -388,6 +396,15 @@ class MonitorScreen(Screen[None]):
             log_tail = self.query_one(LogTail)
             log_tail.append(self.state.new_logs(log_tail.shown_total), self.state.first_ts,
                             self.state.logs_total)
+
+    def _refresh_speed(self) -> None:
+        """The verdict (engine/run/bounds.py); a finished run's last rollout counts too."""
+        if self.speed is None:
+            return
+        if self.state.finished:
+            self.speed.end()
+        self.query_one(SpeedPanel).show(self.speed.last or self.speed.fold.verdict(
+            self.speed.ctx))
 
     def _add_eval_lines(self) -> None:
         """Each eval dataset's reward joins the reward chart once its first eval arrived."""

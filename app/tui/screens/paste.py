@@ -43,14 +43,22 @@ _COUNT = re.compile(r"\((\d+)\)")
 LISTED_ABOVE = {"command.unresolved_variable"}  # "unresolved" lists each, with its line
 
 
-def report_text(report: ImportReport, width: int) -> Text:
+def report_text(report: ImportReport, width: int,
+                judged: list[tuple[Issue, tuple[Issue, ...]]] | None = None) -> Text:
     """The import report with its sections marked (what needs a look stands out), each line
-    wrapped under its own indent, so long flag lists stay readable in `width` columns."""
+    wrapped under its own indent, so long flag lists stay readable in `width` columns.
+    `judged`: the import's issues and check()'s, knock-ons grouped (ImportReport.judged_tree),
+    counted as `validate --from-command` counts them; else the import's own issues."""
     styled = [(line, _line_style(line)) for line in report.lines()]
-    issues = [i for i in report.issues if i.code not in LISTED_ABOVE]
-    if issues:
-        styled.append(("  issues:", "bold"))
-        styled += [(f"    {_issue_line(i)}", LEVEL_STYLES.get(i.level, "")) for i in issues]
+    shown = judged if judged is not None else [(i, ()) for i in report.issues]
+    if shown:
+        levels = [i.level for i, _ in shown]
+        counts = ", ".join(_count(levels.count(level), level)
+                           for level in ("error", "warning", "info"))
+        styled.append((f"  issues ({counts}):", "bold"))
+        styled += [(f"    {_issue_line(i, bool(knock_ons))}", LEVEL_STYLES.get(i.level, ""))
+                   for i, knock_ons in sorted(shown, key=lambda s: _ORDER[s[0].level])
+                   if i.code not in LISTED_ABOVE]
     text = Text()
     for number, (line, style) in enumerate(styled):
         if number:
@@ -81,8 +89,25 @@ def _line_style(line: str) -> str:
     return "bold"
 
 
-def _issue_line(issue: Issue) -> str:
-    return f"{issue.level} {issue.code}: {issue.message}"
+_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def _count(number: int, level: str) -> str:
+    return f"{number} {level}{'' if number == 1 else 's'}"
+
+
+def _issue_line(issue: Issue, folded: bool = False) -> str:
+    """`folded`: a knock-on summary, whose issues the editor's Issues panel unfolds."""
+    return (f"{'▸ ' if folded else ''}{issue.level} {issue.code}: {issue.message}"
+            + (" (Open in editor: the Issues panel lists them)" if folded else ""))
+
+
+def _judged(report: ImportReport) -> list[tuple[Issue, tuple[Issue, ...]]]:
+    """What `validate --from-command` shows for it: check() on this machine, grouped."""
+    from ....engine.config import check
+    from ....engine.run.pace import machine_here
+
+    return report.judged_tree(list(check(report.config, machine_here()).issues))
 
 
 class PasteCommandScreen(ModalScreen["ImportReport | None"]):
@@ -99,6 +124,7 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
         super().__init__(id="paste-dialog")
         self.initial_text = text
         self.imported: ImportReport | None = None
+        self.judged: list[tuple[Issue, tuple[Issue, ...]]] | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -139,6 +165,7 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
             self._show(f"could not import: {type(exc).__name__}: {exc}")
             return
         self.imported = report
+        self.judged = _judged(report)
         self._show_report()
         self.add_class("-imported")  # the box shrinks: the report gets the room
         self.query_one("#paste-report-scroll").scroll_home(animate=False)
@@ -190,7 +217,7 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
     def _show_report(self) -> None:
         assert self.imported is not None
         width = self.query_one("#paste-report-scroll").scrollable_content_region.width
-        self._show(report_text(self.imported, width - 1))  # a cell for the scrollbar
+        self._show(report_text(self.imported, width - 1, self.judged))  # a scrollbar cell
 
     def _show(self, text: str | Text) -> None:
         # Text, never markup: a script's ${ARR[@]} would read as a markup tag

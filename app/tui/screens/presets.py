@@ -104,7 +104,7 @@ def preview(preset: Preset) -> Text:
             head.append(f"✖ {error}\n", "red")
         return head
     from ....engine.config import RunConfig
-    from ....engine.presets import diff_configs, resolve_preset
+    from ....engine.presets import diff_configs, preset_engines, resolve_preset
 
     try:
         diffs = diff_configs(RunConfig(), resolve_preset(preset))
@@ -124,6 +124,8 @@ def preview(preset: Preset) -> Text:
     if preset.extends:
         head.append("\nextends: ", "dim")
         head.append(preset.extends, "bold")
+    head.append("\nruns on: ", "dim")
+    head.append(", ".join(preset_engines(preset)))
     head.append(f"\n\n{len(diffs)} flag(s) changed from the defaults\n", "bold")
     # plain aligned Text, not a rich Table: the preview redraws on every cursor move
     width = max((len(d.flag) for d in diffs), default=4) + 2

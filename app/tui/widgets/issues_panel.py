@@ -1,5 +1,6 @@
 """Every error, warning and info of the current config, with its fix; selecting one focuses
-the flag it is about (FlagField via IssuesPanel.Selected)."""
+the flag it is about (FlagField via IssuesPanel.Selected). Knock-on issues (engine/config/
+knock_on.py) sit folded under their summary row (▸); selecting it unfolds them (▾)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class PanelIssue:
     flags: tuple[str, ...]
     message: str
     fix: str
+    knock_ons: tuple[PanelIssue, ...] = ()  # the issues grouped under this one, folded
 
 
 class IssuesPanel(OptionList):
@@ -35,39 +37,67 @@ class IssuesPanel(OptionList):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.issues: tuple[PanelIssue, ...] = ()
+        self.rows: list[PanelIssue] = []  # what each option shows: issues, unfolded knock-ons
+        self.unfolded: set[str] = set()  # the messages of the summaries shown open
 
     def show(self, issues: Sequence[PanelIssue]) -> None:
         ordered = tuple(sorted(issues, key=lambda i: LEVEL_ORDER.get(i.level, 3)))
         if ordered == self.issues:
             return
-        highlighted = self.highlighted
         self.issues = ordered
+        self.unfolded &= {i.message for i in ordered if i.knock_ons}
+        self._fill()
+
+    def _fill(self) -> None:
+        highlighted = self.highlighted
         self.clear_options()
-        if not ordered:
+        self.rows = []
+        if not self.issues:
             self.add_option(Option(Text("✔ no issues", "bold green"), disabled=True))
             return
-        self.add_options([Option(self._prompt(issue), id=str(i))
-                          for i, issue in enumerate(ordered)])
+        options = []
+        for issue in self.issues:
+            unfold = issue.message in self.unfolded
+            self.rows.append(issue)
+            options.append(Option(self._prompt(issue, unfold), id=str(len(self.rows) - 1)))
+            for knock_on in issue.knock_ons if unfold else ():
+                self.rows.append(knock_on)
+                options.append(Option(self._prompt(knock_on, indent="    "),
+                                      id=str(len(self.rows) - 1)))
+        self.add_options(options)
         if highlighted is not None and self.has_focus:
-            self.highlighted = min(highlighted, len(ordered) - 1)
+            self.highlighted = min(highlighted, len(self.rows) - 1)
+
+    def toggle(self, issue: PanelIssue) -> None:
+        """Fold or unfold a summary's knock-on issues."""
+        self.unfolded ^= {issue.message}
+        self._fill()
 
     @staticmethod
-    def _prompt(issue: PanelIssue) -> Text:
+    def _prompt(issue: PanelIssue, unfolded: bool = False, indent: str = "") -> Text:
         icon, style = LEVEL_STYLE.get(issue.level, ("•", "bold"))
-        text = Text(f"{icon} ", style)
-        if issue.flags:
+        fold = ("▾ " if unfolded else "▸ ") if issue.knock_ons else ""
+        text = Text(f"{indent}{fold}{icon} ", style)  # the level's style is the row's base
+        if issue.flags and not issue.knock_ons:
             text.append(" ".join(issue.flags), "bold")
             text.append(": ")
         text.append(issue.message)
         if issue.fix:
-            text.append("\n  fix: ", "dim")
+            text.append(f"\n{indent}  fix: ", "dim")
             text.append(issue.fix, "italic")
+        if issue.knock_ons and not unfolded:
+            text.append(f"\n{indent}  enter: show them", "dim")
         return text
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        if event.option.id is not None:
-            self.post_message(self.Selected(self.issues[int(event.option.id)]))
+        if event.option.id is None:
+            return
+        issue = self.rows[int(event.option.id)]
+        if issue.knock_ons:
+            self.toggle(issue)
+        else:
+            self.post_message(self.Selected(issue))
 
     @property
     def counts(self) -> dict[str, int]:
