@@ -20,8 +20,8 @@ from pathlib import Path
 
 ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 KEYS = {"enter": b"\r", "tab": b"\t", "backspace": b"\x7f", "escape": b"\x1b",
-        "ctrl+q": b"\x11", "ctrl+f": b"\x06", "down": b"\x1b[B", "up": b"\x1b[A",
-        "home": b"\x1b[H"}
+        "down": b"\x1b[B", "up": b"\x1b[A", "home": b"\x1b[H",
+        **{f"ctrl+{letter}": bytes([ord(letter) - 96]) for letter in "fglqsty"}}
 
 
 def entry_code(tree: Path) -> str:

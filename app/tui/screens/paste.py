@@ -116,6 +116,9 @@ class PasteCommandScreen(ModalScreen["ImportReport | None"]):
     BINDINGS = [Binding("escape", "cancel", "Cancel"),
                 Binding("ctrl+y", "import_text", "Import", priority=True)]  # over TextArea redo
     TYPEAHEAD = True  # keys typed while it opens wait for its focus (typeahead.py)
+    # the box, from the first focus on: with Textual's default (the first focusable widget)
+    # the keys typed while the dialog opened went into the name field above it
+    AUTO_FOCUS = "#paste-text"
 
     def __init__(self, text: str = "") -> None:
         super().__init__(id="paste-dialog")
