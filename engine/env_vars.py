@@ -118,6 +118,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PPODECK_RELIABILITY_FIGURES", "test", "(unset: no figures kept)",
            "a JSON file the reliability tests add their measured figures to (set by "
            "bench/reliability_figures.py)"),
+    EnvVar("PPODECK_TEST_HOLD_PHASE", "test", "(unset)",
+           "NAME:ROLLOUT: the driver waits 300 s when that phase starts, so a test's SIGKILL "
+           "lands there on a loaded machine too (tests/reliability/killed_run.py)"),
     EnvVar("PPODECK_TEST_FLIP_ADVANTAGES", "test", "0",
            "1: the actor trains on negated advantages, a deliberately broken loss that "
            "`ppodeck canary` must catch (its own test)"),

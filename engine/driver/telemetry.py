@@ -8,6 +8,7 @@ Metrics also go to wandb / TensorBoard (engine/driver/tracking.py) when --use-wa
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -35,6 +36,9 @@ def process_tree_rss(root_pid: int) -> int:
     return total
 
 
+HOLD_SECONDS = 300.0  # longer than any test waits to kill a held driver
+
+
 class Telemetry:
     def __init__(self, writer: EventWriter, root_pid: int,
                  torch_reserved: Callable[[], dict[str | int, int]] | None = None) -> None:
@@ -49,6 +53,9 @@ class Telemetry:
         # loop, in call order (one worker)
         self._tracker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracking")
         self._rounded_pins_shown: set[str] = set()  # models whose pinning fell back, warned once
+        # a test's kill point (PPODECK_TEST_HOLD_PHASE=NAME:ROLLOUT): the driver waits there, so
+        # the kill lands in that phase whatever the machine's load
+        self._hold_at = os.environ.get("PPODECK_TEST_HOLD_PHASE")
 
     def start_tracking(self, args: Mapping[str, Any]) -> None:
         """wandb / TensorBoard for this run's metrics; their libraries load only when on."""
@@ -66,6 +73,8 @@ class Telemetry:
         nested = {} if parent is None else {"parent": parent}
         self.writer.emit(Kind.PHASE, name=name, state=PHASE_START, rollout_id=rollout_id,
                          **nested)
+        if self._hold_at == f"{name}:{rollout_id}":
+            time.sleep(HOLD_SECONDS)
         start = time.perf_counter()
         extra: dict[str, Any] = {}
         yield extra

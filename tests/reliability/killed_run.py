@@ -5,9 +5,11 @@ one such run, not two.
 
 While it trains, its process tree and listening sockets are recorded; it saves every 2 rollouts
 (rollouts 1 and 3, each checked by the driver) and the driver is SIGKILLed when rollout 5's
-critic phase starts. It carries a W&B key, to prove that secrets reach no file. `pristine` is a
-copy taken right after the kill: tests that damage or resume a copy start from it, whatever the
-driver-kill resume has since appended to the original.
+critic phase starts, where PPODECK_TEST_HOLD_PHASE holds it (a kill that polled for the phase
+could land after rollout 5's save on a loaded machine). It carries a W&B key, to prove that
+secrets reach no file. `pristine` is a copy taken right after the kill: tests that damage or
+resume a copy start from it, whatever the driver-kill resume has since appended to the
+original.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def start_and_kill(root: Path, started: list[int]) -> KilledRun:
             "--set",
             f"wandb-key={SECRET}",
         ],
-        env,
+        {**env, "PPODECK_TEST_HOLD_PHASE": f"critic_train:{KILL_ROLLOUT}"},
     )
     pid = helpers.status_of(rundir)["pid"]
     started.append(pid)
