@@ -1,12 +1,14 @@
 """Machine: what the machine that will run a config offers, as check() takes it (PURE).
 
-engine/config/rules_engine.py probes it (`this_machine`, `current_machine`); the rules that
-judge a config against it (rules_engine, rules_memory, the forecast) take it as an argument.
+engine/config/rules_engine.py probes it (`this_machine`, `current_machine`; its environment
+comes from the edge); the rules that judge a config against it (rules_engine, rules_memory,
+the forecast) take it as an argument.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .forecast import Calibration
@@ -30,6 +32,10 @@ class Machine:
     calibrations: tuple[Calibration, ...] = ()  # kept runs' timings (engine/config/forecast.py)
     load: float | None = None  # 1-min load average when probed for a forecast (engine/run/pace)
     cpus: int | None = None
+    # the environment the run starts in (RAY_ADDRESS, PPODECK_HOME, PPODECK_CODE_DIR,
+    # PPODECK_DECODE): read at the edge (engine/host/machine.py's environment()), so the config
+    # layer reads none itself; named, never defaulted, so no builder forgets it
+    env: Mapping[str, str] = field(kw_only=True, hash=False)
 
     @property
     def cuda(self) -> bool:

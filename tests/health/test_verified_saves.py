@@ -5,6 +5,7 @@ of the actor's or the critic's save, never loads it, and takes the newest whole 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def copy(saved_run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def _args(rundir: RunDir) -> dict:
     config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
     config = config.with_values(load=config.get("save"), run_dir=str(rundir.path))
-    return resolve(config)
+    return resolve(config, os.environ)
 
 
 def _cli() -> typer.Typer:

@@ -26,7 +26,8 @@ DISAGREEMENTS = HERE / "disagreements.json"
 ENGINES = ("miles", "ppodeck")
 # miles parsed as if on a Hopper cluster (the oracle's GPU stand-in); PPO Deck judges against
 # a machine that lacks nothing either, so only the flags decide both verdicts
-CLUSTER = Machine(gpus=1 << 20, transformer_engine=True, sglang=True, megatron_bridge=True)
+CLUSTER = Machine(gpus=1 << 20, transformer_engine=True, sglang=True, megatron_bridge=True,
+                  env=os.environ)
 
 
 def recorded() -> dict:
