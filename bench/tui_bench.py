@@ -23,8 +23,9 @@ Each figure is printed next to its goal as a ratio (< 1.0 meets the goal).
   from the moment the key is written to the terminal until the screen shows its effect:
   Enter on the picker's first preset -> the editor's open groups painted with their fields;
   a key in the flag search -> that character on screen, and -> the groups filtered (the PPO
-  group's "N matches" for the query so far); a key in --eps-clip that breaks the config
-  (`-` before 0.2) -> "✖ 1" in the editor's summary. With --compare, the
+  group's "N matches" for the query so far, or the search's "N flags match in" line); a key
+  in --eps-clip that breaks the config (`-` before 0.2) -> "✖ 1" in the editor's summary.
+  With --compare, the
   other checkout runs alternately in the same sitting (the machine is shared: only figures
   from one sitting compare).
 """
@@ -429,11 +430,13 @@ SEARCH_WORD = "eps-clip"
 SETTLE_S = 3.0  # between steps: each measures one key on an app that has caught up
 
 
-def _ppo_group_matches(query: str) -> int:
+def _matches(query: str) -> tuple[int, int]:
+    """(the PPO group's matches, all matches) for `query`."""
     from ppodeck.app.tui.screens.edit import flag_matches
     from ppodeck.engine.config import FLAGS
 
-    return sum(flag_matches(f, query) for f in FLAGS if f.group == "ppo")
+    hits = [f for f in FLAGS if flag_matches(f, query)]
+    return sum(f.group == "ppo" for f in hits), len(hits)
 
 
 def _since(pty, written: float, pattern: str) -> float:
@@ -458,10 +461,13 @@ def _keys_once(tree: Path, env: dict[str, str], figures: dict[str, list[float]])
             pty.set_mark()
             written = pty.write(query[-1])
             figures["key_char_s"].append(_since(pty, written, re.escape(query)))
-            matches = _ppo_group_matches(query)
+            matches, total = _matches(query)
             if matches != shown:  # an unchanged count is not repainted: nothing to wait for
+                # the PPO group's title, or the search's summary line above the groups (when
+                # the groups the search opened push the PPO group below the screen)
                 figures["search_s"].append(_since(
-                    pty, written, rf"PPO algorithm \(\d+\)\s+{matches} match"))
+                    pty, written, rf"PPO algorithm \(\d+\)\s+{matches} match|"
+                                  rf"\b{total} flags? match in"))
                 shown = matches
             time.sleep(SETTLE_S / 4)
         pty.write("enter")  # to the first match, --eps-clip (0.2 in every preset here)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
     from ...engine.miles.script_import import ImportReport
+    from .screens.edit import EditScreen
 
 
 RELEASE_POLL_S = 0.02  # how often held keys look for a screen that can take them
@@ -50,6 +51,8 @@ class PPODeckApp(App[None]):
         self.fixed_now = now  # tests: freeze the wall clock of live runs
         self.drivers: list[subprocess.Popen[bytes]] = []
         self.typeahead = Typeahead()
+        # (preset, the editor built for it while the picker rested, the drafts it read)
+        self.prebuilt: tuple[str, EditScreen, tuple[object, ...]] | None = None
 
     def on_mount(self) -> None:
         self.set_interval(2.0, self._reap_drivers)
@@ -102,9 +105,14 @@ class PPODeckApp(App[None]):
         self.push_screen(PresetPickerScreen())
 
     def open_editor(self, preset: str | None) -> None:
-        """Open a preset (name or path; None = schema defaults) in the flag editor."""
+        """Open a preset (name or path; None = schema defaults) in the flag editor: the one
+        built while the picker rested on it, when its drafts have not changed since."""
         from .screens.edit import EditScreen, load_for_editing
 
+        ready = self.take_prebuilt(preset)
+        if ready is not None:
+            self.push_screen(ready)
+            return
         try:
             loaded = load_for_editing(preset)
         except Exception as exc:  # PresetError and friends: say why, stay where we are
@@ -113,6 +121,35 @@ class PPODeckApp(App[None]):
                 self.open_picker()
             return
         self.push_screen(EditScreen(*loaded))
+
+    # ---- the editor built ahead (prebuild.py) -------------------------------------------------
+
+    def prebuild_editor(self, preset: str) -> None:
+        """Build the editor for `preset` now, off screen, so Enter only has to show it."""
+        from . import prebuild
+
+        if self.prebuilt is not None and self.prebuilt[0] == preset:
+            return
+        self.drop_prebuilt()
+        self.prebuilt = prebuild.build(self, preset)
+
+    def take_prebuilt(self, preset: str | None) -> EditScreen | None:
+        from . import prebuild
+
+        held, self.prebuilt = self.prebuilt, None
+        if held is None:
+            return None
+        if held[0] == preset and prebuild.still_fresh(held):
+            return held[1]
+        prebuild.discard(self, held[1])
+        return None
+
+    def drop_prebuilt(self) -> None:
+        from . import prebuild
+
+        held, self.prebuilt = self.prebuilt, None
+        if held is not None:
+            prebuild.discard(self, held[1])
 
     def open_paste(self) -> None:
         """Paste a miles command or launch script; its import report; then the editor."""

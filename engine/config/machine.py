@@ -32,6 +32,9 @@ class Machine:
     calibrations: tuple[Calibration, ...] = ()  # kept runs' timings (engine/config/forecast.py)
     load: float | None = None  # 1-min load average when probed for a forecast (engine/run/pace)
     cpus: int | None = None
+    # MILES_EXPERIMENTAL_FT_TRAINER on in the environment miles' train.py inherits (a local
+    # `--engine miles` launch hands it this process's environment; engine/miles/drive.py)
+    miles_ft_trainer: bool = False
     # the environment the run starts in (RAY_ADDRESS, PPODECK_HOME, PPODECK_CODE_DIR,
     # PPODECK_DECODE): read at the edge (engine/host/machine.py's environment()), so the config
     # layer reads none itself; named, never defaulted, so no builder forgets it

@@ -183,6 +183,13 @@ _ROWS: tuple[tuple[str, str, str, int, str], ...] = (
         "assert args.dump_details is not None",
     ),
     (
+        "miles.ft_trainer_with_critic",
+        "miles",
+        ARGS,
+        3213,
+        "Shared Actor/Critic PPO is not supported with MILES_EXPERIMENTAL_FT_TRAINER=1",
+    ),
+    (
         "miles.critic_with_bridge",
         "miles",
         ARGS,
@@ -344,7 +351,6 @@ OWN_RULES: dict[str, str] = {
     "model.shape_required": "PPO Deck's: Megatron fails on a missing model shape without a "
     "message of its own",
     "model.vocab_required": "--model-init random is PPO Deck's own flag",
-    "ppo.indep_dp": "stricter than miles at the pin, which has no such assert (#46 class 5)",
     "rollout.group_rm_eval": "reward code named by flags: miles finds out when it is called",
     "rollout.rm_url_required": "reward code named by flags: miles finds out when it is called",
     "rollout.rm_url_scheme": "reward code named by flags: miles finds out when it is called",
@@ -362,3 +368,10 @@ def own_reason(code: str) -> str | None:
         if code == key or (key.endswith(".") and code.startswith(key)):
             return why
     return None
+
+
+def later_in_miles(code: str) -> str:
+    """The words a PPO Deck error uses when miles has the same check but runs it after
+    start-up (so miles' parser accepts the config): where, at the pin."""
+    source = BY_CODE[code]
+    return f"this check runs later in miles: {source.path}:{source.line}"

@@ -20,6 +20,7 @@ from .forecast import Forecast, Load, forecast, work_of
 from .issues import Issue, Out, Report
 from .issues import add as _issue
 from .issues import fl as _fl
+from .miles_sources import later_in_miles
 from .model import RunConfig
 from .resolve import resolve_values, split_values
 from .rules_engine import (
@@ -215,7 +216,8 @@ def _batch_arithmetic(e: dict, r: dict, s: set, out: Out, d: Derived) -> None:
         _issue(out, "error", "batch.not_enough_samples",
                ("rollout_batch_size", "n_samples_per_prompt", "global_batch_size"),
                f"Not enough samples {samples} for global_batch_size {gbs}: a rollout of "
-               f"{rbs} x {n} samples cannot fill one optimizer step.",
+               f"{rbs} x {n} samples cannot fill one optimizer step "
+               f"({later_in_miles('batch.not_enough_samples')}, after the first rollout).",
                "raise --rollout-batch-size / --n-samples-per-prompt or lower "
                "--global-batch-size")
         return

@@ -43,12 +43,13 @@ def this_machine() -> Machine:
     """Probed once per process: find_spec only (nothing is imported), NVML or /proc for GPUs;
     the environment as the edge hands it (engine/host/machine.py)."""
     from ..host.kind import machine_kind
-    from ..host.machine import environment, host_memory_bytes, visible_gpus
+    from ..host.machine import environment, host_memory_bytes, miles_ft_trainer, visible_gpus
 
     return Machine(gpus=visible_gpus(), transformer_engine=_importable("transformer_engine"),
                    sglang=_importable("sglang"), host_memory_bytes=host_memory_bytes(),
                    megatron_bridge=_installed("megatron-bridge"), kind=machine_kind(),
-                   calibrations=kept_calibrations(), env=environment())
+                   calibrations=kept_calibrations(), miles_ft_trainer=miles_ft_trainer(),
+                   env=environment())
 
 
 def live_holdings() -> Holdings | None:
@@ -111,7 +112,7 @@ def refused_flags(e: dict, s: set, out: Out) -> None:
             continue
         nearest = f"; what runs instead: {flag.engine.nearest}" if flag.engine.nearest else ""
         _issue(out, "error", "engine.refused", (dest,),
-               f"{flag.name} is refused by PPO Deck's engine: {flag.engine.reason}.",
+               f"our engine cannot run {flag.name}: {flag.engine.reason}.",
                f"drop {flag.name}{nearest}, or run the command with miles itself "
                "(`ppodeck command`)")
 
@@ -287,8 +288,8 @@ def _reward(r: dict, out: Out) -> None:
     base = base_type(rm)
     if base not in RM_TYPES and base != REMOTE_RM:
         _issue(out, "error", "engine.rm_type", ("rm_type",),
-               f"--rm-type {rm} is not a reward PPO Deck's rollout has (it has "
-               f"{', '.join(RM_TYPES)} and remote_rm, each also as boxed_<type>).",
+               f"our engine cannot compute --rm-type {rm}: its rollout has "
+               f"{', '.join(RM_TYPES)} and remote_rm, each also as boxed_<type>.",
                "pick one of those, use --custom-rm-path, or run the command with miles itself")
 
 
@@ -395,6 +396,7 @@ ENGINES = ("ppodeck", "miles")
 def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = None,
                  engine: str = "ppodeck") -> None:
     m = machine or current_machine()
+    _miles_pairs(r, out)  # miles refuses these at start-up; they are ours too
     if engine == "miles":  # the capability classes describe our engine, not miles
         miles_rules(s, out, m, r)
         remote_reward_rules(r, out)  # miles posts to --rm-url the same way
@@ -444,7 +446,7 @@ def miles_rules(s: set, out: Out, m: Machine, r: dict) -> None:
     _miles_ref_load(r, m, out)
     _megatron_validate_args(r, out)
     _miles_hf_validate_args(r, out)
-    _miles_parse_args(r, out)
+    _miles_parse_args(r, m, out)
     miles_machine_rules(r, m, out)
 
 
@@ -488,8 +490,9 @@ def _megatron_validate_args(r: dict, out: Out) -> None:
                "drop --recompute-method (and --recompute-num-layers), or use full granularity")
 
 
-def _miles_parse_args(r: dict, out: Out) -> None:
-    """Pairs miles' parse_args refuses outright (miles/utils/arguments.py), found by the oracle
+def _miles_pairs(r: dict, out: Out) -> None:
+    """Pairs miles' parse_args refuses outright (miles/utils/arguments.py) that PPO Deck's
+    engine refuses too, so a preset is also the miles command it prints; found by the oracle
     of tests/miles_oracle; each rule's line at the pin: engine/config/miles_sources.py."""
     if r["tito_model"] != "default" and not r["use_session_server"]:
         _issue(out, "error", "miles.tito_needs_session_server",
@@ -497,17 +500,28 @@ def _miles_parse_args(r: dict, out: Out) -> None:
                f"--tito-model {r['tito_model']} only configures the session server's TITO "
                "middleware; miles refuses it without --use-session-server.",
                "add --use-session-server, or drop --tito-model")
-    if r["use_opd"] and r["opd_type"] is None:
-        _issue(out, "error", "miles.opd_needs_type", ("use_opd", "opd_type"),
-               "--use-opd without --opd-type: miles refuses it at start-up.",
-               "add --opd-type sglang or --opd-type megatron")
     if r["advantage_estimator"] == "ppo" and r["megatron_to_hf_mode"] == "bridge":
         # PPO's critic is built only in raw mode
         _issue(out, "error", "miles.critic_with_bridge",
                ("advantage_estimator", "megatron_to_hf_mode"),
                "--advantage-estimator ppo trains a critic, which miles does not support with "
-               "--megatron-to-hf-mode bridge.",
+               "--megatron-to-hf-mode bridge (the critic's value head has no HF counterpart).",
                "use --megatron-to-hf-mode raw, or a critic-free estimator (grpo)")
+
+
+def _miles_parse_args(r: dict, m: Machine, out: Out) -> None:
+    """What miles' parse_args refuses on miles only (miles/utils/arguments.py), found by the
+    oracle of tests/miles_oracle; each rule's line at the pin: engine/config/miles_sources.py."""
+    if r["advantage_estimator"] == "ppo" and m.miles_ft_trainer:
+        # our engine never reads the variable; miles' train.py inherits it on a local launch
+        _issue(out, "error", "miles.ft_trainer_with_critic", ("advantage_estimator",),
+               "MILES_EXPERIMENTAL_FT_TRAINER=1 is set in the environment miles' train.py "
+               "inherits, and miles' v2 fault-tolerant trainer cannot run PPO's critic.",
+               "unset MILES_EXPERIMENTAL_FT_TRAINER, or use a critic-free estimator (grpo)")
+    if r["use_opd"] and r["opd_type"] is None:
+        _issue(out, "error", "miles.opd_needs_type", ("use_opd", "opd_type"),
+               "--use-opd without --opd-type: miles refuses it at start-up.",
+               "add --opd-type sglang or --opd-type megatron")
     hf = r["hf_checkpoint"]
     if hf and (hf.startswith("pypi:") or hf.lower().endswith(".gguf") or os.path.isfile(hf)):
         # AutoConfig.from_pretrained (miles/utils/hf_config.py) reads a directory's (or a hub

@@ -18,9 +18,6 @@ MSG_KL_COEF = (
     "before the actor and never sees ref log probs, so its value targets would silently exclude "
     "the KL penalty applied to the actor's rewards. Use --use-kl-loss for KL regularization "
     "instead.")
-MSG_INDEP_DP = (
-    "Shared Actor/Critic PPO hands the critic outputs to a single trainer cell as external data; "
-    "it does not support --indep-dp, which train fault tolerance also implies")
 MSG_NO_OFFLOAD = (
     "--no-offload-train with shared Actor/Critic PPO is reserved for offload debugging: both "
     "models stay resident on the shared train GPUs, so make sure they fit.")
@@ -54,15 +51,6 @@ def _ppo_backend(e: dict, r: dict, s: set, out: Out) -> None:
         _issue(out, "error", "ppo.megatron_only", ("train_backend", "advantage_estimator"),
                f"{MSG_MEGATRON_ONLY} (got --train-backend {r['train_backend']}).",
                "set --train-backend megatron")
-    if r["megatron_to_hf_mode"] == "bridge":
-        _issue(out, "info", "ppo.bridge_value_head", ("megatron_to_hf_mode",),
-               "with --megatron-to-hf-mode bridge the critic's value head is freshly "
-               "initialized rather than loaded from the HF checkpoint (it has no HF "
-               "counterpart).",
-               "use --num-critic-only-steps to warm the value head up before the actor trains")
-    if r["indep_dp"]:
-        _issue(out, "error", "ppo.indep_dp", ("indep_dp",), MSG_INDEP_DP + ".",
-               "drop --indep-dp")
 
 
 def _ppo_kl(e: dict, r: dict, s: set, out: Out) -> None:

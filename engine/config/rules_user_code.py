@@ -87,11 +87,20 @@ def _remote(r: dict, out: Out) -> None:
 
 def _metadata_overrides(r: dict, out: Out) -> None:
     """miles' order: a sample's metadata rm_type wins over --rm-type. Say so before launch,
-    with both values and how many samples, when the user's --rm-type would not reach them."""
+    with both values and how many samples, when the user's --rm-type would not reach them:
+    in --prompt-data, and in each eval set that will be scored (the same reward)."""
     rm = r["rm_type"]
-    if not rm or r["custom_rm_path"] or r["synthetic_task"]:
+    if not rm or r["custom_rm_path"]:
         return  # a custom RM overrides both (rollout.custom_rm_overrides says so)
-    found = metadata_rm_types(r["prompt_data"], r["metadata_key"] or "metadata")
+    sources = [] if r["synthetic_task"] else [(r["prompt_data"], "prompt_data")]
+    if r["eval_interval"] is not None and not r["debug_train_only"]:
+        sources += [(path, "eval_prompt_data") for _, path in r["eval_datasets"]]
+    for path, dest in sources:
+        _metadata_override(r, rm, path, dest, out)
+
+
+def _metadata_override(r: dict, rm: str, path: str | None, dest: str, out: Out) -> None:
+    found = metadata_rm_types(path, r["metadata_key"] or "metadata")
     if found is None:
         return
     other = [(named, n) for named, n in found.counts if named != rm]
@@ -100,8 +109,8 @@ def _metadata_overrides(r: dict, out: Out) -> None:
     touched = sum(n for _, n in other)
     listed = ", ".join(f"{named} ({n})" for named, n in other)
     of = f"of the {found.samples:,} samples" + ("" if found.complete else " read so far")
-    _issue(out, "warning", "rollout.rm_type_overridden", ("rm_type", "prompt_data"),
-           f"--rm-type {rm} is not used for {touched:,} {of} in {r['prompt_data']}: their "
+    _issue(out, "warning", "rollout.rm_type_overridden", ("rm_type", dest),
+           f"--rm-type {rm} is not used for {touched:,} {of} in {path}: their "
            f"metadata names rm_type {listed}, which wins over the flag (miles' order).",
            f"to make --rm-type {rm} win, remove rm_type from those samples' "
            f"\"{r['metadata_key'] or 'metadata'}\" (or set it to {rm}); or score every sample "

@@ -358,7 +358,7 @@ _ROLLOUT = (
 )
 
 _ACTOR = (
-    _choice("--optimizer", ("adam", "sgd"), "adam", "actor", "Optimizer.",
+    _choice("--optimizer", ("adam", "sgd", "muon", "dist_muon"), "adam", "actor", "Optimizer.",
             engine=refused("only Adam is implemented", "--optimizer adam")),
     _f("--lr", "float", 1e-6, "actor", "Actor learning rate."),
     _f("--min-lr", "float", 0.0, "actor", "Minimum lr for decay schedules."),

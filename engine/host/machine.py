@@ -86,6 +86,17 @@ def _proc_count(root: Path) -> int:
         return 0  # no NVIDIA driver: no GPUs
 
 
+# miles' switch for its v2 fault-tolerant trainer (miles/utils/environ.py at the pin reads it
+# from the environment of train.py, which a local miles launch inherits from this process)
+MILES_FT_TRAINER_ENV = "MILES_EXPERIMENTAL_FT_TRAINER"
+
+
+def miles_ft_trainer(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether miles' enable_experimental_ft_trainer() would say yes under `environ`."""
+    raw = (os.environ if environ is None else environ).get(MILES_FT_TRAINER_ENV, "0")
+    return raw.lower() in ("1", "true", "on", "yes")
+
+
 @functools.cache
 def host_memory_bytes() -> int | None:
     """This machine's RAM (MemTotal), read once per process; None where /proc has none."""

@@ -180,7 +180,8 @@ def launch_machine(submit: str | None) -> Machine:
     machine = this_machine()
     declared = os.environ.get(TEST_GPUS_ENV, "")
     if submit is not None:
-        return replace(machine, gpus=max(machine.gpus, 1 << 20))
+        # the job's environment is the cluster's plus runtime_env_vars(), not this shell's
+        return replace(machine, gpus=max(machine.gpus, 1 << 20), miles_ft_trainer=False)
     if declared.isdigit() and int(declared) > 0:
         return replace(machine, gpus=int(declared))
     return machine

@@ -96,7 +96,7 @@ class RolloutManager:
         self._check_rewards(prompts)
         overrides.extend(metadata_rm_notes(prompts, self.args))
         self._load_reward_code(notes)
-        self.eval_sets = self._load_eval_sets(options, notes)
+        self.eval_sets = self._load_eval_sets(options, notes, overrides)
         shape = ModelShape.from_args(self.args)
         self._check_vocab(shape.vocab_size)
         # the driver has chosen (engine/driver/roles.py choose_backend); standalone use picks here
@@ -127,7 +127,8 @@ class RolloutManager:
         self.generator.generate([p.token_ids for p in prompts], n_samples=n,
                                 **self._sampling_params(0))
 
-    def _load_eval_sets(self, options: Any, notes: list[str]) -> list[Any]:  # noqa: ANN401
+    def _load_eval_sets(self, options: Any, notes: list[str],  # noqa: ANN401
+                        overrides: list[str]) -> list[Any]:
         """--eval-prompt-data, read only when evaluation will run (miles: an --eval-interval,
         and never under --debug-train-only)."""
         if self.args["eval_interval"] is None or self.args["debug_train_only"]:
@@ -138,6 +139,8 @@ class RolloutManager:
         self._check_rewards([p for eval_set in sets for p in eval_set.prompts])
         notes.extend(f"eval set {s.name!r}: {len(s.prompts)} prompts from {s.path}"
                      for s in sets)
+        overrides += [f"eval set {s.name!r}: {line}" for s in sets  # scored like training
+                      for line in metadata_rm_notes(s.prompts, self.args)]
         return sets
 
     def _check_required(self) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 from ppodeck.engine.config import check, resolve
 from ppodeck.engine.config.machine import Machine
+from ppodeck.engine.host.machine import miles_ft_trainer
 from ppodeck.engine.presets import load_preset, resolve_preset
 
 GPUS8 = Machine(gpus=8, transformer_engine=True, sglang=True, env=os.environ)
@@ -131,16 +133,34 @@ def test_miles_holds_model_flags_to_the_hf_config_json(tmp_path) -> None:
 
 def test_miles_parse_args_pairs_refused_on_miles_with_near_misses() -> None:
     """Pairs miles' parse_args raises on (miles/utils/arguments.py:2912, 2988, 3210); the
-    completed pair passes."""
+    completed pair passes. The tito and bridge pairs are refused on our engine too."""
     base = resolve_preset(load_preset("qwen3-4b-ppo"))
-    for code, bad, good in (
+    for code, bad, good, engines in (
             ("miles.tito_needs_session_server", dict(tito_model="qwen3"),
-             dict(tito_model="qwen3", use_session_server=True)),
-            ("miles.opd_needs_type", dict(use_opd=True), dict(use_opd=True, opd_type="sglang")),
+             dict(tito_model="qwen3", use_session_server=True), ("miles", "ppodeck")),
+            ("miles.opd_needs_type", dict(use_opd=True), dict(use_opd=True, opd_type="sglang"),
+             ("miles",)),
             ("miles.critic_with_bridge", dict(megatron_to_hf_mode="bridge"),
-             dict(megatron_to_hf_mode="bridge", advantage_estimator="grpo"))):
-        assert code in codes(base.with_values(**bad), "miles"), code
-        assert code not in codes(base.with_values(**good), "miles"), code
+             dict(megatron_to_hf_mode="bridge", advantage_estimator="grpo"),
+             ("miles", "ppodeck"))):
+        for engine in engines:
+            assert code in codes(base.with_values(**bad), engine), (code, engine)
+            assert code not in codes(base.with_values(**good), engine), (code, engine)
+
+
+def test_ft_trainer_in_the_launch_environment_refuses_ppo_on_miles_only() -> None:
+    """miles asserts PPO's critic off under MILES_EXPERIMENTAL_FT_TRAINER=1
+    (miles/utils/arguments.py:3212); a local miles launch hands train.py this environment,
+    our engine never reads the variable."""
+    assert miles_ft_trainer({"MILES_EXPERIMENTAL_FT_TRAINER": "on"})
+    assert not miles_ft_trainer({"MILES_EXPERIMENTAL_FT_TRAINER": "0"}) and not miles_ft_trainer({})
+    base = resolve_preset(load_preset("qwen3-4b-ppo"))
+    ft = replace(GPUS8, miles_ft_trainer=True)
+    assert "miles.ft_trainer_with_critic" in codes(base, "miles", ft)
+    assert "miles.ft_trainer_with_critic" not in codes(base, "ppodeck", ft)
+    assert "miles.ft_trainer_with_critic" not in codes(base, "miles")
+    grpo = base.with_values(advantage_estimator="grpo")
+    assert "miles.ft_trainer_with_critic" not in codes(grpo, "miles", ft)
 
 
 def test_a_single_file_hf_checkpoint_is_refused_on_miles_only() -> None:

@@ -172,3 +172,12 @@ def test_a_ray_jobs_runtime_env_carries_the_reward_module(launch_dir: Path,
     assert env["py_modules"][2] == str(staging / "my_rm")
     assert (staging / "my_rm" / "__init__.py").read_text() == (launch_dir / "my_rm.py").read_text()
     assert "PPODECK_CODE_DIR" not in jobs.forwarded_env({"PPODECK_CODE_DIR": "/x"})
+
+
+def test_an_eval_sets_metadata_rm_type_that_beats_the_flag_is_named_too() -> None:
+    """Eval samples are scored with the training reward: their metadata wins there too."""
+    report = check(config(eval_interval=5, eval_prompt_data=("named", NAMED_DATA),
+                          rm_type="remote_rm", rm_url="http://127.0.0.1:8000"), CPU_MACHINE)
+    issue = next(i for i in report.issues if i.code == "rollout.rm_type_overridden")
+    assert issue.flags == ("--rm-type", "--eval-prompt-data")
+    assert f"is not used for 3 of the 4 samples in {NAMED_DATA}" in issue.message

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from bench.miles_oracle_corpus import case_config, make_fixtures
 from ppodeck.engine.config import check
+from ppodeck.engine.config.issues import Issue
 from ppodeck.engine.config.machine import Machine
+from ppodeck.engine.host.machine import miles_ft_trainer
 
 HERE = Path(__file__).resolve().parent
 VERDICTS = HERE / "verdicts.json"
@@ -28,6 +32,9 @@ ENGINES = ("miles", "ppodeck")
 # a machine that lacks nothing either, so only the flags decide both verdicts
 CLUSTER = Machine(gpus=1 << 20, transformer_engine=True, sglang=True, megatron_bridge=True,
                   env=os.environ)
+# the words a stricter verdict (PPO Deck refuses, miles accepts) names itself by: a limit of
+# PPO Deck's engine, or a miles check that runs after start-up, where miles' parser cannot see
+OWN_LABELS = ("our engine cannot", "this check runs later in miles: ")
 
 
 def recorded() -> dict:
@@ -51,19 +58,48 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def ppodeck_verdicts(cases: list[dict]) -> dict[tuple[str, str], list[str]]:
-    """check()'s error codes per (engine, case id): an empty list is a pass."""
+def ppodeck_errors(cases: list[dict]) -> dict[tuple[str, str], list[Issue]]:
+    """check()'s errors per (engine, case id): an empty list is a pass. The machine's launch
+    environment is the one the oracle gave miles' job."""
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         make_fixtures(root, cases)
         for case in cases:
             config, _ = case_config(case, root)
+            machine = replace(CLUSTER, miles_ft_trainer=miles_ft_trainer(case["env"]))
             with _environ(case["env"]):
                 for engine in ENGINES:
-                    report = check(config, machine=CLUSTER, engine=engine)
-                    out[engine, case["id"]] = [issue.code for issue in report.errors]
+                    report = check(config, machine=machine, engine=engine)
+                    out[engine, case["id"]] = list(report.errors)
     return out
+
+
+def ppodeck_verdicts(cases: list[dict]) -> dict[tuple[str, str], list[str]]:
+    """check()'s error codes per (engine, case id): an empty list is a pass."""
+    return {key: [issue.code for issue in errors]
+            for key, errors in ppodeck_errors(cases).items()}
+
+
+def own_label(message: str) -> str | None:
+    """The label by which an error names itself as PPO Deck's own, or None."""
+    return next((label for label in OWN_LABELS if label in message), None)
+
+
+def labelled(message: str) -> str:
+    """The message from its label to the end of that clause (for the table), or UNLABELLED."""
+    label = own_label(message)
+    if label is None:
+        return "UNLABELLED"
+    return re.split(r"[,)]|\.$", message[message.index(label):], maxsplit=1)[0]
+
+
+def stricter(cases: list[dict], errors: dict[tuple[str, str], list[Issue]]
+             ) -> dict[tuple[str, str], list[Issue]]:
+    """PPO Deck refuses, miles accepts: the errors PPO Deck raised, per (engine, case id)."""
+    return {(engine, case["id"]): errors[engine, case["id"]]
+            for case in cases for engine in ENGINES
+            if errors[engine, case["id"]] and case["miles"]["verdict"] == "accept"}
 
 
 def disagreements(cases: list[dict], verdicts: dict[tuple[str, str], list[str]]
@@ -90,7 +126,8 @@ def table(cases: list[dict], verdicts: dict[tuple[str, str], list[str]]
 def main() -> None:
     data = recorded()
     cases = data["cases"]
-    verdicts = ppodeck_verdicts(cases)
+    errors = ppodeck_errors(cases)
+    verdicts = {key: [issue.code for issue in found] for key, found in errors.items()}
     print(f"miles {data['miles_commit'][:9]}, Megatron {data['megatron_commit'][:9]}, "
           f"corpus seed {data['corpus_seed']}, {len(cases)} cases")
     for engine, counts in table(cases, verdicts).items():
@@ -101,6 +138,11 @@ def main() -> None:
     print("\ndisagreements (PPO Deck passes, miles refuses) by miles' raise site:")
     for site, count in sites.most_common():
         print(f"  {count:4}  {site}")
+
+    print("\nstricter (PPO Deck refuses, miles accepts), each error with its label:")
+    for (engine, ident), found in sorted(stricter(cases, errors).items()):
+        for issue in found:
+            print(f"  {engine:8} {ident:34} {issue.code:26} {labelled(issue.message)}")
 
 
 if __name__ == "__main__":

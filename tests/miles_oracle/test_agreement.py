@@ -12,15 +12,40 @@ from tests.miles_oracle.agreement import (
     ENGINES,
     disagreements,
     listed,
-    ppodeck_verdicts,
+    own_label,
+    ppodeck_errors,
     recorded,
+    stricter,
 )
 
 
 @pytest.fixture(scope="module")
-def judged() -> tuple[list[dict], dict[tuple[str, str], dict]]:
+def errors() -> dict:
+    return ppodeck_errors(recorded()["cases"])
+
+
+@pytest.fixture(scope="module")
+def judged(errors) -> tuple[list[dict], dict[tuple[str, str], dict]]:
     cases = recorded()["cases"]
-    return cases, disagreements(cases, ppodeck_verdicts(cases))
+    codes = {key: [issue.code for issue in found] for key, found in errors.items()}
+    return cases, disagreements(cases, codes)
+
+
+def test_every_stricter_verdict_says_it_is_ours(errors) -> None:
+    """Where PPO Deck refuses what miles accepts, each error names itself as PPO Deck's own:
+    "our engine cannot ..." or "this check runs later in miles: FILE:LINE"."""
+    found = stricter(recorded()["cases"], errors)
+    assert found  # the corpus has stricter cases (optimizer sgd on our engine, small batches)
+    unlabelled = [f"{engine} {ident} {issue.code}: {issue.message}"
+                  for (engine, ident), issues in sorted(found.items()) for issue in issues
+                  if own_label(issue.message) is None]
+    assert not unlabelled, "stricter than miles without saying so: " + "; ".join(unlabelled)
+
+
+def test_the_label_is_read_from_the_message() -> None:
+    assert own_label("our engine cannot run --indep-dp: not implemented.") == "our engine cannot"
+    assert own_label("x (this check runs later in miles: miles/a.py:4)").startswith("this check")
+    assert own_label("--optimizer expects one of adam, sgd, got 'muon'") is None
 
 
 def test_verdicts_are_miles_judging_flags() -> None:

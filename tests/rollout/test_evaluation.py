@@ -86,3 +86,24 @@ def test_debug_train_only_generates_once_and_releases_the_generator(tmp_path: Pa
     assert again.tokens == first.tokens and again.rewards == first.rewards
     assert again.metrics == {}  # miles logs no rollout metrics for reused data
     assert mgr.offload()["noop"] and mgr.onload()["noop"]
+
+
+def test_an_eval_sets_metadata_rm_type_over_the_flag_is_an_override(tmp_path: Path) -> None:
+    """Eval samples are scored like training ones: a sample's metadata rm_type wins over
+    --rm-type there too (miles' order), and the driver announces it."""
+    import json
+
+    base = RolloutManager(resolved_tiny(tmp_path / "a"))
+    base.init()
+    source = tmp_path / "a" / "data" / "copy-digit" / "eval.jsonl"
+    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    for row in rows[:5]:
+        row["metadata"] = {**(row.get("metadata") or {}), "rm_type": "math"}
+    held = tmp_path / "eval-math.jsonl"
+    held.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    mgr = RolloutManager(resolved_tiny(tmp_path / "b", eval_prompt_data=["mixed", str(held)]))
+    overrides = mgr.init()["overrides"]
+    assert any(line.startswith("eval set 'mixed': the prompt metadata names rm_type math "
+                               "(5 prompts), which wins over --rm-type copy-digit")
+               for line in overrides), overrides
+    assert not any("eval set" in line for line in base.init()["overrides"])

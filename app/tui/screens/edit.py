@@ -17,6 +17,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.events import ScreenResume
 from textual.fuzzy import Matcher
 from textual.screen import Screen
 from textual.timer import Timer
@@ -193,6 +194,9 @@ class EditScreen(Screen[None]):
         self._search_pending = False  # a filter is queued for after the next refresh
         self._issues_cache: tuple[Any, dict[str, list[Any]]] = (None, {})
         self.holding_keys = False  # True while a jump to a field waits for it (typeahead.py)
+        self._told = False  # the draft notes are shown (_on_screen_resume)
+        self._opened = False  # the open groups have mounted their first fields
+        self.laid_out_ahead = False  # styled and laid out before shown (app/tui/prebuild.py)
 
     # ---- layout -------------------------------------------------------------------------------
 
@@ -208,6 +212,7 @@ class EditScreen(Screen[None]):
                 yield FlagSearch(placeholder="search flags by name or help (ctrl+f; enter "
                                  "or tab: first match)", id="flag-search", compact=True,
                                  select_on_focus=False, holds_on_submit=True)
+                yield Static("", id="search-summary", markup=False)
                 with VerticalScroll(id="flag-groups"):
                     yield Static("", id="no-match", markup=False)
                     yield from self._groups()
@@ -262,7 +267,20 @@ class EditScreen(Screen[None]):
         self.query_one("#pane-derived").border_title = "Derived"
         self.query_one("#pane-command").border_title = "Command (miles argv)"
         self._apply_report()
-        self.call_after_refresh(self._mount_open_groups)
+        if self.is_current:
+            self.call_after_refresh(self._mount_open_groups)
+        else:  # built off screen (prebuild.py): no first paint to wait for
+            self._mount_open_groups()
+
+    def _on_screen_resume(self, event: ScreenResume) -> None:
+        """Textual restyles a screen each time it is shown (0.3 s or more for an editor on
+        two busy cores); one built ahead (prebuild.py) was styled as it mounted, so its first
+        showing skips that. The draft notes are said when the editor is shown, not built."""
+        if self._told:
+            return
+        self._told = True
+        if self.laid_out_ahead:
+            event.refresh_styles = False
         if self.restored_draft:
             self.notify(f"Restored unsaved edits of {self.preset_name} from "
                         f"{drafts.draft_path(self.preset_name)}. Palette → 'Discard edits' "
@@ -277,6 +295,12 @@ class EditScreen(Screen[None]):
         for group in self.groups:
             if not group.collapsed:
                 group.ensure_fields(hits)
+        self._opened = True
+
+    @property
+    def fields_settled(self) -> bool:
+        """The open groups' fields are all mounted (none waits for a refresh)."""
+        return self._opened and not any(group.mounting for group in self.groups)
 
     def on_resize(self) -> None:
         compact = self.size.width < 110 or self.size.height < 30
@@ -458,6 +482,9 @@ class EditScreen(Screen[None]):
         total = sum(len(found) for found in matches.values())
         with self.app.batch_update():
             self._show_no_match(total)
+            self._show_summary(total, sum(bool(found) for found in matches.values()))
+            if searching:  # the matches read from the top, whatever was scrolled to before
+                self.query_one("#flag-groups", VerticalScroll).scroll_home(animate=False)
             for group in self.groups:
                 found = matches[group.group]
                 if group.display != bool(found):
@@ -465,10 +492,22 @@ class EditScreen(Screen[None]):
                 group.set_matches(len(found) if searching else None)
                 if searching and found and total <= SEARCH_OPEN_MAX:
                     group.open_quietly()
+                elif not searching and group.opened_by_search:
+                    group.collapsed = True  # back as it was before the search
                 for field in group.fields.values():
                     field.show_match(field.dest in hits)
                 if not group.collapsed:
                     group.ensure_fields(hits)
+
+    def _show_summary(self, total: int, groups: int) -> None:
+        """One line above the groups: how many flags match, so the count is on screen even
+        when the groups that hold them reach below it."""
+        summary = self.query_one("#search-summary", Static)
+        summary.display = bool(self.query_text.strip()) and total > 0
+        if summary.display:
+            flags = f"{total} flag{'s' if total != 1 else ''}"
+            where = f"{groups} group{'s' if groups != 1 else ''}"
+            summary.update(f"{flags} match in {where}; enter or tab: the first")
 
     def _show_no_match(self, total: int) -> None:
         note = self.query_one("#no-match", Static)
@@ -517,6 +556,7 @@ class EditScreen(Screen[None]):
         group = self.query_one(f"#group-{flag.group}", FlagGroup)
         group.display = True
         group.collapsed = False
+        group.opened_by_search = False  # the user went there: it stays open
         self.holding_keys = True  # typeahead.py: what is typed next belongs to that field
         group.ensure_fields(matching_dests(self.query_text) | {dest})
 

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.fuzzy import Matcher
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static
 
 from .. import drafts, fmt
@@ -164,6 +165,7 @@ class PresetPickerScreen(Screen[None]):
         self._filled_width = 0
         self._previewed: Preset | None = None
         self.holding_keys = False  # set by the search box's Enter (typeahead.py)
+        self._prebuild_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("Choose a preset  ·  type to search, up/down to choose  ·  enter opens it in "
@@ -260,11 +262,40 @@ class PresetPickerScreen(Screen[None]):
         self._previewed = preset
         text: Any = preview(preset) if preset else Text("no preset matches", "dim")
         self.query_one("#preset-preview-text", Static).update(text)
+        self._prebuild_when_resting()
+
+    def _prebuild_when_resting(self) -> None:
+        """Build the highlighted preset's editor once the keys rest (app/tui/prebuild.py)."""
+        from ..prebuild import PREBUILD_REST_S
+
+        if self._prebuild_timer is not None:
+            self._prebuild_timer.stop()
+        self._prebuild_timer = self.set_timer(PREBUILD_REST_S, self._prebuild)
+
+    def _prebuild(self) -> None:
+        preset = self.selected
+        prebuild = getattr(self.app, "prebuild_editor", None)
+        if preset is None or preset.error or prebuild is None or not self.is_current:
+            return
+        prebuild(self._open_name(preset))
+
+    def on_screen_suspend(self) -> None:
+        """Another screen is on top: an editor built ahead and not taken is not needed."""
+        if self._prebuild_timer is not None:
+            self._prebuild_timer.stop()
+        drop = getattr(self.app, "drop_prebuilt", None)
+        if drop is not None:
+            drop()
+
+    def on_screen_resume(self) -> None:
+        if self.presets:
+            self._prebuild_when_resting()
 
     @on(Input.Changed, "#picker-search")
     def _search(self, event: Input.Changed) -> None:
         event.stop()
         self.filter(event.value)
+        self._prebuild_when_resting()  # each key puts the rest off
 
     @on(Input.Submitted, "#picker-search")
     def _submitted(self, event: Input.Submitted) -> None:
@@ -289,9 +320,13 @@ class PresetPickerScreen(Screen[None]):
             self.notify(preset.error, title="preset does not load", severity="error",
                         markup=False, timeout=12)
             return
-        # the file itself: a clashing name could open another file than the row shows
-        self._choose(str(preset.path) if preset.source == "file" or preset_clash(preset)
-                     else preset.name)
+        self._choose(self._open_name(preset))
+
+    @staticmethod
+    def _open_name(preset: Preset) -> str:
+        """The file itself when a clashing name could open another file than the row shows."""
+        return (str(preset.path) if preset.source == "file" or preset_clash(preset)
+                else preset.name)
 
     def action_defaults(self) -> None:
         self._choose(None)

@@ -50,9 +50,11 @@ class FlagGroup(Collapsible, inherit_css=False):
         self.group = group
         self.base_title = title
         self._open_quietly = False  # the next expansion leaves the scroll position alone
+        self.opened_by_search = False  # closes again when the search is cleared
         self.flags = tuple(flags)
         self._field_for = field_for
         self.fields: dict[str, FlagField] = {}  # built so far (mounted, or in the queue)
+        self.mounting = False  # chunks of fields wait for the next refreshes
         self.matches: int | None = None  # search hits, shown in the title while searching
         self._counts = (0, 0, 0)
 
@@ -64,6 +66,8 @@ class FlagGroup(Collapsible, inherit_css=False):
         """Collapsible flips a CSS class here, and a class change restyles every widget in the
         group: opening eight groups of mounted fields took 3.7 s on two cores. The contents'
         display flips inline instead (tests/tui/test_edit_screen.py checks the hook exists)."""
+        if collapsed:
+            self.opened_by_search = False
         try:
             self._title.collapsed = collapsed
             self.query_one(Collapsible.Contents).display = not collapsed
@@ -76,6 +80,7 @@ class FlagGroup(Collapsible, inherit_css=False):
         if self.collapsed:
             self._open_quietly = True
             self.collapsed = False
+            self.opened_by_search = True
 
     def scroll_visible(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401
         if self._open_quietly:
@@ -98,9 +103,13 @@ class FlagGroup(Collapsible, inherit_css=False):
         self._mount_chunk(built)
 
     def _mount_chunk(self, pending: list[FlagField]) -> None:
+        self.mounting = False
         if not self.is_attached:
             return
-        chunk, rest = pending[:FIELDS_PER_CHUNK], pending[FIELDS_PER_CHUNK:]
+        # an editor built off screen (prebuild.py) has no paint to interleave, and Textual
+        # runs no after-refresh callbacks for a screen that is not shown: all at once
+        size = FIELDS_PER_CHUNK if self.screen.is_current else len(pending)
+        chunk, rest = pending[:size], pending[size:]
         contents = self.query_one(Collapsible.Contents)
         for anchor, run in self._runs_by_anchor(chunk):
             if anchor is None:
@@ -108,6 +117,7 @@ class FlagGroup(Collapsible, inherit_css=False):
             else:
                 contents.mount_all(run, before=anchor)
         if rest:
+            self.mounting = True
             self.call_after_refresh(self._mount_chunk, rest)
 
     def _runs_by_anchor(self, chunk: list[FlagField]
