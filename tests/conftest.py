@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ppodeck.engine.config.machine import Machine
+
+if TYPE_CHECKING:
+    from tests.reliability.killed_run import KilledRun
 
 # env: this process's environment, live, as the edge's environment() hands it to check()
 CPU_MACHINE = Machine(gpus=0, transformer_engine=False, sglang=False, host_memory_bytes=24 << 30,
@@ -50,3 +55,18 @@ def megatron():
     yield
     if owner:
         shutdown_distributed()
+
+
+@pytest.fixture(scope="session")
+def killed_tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KilledRun]:
+    """The one real tiny-cpu run SIGKILLed mid-phase that the driver-kill and verified-saves
+    tests share (tests/reliability/killed_run.py says what it holds)."""
+    pytest.importorskip("megatron.core")
+    from tests.reliability import helpers
+    from tests.reliability.killed_run import start_and_kill
+
+    started: list[int] = []
+    try:
+        yield start_and_kill(tmp_path_factory.mktemp("killed"), started)
+    finally:
+        helpers.kill_everything(started)

@@ -1,19 +1,14 @@
 """The driver is SIGKILLed mid-phase during a real tiny-cpu run, then the run is resumed.
 
-One real run serves the whole module (it is the expensive part): while it trains, its process
-tree and listening sockets are recorded; the driver is SIGKILLed in the middle of rollout 5's
-critic phase (checkpoints every 2 rollouts: the last one is rollout 3's); then
-`ppodeck run --resume` finishes it. The same run also carries a W&B key, to prove that secrets
-reach no file.
+The run is the session's `killed_tiny_run` (tests/reliability/killed_run.py: the expensive
+part, shared with tests/health/test_verified_saves.py): checkpoints every 2 rollouts, the
+driver SIGKILLed when rollout 5's critic phase starts (the last save is rollout 3's), a W&B key
+that must reach no file; then `ppodeck run --resume` finishes it.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,92 +17,67 @@ import pytest
 from ppodeck.engine.run.events import read_events
 from ppodeck.engine.run.rundir import RunDir
 from tests.reliability import helpers
+from tests.reliability.killed_run import (
+    KILL_ROLLOUT,
+    SAVE_INTERVAL,
+    SAVE_ROOT,
+    SAVED,
+    SECRET,
+    KilledRun,
+)
 
-SAVE_INTERVAL = 2
-KILL_ROLLOUT = 5  # rollouts 1 and 3 are saved; 5 would be saved at its end
 RESUMED_TOTAL = 7
-SECRET = "wandb-canary-5f3a9c"
 STEPS_PER_ROLLOUT = 4  # tiny-cpu: 128 samples / global batch 32
 
 
-def _critic_phase_started(rundir: RunDir, rollout_id: int) -> bool:
-    return any(e["kind"] == "phase" and e["name"] == "critic_train" and e["state"] == "start"
-               and e.get("rollout_id") == rollout_id for e in helpers.events(rundir))
+@pytest.fixture
+def killed(killed_tiny_run: KilledRun) -> KilledRun:
+    return killed_tiny_run
 
 
-@pytest.fixture(scope="module")
-def killed(tmp_path_factory: pytest.TempPathFactory, module_started: list[int]
-           ) -> Iterator[dict[str, Any]]:
-    runs_dir = tmp_path_factory.mktemp("kill") / "runs"
-    env = helpers.cli_env(runs_dir)
-    rundir = helpers.start_detached(runs_dir, [
-        "tiny-cpu", "--set", "num-rollout=40", "--set", "save=${RUN_DIR}/checkpoints",
-        "--set", f"save-interval={SAVE_INTERVAL}", "--set", f"wandb-key={SECRET}"], env)
-    pid = helpers.status_of(rundir)["pid"]
-    module_started.append(pid)
-    watch = helpers.TreeWatch(pid)
-    try:
-        helpers.wait_until(lambda: _critic_phase_started(rundir, KILL_ROLLOUT), 240,
-                           f"rollout {KILL_ROLLOUT}'s critic phase")
-        watch.sample()
-        done_before_kill = helpers.status_of(rundir)["rollout_id"]
-        os.kill(pid, signal.SIGKILL)
-        killed_at = time.monotonic()
-        status = helpers.wait_final(rundir, 30)
-        recorded_after = time.monotonic() - killed_at
-        leftovers = helpers.nothing_left(pid, watch, timeout=30)
-    finally:
-        watch.stop()
-    yield {"rundir": rundir, "env": env, "runs_dir": runs_dir, "pid": pid, "watch": watch,
-           "status": status, "leftovers": leftovers, "done_before_kill": done_before_kill,
-           "recorded_after": recorded_after}
-
-
-def test_status_and_runs_ls_say_failed_with_the_reason(killed: dict[str, Any]) -> None:
-    status = killed["status"]
+def test_status_and_runs_ls_say_failed_with_the_reason(killed: KilledRun) -> None:
+    status = killed.status
     assert status["state"] == "failed", status
-    assert f"driver process {killed['pid']}" in status["detail"]
+    assert f"driver process {killed.pid}" in status["detail"]
     # killed while critic_train of rollout 5 was running, or just after (on a loaded machine
     # the kill can land in the next phase): the reason names the phase that was running
-    last = [e for e in helpers.events(killed["rundir"])
+    last = [e for e in helpers.events(killed.rundir)
             if e["kind"] == "phase" and e["state"] == "start"][-1]
     assert last["rollout_id"] == KILL_ROLLOUT
     assert f"{last['name']} (rollout {KILL_ROLLOUT})" in status["detail"], status["detail"]
-    listed = helpers.ppodeck(["runs", "ls"], killed["env"])
-    row = next(line for line in listed.stdout.splitlines() if killed["rundir"].id in line)
+    listed = helpers.ppodeck(["runs", "ls"], killed.env)
+    row = next(line for line in listed.stdout.splitlines() if killed.rundir.id in line)
     assert "failed" in row and "ended without recording a final state" in row
-    assert killed["recorded_after"] < 15, "the reaper records the end within seconds"
+    assert killed.recorded_after < 15, "the reaper records the end within seconds"
 
 
-def test_no_ray_or_worker_process_survives(killed: dict[str, Any]) -> None:
-    names = set(killed["watch"].seen.values())
+def test_no_ray_or_worker_process_survives(killed: KilledRun) -> None:
+    names = set(killed.watch.seen.values())
     # the watch really saw Ray's daemons and the workers, so "none left" means something
     assert {"raylet", "gcs_server"} <= names, names
     assert any("ActorWorker" in name or "CriticWorker" in name for name in names), names
-    assert killed["leftovers"] == [], {p: killed["watch"].seen.get(p)
-                                       for p in killed["leftovers"]}
+    assert killed.leftovers == [], {p: killed.watch.seen.get(p) for p in killed.leftovers}
 
 
-def test_every_listening_port_is_on_the_loopback(killed: dict[str, Any]) -> None:
-    listening = killed["watch"].listening
+def test_every_listening_port_is_on_the_loopback(killed: KilledRun) -> None:
+    listening = killed.watch.listening
     assert listening, "no listening socket was seen: the watch is broken"
     assert helpers.non_loopback(listening) == []
 
 
-def test_the_secret_reached_no_file_of_the_run(killed: dict[str, Any]) -> None:
-    rundir: RunDir = killed["rundir"]
+def test_the_secret_reached_no_file_of_the_run(killed: KilledRun) -> None:
+    rundir: RunDir = killed.rundir
     for path in rundir.path.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
     assert "--wandb-key '********'" in rundir.command_txt.read_text()
 
 
-def test_events_stay_readable_and_a_torn_line_is_reported(killed: dict[str, Any],
+def test_events_stay_readable_and_a_torn_line_is_reported(killed: KilledRun,
                                                           tmp_path: Path) -> None:
     # a copy: the resume test below appends to the original
-    copy = RunDir(tmp_path / "runs" / killed["rundir"].id)
-    shutil.copytree(killed["rundir"].path, copy.path,
-                    ignore=shutil.ignore_patterns("checkpoints*"))
+    copy = RunDir(tmp_path / "runs" / killed.rundir.id)
+    shutil.copytree(killed.rundir.path, copy.path, ignore=shutil.ignore_patterns(f"{SAVE_ROOT}*"))
     events, warnings = read_events(copy.events_jsonl)
     assert warnings == []
     phases = [e for e in events if e["kind"] == "phase"]
@@ -119,18 +89,17 @@ def test_events_stay_readable_and_a_torn_line_is_reported(killed: dict[str, Any]
     assert len(again) == len(events)
     assert len(warnings) == 1 and "incomplete (torn write)" in warnings[0]
     assert f"line {len(events) + 1}" in warnings[0]
-    tail = helpers.ppodeck(["tail", str(copy.path)], killed["env"])
+    tail = helpers.ppodeck(["tail", str(copy.path)], killed.env)
     assert tail.returncode == 0 and "torn write" in tail.stderr
     assert "Traceback" not in tail.stderr
 
 
-def test_resume_continues_after_the_last_checkpoint(killed: dict[str, Any],
-                                                    module_started: list[int]) -> None:
-    rundir: RunDir = killed["rundir"]
+def test_resume_continues_after_the_last_checkpoint(killed: KilledRun) -> None:
+    rundir: RunDir = killed.rundir
     resumed = helpers.ppodeck(["run", "--resume", rundir.id, "--set",
-                               f"num-rollout={RESUMED_TOTAL}"], killed["env"], timeout=300)
+                               f"num-rollout={RESUMED_TOTAL}"], killed.env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    saved = 3  # the last rollout with (rollout_id + 1) % SAVE_INTERVAL == 0 before the kill
+    saved = SAVED[-1]  # the last rollout saved before the kill
     assert f"resuming run {rundir.id} at rollout {saved + 1}" in resumed.stderr
     status = helpers.status_of(rundir)
     assert status["state"] == "succeeded" and status["resumed_from"] == saved
@@ -153,13 +122,13 @@ def test_resume_continues_after_the_last_checkpoint(killed: dict[str, Any],
     assert first_resumed_losses(events, saved + 1) == pytest.approx(
         first_resumed_losses(superseded, saved + 1), rel=1e-4, abs=1e-7)
 
-    lost_rollouts = killed["done_before_kill"] - saved
+    lost_rollouts = killed.done_before_kill - saved
     assert 0 <= lost_rollouts < SAVE_INTERVAL
     helpers.record_figure("resume", {
         "save_interval_rollouts": SAVE_INTERVAL, "rollouts_done_before_kill":
-        killed["done_before_kill"] + 1, "resumed_at_rollout": saved + 1,
+        killed.done_before_kill + 1, "resumed_at_rollout": saved + 1,
         "rollouts_lost": lost_rollouts, "optimizer_steps_lost": lost_rollouts * STEPS_PER_ROLLOUT,
-        "kill_to_status_recorded_s": round(killed["recorded_after"], 2)})
+        "kill_to_status_recorded_s": round(killed.recorded_after, 2)})
 
 
 def first_resumed_losses(events: list[dict[str, Any]], rollout_id: int) -> dict[str, float]:

@@ -123,6 +123,11 @@ def assert_long_rows_follow_reference(arch: str, options: DecodeOptions) -> None
         assert_follows_reference(model, options, 1e-5, rows, **settings(6, **sampling))
 
 
+# nightly (`slow`): the default suite's fused/cdf-sampling variants run decode-attn's kernel in
+# every layer (tokens and log-probs against today's path), its multi-block loop is checked on
+# 70- and 130-slot caches above, and llama's decoder without q/k norms by the packed and
+# fused-prefill tests of test_fast_generate.py and test_decode_attention.py
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_decode_attn_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
     """The decoder with the kernel in every layer (fp32): greedy and sampled tokens equal
@@ -174,6 +179,10 @@ def test_cdf_sampling_draws_the_inverse_cdf_token(interpreted, dtype, rows,  # n
     torch.testing.assert_close(log_probs, expected_lp, rtol=0, atol=1e-5)
 
 
+# nightly (`slow`): 600 interpreted draws; the default suite holds the kernel to the torch
+# inverse CDF token for token (above), that inverse CDF to the softmax (test_decode_attention.py)
+# and the kernel's u -> 1 edge (below)
+@pytest.mark.slow
 def test_cdf_sampling_follows_the_softmax(interpreted) -> None:  # noqa: ANN001
     """600 draws from one row whose mass sits on five tokens in three chunks (one past the
     last full chunk) and a long tail: each token's share within 4.5 sigma of its probability;
@@ -194,6 +203,24 @@ def test_cdf_sampling_follows_the_softmax(interpreted) -> None:  # noqa: ANN001
         p = probs[token].item()
         sigma = (p * (1 - p) / draws) ** 0.5
         assert abs(counts[token].item() / draws - p) <= 4.5 * sigma, (token, p)
+
+
+def test_cdf_sampling_never_draws_a_token_of_probability_zero(interpreted) -> None:  # noqa: ANN001
+    """The row of test_cdf_sampling_follows_the_softmax (mass on five tokens in three chunks,
+    the last token's logit -inf) at u = 0, 0.5 and just under 1, where rounding can leave the
+    running total short of the target: never the token of probability 0; below that edge, the
+    torch inverse CDF's token."""
+    vocab = 2 * sk.CHUNK + 5
+    logits = torch.full((vocab,), -30.0)
+    heavy = torch.tensor([3, sk.CHUNK - 1, sk.CHUNK, 2 * sk.CHUNK + 1, 2 * sk.CHUNK + 3])
+    logits[heavy] = torch.tensor([1.0, 0.0, 2.0, 0.5, -1.0])
+    logits[2 * sk.CHUNK + 4] = float("-inf")
+    uniform = torch.tensor([0.0, 0.5, 1.0 - 2.0 ** -20, 1.0 - 2.0 ** -24])
+    rows = logits.expand(len(uniform), vocab).contiguous()
+    tokens, _ = sk.sample_cdf(rows, uniform)
+    assert 2 * sk.CHUNK + 4 not in tokens.tolist(), tokens
+    expected, _ = sk.sample_cdf_by_torch(rows[:2], uniform[:2])
+    assert tokens[:2].tolist() == expected.tolist() and tokens[0] == 0
 
 
 def test_cdf_sampling_variant_samples_consistently(interpreted) -> None:  # noqa: ANN001
@@ -323,6 +350,10 @@ def folded_model(arch: str):  # noqa: ANN201
     return model
 
 
+# nightly (`slow`): the backend default below runs every kernel of folded-norms on the same
+# folded model (log-probs within 1e-5), test_skinny_gemm's interpreted folded-norms variant
+# samples through them, and the norm-less projection (llama) is test_project_heads_* above
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_folded_norms_variant_is_the_reference_path(interpreted, arch) -> None:  # noqa: ANN001
     """folded-norms (the norms' weights in the packed weights, the row scales in project_heads
