@@ -18,6 +18,7 @@ Usage: .venv/bin/python bench/cp_cpu.py [--rollouts 3] [--response-len 64]
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -40,7 +41,7 @@ def preset_args(cp: int, world: int) -> dict[str, Any]:
     config = resolve_preset(load_preset("tiny-cpu")).with_values(
         context_parallel_size=cp, actor_num_gpus_per_node=world, num_gpus_per_node=world,
         model_init="random")
-    return resolve(config)
+    return resolve(config, os.environ)
 
 
 def make_batch(args: dict[str, Any], response_len: int, seed: int) -> RolloutBatch:

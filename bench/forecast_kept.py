@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,8 +41,8 @@ def calibration(name: str, preset: str, overrides: dict, machine: str) -> Calibr
     path = ROOT / "bench" / "results" / name / "events.jsonl.gz"
     events = [json.loads(line) for line in gzip.open(path, "rt") if line.strip()]
     times = phase_times(events)
-    r = resolve(resolve_preset(load_preset(preset)).with_values(**overrides))
-    derived = derive_resolved(r)
+    r = resolve(resolve_preset(load_preset(preset)).with_values(**overrides), os.environ)
+    derived = derive_resolved(r, os.environ)
     work = work_of(r, derived.params, derived.samples_per_rollout)
     assert work is not None and times.init_s is not None and times.first_ts is not None
     first_event, last_event = events[0]["ts"], events[-1]["ts"]
@@ -73,8 +74,8 @@ def against() -> None:
     events = [json.loads(line) for line in
               gzip.open(ROOT / "bench" / "results" / name / "events.jsonl.gz", "rt")]
     measured = events[-1]["ts"] - events[0]["ts"]
-    machine = replace(Machine(gpus=1, transformer_engine=False, sglang=False), kind=kind,
-                      calibrations=kept_calibrations())
+    machine = replace(Machine(gpus=1, transformer_engine=False, sglang=False, env=os.environ),
+                      kind=kind, calibrations=kept_calibrations())
     out = check(resolve_preset(load_preset(preset)).with_values(**overrides), machine).forecast
     assert out is not None and out.seconds is not None
     print(f"{name}: forecast {out.seconds:.1f} s, measured {measured:.1f} s, error "

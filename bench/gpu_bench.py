@@ -576,8 +576,9 @@ def sglang_args(plan: Plan, run_dir: str) -> dict:
     """Resolved args of a one-GPU colocated run whose rollout is one batch of the bench."""
     from ppodeck.engine.config.resolve import resolve_values
 
-    return {**resolve_values({}), "bf16": True, "colocate": True, "offload_rollout": True,
-            "actor_num_nodes": 1, "actor_num_gpus_per_node": 1, "rollout_num_gpus_per_engine": 1,
+    return {**resolve_values({}, os.environ), "bf16": True, "colocate": True,
+            "offload_rollout": True, "actor_num_nodes": 1, "actor_num_gpus_per_node": 1,
+            "rollout_num_gpus_per_engine": 1,
             "rollout_batch_size": plan.gen_batch, "n_samples_per_prompt": 1,
             "model_init": "random", "run_dir": run_dir,
             # leave room for the hf backend's model and static KV cache in the same process

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import sys
 import threading
@@ -151,7 +152,7 @@ def preset_config(preset: str) -> tuple[Any, dict]:
     from ppodeck.engine.presets import load_preset, resolve_preset
 
     config = resolve_preset(load_preset(preset))
-    return config, dict(resolve(config))
+    return config, dict(resolve(config, os.environ))
 
 
 def estimates(preset: str) -> tuple[dict, dict | None]:

@@ -97,11 +97,11 @@ def main() -> int:
     try:
         scorers = {
             "async def (--custom-rm-path)": RewardScorer.from_args(
-                resolve_values({**base, "custom_rm_path": "next_digit.slow_score"})),
+                resolve_values({**base, "custom_rm_path": "next_digit.slow_score"}, os.environ)),
             "plain def (worker threads)": RewardScorer.from_args(
-                resolve_values({**base, "custom_rm_path": "next_digit.score"})),
+                resolve_values({**base, "custom_rm_path": "next_digit.score"}, os.environ)),
             "remote_rm (--rm-url)": RewardScorer.from_args(
-                resolve_values({**base, "rm_type": "remote_rm", "rm_url": server.url})),
+                resolve_values({**base, "rm_type": "remote_rm", "rm_url": server.url}, os.environ)),
         }
         scorers["plain def (worker threads)"].custom = plain_slow
         print(f"reward phase for {ns.samples} samples, {WAIT_S * 1000:.0f} ms per call "

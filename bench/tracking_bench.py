@@ -10,6 +10,7 @@ configuration: start seconds, mean and p99 microseconds per metrics call (12 met
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -29,7 +30,7 @@ METRICS = {f"train/metric_{i}": 0.1 * i for i in range(12)}
 def measure(flags: dict, calls: int) -> tuple[float, float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         config = resolve_preset(load_preset("tiny-cpu")).with_values(run_dir=tmp, **flags)
-        args = dict(resolve(config))
+        args = dict(resolve(config, os.environ))
         writer = EventWriter(Path(tmp) / "events.jsonl")
         tm = Telemetry(writer, 0)
         start = time.perf_counter()

@@ -3,8 +3,9 @@ are generated from this table, and a test keeps it equal to the names the code, 
 the benches use.
 
 PURE: stdlib only. The modules that read a variable keep their own `os.environ` lookup, at the
-edges: the pure config layer reads none (tests/contracts/test_env_vars.py lists the readers
-still to move out, and fails on a new one or on a name this table does not hold).
+edges: the pure config layer reads none, and takes the environment as an argument (a
+Machine's `env`, filled by engine/host/machine.py's `environment()`); tests/contracts/
+test_env_vars.py fails on any read in engine/config/ or on a name this table does not hold.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,8 +14,11 @@ from ppodeck.engine.config.machine import Machine
 if TYPE_CHECKING:
     from tests.reliability.killed_run import KilledRun
 
-CPU_MACHINE = Machine(gpus=0, transformer_engine=False, sglang=False, host_memory_bytes=24 << 30)
-GPU_MACHINE = Machine(gpus=4, transformer_engine=True, sglang=True, host_memory_bytes=512 << 30)
+# env: this process's environment, live, as the edge's environment() hands it to check()
+CPU_MACHINE = Machine(gpus=0, transformer_engine=False, sglang=False, host_memory_bytes=24 << 30,
+                      env=os.environ)
+GPU_MACHINE = Machine(gpus=4, transformer_engine=True, sglang=True, host_memory_bytes=512 << 30,
+                      env=os.environ)
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +26,7 @@ def cpu_machine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     """In-process check() judges against CI's machine (CPU, no transformer-engine, no sglang)
     so expected issues do not depend on where tests run; `gpu` tests keep the real probe."""
     if request.node.get_closest_marker("gpu"):
-        return Machine(0, False, False)
+        return Machine(0, False, False, env=os.environ)
     monkeypatch.setattr("ppodeck.engine.config.rules_engine.this_machine", lambda: CPU_MACHINE)
     # nor on what this machine's GPUs and RAM hold now (tests/host/test_memory_seam.py reads it)
     monkeypatch.setattr("ppodeck.engine.config.rules_engine.live_holdings", lambda: None)

@@ -16,6 +16,7 @@ import typer
 from ...engine.config import Issue, RunConfig, check, to_argv
 from ...engine.config.derived import PHASES, ROLES
 from ...engine.config.knock_on import group_knock_on
+from ...engine.host.machine import environment
 from ...engine.run.pace import machine_here
 from .common import (
     EXIT_INVALID,
@@ -248,7 +249,8 @@ def command(
         for refusal in engine_issues(preset, engine, config):  # the argv is still miles'
             _err(f"ppodeck: {refusal.message} Fix: {refusal.fix}.")
     else:
-        argv = to_argv(config, show_secrets=show_secrets, expand_paths=not raw_paths)
+        argv = to_argv(config, show_secrets=show_secrets,
+                       expand_paths=None if raw_paths else environment())
     typer.echo(json.dumps(argv) if as_json else shlex.join(argv))
     report = check(config)
     if report.config_errors:

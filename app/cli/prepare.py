@@ -54,11 +54,12 @@ def prepare(
     from rich.console import Console
 
     from ...engine.config.resolve import resolve
+    from ...engine.host.machine import environment
     from ...engine.launch.prepare import PrepareError, offline_message, offline_reason, plan_prepare
 
     console = Console(stderr=True)
     config, loaded = _load(preset, sets)
-    args = resolve(config)
+    args = resolve(config, environment())
     try:
         plan = plan_prepare(args, _sources(loaded))
     except PrepareError as exc:

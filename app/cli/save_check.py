@@ -22,12 +22,13 @@ def settle_damaged_save(rundir: RunDir, config: RunConfig, yes: bool) -> None:
     """Return when the resume may go on (the saves are whole, or an older whole one was taken);
     exit with the damage named otherwise."""
     from ...engine.config import resolve
+    from ...engine.host.machine import environment
     from ...engine.launch.resume_check import damaged_saves, fallback, take_save
     from ...engine.run.save_manifest import iteration_of
 
     if not config.is_set("load"):  # as prepare_resume: the actor resumes from the run's --save
         config = config.with_values(load=config.get("save"))
-    args = resolve(config.with_values(run_dir=str(rundir.path)))
+    args = resolve(config.with_values(run_dir=str(rundir.path)), environment())
     damage = damaged_saves(args)
     if not damage:
         return
@@ -96,6 +97,7 @@ def _save_roots(target: str) -> list[Path]:
         sibling = path.with_name(f"{path.name}_critic")
         return [path, *([sibling] if sibling.is_dir() else [])]
     from ...engine.config import resolve
+    from ...engine.host.machine import environment
     from ...engine.presets import PresetError, config_from_toml
 
     rundir = find_run_or_fail(target)
@@ -103,7 +105,7 @@ def _save_roots(target: str) -> list[Path]:
         config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
     except (OSError, PresetError) as exc:
         fail(f"run {rundir.id}: its config is unreadable: {exc}", EXIT_INVALID)
-    args = resolve(config.with_values(run_dir=str(rundir.path)))
+    args = resolve(config.with_values(run_dir=str(rundir.path)), environment())
     if not args["save"]:
         fail(f"run {rundir.id} was started without --save: it has no saves", EXIT_INVALID)
     critic = args["critic_save"] if args["use_critic"] else None

@@ -7,6 +7,7 @@ a near-miss of a known flag gets "did you mean --kl-coef?" in the fix.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -27,12 +28,12 @@ def format_value(value: Any) -> str:
 
 
 def to_argv(config: RunConfig, *, show_secrets: bool = True,
-            expand_paths: bool = False) -> list[str]:
+            expand_paths: Mapping[str, str] | None = None) -> list[str]:
     """miles-style argv in schema order, then the passthrough tokens.
 
     Bools emit `--x` when True; tristates emit `--x` / `--no-x` only when set. With
-    expand_paths, ${PPODECK_HOME} and ~ in path flags are expanded (for a runnable command);
-    without it the argv round-trips exactly.
+    `expand_paths`, the environment the command runs in, ${PPODECK_HOME}, $VARS and ~ in path
+    flags are expanded (for a runnable command); without it the argv round-trips exactly.
     """
     values = config.values
     argv: list[str] = []
@@ -51,8 +52,8 @@ def to_argv(config: RunConfig, *, show_secrets: bool = True,
             argv.extend(str(v) for v in value)
         elif flag.secret and not show_secrets:
             argv += [flag.name, MASK]
-        elif expand_paths and flag.dest in PATH_DESTS and isinstance(value, str):
-            argv += [flag.name, expand_path(value)]
+        elif expand_paths is not None and flag.dest in PATH_DESTS and isinstance(value, str):
+            argv += [flag.name, expand_path(value, expand_paths)]
         else:
             argv += [flag.name, format_value(value)]
     argv.extend(config.passthrough)

@@ -5,8 +5,8 @@ its source is read with `ast` for the function name. PURE: stdlib only.
 The engine looks a module up as miles' `load_function` does (`importlib.import_module` on the
 dotted path before the last dot), over the driver's `sys.path` (so `PYTHONPATH`), then the
 directory `ppodeck run` was started from (engine/launch/local.py passes it as
-PPODECK_CODE_DIR, placed
-after site-packages so a local file never shadows a library).
+PPODECK_CODE_DIR, which the callers hand in with their environment), placed after
+site-packages so a local file never shadows a library.
 
 miles' own built-in filters (`miles.rollout.filter_hub...`) run as PPO Deck's equivalents in
 engine/rollout/filters.py, under the same names (`MILES_BUILTINS`); check() says so.
@@ -18,6 +18,7 @@ import ast
 import functools
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
@@ -46,12 +47,12 @@ def split_dotted(path: str) -> tuple[str, str] | None:
     return module, attr
 
 
-def search_path(code_dir: str | None = None) -> list[str]:
+def search_path(env: Mapping[str, str], code_dir: str | None = None) -> list[str]:
     """Where the engine looks: sys.path ("" is the current directory), then the launch
-    directory (`code_dir`, default the current one)."""
+    directory (`code_dir`, else `env`'s PPODECK_CODE_DIR, else the current one)."""
     here = os.getcwd()
     entries = [entry or here for entry in sys.path]
-    last = code_dir or os.environ.get(CODE_DIR_ENV) or here
+    last = code_dir or env.get(CODE_DIR_ENV) or here
     return entries if last in entries else [*entries, last]
 
 
@@ -147,12 +148,13 @@ class CodeCheck:
 CACHE_SECONDS = 1.0  # per-keystroke checks reuse a lookup; a file made later is seen in 1 s
 
 
-def check_code_path(path: str, code_dir: str | None = None) -> CodeCheck:
+def check_code_path(path: str, env: Mapping[str, str], code_dir: str | None = None) -> CodeCheck:
     """Find `path`'s module and function without importing either (cached for a second:
-    check() runs per keystroke, and each lookup stats every sys.path entry)."""
+    check() runs per keystroke, and each lookup stats every sys.path entry). The launch
+    directory is `code_dir`, else `env`'s PPODECK_CODE_DIR, else the current one."""
     import time
 
-    where = code_dir or os.environ.get(CODE_DIR_ENV) or os.getcwd()
+    where = code_dir or env.get(CODE_DIR_ENV) or os.getcwd()
     tick = int(time.monotonic() // CACHE_SECONDS)
     return _check_code_path(path, where, tuple(sys.path), tick)
 
@@ -168,10 +170,9 @@ def _check_code_path(path: str, code_dir: str, _sys_path: tuple[str, ...],
         return CodeCheck(f"{path!r} is not a dotted Python path (module.function)",
                          "write it as package.module.function, e.g. my_reward.score")
     module, attr = dotted
-    located = locate_module(module, search_path(code_dir))
+    located = locate_module(module, search_path({}, code_dir))  # code_dir: already chosen
     if located is None:
-        where = code_dir or os.environ.get(CODE_DIR_ENV) or os.getcwd()
-        return CodeCheck(f"module {module!r} is not found in the working directory ({where}) "
+        return CodeCheck(f"module {module!r} is not found in the working directory ({code_dir}) "
                          "nor on PYTHONPATH",
                          f"run from the directory that holds {module.replace('.', '/')}.py, "
                          "add its directory to PYTHONPATH, or fix the module name")
@@ -197,7 +198,8 @@ ENGINE_CODE_FLAGS = ("custom_rm_path", "custom_reward_post_process_path",
 OWN_PACKAGE = "ppodeck"
 
 
-def files_to_ship(paths: list[str], code_dir: str | None = None) -> list[str]:
+def files_to_ship(paths: list[str], env: Mapping[str, str],
+                  code_dir: str | None = None) -> list[str]:
     """What a Ray Job's runtime_env must carry (py_modules) so the cluster imports these
     dotted paths: each one's top-level package directory, or its single .py file. Modules of
     the installed environment (site-packages, the standard library) and PPO Deck's own stay
@@ -210,7 +212,7 @@ def files_to_ship(paths: list[str], code_dir: str | None = None) -> list[str]:
         top = dotted[0].split(".")[0]
         if top == OWN_PACKAGE:  # the job ships PPO Deck's engine itself (engine/launch/jobs.py)
             continue
-        located = _top_level_location(top, search_path(code_dir))
+        located = _top_level_location(top, search_path(env, code_dir))
         if located and located not in shipped and not _installed(located):
             shipped.append(located)
     return shipped

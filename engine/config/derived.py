@@ -75,17 +75,19 @@ def without_figures_from(derived: Derived, bad: set[str]) -> Derived:
     return dataclasses.replace(derived, **blanked) if blanked else derived
 
 
-def derive(config: RunConfig) -> Derived:
-    return derive_resolved(resolve(config))
+def derive(config: RunConfig, env: Mapping[str, str]) -> Derived:
+    """Derived values of `config` resolved in `env`, the environment the run starts in."""
+    return derive_resolved(resolve(config, env), env)
 
 
 def _positive(*values: Any) -> bool:  # noqa: ANN401
     return all(type(v) is int and v > 0 for v in values)
 
 
-def derive_resolved(r: Mapping[str, Any], on_cpu: bool = False,
+def derive_resolved(r: Mapping[str, Any], env: Mapping[str, str], on_cpu: bool = False,
                     gpu_total_gib: float | None = None) -> Derived:
-    """Derived values from a resolve()d dict (check() reuses its own resolution). `on_cpu`:
+    """Derived values from a resolve()d dict (check() reuses its own resolution); `env`: the
+    run's environment (the memory estimate's decoder variant). `on_cpu`:
     the run's ranks are CPU processes (no GPU visible), so no GPU count and memory in host
     RAM; `gpu_total_gib`: the GPU's size where known (SGLang's share is a fraction of it)."""
     world = r["world_size"]
@@ -107,7 +109,7 @@ def derive_resolved(r: Mapping[str, Any], on_cpu: bool = False,
         total_train_iters=total_iters,
         gpus_needed=None if on_cpu else gpus_needed(r),
         params=params,
-        memory_gib={} if on_cpu else memory_estimate(r, params, gpu_total_gib=gpu_total_gib),
+        memory_gib={} if on_cpu else memory_estimate(r, params, env, gpu_total_gib=gpu_total_gib),
         host_memory_gib=cpu_host_gib(r, params) if on_cpu else None,
     )
 

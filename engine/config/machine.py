@@ -1,12 +1,14 @@
 """Machine: what the machine that will run a config offers, as check() takes it (PURE).
 
-engine/config/rules_engine.py probes it (`this_machine`, `current_machine`); the rules that
-judge a config against it (rules_engine, rules_memory, the forecast) take it as an argument.
+engine/config/rules_engine.py probes it (`this_machine`, `current_machine`; its environment
+comes from the edge); the rules that judge a config against it (rules_engine, rules_memory,
+the forecast) take it as an argument.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .forecast import Calibration
@@ -33,6 +35,10 @@ class Machine:
     # MILES_EXPERIMENTAL_FT_TRAINER on in the environment miles' train.py inherits (a local
     # `--engine miles` launch hands it this process's environment; engine/miles/drive.py)
     miles_ft_trainer: bool = False
+    # the environment the run starts in (RAY_ADDRESS, PPODECK_HOME, PPODECK_CODE_DIR,
+    # PPODECK_DECODE): read at the edge (engine/host/machine.py's environment()), so the config
+    # layer reads none itself; named, never defaulted, so no builder forgets it
+    env: Mapping[str, str] = field(kw_only=True, hash=False)
 
     @property
     def cuda(self) -> bool:

@@ -10,7 +10,6 @@ None everywhere instead of a guess.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -228,13 +227,12 @@ def packed_decoder(env: Mapping[str, str]) -> bool:
     return "packed" in (part.strip().lower() for part in raw.split("+"))
 
 
-def _phase_parts(r: Mapping[str, Any], params: int, env: Mapping[str, str] | None,
+def _phase_parts(r: Mapping[str, Any], params: int, env: Mapping[str, str],
                  gpu_total_gib: float | None) -> dict[str, tuple[float, float, float]]:
     """(actor, critic, rollout) GiB per GPU in each phase."""
     actor_awake = _train_state_gib(r, params, "actor")
     critic_awake = _train_state_gib(r, params, "critic") if r["use_critic"] else 0.0
-    rollout_active = _rollout_gib(r, params, packed_decoder(os.environ if env is None else env),
-                                  gpu_total_gib)
+    rollout_active = _rollout_gib(r, params, packed_decoder(env), gpu_total_gib)
     asleep = CONTEXT_GIB + TRAINER_RUNTIME_GIB if r["offload_train"] else None
     actor_asleep = None if asleep is None else asleep + _actor_kept_gib(r)
     released = CONTEXT_GIB if r["offload_rollout"] else rollout_active
@@ -252,7 +250,7 @@ def _laid_out(r: Mapping[str, Any]) -> bool:
                      r["dp_size"])
 
 
-def gpu_peaks_gib(r: Mapping[str, Any], params: int | None, env: Mapping[str, str] | None = None,
+def gpu_peaks_gib(r: Mapping[str, Any], params: int | None, env: Mapping[str, str],
                   gpu_total_gib: float | None = None) -> dict[str, float] | None:
     """What the run itself allocates on one GPU at its peak over the phases: `train` on the
     actor's GPUs (the rollout's too when colocated), and `rollout` on the rollout's own GPUs
@@ -270,10 +268,10 @@ def gpu_peaks_gib(r: Mapping[str, Any], params: int | None, env: Mapping[str, st
 
 
 def memory_estimate(r: Mapping[str, Any], params: int | None,
-                    env: Mapping[str, str] | None = None, gpu_total_gib: float | None = None
+                    env: Mapping[str, str], gpu_total_gib: float | None = None
                     ) -> dict[str, dict[str, float | None]]:
     """Per-GPU GiB for each phase and role; see the module docstring for the formula. `env`:
-    where PPODECK_DECODE is read (os.environ when None). `total` is the most any one GPU of
+    the run's environment, where PPODECK_DECODE is read. `total` is the most any one GPU of
     the run holds in the phase: a train GPU, or a rollout GPU where the rollout has its own."""
     if params is None or not _laid_out(r):
         return {phase: dict.fromkeys(ROLES) for phase in PHASES}
@@ -287,14 +285,14 @@ def memory_estimate(r: Mapping[str, Any], params: int | None,
 
 
 def init_peak_gib(r: Mapping[str, Any], params: int | None, with_rollout: bool,
-                  num_trainers: int, env: Mapping[str, str] | None = None) -> float | None:
+                  num_trainers: int, env: Mapping[str, str]) -> float | None:
     """GiB per GPU with every trainer awake at the end of its init (its state before Adam's
     moments, and its process) and, `with_rollout`, the rollout generating rollout 0's batch
     (the hf decoder's warm-up): the driver's init plan (engine/driver/roles.py) asks this."""
     if params is None or not _laid_out(r):
         return None
     trainer = state_bytes(r, params, bf16=bool(r["bf16"]), moments=False) / GIB + CONTEXT_GIB
-    rollout = _rollout_gib(r, params, packed_decoder(os.environ if env is None else env))
+    rollout = _rollout_gib(r, params, packed_decoder(env))
     return num_trainers * trainer + (rollout if with_rollout else 0.0)
 
 

@@ -9,6 +9,8 @@ turns each of these silent changes into an info or warning.
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from .model import RunConfig, value_error
@@ -35,23 +37,37 @@ RESOLVED_INTO: dict[str, tuple[str, ...]] = {
 DEFAULT_HOME = "~/.cache/ppodeck"
 
 
-def ppodeck_home() -> str:
+# $NAME or ${NAME}, as os.path.expandvars finds them (which reads os.environ itself)
+_VAR = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)
+
+
+def ppodeck_home(env: Mapping[str, str]) -> str:
     """Where `ppodeck prepare` puts models and data: $PPODECK_HOME or ~/.cache/ppodeck."""
-    return os.path.expanduser(os.environ.get("PPODECK_HOME") or DEFAULT_HOME)
+    return os.path.expanduser(env.get("PPODECK_HOME") or DEFAULT_HOME)
 
 
-def expand_path(path: str, run_dir: str | None = None) -> str:
+def expand_vars(path: str, env: Mapping[str, str]) -> str:
+    """os.path.expandvars over `env`: a variable `env` lacks stays as written."""
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1).removeprefix("{").removesuffix("}")
+        return env.get(name, match.group(0))
+
+    return _VAR.sub(value, path)
+
+
+def expand_path(path: str, env: Mapping[str, str], run_dir: str | None = None) -> str:
     """Expand ${RUN_DIR} (when the run directory is known), ${PPODECK_HOME} (defaulting to
-    ~/.cache/ppodeck), other $VARS from the environment, and a leading ~. A `pypi:` value
-    becomes the installed file it names (engine/config/pypi_files.py), or stays as it is."""
+    ~/.cache/ppodeck), other $VARS from `env` (the run's environment), and a leading ~. A
+    `pypi:` value becomes the installed file it names (engine/config/pypi_files.py), or stays
+    as it is."""
     if is_pypi_path(path):
         return expand_pypi(path)
     if "$" in path:
         if run_dir:
             path = path.replace("${RUN_DIR}", run_dir)
-        home = ppodeck_home()
+        home = ppodeck_home(env)
         path = path.replace("${PPODECK_HOME}", home).replace("$PPODECK_HOME", home)
-        path = os.path.expandvars(path)
+        path = expand_vars(path, env)
     if path[:1] == "~":
         path = os.path.expanduser(path)
     return path
@@ -89,25 +105,26 @@ def _has_tracker(path: str | None) -> bool:
     return bool(path and os.path.exists(os.path.join(path, TRACKER)))
 
 
-def resolve_values(valid: dict[str, Any]) -> dict[str, Any]:
-    """The effective values, given valid explicitly-set values (see split_values)."""
+def resolve_values(valid: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The effective values, given valid explicitly-set values (see split_values); path flags
+    expand against `env`, the environment the run starts in."""
     r = dict(DEFAULTS)
     r.update(valid)
-    run_dir = r["run_dir"] = expand_path(r["run_dir"]) if r["run_dir"] else None
+    run_dir = r["run_dir"] = expand_path(r["run_dir"], env) if r["run_dir"] else None
     for dest in PATH_DESTS:
         if r[dest] and dest != "run_dir":
-            r[dest] = expand_path(r[dest], run_dir)
+            r[dest] = expand_path(r[dest], env, run_dir)
     _resolve_algo(r)
     _resolve_placement(r)
     _resolve_offload(r)
     _resolve_checkpoints(r)
     _resolve_batch(r)
     _resolve_model(r)
-    _resolve_eval(r)
+    _resolve_eval(r, env)
     return r
 
 
-def resolve(config: RunConfig) -> dict[str, Any]:
+def resolve(config: RunConfig, env: Mapping[str, str]) -> dict[str, Any]:
     """Every dest -> effective value after miles' fallbacks (invalid values -> defaults).
 
     Extra keys beyond the schema dests: use_critic, with_ref, world_size, dp_size,
@@ -116,7 +133,7 @@ def resolve(config: RunConfig) -> dict[str, Any]:
     grpo_std_normalization, train_iters, placement_bundles, rollout_bundle_offset, ...
     """
     valid, _, _ = split_values(config)
-    return resolve_values(valid)
+    return resolve_values(valid, env)
 
 
 def _resolve_algo(r: dict[str, Any]) -> None:
@@ -271,21 +288,22 @@ EVAL_FALLBACKS = (("eval_temperature", "rollout_temperature"), ("eval_top_p", "r
                   ("n_samples_per_eval_prompt", "n_samples_per_prompt"))
 
 
-def eval_datasets(pairs: Any, run_dir: str | None) -> tuple[tuple[str, str], ...]:
+def eval_datasets(pairs: Any, run_dir: str | None,
+                  env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """--eval-prompt-data NAME PATH [NAME PATH ...] as (name, expanded path) pairs; an odd
     count gives none (check() reports it as eval.prompt_data_pairs)."""
     items = list(pairs or ())
     if len(items) % 2:
         return ()
-    return tuple((str(items[i]), expand_path(str(items[i + 1]), run_dir))
+    return tuple((str(items[i]), expand_path(str(items[i + 1]), env, run_dir))
                  for i in range(0, len(items), 2))
 
 
-def _resolve_eval(r: dict[str, Any]) -> None:
+def _resolve_eval(r: dict[str, Any], env: Mapping[str, str]) -> None:
     for eval_dest, rollout_dest in EVAL_FALLBACKS:
         if r[eval_dest] is None:
             r[eval_dest] = r[rollout_dest]
-    r["eval_datasets"] = eval_datasets(r["eval_prompt_data"], r["run_dir"])
+    r["eval_datasets"] = eval_datasets(r["eval_prompt_data"], r["run_dir"], env)
     # miles: --ci-test compares the rollout weights after the first push, except in the debug
     # modes (no push there) and with --ci-disable-weight-update-checker; the flag
     # --check-weight-update-equal asks for the same comparison on its own

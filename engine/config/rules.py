@@ -481,11 +481,11 @@ def _dests_in_error(out: Out) -> set[str]:
 def _derived_for(r: dict, m: Machine, engine: str) -> Derived:
     """The derived values as the run will see them: on CPU (our engine, no GPU visible, no
     cluster) in host memory and with no GPU count; on GPUs with SGLang's share of their size."""
-    on_cpu = engine == "ppodeck" and not m.cuda and not on_a_cluster(r)
+    on_cpu = engine == "ppodeck" and not m.cuda and not on_a_cluster(r, m.env)
     gpus = m.holdings.gpus if m.holdings is not None else None
     gpu_total = min((g.total_gib for g in gpus), default=None) if gpus else None
-    here = r if on_a_cluster(r) or engine != "ppodeck" else as_run_here(r, m)
-    derived = derive_resolved(here, on_cpu=on_cpu, gpu_total_gib=gpu_total)
+    here = r if on_a_cluster(r, m.env) or engine != "ppodeck" else as_run_here(r, m)
+    derived = derive_resolved(here, m.env, on_cpu=on_cpu, gpu_total_gib=gpu_total)
     if derived.host_memory_gib is None:
         taken = (gpus or ())[:derived.gpus_needed or 0]
         return dataclasses.replace(derived, gpu_free_gib=tuple(
@@ -510,11 +510,11 @@ def check(config: RunConfig, machine: Machine | None = None, engine: str = "ppod
         _empty_paths(valid, out)
         e = dict(DEFAULTS)
         e.update(valid)
-        r = resolve_values(valid)
+        m = machine or current_machine()
+        r = resolve_values(valid, m.env)
         s = set(valid)
         for rule in RULES:
             rule(e, r, s, out)
-        m = machine or current_machine()
         engine_rules(e, r, s, out, m, engine)
         derived = _derived_for(r, m, engine)
         _batch_arithmetic(e, r, s, out, derived)

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import importlib.util
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from .forecast import kept_calibrations
@@ -39,14 +40,16 @@ RM_TYPES = RULE_REWARDS
 
 @functools.cache
 def this_machine() -> Machine:
-    """Probed once per process: find_spec only (nothing is imported), NVML or /proc for GPUs."""
+    """Probed once per process: find_spec only (nothing is imported), NVML or /proc for GPUs;
+    the environment as the edge hands it (engine/host/machine.py)."""
     from ..host.kind import machine_kind
-    from ..host.machine import host_memory_bytes, miles_ft_trainer, visible_gpus
+    from ..host.machine import environment, host_memory_bytes, miles_ft_trainer, visible_gpus
 
     return Machine(gpus=visible_gpus(), transformer_engine=_importable("transformer_engine"),
                    sglang=_importable("sglang"), host_memory_bytes=host_memory_bytes(),
                    megatron_bridge=_installed("megatron-bridge"), kind=machine_kind(),
-                   calibrations=kept_calibrations(), miles_ft_trainer=miles_ft_trainer())
+                   calibrations=kept_calibrations(), miles_ft_trainer=miles_ft_trainer(),
+                   env=environment())
 
 
 def live_holdings() -> Holdings | None:
@@ -89,9 +92,10 @@ def _installed(distribution: str) -> bool:
     return True
 
 
-def on_a_cluster(r: dict) -> bool:
-    """The driver joins a Ray cluster: this machine's GPUs and packages are not the ones used."""
-    return bool(r["ray_address"] or os.environ.get("RAY_ADDRESS"))
+def on_a_cluster(r: dict, env: Mapping[str, str]) -> bool:
+    """The driver joins a Ray cluster (--ray-address, or RAY_ADDRESS in the run's environment
+    `env`): this machine's GPUs and packages are not the ones used."""
+    return bool(r["ray_address"] or env.get("RAY_ADDRESS"))
 
 
 def differs(dest: str, value: object) -> bool:
@@ -291,7 +295,7 @@ def _reward(r: dict, out: Out) -> None:
 
 def _devices(r: dict, m: Machine, out: Out) -> None:
     """GPU-only features against this machine; a cluster is checked at launch instead."""
-    if on_a_cluster(r):
+    if on_a_cluster(r, m.env):
         _issue(out, "info", "engine.cluster_checked_at_launch", ("ray_address",),
                "the run joins a Ray cluster: its GPUs and packages are compared with the "
                "layout when it launches, not here. The cluster must have this Python "
@@ -379,7 +383,7 @@ def _gpu_count(r: dict, m: Machine, out: Out) -> None:
 
 
 def _precision(r: dict, s: set, m: Machine, out: Out) -> None:
-    if "bf16" in s and r["bf16"] and not m.cuda and not on_a_cluster(r):
+    if "bf16" in s and r["bf16"] and not m.cuda and not on_a_cluster(r, m.env):
         _issue(out, "error", "engine.bf16_needs_cuda", ("bf16",),
                "--bf16: PPO Deck's engine trains in bf16 only on CUDA, and this machine has no "
                "GPU visible (it would train in float32).",
@@ -409,10 +413,10 @@ def engine_rules(e: dict, r: dict, s: set, out: Out, machine: Machine | None = N
     _model_features(r, m, out)
     _hf_checkpoint_shape(r, out)
     _reward(r, out)
-    user_code_rules(r, out)  # reward functions, remote RM, filters (engine/config/rules_user_code)
+    user_code_rules(r, out, m.env)  # reward functions, remote RM, filters (rules_user_code)
     _precision(r, s, m, out)
     _devices(r, m, out)
-    memory_rules(as_run_here(r, m), m, out, on_a_cluster(r))  # engine/config/rules_memory.py
+    memory_rules(as_run_here(r, m), m, out, on_a_cluster(r, m.env))  # engine/config/rules_memory.py
 
 
 def engine_classes() -> dict[str, list[str]]:
@@ -439,7 +443,7 @@ def miles_rules(s: set, out: Out, m: Machine, r: dict) -> None:
                f"{', '.join(_fl(d) for d in own)}: PPO Deck's own flags; miles' train.py does "
                "not know them, so they are left out of its command.",
                "drop them from the preset, or run on PPO Deck's engine")
-    _miles_ref_load(r, out)
+    _miles_ref_load(r, m, out)
     _megatron_validate_args(r, out)
     _miles_hf_validate_args(r, out)
     _miles_parse_args(r, m, out)
@@ -554,13 +558,13 @@ def _miles_hf_validate_args(r: dict, out: Out) -> None:
            "flags describe")
 
 
-def _miles_ref_load(r: dict, out: Out) -> None:
+def _miles_ref_load(r: dict, m: Machine, out: Out) -> None:
     """miles loads the reference model for any KL term and stops at start-up
     (FileNotFoundError) when --ref-load does not exist; unset, it fails the same way."""
     if not r["with_ref"]:
         return
     ref = r["ref_load"]
-    if ref is not None and (on_a_cluster(r) or os.path.exists(ref)):
+    if ref is not None and (on_a_cluster(r, m.env) or os.path.exists(ref)):
         return
     said = (f"ref_load {ref} does not exist, please check the path" if ref is not None else
             "--ref-load is not set (miles stops at start-up)")
@@ -575,7 +579,7 @@ def miles_machine_rules(r: dict, m: Machine, out: Out) -> None:
     """`--engine miles`: what this machine must offer miles' train.py (CUDA GPUs for the
     layout: miles has no CPU path). A cluster (--ray-address, RAY_ADDRESS) is checked there."""
     needed = r["placement_bundles"] or r["world_size"]
-    if on_a_cluster(r) or needed is None or m.gpus >= needed:
+    if on_a_cluster(r, m.env) or needed is None or m.gpus >= needed:
         return
     _issue(out, "error", "miles.gpus_missing",
            ("actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus"),

@@ -63,7 +63,7 @@ def _gpu_memory(r: dict, m: Machine, params: int | None, out: Out) -> None:
     if not isinstance(needed, int) or not isinstance(world, int) or needed > len(reading.gpus):
         return  # engine.gpus_missing says so
     taken = reading.gpus[:needed]
-    peaks = gpu_peaks_gib(r, params, gpu_total_gib=min(g.total_gib for g in taken))
+    peaks = gpu_peaks_gib(r, params, m.env, gpu_total_gib=min(g.total_gib for g in taken))
     if peaks is None:
         return
     wants = [(gpu, peaks["rollout" if gpu.index >= world and "rollout" in peaks else "train"])

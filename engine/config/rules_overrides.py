@@ -163,6 +163,6 @@ def start_announcements(config: Any, env: Mapping[str, str]) -> list[str]:
 
     valid, _, _ = split_values(config)
     e = {**DEFAULTS, **valid}
-    r = {**resolve_values(valid), "passthrough": tuple(config.passthrough)}
+    r = {**resolve_values(valid, env), "passthrough": tuple(config.passthrough)}
     return [f"{message} Fix: {row.fix}." for row, message in applying(e, r, set(valid), env)
             if row.speaks != "check"]

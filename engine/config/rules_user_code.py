@@ -5,6 +5,8 @@ engine/config/code_paths.py, which never imports or runs it; its file scans are 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .code_paths import ENGINE_CODE_FLAGS, check_code_path
 from .issues import Out
 from .issues import add as _issue
@@ -13,17 +15,18 @@ from .prompt_metadata import metadata_rm_types
 from .reward_types import REMOTE_RM, is_remote
 
 
-def user_code_rules(r: dict, out: Out) -> None:
+def user_code_rules(r: dict, out: Out, env: Mapping[str, str]) -> None:
+    """`env`: the run's environment (PPODECK_CODE_DIR, where its user code is looked up)."""
     for dest in ENGINE_CODE_FLAGS:
         if r[dest]:
-            _code_path(dest, r[dest], out)
+            _code_path(dest, r[dest], out, env)
     _reward_choice(r, out)
     remote_reward_rules(r, out)
     _over_sampling(r, out)
 
 
-def _code_path(dest: str, path: str, out: Out) -> None:
-    found = check_code_path(path)
+def _code_path(dest: str, path: str, out: Out, env: Mapping[str, str]) -> None:
+    found = check_code_path(path, env)
     flag = _fl(dest)
     if found.problem:
         _issue(out, "error", "engine.user_code_missing", (dest,),

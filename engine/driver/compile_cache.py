@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.resolve import ppodeck_home
+from ..host.machine import environment
 
 # variable -> folder under <PPODECK_HOME>/compile-cache; FlashInfer appends .cache/flashinfer/
 # to FLASHINFER_WORKSPACE_BASE itself (flashinfer/jit/env.py)
@@ -41,7 +42,7 @@ class CompileCaches:
 
 
 def cache_root(home: str | None = None) -> Path:
-    return Path(home or ppodeck_home()) / "compile-cache"
+    return Path(home or ppodeck_home(environment())) / "compile-cache"
 
 
 def compile_caches(environ: Mapping[str, str], home: str | None = None) -> CompileCaches:

@@ -366,7 +366,7 @@ def load_args(rundir: RunDir) -> dict[str, Any]:
     config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
     # run_dir first: resolve() expands ${RUN_DIR} in --save/--load paths from it
     config = restore_secrets(config).with_values(run_dir=str(rundir.path))
-    return dict(resolve(config))
+    return dict(resolve(config, os.environ))
 
 
 def announce_overrides(rundir: RunDir, tm: Telemetry) -> None:

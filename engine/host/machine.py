@@ -5,7 +5,8 @@
 then CUDA_VISIBLE_DEVICES narrows it the way CUDA does (the list stops at its first invalid
 entry, "" or -1 hides every GPU). check() compares it with the GPUs a layout needs, and the
 private local Ray declares exactly this many. `nvml_devices()` reads each GPU's memory as NVML
-sees it (the driver's gpu events, the SGLang backend's free-memory check).
+sees it (the driver's gpu events, the SGLang backend's free-memory check). `environment()` is
+the environment the pure config layer is handed (it reads none itself).
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ from typing import Any
 
 PROC_GPUS = Path("/proc/driver/nvidia/gpus")
 PROC_MEMINFO = Path("/proc/meminfo")
+
+
+def environment() -> Mapping[str, str]:
+    """The environment a run started from here sees, for the config layer's switches
+    (engine/config takes it as an argument). The live mapping, not a copy: a variable set later
+    in this process (a test's monkeypatch, the driver's own) is seen as before."""
+    return os.environ
 
 
 @functools.cache

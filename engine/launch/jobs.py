@@ -143,10 +143,12 @@ def user_code_files(config_text: str) -> list[str]:
     PYTHONPATH as the engine finds them (engine/config/code_paths.py): each top-level package
     directory or .py file, so the cluster's workers import them too."""
     from ..config.code_paths import ENGINE_CODE_FLAGS, files_to_ship
+    from ..host.machine import environment
     from ..presets import config_from_toml
 
     config = config_from_toml(config_text, Path("config.toml"))
-    return files_to_ship([config.get(d) for d in ENGINE_CODE_FLAGS if config.get(d)])
+    return files_to_ship([config.get(d) for d in ENGINE_CODE_FLAGS if config.get(d)],
+                         environment())
 
 
 def submit(rundir: RunDir, preset_name: str, address: str,

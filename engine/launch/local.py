@@ -25,6 +25,7 @@ from ppodeck import IMPORT_ROOT
 from ..config.code_paths import CODE_DIR_ENV
 from ..config.resolve import TRACKER
 from ..host.files import atomic_write
+from ..host.machine import environment
 from ..run.rundir import (
     RunDir,
     create_run_dir,
@@ -128,7 +129,8 @@ def _check_checkpoints(rundir: RunDir, config: RunConfig) -> None:
     from ..config import resolve
     from .resume_check import light_problems
 
-    problems = light_problems(resolve(config.with_values(run_dir=str(rundir.path))))
+    problems = light_problems(resolve(config.with_values(run_dir=str(rundir.path)),
+                                      environment()))
     if problems:
         raise LaunchError(f"run {rundir.id} cannot resume: " + "; ".join(problems))
 
@@ -141,7 +143,7 @@ def last_checkpoint(rundir: RunDir, config: RunConfig) -> int:
     """
     from ..config import resolve
 
-    resolved = resolve(config.with_values(run_dir=str(rundir.path)))
+    resolved = resolve(config.with_values(run_dir=str(rundir.path)), environment())
     if not resolved.get("save"):
         raise LaunchError(f"run {rundir.id} was started without --save, so it has no "
                           "checkpoint to resume from. Start a new run (add --set save=... "
@@ -246,7 +248,7 @@ def missing_inputs(config: RunConfig) -> list[str]:
     from ..config import BY_DEST, resolve
     from ..config.pypi_files import is_pypi_path, missing_message
 
-    resolved = resolve(config)
+    resolved = resolve(config, environment())
     out = []
     for dest in _INPUT_PATHS:
         value = resolved.get(dest)

@@ -219,8 +219,9 @@ def _resolved(args: Mapping[str, Any] | Any) -> Mapping[str, Any]:  # noqa: ANN4
     if isinstance(args, Mapping):
         return args
     from ..config.resolve import resolve
+    from ..host.machine import environment
 
-    return resolve(args)
+    return resolve(args, environment())
 
 
 def plan_prepare(args: Mapping[str, Any] | Any,  # noqa: ANN401
@@ -353,8 +354,9 @@ def convert(step: Step, args: Mapping[str, Any], *,
     """
     if log_path is None:
         from ..config.resolve import ppodeck_home
+        from ..host.machine import environment
 
-        log_path = Path(ppodeck_home()) / "logs" / "prepare-convert.log"
+        log_path = Path(ppodeck_home(environment())) / "logs" / "prepare-convert.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     model_flags = {k: args[k] for k in _MODEL_FLAGS if args.get(k) is not None}
     cmd = [sys.executable, "-m", "ppodeck.engine.train.prepare_worker", "convert",

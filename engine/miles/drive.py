@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ppodeck import IMPORT_ROOT
 
 from ..config.issues import Issue
+from ..host.machine import environment
 from ..run.events import SCHEMA_VERSION, encode_event
 from ..run.rundir import RunDir, update_status, write_status
 from ..vocabulary import FINAL_STATES, Kind, State
@@ -101,7 +102,8 @@ def train_argv(config: RunConfig, *, show_secrets: bool = True, expand_paths: bo
 
     own = [dest for dest, flag in BY_DEST.items() if flag.own and config.is_set(dest)]
     kept = config.with_values(**{dest: None for dest in own + list(SECRET_ENV)})
-    argv = to_argv(kept, show_secrets=show_secrets, expand_paths=expand_paths)
+    argv = to_argv(kept, show_secrets=show_secrets,
+                   expand_paths=environment() if expand_paths else None)
     return argv, [BY_DEST[d].name for d in own]
 
 
@@ -121,7 +123,8 @@ def dump_dir(config: RunConfig, rundir: RunDir) -> Path:
     from ..config.resolve import expand_path
 
     if config.is_set("dump_details"):
-        return Path(expand_path(str(config.get("dump_details")))).expanduser().resolve()
+        dump = expand_path(str(config.get("dump_details")), environment())
+        return Path(dump).expanduser().resolve()
     return rundir.path.resolve() / DUMP_SUBDIR
 
 

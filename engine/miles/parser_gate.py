@@ -143,8 +143,9 @@ def judge(
 
 def default_cache_dir() -> Path:
     from ..config.resolve import ppodeck_home
+    from ..host.machine import environment
 
-    return Path(ppodeck_home()) / CACHE_SUBDIR
+    return Path(ppodeck_home(environment())) / CACHE_SUBDIR
 
 
 def _run_parser(argv: list[str], env: dict[str, str], setup: GateSetup) -> Verdict:

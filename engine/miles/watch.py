@@ -402,12 +402,13 @@ def _steps_per_rollout(rundir: RunDir) -> int | None:
         return None
     try:
         from ..config import derive
+        from ..host.machine import environment
         from ..presets import config_from_toml
 
         config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
         if config.get("use_dynamic_global_batch_size"):
             return None  # the steps per rollout vary: the order of the records decides
-        return derive(config).actor_steps_per_rollout
+        return derive(config, environment()).actor_steps_per_rollout
     except Exception:  # noqa: BLE001 - any unreadable config: the record order decides
         return None
 

@@ -38,6 +38,7 @@ from enum import Enum
 from typing import Any, ClassVar, TypeVar
 
 from ..config.code_paths import engine_path, search_path, split_dotted
+from ..host.machine import environment
 
 T = TypeVar("T")
 
@@ -123,7 +124,7 @@ def load_user_function(path: str, flag: str) -> Callable[..., Any]:
 def add_code_dir_to_path() -> None:
     """The launch directory goes at the END of sys.path: found after the libraries, so a local
     file named like one (random.py, ray/) cannot shadow it."""
-    for entry in search_path():
+    for entry in search_path(environment()):
         if entry not in sys.path:
             sys.path.append(entry)
 

@@ -428,13 +428,15 @@ def speed_context(run_path: Path, kind: str | None = None) -> SpeedContext:
 def _shape(config_toml: Path, on_cpu: bool) -> dict[str, Any]:
     from ..config import resolve
     from ..config.derived import derive_resolved
+    from ..host.machine import environment
     from ..presets import PresetError, config_from_toml
 
+    env = environment()
     try:
-        r = resolve(config_from_toml(config_toml.read_text(), config_toml))
+        r = resolve(config_from_toml(config_toml.read_text(), config_toml), env)
     except (OSError, PresetError, KeyError, ValueError):
         return {}
-    derived = derive_resolved(r, on_cpu=on_cpu)
+    derived = derive_resolved(r, env, on_cpu=on_cpu)
     return {"params": derived.params, "samples": derived.samples_per_rollout,
             "decode_gpus": 1 if on_cpu else int(r.get("rollout_num_gpus_per_engine") or 1),
             "train_gpus": int(r.get("world_size") or 1)}

@@ -576,6 +576,7 @@ def run_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
 
 def _config_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
     from ..config import resolve
+    from ..host.machine import environment
     from ..presets import PresetError, config_from_toml
 
     config_toml = run_path / "config.toml"
@@ -585,7 +586,7 @@ def _config_facts(run_path: Path) -> tuple[RunFacts, list[str]]:
             return watched
     try:
         config = config_from_toml(config_toml.read_text(), config_toml)
-        return RunFacts.from_args(resolve(config)), []
+        return RunFacts.from_args(resolve(config, environment())), []
     except (OSError, PresetError, KeyError, ValueError) as exc:
         return RunFacts(), [f"{config_toml} unreadable ({exc}); --clip-grad 1.0, no warmup "
                             "and a critic assumed"]

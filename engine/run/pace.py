@@ -143,14 +143,16 @@ def _phase_events(path: Path) -> Iterable[dict[str, Any]]:
 def _work(rundir: RunDir) -> Work | None:
     from ..config import resolve
     from ..config.derived import derive_resolved
+    from ..host.machine import environment
     from ..presets import PresetError, config_from_toml
 
     try:
         config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
-        r = resolve(config.with_values(run_dir=str(rundir.path)))
+        env = environment()
+        r = resolve(config.with_values(run_dir=str(rundir.path)), env)
     except (OSError, PresetError, ValueError):
         return None
-    derived = derive_resolved(r)
+    derived = derive_resolved(r, env)
     return work_of(r, derived.params, derived.samples_per_rollout)
 
 

@@ -118,13 +118,14 @@ def _watched_values(rundir: Any) -> tuple[dict[str, Any], list[str]]:  # engine.
 
 def resolved_values(config_toml: Path) -> tuple[dict[str, Any], list[str]]:
     from ..config import resolve
+    from ..host.machine import environment
     from ..presets import PresetError, config_from_toml
 
     try:
         config = config_from_toml(config_toml.read_text(), config_toml)
     except (OSError, PresetError) as exc:
         return {}, [f"{config_toml} unreadable: {exc}"]
-    return dict(resolve(config)), []
+    return dict(resolve(config, environment())), []
 
 
 def config_diff(runs: list[RunStats]) -> list[tuple[str, list[Any]]]:

@@ -7,6 +7,7 @@ snapshot_download with a fake that writes files.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -222,7 +223,7 @@ def test_missing_inputs_names_flags(tmp_path: Path) -> None:
     config = RunConfig({"hf_checkpoint": str(tmp_path / "hf"),
                         "ref_load": str(tmp_path / "dist"),
                         "prompt_data": str(tmp_path / "p.jsonl")})
-    missing = missing_inputs(resolve(config))
+    missing = missing_inputs(resolve(config, os.environ))
     assert [m.split()[0] for m in missing] == ["--hf-checkpoint", "--ref-load", "--prompt-data"]
     assert "latest_checkpointed_iteration.txt" in missing[1]
     (tmp_path / "hf").mkdir()
@@ -239,7 +240,7 @@ def test_missing_inputs_names_flags(tmp_path: Path) -> None:
 
 def test_plan_marks_done_steps_and_problems(tmp_path: Path) -> None:
     args = resolve(RunConfig({"hf_checkpoint": str(tmp_path / "hf"),
-                              "ref_load": str(tmp_path / "dist")}))
+                              "ref_load": str(tmp_path / "dist")}), os.environ)
     plan = plan_prepare(args, {})
     assert len(plan.problems) == 1 and "names no hub repo" in plan.problems[0]
     sources = sources_from_provenance({"sources": {"hf-checkpoint": "a/b"}})

@@ -5,6 +5,7 @@ the other trainer's work, as Ray's per-actor call order allows. The workers are 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ def run_train(ray, tmp_path: Path, plan: MovePlan,  # noqa: ANN001
     args = resolve_values({"advantage_estimator": "ppo", "n_samples_per_prompt": 1,
                            "rollout_batch_size": 1, "global_batch_size": 1, "num_rollout": 3,
                            "num_critic_only_steps": 1, "offload_train": True,
-                           "actor_num_nodes": 1, "actor_num_gpus_per_node": 1})
+                           "actor_num_nodes": 1, "actor_num_gpus_per_node": 1}, os.environ)
     placement = cluster.create_placement_group(1, use_gpu=True)
     groups = {role: TrainGroup(role, args, placement, 0.4, True, False, worker_cls=MoveProbe)
               for role in ("critic", "actor")}

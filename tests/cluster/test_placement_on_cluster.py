@@ -7,6 +7,7 @@ stand-in in fake_sglang/ (it cannot run on CPU), everything else is Ray doing th
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -22,7 +23,7 @@ from tests.cluster.probes import EngineStarter, PlacementProbe
 def preset_args(name: str, **values) -> dict:
     from ppodeck.engine.config import resolve
 
-    return dict(resolve(resolve_preset(load_preset(name)).with_values(**values)))
+    return dict(resolve(resolve_preset(load_preset(name)).with_values(**values), os.environ))
 
 
 def fits(ray, placement: cluster.Placement, slot: int, **resources: float) -> bool:

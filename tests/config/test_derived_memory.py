@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ppodeck.engine.config import check
@@ -53,7 +55,7 @@ MEASURED_1_7B_GIB = {"generate": 22.02 - EXPORT_BUFFER_GIB,
 
 def _resolved(preset: str, **changes: object) -> dict:
     config = resolve_preset(load_preset(preset))
-    return resolve(config.with_values(**changes) if changes else config)
+    return resolve(config.with_values(**changes) if changes else config, os.environ)
 
 
 def _estimate(r: dict, env: dict | None = None) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from ppodeck.engine.presets import load_preset, resolve_preset
 
 from .conftest import CPU_MACHINE
 
-H200_HOST = Machine(gpus=1, transformer_engine=False, sglang=False, host_memory_bytes=128 << 30)
+H200_HOST = Machine(gpus=1, transformer_engine=False, sglang=False, host_memory_bytes=128 << 30,
+                    env=os.environ)
 QWEN3_4B = {"num_layers": 36, "hidden_size": 2560, "ffn_hidden_size": 9728,
             "num_attention_heads": 32, "num_query_groups": 8}
 
@@ -35,7 +37,8 @@ def test_qwen3_4b_offloaded_on_one_h200_host_does_not_fit() -> None:
 def test_the_1_7b_preset_is_tight_on_a_smaller_host() -> None:
     """54.5 GiB pinned fits 0.9 x 80 GiB; with the processes measured on the H200 host
     (3 workers x 11.8 GiB) it may not: a warning, not an error."""
-    report = check(one_gpu_preset(), Machine(1, False, False, host_memory_bytes=80 << 30))
+    machine = Machine(1, False, False, host_memory_bytes=80 << 30, env=os.environ)
+    report = check(one_gpu_preset(), machine)
     assert "engine.host_memory" not in report.codes()
     (issue,) = [i for i in report.warnings if i.code == "engine.host_memory_tight"]
     assert "54.5 GiB in pinned host memory" in issue.message
@@ -48,7 +51,7 @@ def test_the_1_7b_preset_fits_and_offload_off_never_asks() -> None:
     assert "engine.host_memory" not in check(off, H200_HOST).codes()
 
 
-@pytest.mark.parametrize("machine", [CPU_MACHINE, Machine(1, False, False)],
+@pytest.mark.parametrize("machine", [CPU_MACHINE, Machine(1, False, False, env=os.environ)],
                          ids=["cpu: nothing pinned", "unknown RAM"])
 def test_silent_where_it_cannot_judge(machine: Machine) -> None:
     assert "engine.host_memory" not in check(one_gpu_preset(**QWEN3_4B), machine).codes()

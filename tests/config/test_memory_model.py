@@ -4,6 +4,7 @@ engine/config/memory.py, so a change there moves all of them."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -18,7 +19,7 @@ GIB = 1 << 30
 
 def _args(preset: str = "qwen3-0.6b-ppo-1gpu", **values: object) -> dict:
     config = resolve_preset(load_preset(preset))
-    return dict(resolve(config.with_values(**values) if values else config))
+    return dict(resolve(config.with_values(**values) if values else config, os.environ))
 
 
 def _plans(args: dict) -> tuple[float, float, tuple[float, float]]:

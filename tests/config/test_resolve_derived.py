@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ QWEN3_4B = dict(
 def test_miles_fallbacks() -> None:
     r = resolve(make_config(advantage_estimator="ppo", lr=1e-6, save="/c/run1/",
                             ref_load="/ref", actor_num_gpus_per_node=4, colocate=True,
-                            critic_num_gpus_per_node=2, eps_clip=0.3))
+                            critic_num_gpus_per_node=2, eps_clip=0.3), os.environ)
     assert r["use_critic"] and r["critic_lr"] == 1e-6
     assert r["critic_save"] == "/c/run1_critic"
     assert r["load"] == "/ref" and r["critic_load"] == "/ref" and not r["resume"]
@@ -35,21 +36,21 @@ def test_resume_prefers_critic_sibling(tmp_path: Path) -> None:
     for d in (save, tmp_path / "ckpt_critic"):
         d.mkdir()
         (d / "latest_checkpointed_iteration.txt").write_text("3")
-    r = resolve(make_config(advantage_estimator="ppo", save=str(save), load=str(save)))
+    r = resolve(make_config(advantage_estimator="ppo", save=str(save), load=str(save)), os.environ)
     assert r["resume"] and r["critic_resume"]
     assert r["critic_load"] == str(tmp_path / "ckpt_critic")
 
 
 def test_no_offload_train_respected_and_debug_rollout_only() -> None:
-    assert resolve(make_config(advantage_estimator="ppo", offload_train=False))[
+    assert resolve(make_config(advantage_estimator="ppo", offload_train=False), os.environ)[
         "offload_train"] is False
-    r = resolve(make_config(debug_rollout_only=True, colocate=True, offload=True))
+    r = resolve(make_config(debug_rollout_only=True, colocate=True, offload=True), os.environ)
     assert r["colocate"] is False and r["offload_train"] is False
 
 
 def test_paths_expand_ppodeck_home_and_run_dir(isolated_env: Path) -> None:
     r = resolve(make_config(ref_load="${PPODECK_HOME}/models/x", run_dir="/runs/r1",
-                            save="${RUN_DIR}/checkpoints"))
+                            save="${RUN_DIR}/checkpoints"), os.environ)
     assert r["ref_load"] == str(isolated_env / "home" / "models" / "x")
     assert r["save"] == "/runs/r1/checkpoints"
     assert r["critic_save"] == "/runs/r1/checkpoints_critic"
@@ -60,7 +61,7 @@ def test_seed_derived_values() -> None:
                            context_parallel_size=2, colocate=True, rollout_batch_size=8,
                            n_samples_per_prompt=8, global_batch_size=32, num_rollout=300,
                            advantage_estimator="ppo", use_dynamic_batch_size=True,
-                           max_tokens_per_gpu=16384, recompute_granularity="full"))
+                           max_tokens_per_gpu=16384, recompute_granularity="full"), os.environ)
     assert (d.world_size, d.dp_size, d.rollout_engines, d.gpus_needed) == (4, 1, 4, 4)
     assert (d.samples_per_rollout, d.samples_trimmed) == (64, 0)
     assert (d.actor_steps_per_rollout, d.critic_steps_per_rollout) == (2, 2)
@@ -81,24 +82,24 @@ def test_seed_derived_values() -> None:
 
 def test_unknown_shape_gives_none() -> None:
     d = derive(make_config(advantage_estimator="ppo", rollout_batch_size=8,
-                           global_batch_size=8))
+                           global_batch_size=8), os.environ)
     assert d.params is None
     assert all(v is None for roles in d.memory_gib.values() for v in roles.values())
     assert d.actor_steps_per_rollout == 1
 
 
 def test_disaggregated_gpus_needed() -> None:
-    d = derive(make_config(actor_num_gpus_per_node=2, rollout_num_gpus=4))
+    d = derive(make_config(actor_num_gpus_per_node=2, rollout_num_gpus=4), os.environ)
     assert d.gpus_needed == 6 and d.rollout_engines == 4
     assert derive(make_config(actor_num_gpus_per_node=2, rollout_num_gpus=4,
-                              colocate=True)).gpus_needed == 2
+                              colocate=True), os.environ).gpus_needed == 2
 
 
 def test_no_offload_keeps_models_resident() -> None:
     base = dict(**QWEN3_4B, actor_num_gpus_per_node=4, colocate=True, rollout_batch_size=8,
                 n_samples_per_prompt=8, global_batch_size=32, advantage_estimator="ppo",
                 use_dynamic_batch_size=True, max_tokens_per_gpu=4096)
-    on = derive(make_config(**base)).memory_gib
-    off = derive(make_config(**base, offload_train=False)).memory_gib
+    on = derive(make_config(**base), os.environ).memory_gib
+    off = derive(make_config(**base, offload_train=False), os.environ).memory_gib
     assert off["generate"]["critic"] > on["generate"]["critic"]
     assert off["generate"]["total"] > on["generate"]["total"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from ppodeck.engine.host.memory import GpuMemory, Holder, Holdings
 from .conftest import CPU_MACHINE, GPU_MACHINE
 from .test_rules import config
 
-NO_SGLANG_GPU = Machine(gpus=1, transformer_engine=False, sglang=False)
+NO_SGLANG_GPU = Machine(gpus=1, transformer_engine=False, sglang=False, env=os.environ)
 
 
 def _held(free_gib: float) -> Holdings:
@@ -95,11 +96,12 @@ CASES: list[tuple[str, Machine, dict[str, Any], dict[str, Any]]] = [
      {"actor_num_gpus_per_node": 1}),
     ("engine.bf16_needs_cuda", CPU_MACHINE, {"bf16": True}, {}),
     ("engine.cluster_checked_at_launch", CPU_MACHINE, {"ray_address": "10.0.0.1:6379"}, {}),
-    ("engine.host_memory", Machine(1, False, False, host_memory_bytes=1 << 20),
+    ("engine.host_memory", Machine(1, False, False, host_memory_bytes=1 << 20, env=os.environ),
      {"offload_train": True, "actor_num_gpus_per_node": 1},
      {"offload_train": False, "actor_num_gpus_per_node": 1}),
     # a tiny state fits 16 GiB pinned, not beside three workers' processes (25.5 GiB)
-    ("engine.host_memory_tight", Machine(1, False, False, host_memory_bytes=16 << 30),
+    ("engine.host_memory_tight",
+     Machine(1, False, False, host_memory_bytes=16 << 30, env=os.environ),
      {"offload_train": True, "actor_num_gpus_per_node": 1},
      {"offload_train": False, "actor_num_gpus_per_node": 1}),
     # what the machine holds now (engine/config/rules_memory.py; tests/host has the rest)

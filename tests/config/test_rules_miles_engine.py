@@ -4,6 +4,7 @@ the capability classes of PPO Deck's engine do not apply, and nothing hides mile
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 from ppodeck.engine.config import check, resolve
@@ -11,7 +12,7 @@ from ppodeck.engine.config.machine import Machine
 from ppodeck.engine.host.machine import miles_ft_trainer
 from ppodeck.engine.presets import load_preset, resolve_preset
 
-GPUS8 = Machine(gpus=8, transformer_engine=True, sglang=True)
+GPUS8 = Machine(gpus=8, transformer_engine=True, sglang=True, env=os.environ)
 
 
 def codes(config, engine: str, machine: Machine = GPUS8, level: str = "error") -> set[str]:
@@ -44,19 +45,19 @@ def test_indep_dp_outside_megatron_gets_miles_assert_on_both_engines() -> None:
 
 def test_debug_rollout_only_under_colocate_gives_the_rollout_the_actor_gpus() -> None:
     config = tiny(debug_rollout_only=True, actor_num_gpus_per_node=4, colocate=True)
-    r = resolve(config)
+    r = resolve(config, os.environ)
     assert (r["colocate"], r["rollout_num_gpus"], r["placement_bundles"]) == (False, 4, 4)
     [info] = [i for i in check(config, machine=GPUS8).infos if i.code == "debug.rollout_only"]
     assert "rollout_num_gpus = 4" in info.message
     # without --colocate the actor's placement follows the rollout's GPUs (miles: <= 8 a node)
-    r = resolve(tiny(debug_rollout_only=True, colocate=False, rollout_num_gpus=16))
+    r = resolve(tiny(debug_rollout_only=True, colocate=False, rollout_num_gpus=16), os.environ)
     assert (r["actor_num_nodes"], r["actor_num_gpus_per_node"], r["placement_bundles"]) == (
         2, 8, 16)
 
 
 def test_miles_needs_the_gpus_here_and_names_ppodeck_own_flags() -> None:
     config = tiny()
-    cpu = Machine(gpus=0, transformer_engine=False, sglang=False)
+    cpu = Machine(gpus=0, transformer_engine=False, sglang=False, env=os.environ)
     assert codes(config, "miles", cpu) == {"miles.gpus_missing"}
     assert "miles.gpus_missing" not in codes(config, "ppodeck", cpu)  # ours runs on CPU
     [own] = [i for i in check(config, machine=GPUS8, engine="miles").warnings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -117,18 +118,19 @@ def test_remote_rm_and_custom_functions_are_runnable_rewards() -> None:
 
 
 def test_the_module_and_function_are_found_without_running_them() -> None:
-    assert check_code_path("rmpkg.rewards.score").problem is None  # no SystemExit: not run
+    env = os.environ
+    assert check_code_path("rmpkg.rewards.score", env).problem is None  # no SystemExit: not run
     assert "rmpkg.rewards" not in sys.modules and "rmpkg" not in sys.modules
-    missing = check_code_path("my_rm.scor")
+    missing = check_code_path("my_rm.scor", env)
     assert missing.problem is not None and "defines no 'scor' at its top level" in \
         missing.problem and missing.fix.startswith("define scor in")
-    broken = check_code_path("broken_rm.score")
+    broken = check_code_path("broken_rm.score", env)
     assert broken.problem is not None and "does not parse (line 1" in broken.problem
-    assert check_code_path("my_rm").problem == ("'my_rm' is not a dotted Python path "
-                                                "(module.function)")
-    assert check_code_path("no_such.mod.fn").problem.startswith("module 'no_such.mod' is not "
-                                                                "found in the working directory")
-    assert check_code_path(STD).mapped_to == (
+    assert check_code_path("my_rm", env).problem == ("'my_rm' is not a dotted Python path "
+                                                     "(module.function)")
+    unfound = check_code_path("no_such.mod.fn", env).problem
+    assert unfound.startswith("module 'no_such.mod' is not found in the working directory")
+    assert check_code_path(STD, env).mapped_to == (
         "ppodeck.engine.rollout.filters.check_reward_nonzero_std")
 
 
@@ -146,7 +148,7 @@ def test_a_check_with_user_code_stays_fast() -> None:
 def test_a_ray_job_ships_the_user_modules_not_installed_ones(launch_dir: Path) -> None:
     shipped = files_to_ship(["rmpkg.rewards.score", "my_rm.score", STD,
                              "json.decoder.JSONDecoder",
-                             "ppodeck.engine.rollout.filters.check_no_aborted"])
+                             "ppodeck.engine.rollout.filters.check_no_aborted"], os.environ)
     assert shipped == [str(launch_dir / "rmpkg"), str(launch_dir / "my_rm.py")]
 
 

@@ -7,6 +7,8 @@ resolve() derives. A new flag that nothing reads, or a read of a refused flag, f
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ppodeck.engine.config import RunConfig, resolve
@@ -21,7 +23,7 @@ def reads() -> dict[str, set[str]]:
 
 
 def _derived_keys() -> set[str]:
-    return set(resolve(RunConfig())) - set(DEFAULTS)
+    return set(resolve(RunConfig(), os.environ)) - set(DEFAULTS)
 
 
 def unread_honoured(flags: tuple[Flag, ...], reads: dict[str, set[str]]) -> list[str]:

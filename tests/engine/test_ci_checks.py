@@ -3,6 +3,7 @@ with a message that names the check and the numbers."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from ppodeck.engine.driver.ci_checks import (
 
 
 def args(**flags: Any) -> dict[str, Any]:  # noqa: ANN401
-    return resolve_values({"ci_test": True, **flags})
+    return resolve_values({"ci_test": True, **flags}, os.environ)
 
 
 def test_kl_check_at_the_first_step_only() -> None:

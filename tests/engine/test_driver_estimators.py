@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,7 @@ def _run(tmp_path: Path, estimator: str) -> tuple[list[dict], FakeTrainer | None
 
     args = resolve_values({"advantage_estimator": estimator, "n_samples_per_prompt": 2,
                            "rollout_batch_size": 1, "global_batch_size": 1, "num_rollout": 3,
-                           "num_critic_only_steps": 1, "save": str(tmp_path / "ckpt")})
+                           "num_critic_only_steps": 1, "save": str(tmp_path / "ckpt")}, os.environ)
     critic = FakeTrainer("critic") if args["use_critic"] else None
     actor = FakeTrainer("actor")
     rundir = RunDir(tmp_path / "run")

@@ -3,6 +3,7 @@ the debug modes and a failing --ci-test check, each read back from the events.""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def run_loop(tmp_path: Path, actor: Any = "ppo", critic: Any = "ppo",  # noqa: A
 
     args = resolve_values({"n_samples_per_prompt": 1, "rollout_batch_size": 1,
                            "global_batch_size": 1, "num_rollout": 5,
-                           "num_critic_only_steps": 0, **flags})
+                           "num_critic_only_steps": 0, **flags}, os.environ)
     rundir = RunDir(tmp_path / "run")
     rundir.path.mkdir(parents=True)
     writer = EventWriter(rundir.events_jsonl)

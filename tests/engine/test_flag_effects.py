@@ -8,6 +8,7 @@ rollout manager on the synthetic task, the evaluation loop, the tracking set-up.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -449,7 +450,7 @@ def _eval_calls(**flags: Any) -> list[dict[str, Any]]:  # noqa: ANN401
     from ppodeck.engine.rollout.types import GenOut, Prompt
 
     args = resolve_values({"rollout_batch_size": 2, "rollout_max_response_len": 8,
-                           "rollout_temperature": 1.0, **flags})
+                           "rollout_temperature": 1.0, **flags}, os.environ)
     calls: list[dict[str, Any]] = []
 
     def generate(prompts: list[list[int]], n: int, **sampling: Any) -> list[GenOut]:  # noqa: ANN401
@@ -500,7 +501,7 @@ def _prompts(tmp_path: Path, tokenizer: Any, **flags: Any) -> list[Any]:  # noqa
              "info": {"rm_type": "b"}}]
     path = tmp_path / "prompts.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    options = PromptOptions.from_args(resolve_values(flags))
+    options = PromptOptions.from_args(resolve_values(flags, os.environ))
     return build_prompts(load_records(path), tokenizer, options)[0]
 
 
@@ -553,7 +554,7 @@ def _wandb_start(monkeypatch: pytest.MonkeyPatch, run_dir: Path,
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     args = resolve_values({"use_wandb": True, "run_dir": str(run_dir),
-                           "disable_wandb_random_suffix": True, **flags})
+                           "disable_wandb_random_suffix": True, **flags}, os.environ)
     WandbBackend.start(args, lambda *_: None)
     return fake
 
@@ -580,7 +581,7 @@ def test_wandb_flags_change_how_the_run_is_started(monkeypatch: pytest.MonkeyPat
 def test_tb_project_and_experiment_name_the_event_file_directory(tmp_path: Path) -> None:
     from ppodeck.engine.driver.tracking import tensorboard_dir
 
-    args = resolve_values({"run_dir": str(tmp_path / "run"), "use_tensorboard": True})
+    args = resolve_values({"run_dir": str(tmp_path / "run"), "use_tensorboard": True}, os.environ)
     named = {**args, "tb_project_name": "proj", "tb_experiment_name": "exp"}
     assert tensorboard_dir(named) == tmp_path / "run" / "tensorboard" / "proj" / "exp"
     assert tensorboard_dir(args).parent == tmp_path / "run" / "tensorboard" / "run"
@@ -596,7 +597,7 @@ def test_use_wandb_and_use_tensorboard_start_their_backends(monkeypatch: pytest.
 
     def names(**flags: Any) -> list[str]:  # noqa: ANN401
         args = resolve_values({"run_dir": str(tmp_path), "disable_wandb_random_suffix": True,
-                               **flags})
+                               **flags}, os.environ)
         return [b.name for b in tracking.start_tracking(args, lambda *_: None).backends]
 
     assert names() == []
@@ -614,7 +615,7 @@ def test_ci_disable_flags_turn_their_checks_off() -> None:
     bad_logprobs = {"rollout/log_probs": -1.0, "rollout/rollout_log_probs": -2.0}
 
     def fails(flags: dict[str, Any], actor: Any, metrics: dict) -> bool:  # noqa: ANN401
-        checks = CIChecks(resolve_values({"ci_test": True, **flags}), lambda *a: None)
+        checks = CIChecks(resolve_values({"ci_test": True, **flags}, os.environ), lambda *a: None)
         try:
             checks.after_rollout(1, None, actor, metrics, pushed=True)
         except CIFailure:
@@ -630,7 +631,7 @@ def test_ci_disable_flags_turn_their_checks_off() -> None:
 def test_sglang_max_running_requests_reaches_the_engine_arguments(tmp_path: Path) -> None:
     from ppodeck.engine.rollout.sglang_backend import engine_kwargs
 
-    args = resolve_values({"rollout_batch_size": 4, "run_dir": str(tmp_path)})
+    args = resolve_values({"rollout_batch_size": 4, "run_dir": str(tmp_path)}, os.environ)
     default = engine_kwargs(args, "model", random_weights=False)
     capped = engine_kwargs({**args, "sglang_max_running_requests": 16}, "model",
                            random_weights=False)
@@ -889,7 +890,7 @@ def test_ray_address_joins_that_cluster_instead_of_a_private_ray(
     monkeypatch.setattr(cluster, "loopback_only", lambda: None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     for address in (None, "10.1.2.3:6379"):
-        args = resolve_values({"ray_address": address})
+        args = resolve_values({"ray_address": address}, os.environ)
         cluster.start_ray(args["ray_address"], 1)
     assert inits[0]["address"] == "local" and inits[1]["address"] == "10.1.2.3:6379"
 

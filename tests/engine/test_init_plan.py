@@ -5,6 +5,7 @@ The driver's threads are exercised with stand-in roles: no Ray, no models."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -30,13 +31,13 @@ GIB = 1 << 30
 def preset_args(name: str = "qwen3-0.6b-ppo-1gpu", **values: Any) -> dict[str, Any]:  # noqa: ANN401
     from ppodeck.engine.config import resolve
 
-    return dict(resolve(resolve_preset(load_preset(name)).with_values(**values)))
+    return dict(resolve(resolve_preset(load_preset(name)).with_values(**values), os.environ))
 
 
 def test_initial_weight_push_is_resolved_from_the_debug_modes() -> None:
-    assert resolve_values({})["initial_weight_push"] is True
-    assert resolve_values({"debug_rollout_only": True})["initial_weight_push"] is False
-    assert resolve_values({"debug_train_only": True})["initial_weight_push"] is False
+    assert resolve_values({}, os.environ)["initial_weight_push"] is True
+    assert resolve_values({"debug_rollout_only": True}, os.environ)["initial_weight_push"] is False
+    assert resolve_values({"debug_train_only": True}, os.environ)["initial_weight_push"] is False
 
 
 def test_hf_on_a_big_gpu_starts_every_role_at_once_and_says_how_much_it_needs() -> None:

@@ -5,6 +5,7 @@ saved torch_dist checkpoint converted back loads in transformers with the engine
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ TOL = 1e-4
 def preset_args(preset: str) -> dict:
     from ppodeck.engine.config.resolve import resolve
 
-    return resolve(resolve_preset(load_preset(preset)))
+    return resolve(resolve_preset(load_preset(preset)), os.environ)
 
 
 def write_start_checkpoint(root: Path, preset: str) -> Path:

@@ -3,6 +3,7 @@ them so each trainer still runs its calls in a valid order (engine/driver/offloa
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ ON = {OVERLAP_ENV: "1"}
 
 def _args(preset: str, **changes: object) -> dict:
     config = resolve_preset(load_preset(preset))
-    return dict(resolve(config.with_values(**changes) if changes else config))
+    return dict(resolve(config.with_values(**changes) if changes else config, os.environ))
 
 
 # ---- the plan ----------------------------------------------------------------------------------
@@ -181,7 +182,7 @@ def _run(tmp_path: Path, plan: MovePlan, critic: bool = True,
     args = resolve_values({"n_samples_per_prompt": 1, "rollout_batch_size": 1,
                            "global_batch_size": 1, "num_rollout": 3, "offload_train": True,
                            "advantage_estimator": "ppo",
-                           "num_critic_only_steps": 1, **flags})
+                           "num_critic_only_steps": 1, **flags}, os.environ)
     log: list[str] = []
     critic_trainer = OrderedTrainer("critic", log) if critic else None
     actor = OrderedTrainer("actor", log)

@@ -5,6 +5,8 @@ Scheduled by real Ray with declared GPUs in tests/cluster/test_placement_on_clus
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ppodeck.engine.driver import cluster
@@ -22,4 +24,4 @@ A2 = {"actor_num_nodes": 1, "actor_num_gpus_per_node": 2}
 def test_bundle_layout_matches_miles(extra, layout):
     from ppodeck.engine.config.resolve import resolve_values
 
-    assert cluster.bundle_layout(resolve_values({**A2, **extra})) == layout
+    assert cluster.bundle_layout(resolve_values({**A2, **extra}, os.environ)) == layout

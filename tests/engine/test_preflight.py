@@ -5,6 +5,7 @@ check() refuses first. The cases are the rule tests' passing configs and the bui
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ def _starts_or_is_refused(config: RunConfig, machine: Machine = CPU_MACHINE) -> 
     report = check(config, machine)
     if not report.ok:
         return "refused: " + ", ".join(sorted({i.code for i in report.errors}))
-    preflight(resolve(config), cuda=False)
+    preflight(resolve(config, os.environ), cuda=False)
     return "starts"
 
 
@@ -57,6 +58,6 @@ def test_every_builtin_preset_starts_or_is_refused(preset: str) -> None:
 def test_preflight_fails_where_start_up_would() -> None:
     """The seam is real: a shape Megatron rejects fails here, before any Ray process."""
     args = resolve(test_rules.config(num_attention_heads=4, tensor_model_parallel_size=3,
-                                     actor_num_gpus_per_node=3))
+                                     actor_num_gpus_per_node=3), os.environ)
     with pytest.raises((ValueError, AssertionError)):
         preflight(args, cuda=False)

@@ -15,6 +15,7 @@ argmax within TIE_NATS, and SGLang's log-prob of it within LOGPROB_TOL of the re
 from __future__ import annotations
 
 import importlib.util
+import os
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -41,8 +42,8 @@ TIE_NATS = 0.05  # a greedy pick may be any token within this of the reference's
 def backend_args(run_dir: str) -> dict[str, Any]:
     from ppodeck.engine.config.resolve import resolve_values
 
-    return {**resolve_values({}), "bf16": True, "colocate": True, "offload_rollout": True,
-            "actor_num_nodes": 1, "actor_num_gpus_per_node": 1,
+    return {**resolve_values({}, os.environ), "bf16": True, "colocate": True,
+            "offload_rollout": True, "actor_num_nodes": 1, "actor_num_gpus_per_node": 1,
             "rollout_num_gpus_per_engine": 1, "rollout_batch_size": ROWS,
             "n_samples_per_prompt": 1, "model_init": "random", "run_dir": run_dir,
             "sglang_mem_fraction_static": 0.2, "seed": 1234}

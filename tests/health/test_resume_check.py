@@ -4,6 +4,7 @@ checkpoints), and `ppodeck run --resume` refusing before it touches the run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def fake_checkpoint(root: Path, *iterations: int, tracker: str | None = None,
 def args_for(save: Path, warmup: int = 1, **values) -> dict:
     config = resolve_preset(load_preset("tiny-cpu")).with_values(
         save=str(save), load=str(save), num_critic_only_steps=warmup, **values)
-    return resolve(config)
+    return resolve(config, os.environ)
 
 
 def test_a_consistent_resume_passes(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ here damages or resumes a copy of it as it was right after the kill."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def copy(saved_run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def _args(rundir: RunDir) -> dict:
     config = config_from_toml(rundir.config_toml.read_text(), rundir.config_toml)
     config = config.with_values(load=config.get("save"), run_dir=str(rundir.path))
-    return resolve(config)
+    return resolve(config, os.environ)
 
 
 def _cli() -> typer.Typer:

@@ -30,7 +30,8 @@ DISAGREEMENTS = HERE / "disagreements.json"
 ENGINES = ("miles", "ppodeck")
 # miles parsed as if on a Hopper cluster (the oracle's GPU stand-in); PPO Deck judges against
 # a machine that lacks nothing either, so only the flags decide both verdicts
-CLUSTER = Machine(gpus=1 << 20, transformer_engine=True, sglang=True, megatron_bridge=True)
+CLUSTER = Machine(gpus=1 << 20, transformer_engine=True, sglang=True, megatron_bridge=True,
+                  env=os.environ)
 # the words a stricter verdict (PPO Deck refuses, miles accepts) names itself by: a limit of
 # PPO Deck's engine, or a miles check that runs after start-up, where miles' parser cannot see
 OWN_LABELS = ("our engine cannot", "this check runs later in miles: ")

@@ -4,6 +4,7 @@ HF <-> Megatron: tiny random transformers models, logits equal both ways, exact 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -253,7 +254,7 @@ def test_parameter_counts_include_the_biases(megatron, family: str) -> None:
         "vocab_size": VOCAB, "make_vocab_size_divisible_by": 16, "swiglu": True,
         "normalization": "RMSNorm",
         "disable_bias_linear": True, "add_qkv_bias": family == "qwen2",
-        "untie_embeddings_and_output_weights": True})
+        "untie_embeddings_and_output_weights": True}, os.environ)
     assert count_params(args) == built
 
 

@@ -3,6 +3,7 @@ rollout manager of the tiny-cpu preset (resolved, as the driver hands it over)."
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ def resolved_tiny(run_dir: Path, **flags: Any) -> dict[str, Any]:  # noqa: ANN40
                                                    "eval.jsonl"])
     config = resolve_preset(load_preset("tiny-cpu")).with_values(
         run_dir=str(run_dir), **{**base, **flags})
-    return dict(resolve(config))
+    return dict(resolve(config, os.environ))
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import pytest
@@ -18,7 +19,7 @@ def _samples(groups: int, n: int) -> list[Sample]:
 
 
 def _post_process(**flags: object) -> list[float]:
-    args = resolve_values({"rollout_batch_size": 2, "n_samples_per_prompt": 4, **flags})
+    args = resolve_values({"rollout_batch_size": 2, "n_samples_per_prompt": 4, **flags}, os.environ)
     rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]
     return RolloutManager(args)._post_process_rewards(_samples(2, 4), rewards)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ def tiny_args(run_dir: Path, **overrides: Any) -> dict[str, Any]:  # noqa: ANN40
                 rollout_top_k=-1, rollout_backend="auto", rm_type=None, hf_checkpoint=None,
                 prompt_data=None, advantage_estimator="ppo")
     values = {k: v for k, v in {**args, **overrides}.items() if v is not None}
-    return resolve_values(values)
+    return resolve_values(values, os.environ)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import subprocess
 import sys
 import threading
@@ -129,7 +130,7 @@ def json_serializer(named: sb.NamedTensors) -> str:
 
 
 # the resolved args the backend reads (engine.config.resolve), with this file's placement
-ARGS: dict[str, Any] = {**resolve_values({}), "colocate": True, "actor_num_nodes": 1,
+ARGS: dict[str, Any] = {**resolve_values({}, os.environ), "colocate": True, "actor_num_nodes": 1,
                         "actor_num_gpus_per_node": 2, "rollout_num_gpus_per_engine": 1,
                         "offload_rollout": True, "offload_rollout_level": ["kv_cache", "weight"],
                         "rollout_batch_size": 8, "n_samples_per_prompt": 4}

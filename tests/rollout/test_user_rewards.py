@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -36,7 +37,7 @@ from ppodeck.engine.rollout.user_rewards import (
 
 def args(**overrides: Any) -> dict[str, Any]:  # noqa: ANN401
     return resolve_values({"rollout_batch_size": 2, "n_samples_per_prompt": 2,
-                           "global_batch_size": 4, **overrides})
+                           "global_batch_size": 4, **overrides}, os.environ)
 
 
 def samples(count: int, n: int = 2, label: str = "3") -> list[UserSample]:

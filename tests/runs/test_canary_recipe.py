@@ -5,6 +5,7 @@ recipe the code runs now."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -30,7 +31,7 @@ def test_the_gpu_recipe_is_accepted_on_one_gpu_and_samples_the_task_vocabulary()
     overrides = recipe_overrides(GPU_RECIPE)
     assert overrides["num_rollout"] >= RECIPE_OVERRIDES["num_rollout"]
     config = resolve_preset(load_preset(GPU_RECIPE)).with_values(**overrides)
-    machine = Machine(gpus=1, transformer_engine=False, sglang=False)
+    machine = Machine(gpus=1, transformer_engine=False, sglang=False, env=os.environ)
     report = check(config, machine)
     assert [f"{i.code}: {i.message}" for i in report.errors] == []
     values = config.values

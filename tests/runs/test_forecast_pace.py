@@ -4,6 +4,7 @@ verdict and its health rule (engine/run/pace.py), and `validate --json`'s foreca
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -85,7 +86,7 @@ def test_a_finished_run_is_a_calibration_and_forecasts_its_own_wall_time(runs_di
     assert cal.phase_s == pytest.approx(STEADY)
     assert cal.first_extra_s == pytest.approx(4.0)  # four phases, one extra second each
     assert cal.launch_s == pytest.approx(3.0)
-    r = resolve(resolve_preset(load_preset("tiny-cpu")).with_values(num_rollout=10))
+    r = resolve(resolve_preset(load_preset("tiny-cpu")).with_values(num_rollout=10), os.environ)
     report = check(resolve_preset(load_preset("tiny-cpu")).with_values(num_rollout=10),
                    replace(CPU_MACHINE, kind=KIND, calibrations=(cal,)))
     assert report.forecast.seconds == pytest.approx(cal.wall_s, rel=1e-6)
@@ -97,7 +98,7 @@ def test_the_forecast_scales_with_rollouts_and_work() -> None:
     work = Work(params=1000, samples=100, response_tokens=10, seq_tokens=20)
     cal = Calibration(KIND, "run x", work, launch_s=2.0, init_s=40.0, first_extra_s=4.0,
                       phase_s=STEADY)
-    r = resolve(resolve_preset(load_preset("tiny-cpu")).with_values(num_rollout=30))
+    r = resolve(resolve_preset(load_preset("tiny-cpu")).with_values(num_rollout=30), os.environ)
     base = forecast(r, work, 0, KIND, [cal])
     expected = 46.0 + 30 * (0.4 + 0.2 + 0.05) + 29 * 0.3  # the actor sits out the warmup
     assert base.seconds == pytest.approx(expected)
@@ -114,7 +115,7 @@ def test_a_busier_cpu_machine_gets_a_longer_forecast_and_says_why() -> None:
     work = Work(params=1000, samples=100, response_tokens=10, seq_tokens=20)
     cal = Calibration(KIND, "run x", work, launch_s=2.0, init_s=40.0, first_extra_s=4.0,
                       phase_s=STEADY, load=3.0)  # slowdown (3 + 1) / 2 = 2
-    r = resolve(resolve_preset(load_preset("tiny-cpu")).with_values(num_rollout=30))
+    r = resolve(resolve_preset(load_preset("tiny-cpu")).with_values(num_rollout=30), os.environ)
     base = forecast(r, work, 0, KIND, [cal])
     busy = forecast(r, work, 0, KIND, [cal], Load(average=7.0, cpus=2))  # slowdown 4
     assert busy.seconds == pytest.approx(2 * base.seconds)
@@ -126,7 +127,7 @@ def test_a_busier_cpu_machine_gets_a_longer_forecast_and_says_why() -> None:
 
 
 def test_no_calibration_of_this_kind_says_how_to_get_one() -> None:
-    r = resolve(resolve_preset(load_preset("tiny-cpu")))
+    r = resolve(resolve_preset(load_preset("tiny-cpu")), os.environ)
     work = Work(1000, 100, 10, 20)
     other = Calibration("cpu: other x64", "run y", work, 1.0, 1.0, 0.0, STEADY)
     out = forecast(r, work, 0, KIND, [other])
@@ -138,7 +139,7 @@ def test_a_gpu_without_its_own_runs_is_scaled_from_kept_evidence_by_machine_fact
     assert any(c.machine == "gpu: NVIDIA H200 x1" for c in kept)
     config = resolve_preset(load_preset("qwen3-0.6b-ppo-1gpu")).with_values(
         rollout_backend="hf", num_rollout=3)
-    r = resolve(config)
+    r = resolve(config, os.environ)
     assert not any("A100" in c.machine for c in kept)
     report = check(config, replace(CPU_MACHINE, gpus=1, kind="gpu: NVIDIA A100-SXM4-80GB x1",
                                    calibrations=kept))

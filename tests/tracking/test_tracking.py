@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from tests.tracking.files import read_tensorboard_scalars, read_wandb_run
 
 def tiny_args(run_dir: Path, **flags: Any) -> dict[str, Any]:  # noqa: ANN401
     config = resolve_preset(load_preset("tiny-cpu")).with_values(run_dir=str(run_dir), **flags)
-    return dict(resolve(config))
+    return dict(resolve(config, os.environ))
 
 
 def feed(tm: Telemetry) -> None:

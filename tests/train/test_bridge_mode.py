@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -28,4 +29,4 @@ def test_worker_refuses_bridge_mode_before_building_anything(monkeypatch):
         pytest.skip("Megatron-Bridge is installed here")
     config = resolve_preset(load_preset("tiny-cpu")).with_values(megatron_to_hf_mode="bridge")
     with pytest.raises(BridgeUnavailable):
-        train_worker("actor", 0, 1, "127.0.0.1", 1, dict(resolve(config)))
+        train_worker("actor", 0, 1, "127.0.0.1", 1, dict(resolve(config, os.environ)))

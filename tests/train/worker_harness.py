@@ -7,6 +7,7 @@ On the CPU, children come from a forkserver that has torch and megatron imported
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ def tiny_args(**overrides: Any) -> dict[str, Any]:  # noqa: ANN401
         "attention_dropout": 0.0, "hidden_dropout": 0.0,
     }
     args.update(overrides)
-    return resolve_values(args)
+    return resolve_values(args, os.environ)
 
 
 def tiny_batch(num_samples: int = 8, seed: int = 0, reward: float | None = None,

@@ -69,13 +69,15 @@ def run_uses_critic(run_dir: Path | None) -> bool:
     """From the run's resolved config.toml: GRPO builds no critic. True when unknown (a
     replay, an unreadable config): the critic charts then simply stay empty."""
     from ....engine.config import resolve
+    from ....engine.host.machine import environment
     from ....engine.presets import PresetError, config_from_toml
 
     path = run_dir / "config.toml" if run_dir is not None else None
     if path is None or not path.is_file():
         return True
     try:
-        return bool(resolve(config_from_toml(path.read_text(), path))["use_critic"])
+        config = config_from_toml(path.read_text(), path)
+        return bool(resolve(config, environment())["use_critic"])
     except (OSError, PresetError, ValueError):
         return True
 

@@ -59,6 +59,7 @@ def _gpus(preset: Preset) -> str:
     if preset.error:
         return "?"
     from ....engine.config import derive
+    from ....engine.host.machine import environment
     from ....engine.presets import extends_chain, resolve_preset
 
     try:
@@ -66,7 +67,7 @@ def _gpus(preset: Preset) -> str:
         declared = [p.provenance["gpus"] for p in chain if "gpus" in p.provenance]
         if declared:
             return str(declared[-1])  # the chain runs root first: the last is the nearest
-        needed = derive(resolve_preset(preset)).gpus_needed
+        needed = derive(resolve_preset(preset), environment()).gpus_needed
     except Exception:  # a broken extends chain shows in the preview, not here
         return "?"
     return "?" if needed is None else str(needed)
