@@ -312,3 +312,19 @@ async def test_the_launch_dialog_can_submit_to_a_ray_cluster(tui_env: Path, monk
         await wait_until(pilot, lambda: type(app.screen).__name__ == "MonitorScreen")
         assert [(p.parent, name, url) for p, name, url in submitted] == [
             (tui_env / "runs", "tui-ppo", "http://head:8265")]
+
+
+async def test_a_resized_field_asks_for_no_second_layout() -> None:
+    """A field, its name and its help are arranged in the layout that sizes them; a request
+    for another layout from each of them cost a whole-screen layout more per search key and
+    at the editor's first paint (flag_field.NoRelayoutOnResize)."""
+    app = PPODeckApp(preset="tui-ppo")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        await pilot.pause()
+        field = screen.fields()["kl_coef"]
+        for widget in (field, field.query_one(".flag-name"), field.query_one(".flag-detail")):
+            bigger = widget.outer_size.with_width(widget.outer_size.width + 1)
+            assert widget._size_updated(bigger, bigger, widget.container_size)  # textual pinned
+            assert widget.outer_size == bigger and widget.virtual_size == bigger
+            assert not widget._layout_required, widget

@@ -19,6 +19,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.content import Content
 from textual.css.query import NoMatches
+from textual.geometry import Size
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static, Switch
@@ -39,6 +40,25 @@ class FieldIssue:
     level: str
     message: str
     fix: str = ""
+
+
+class NoRelayoutOnResize(Widget):
+    """A widget whose new size, set by a layout, asks for no second layout: Textual lays the
+    whole screen out again after any widget's virtual size changes (a search key showed or
+    hid fields, and each of them asked), though a widget that scrolls nothing was already
+    arranged at that size in the pass that sized it. Mixed into the editor's field stack only."""
+
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size,
+                      layout: bool = True) -> bool:
+        return super()._size_updated(size, virtual_size, container_size, layout=False)
+
+
+class FieldName(NoRelayoutOnResize, Label):
+    pass
+
+
+class FieldDetail(NoRelayoutOnResize, Static):
+    pass
 
 
 class FlagSelect(Select):
@@ -103,7 +123,7 @@ def engine_class_text(flag: Flag) -> Text:
     return text
 
 
-class FlagField(Widget):
+class FlagField(NoRelayoutOnResize):
     """A flag's name, control, reset button, help and inline issue."""
 
     @dataclass
@@ -159,7 +179,7 @@ class FlagField(Widget):
     def compose(self) -> ComposeResult:
         # A grid (name | control | reset, then the detail across all three) instead of nested
         # containers: every widget less per field is ~200 less in a full editor layout.
-        name = Label(self._name_text(), classes="flag-name")
+        name = FieldName(self._name_text(), classes="flag-name")
         if len(self.flag.name) > 28:  # the column may cut it: hovering shows all of it
             name.tooltip = self.flag.name
         yield name
@@ -167,7 +187,7 @@ class FlagField(Widget):
         reset = Button("↺", compact=True, classes="flag-reset", tooltip="reset to preset value")
         reset.styles.visibility = "visible" if self._changed else "hidden"
         yield reset
-        yield Static(self._detail_text(), classes="flag-detail")
+        yield FieldDetail(self._detail_text(), classes="flag-detail")
 
     def _name_text(self) -> Content:
         style = "$error" if self.level == "error" else ""
