@@ -42,16 +42,17 @@ def test_the_rollout_model_takes_converted_weights_with_biases() -> None:
 
 
 def test_a_cuda_fallback_to_generate_is_named(monkeypatch) -> None:
-    """On CUDA the fast decoder is the default: a model it cannot run gets a note (shown by the
-    rollout manager at init), not a silent switch. The device is faked: the check reads it."""
+    """On CUDA the fast decoder is the default: a model it cannot run gets an override (a
+    warning the rollout manager announces at start), not a silent switch. The device is faked:
+    the check reads it."""
     shape = shape_from_hf_config(tiny_family("qwen2").config)
     gen = HFGenerator(shape, "qwen2", init_weights=False)
-    assert not any("fast decoder" in n for n in gen.notes)  # CPU: no fast decoder anyway
+    assert not any("fast decoder" in n for n in gen.notes + gen.overrides)  # CPU: none anyway
     gen.device = torch.device("cuda")
     gen._note_decoder_fallback()
     assert any("cannot run this model (Qwen2's q/k/v biases are not implemented)" in n
-               and "transformers' generate" in n for n in gen.notes), gen.notes
+               and "transformers' generate" in n for n in gen.overrides), gen.overrides
     monkeypatch.setenv("PPODECK_FAST_GENERATE", "0")  # turned off by the user: nothing to say
-    gen.notes.clear()
+    gen.overrides.clear()
     gen._note_decoder_fallback()
-    assert gen.notes == []
+    assert gen.overrides == []
