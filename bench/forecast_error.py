@@ -1,5 +1,6 @@
 """A finished run's forecast (made at launch, kept in status.json) against its measured wall time
-(status.json's created -> ended), phase by phase.
+(status.json's launched -> ended: when the `ppodeck run` command started; created -> ended for a
+run launched otherwise), phase by phase.
 
     python bench/forecast_error.py RUN [RUN...]     # a run id, prefix or path
 
@@ -29,12 +30,14 @@ def report(name: str) -> None:
     if not forecast.get("seconds") or not status.get("ended"):
         print(f"{rundir.id}: no forecast at launch or not finished ({forecast.get('basis')})")
         return
-    measured = float(status["ended"]) - float(status["created"])
+    start, since = (status["launched"], "command started") if status.get("launched") else (
+        status["created"], "created")
+    measured = float(status["ended"]) - float(start)
     error = forecast["seconds"] / measured - 1
     events, _ = read_events(rundir.events_jsonl)
     times = phase_times(events)
     print(f"{rundir.id}: forecast {forecast['seconds']:.1f} s, measured {measured:.1f} s "
-          f"(created -> ended): error {error * 100:+.1f}%  [{forecast['basis']}]")
+          f"({since} -> ended): error {error * 100:+.1f}%  [{forecast['basis']}]")
     print(f"  init: forecast {forecast.get('init_s')} s, measured {times.init_s:.1f} s; "
           f"{judge_pace(times, forecast).text}")
     for phase, expected in (forecast.get("phase_s") or {}).items():

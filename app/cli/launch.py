@@ -322,6 +322,17 @@ def _relaunch(rundir: RunDir, config: RunConfig, yes: bool) -> subprocess.Popen[
         _fail(f"could not start the driver for run {rundir.id}: {exc}", EXIT_FAILED)
 
 
+def _command_started() -> float | None:
+    """When this `ppodeck run` process started: the forecast's "launch to done" starts at the
+    user's Enter, before Python's imports and check(), not at the run directory's creation."""
+    import psutil
+
+    try:
+        return psutil.Process().create_time()
+    except psutil.Error:
+        return None
+
+
 def _launch(
     config: RunConfig, preset_name: str, run_dir: Path | None
 ) -> tuple[RunDir, subprocess.Popen[bytes]]:
@@ -329,7 +340,7 @@ def _launch(
     from ...engine.run.secrets import secret_env
 
     try:
-        rundir = prepare_run(config, preset_name, run_dir)
+        rundir = prepare_run(config, preset_name, run_dir, launched=_command_started())
     except MemoryRefused as exc:  # the pre-flight's own sentence: GiB, holders, fix
         _fail(str(exc), EXIT_INVALID)
     except (LaunchError, OSError) as exc:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import functools
 import os
+import statistics
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .machine import _nvml, visible_gpus
@@ -22,11 +25,34 @@ def machine_kind() -> str:
 
 
 def load_average() -> float | None:
-    """The 1-minute load average now: on a shared CPU machine, how busy it is at launch."""
+    """How busy a shared CPU machine is at launch: the 1-minute load average, or the processes
+    runnable right now when they are fewer. The average still carries, for a minute or more, a
+    run that has just ended (the user's previous one, say), which would slow the forecast of
+    the next for work that is no longer there."""
     try:
-        return os.getloadavg()[0]
+        average = os.getloadavg()[0]
     except OSError:
         return None
+    now = runnable_now()
+    return average if now is None else min(average, now)
+
+
+def runnable_now(samples: int = 5, gap_s: float = 0.01,
+                 read: Callable[[], str] = lambda: Path("/proc/loadavg").read_text()
+                 ) -> float | None:
+    """The median count of runnable processes over a few samples of /proc/loadavg, less the
+    one reading it; None where the file is not there."""
+    counts = []
+    for index in range(samples):
+        try:
+            fields = read().split()
+            running = int(fields[3].split("/")[0])
+        except (OSError, IndexError, ValueError):
+            return None
+        counts.append(max(0, running - 1))
+        if index < samples - 1:
+            time.sleep(gap_s)
+    return float(statistics.median(counts))
 
 
 def cpu_count() -> int:

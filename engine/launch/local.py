@@ -53,7 +53,7 @@ class MemoryRefused(LaunchError):
 
 def prepare_run(
     config: RunConfig, preset_name: str, run_dir: str | os.PathLike[str] | None = None,
-    here: bool = True,
+    here: bool = True, launched: float | None = None,
 ) -> RunDir:
     """Create the run directory with config.toml, command.txt and status "created". `here`:
     PPO Deck's engine starts on this machine, so first the memory pre-flight
@@ -73,6 +73,7 @@ def prepare_run(
         rundir, state=State.CREATED, detail="", pid=None, pgid=None, created=time.time(),
         started=None, ended=None, rollout_id=None, num_rollout=config.get("num_rollout"),
         preset=preset_name, machine=machine, forecast=predicted, load_at_launch=load,
+        launched=launched,
     )
     return rundir
 

@@ -114,13 +114,15 @@ def calibration_of(rundir: RunDir) -> Calibration | None:
     assert times.first_ts is not None and times.last_end_ts is not None
     phase_s = times.median_per_phase()
     saves = [p[Phase.SAVE] for p in times.by_rollout.values() if Phase.SAVE in p]
+    # a CLI launch records when its command started: the seconds before the run directory
+    # (imports, check()) are the user's wait too
+    start = float(status.get("launched") or created)
     return Calibration(
         machine=str(machine), source=f"run {rundir.id}", work=work,
-        launch_s=max(0.0, times.first_ts - float(created))
-        + max(0.0, float(ended) - times.last_end_ts),
+        launch_s=max(0.0, times.first_ts - start) + max(0.0, float(ended) - times.last_end_ts),
         init_s=times.init_s, first_extra_s=times.first_extra(),
         phase_s=phase_s, save_s=statistics.median(saves) if saves else None,
-        wall_s=float(ended) - float(created), load=status.get("load_at_launch"))
+        wall_s=float(ended) - start, load=status.get("load_at_launch"))
 
 
 def _phase_events(path: Path) -> Iterable[dict[str, Any]]:

@@ -94,6 +94,31 @@ def test_a_finished_run_is_a_calibration_and_forecasts_its_own_wall_time(runs_di
     assert r["num_rollout"] == 10
 
 
+def test_a_cli_launch_counts_from_the_command_start_not_the_run_directory(runs_dir) -> None:
+    """`ppodeck run` records when its process started (`launched`): the imports and check()
+    before the run directory are part of the wait the forecast is for."""
+    path = _finished_run(runs_dir, 10)
+    (plain,) = local_calibrations(KIND)
+    status = json.loads((path / "status.json").read_text())
+    (path / "status.json").write_text(json.dumps({**status, "launched": 1995.5}))
+    (cal,) = local_calibrations(KIND)
+    assert cal.launch_s == pytest.approx(plain.launch_s + 2.5)
+    assert cal.wall_s == pytest.approx(plain.wall_s + 2.5)
+
+
+def test_the_cli_run_hands_its_command_start_to_the_run_directory(monkeypatch) -> None:
+    from ppodeck.app.cli import launch
+    from ppodeck.engine.launch import local
+
+    seen: dict = {}
+    monkeypatch.setattr(local, "prepare_run", lambda *a, **kw: seen.update(kw) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        launch._launch(resolve_preset(load_preset("tiny-cpu")), "tiny-cpu", None)
+    started = seen["launched"]
+    assert started is not None and started <= time.time()
+    assert time.time() - started < 24 * 3600  # this process's own start, not the machine's
+
+
 def test_the_forecast_scales_with_rollouts_and_work() -> None:
     work = Work(params=1000, samples=100, response_tokens=10, seq_tokens=20)
     cal = Calibration(KIND, "run x", work, launch_s=2.0, init_s=40.0, first_extra_s=4.0,

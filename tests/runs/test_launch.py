@@ -139,7 +139,7 @@ def test_secrets_travel_by_environment_not_files(nasty_config) -> None:
 def test_prepare_run_writes_config_command_and_status(runs_dir, nasty_config) -> None:
     presets = pytest.importorskip("ppodeck.engine.presets")
 
-    rundir = prepare_run(nasty_config, "smoke")
+    rundir = prepare_run(nasty_config, "smoke", launched=1234.5)
     command = rundir.command_txt.read_text()
     assert "s3cret" not in command and "s3cret" not in rundir.config_toml.read_text()
     tokens = shlex.split(command)
@@ -150,6 +150,7 @@ def test_prepare_run_writes_config_command_and_status(runs_dir, nasty_config) ->
     status = read_status(rundir)
     assert status["state"] == "created" and status["preset"] == "smoke"
     assert status["num_rollout"] == 2 and status["pid"] is None
+    assert status["launched"] == 1234.5  # when the command started: the forecast's "launch"
 
 
 def test_prepare_run_never_reuses_a_non_empty_dir(tmp_path, nasty_config) -> None:
