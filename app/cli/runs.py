@@ -44,6 +44,7 @@ from .tail import tail
 
 if TYPE_CHECKING:
     from ...engine.run.bounds import Speed
+    from ...engine.run.pace import Pace
 
 
 _RUNS_HELP = f"Runs live under ${RUNS_DIR_ENV} (default ./runs)."
@@ -87,8 +88,7 @@ def runs_ls(
     infos = list_runs(root)
     if as_json:
         typer.echo(json.dumps([{**asdict(i), "path": str(i.path), "job": _job_of(i),
-                                "health": _health_of(i), **_pace_json(i),
-                                "speed": _speed_of(i).as_dict()} for i in infos],
+                                "health": _health_of(i), **_verdicts_json(i)} for i in infos],
                               indent=2))
         return
     if not infos:
@@ -132,7 +132,7 @@ def _runs_table(infos: list[RunInfo]) -> Table:
     headers = ("id", "state", "preset", "rollout", "started", "health", "pace", "saves",
                "speed")
     rows = [(i.id, i.state, i.preset, rollout_count_text(i.rollout_id, i.num_rollout),
-             _when(i.started), _health_of(i), *_pace_and_saves(i), _speed_of(i).short(),
+             _when(i.started), _health_of(i), *_verdicts_text(i),
              _job_note(_job_of(i)) + i.detail) for i in infos]
     table = Table(box=None)
     for col, header in enumerate(headers):
@@ -156,27 +156,29 @@ def _health_of(info: RunInfo) -> str:
     return health_column(info.path)
 
 
-def _pace_json(info: RunInfo) -> dict[str, Any]:
-    from ...engine.run.pace import run_verdicts
-
-    pace, saves = run_verdicts(RunDir(info.path))
-    return {"pace": pace.text if pace.ratio is not None else None, "pace_ratio": pace.ratio,
-            "saves": saves}
-
-
-def _pace_and_saves(info: RunInfo) -> tuple[str, str]:
-    """Pace against the launch forecast (engine/run/pace.py) and the saves' badge."""
-    from ...engine.run.pace import run_verdicts
-
-    pace, saves = run_verdicts(RunDir(info.path))
-    return (pace.text.removeprefix("pace: ") if pace.ratio is not None else "-"), saves
-
-
-def _speed_of(info: RunInfo) -> Speed:
-    """The phase furthest below its bound on this machine (engine/run/bounds.py)."""
+def _verdicts(info: RunInfo) -> tuple[Pace, str, Speed]:
+    """Pace against the launch forecast (engine/run/pace.py), the saves' badge and the phase
+    furthest below its bound on this machine (engine/run/bounds.py), from one read of the
+    run's events."""
     from ...engine.run.bounds import run_speed
+    from ...engine.run.pace import run_events, run_verdicts
 
-    return run_speed(info.path)
+    rundir = RunDir(info.path)
+    events = run_events(rundir)
+    pace, saves = run_verdicts(rundir, events)
+    return pace, saves, run_speed(info.path, events=events)
+
+
+def _verdicts_json(info: RunInfo) -> dict[str, Any]:
+    pace, saves, speed = _verdicts(info)
+    return {"pace": pace.text if pace.ratio is not None else None, "pace_ratio": pace.ratio,
+            "saves": saves, "speed": speed.as_dict()}
+
+
+def _verdicts_text(info: RunInfo) -> tuple[str, str, str]:
+    pace, saves, speed = _verdicts(info)
+    return (pace.text.removeprefix("pace: ") if pace.ratio is not None else "-"), saves, \
+        speed.short()
 
 
 def _job_note(job: dict[str, Any] | None) -> str:

@@ -442,18 +442,17 @@ def _shape(config_toml: Path, on_cpu: bool) -> dict[str, Any]:
             "train_gpus": int(r.get("world_size") or 1)}
 
 
-def run_speed(run_path: Path, ctx: SpeedContext | None = None) -> Speed:
-    """The verdict of a run directory from its events (finished runs: every rollout), against
-    `ctx` (default: its own machine kind's facts and config)."""
+def run_speed(run_path: Path, ctx: SpeedContext | None = None,
+              events: list[dict[str, Any]] | None = None) -> Speed:
+    """The verdict of a run directory from its events (finished runs: every rollout; `events`:
+    read already), against `ctx` (default: its own machine kind's facts and config)."""
     from ..vocabulary import FINAL_STATES
-    from .events import read_events
+    from .pace import run_events
     from .rundir import RunDir, read_status
 
     rundir = RunDir(Path(run_path))
-    try:
-        events, _ = read_events(rundir.events_jsonl)
-    except OSError:
-        events = []
+    if events is None:
+        events = run_events(rundir)
     ended = read_status(rundir).get("state") in FINAL_STATES
     return judge_speed(events, ctx or speed_context(rundir.path), ended)
 

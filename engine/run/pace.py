@@ -241,12 +241,19 @@ def save_badge(events: Iterable[Mapping[str, Any]]) -> str:
     return f"ok x{len(checks)}"
 
 
-def run_verdicts(rundir: RunDir) -> tuple[Pace, str]:
-    """A run's pace and save badge, from one read of its events."""
+def run_events(rundir: RunDir) -> list[dict[str, Any]]:
+    """A run's events, or none where they cannot be read (a run still being created)."""
     try:
-        events, _ = read_events(rundir.events_jsonl)
+        return read_events(rundir.events_jsonl)[0]
     except OSError:
-        events = []
+        return []
+
+
+def run_verdicts(rundir: RunDir, events: list[dict[str, Any]] | None = None
+                 ) -> tuple[Pace, str]:
+    """A run's pace and save badge, from one read of its events (`events`: read already)."""
+    if events is None:
+        events = run_events(rundir)
     return (judge_pace(phase_times(events), read_status(rundir).get("forecast")),
             save_badge(events))
 
