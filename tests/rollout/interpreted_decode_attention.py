@@ -20,7 +20,12 @@ from ppodeck.engine.rollout.decoder.features import (
 from ppodeck.engine.rollout.decoder.kernels import decode_attention as da
 from ppodeck.engine.rollout.decoder.kernels import sampling_kernel as sk
 from ppodeck.engine.rollout.decoder.static_decoder import StaticDecoder
-from tests.rollout.test_decode_attention import SHAPES, cache_case
+from tests.rollout.test_decode_attention import (
+    SHAPES,
+    assert_draws_follow_the_softmax,
+    cache_case,
+    heavy_row,
+)
 from tests.rollout.test_fast_generate import (
     PAD,
     ROWS,
@@ -187,22 +192,12 @@ def test_cdf_sampling_follows_the_softmax(interpreted) -> None:  # noqa: ANN001
     """600 draws from one row whose mass sits on five tokens in three chunks (one past the
     last full chunk) and a long tail: each token's share within 4.5 sigma of its probability;
     never a token of probability 0 (logit -inf), even at u just under 1."""
-    vocab = 2 * sk.CHUNK + 5
-    logits = torch.full((vocab,), -30.0)
-    heavy = torch.tensor([3, sk.CHUNK - 1, sk.CHUNK, 2 * sk.CHUNK + 1, 2 * sk.CHUNK + 3])
-    logits[heavy] = torch.tensor([1.0, 0.0, 2.0, 0.5, -1.0])
-    logits[2 * sk.CHUNK + 4] = float("-inf")
+    logits, heavy = heavy_row(sk.CHUNK)
     draws = 600  # interpreted: each row costs ~8 ms; 4.5 sigma still sees a wrong token
     uniform = torch.rand(draws, generator=torch.Generator().manual_seed(1))
     uniform[-1] = 1.0 - 2.0 ** -24
-    tokens, _ = sk.sample_cdf(logits.expand(draws, vocab).contiguous(), uniform)
-    probs = torch.softmax(logits.double(), -1)
-    counts = torch.bincount(tokens, minlength=vocab).double()
-    assert counts[2 * sk.CHUNK + 4] == 0
-    for token in heavy.tolist():
-        p = probs[token].item()
-        sigma = (p * (1 - p) / draws) ** 0.5
-        assert abs(counts[token].item() / draws - p) <= 4.5 * sigma, (token, p)
+    tokens, _ = sk.sample_cdf(logits.expand(draws, len(logits)).contiguous(), uniform)
+    assert_draws_follow_the_softmax(tokens, logits, heavy)
 
 
 def test_cdf_sampling_never_draws_a_token_of_probability_zero(interpreted) -> None:  # noqa: ANN001
@@ -210,13 +205,9 @@ def test_cdf_sampling_never_draws_a_token_of_probability_zero(interpreted) -> No
     the last token's logit -inf) at u = 0, 0.5 and just under 1, where rounding can leave the
     running total short of the target: never the token of probability 0; below that edge, the
     torch inverse CDF's token."""
-    vocab = 2 * sk.CHUNK + 5
-    logits = torch.full((vocab,), -30.0)
-    heavy = torch.tensor([3, sk.CHUNK - 1, sk.CHUNK, 2 * sk.CHUNK + 1, 2 * sk.CHUNK + 3])
-    logits[heavy] = torch.tensor([1.0, 0.0, 2.0, 0.5, -1.0])
-    logits[2 * sk.CHUNK + 4] = float("-inf")
+    logits, _ = heavy_row(sk.CHUNK)
     uniform = torch.tensor([0.0, 0.5, 1.0 - 2.0 ** -20, 1.0 - 2.0 ** -24])
-    rows = logits.expand(len(uniform), vocab).contiguous()
+    rows = logits.expand(len(uniform), len(logits)).contiguous()
     tokens, _ = sk.sample_cdf(rows, uniform)
     assert 2 * sk.CHUNK + 4 not in tokens.tolist(), tokens
     expected, _ = sk.sample_cdf_by_torch(rows[:2], uniform[:2])

@@ -148,17 +148,32 @@ def test_the_torch_inverse_cdf_follows_the_softmax() -> None:
     token's share within 4.5 sigma of its probability, never a token of probability 0."""
     from ppodeck.engine.rollout.decoder.kernels import sampling_kernel as sk
 
-    vocab = 2 * sk.CHUNK + 5
-    logits = torch.full((vocab,), -30.0)
-    heavy = torch.tensor([3, sk.CHUNK - 1, sk.CHUNK, 2 * sk.CHUNK + 1, 2 * sk.CHUNK + 3])
-    logits[heavy] = torch.tensor([1.0, 0.0, 2.0, 0.5, -1.0])
-    logits[2 * sk.CHUNK + 4] = float("-inf")
+    logits, heavy = heavy_row(sk.CHUNK)
     draws = 600
     uniform = torch.rand(draws, generator=torch.Generator().manual_seed(1))
-    tokens, _ = sk.sample_cdf_by_torch(logits.expand(draws, vocab), uniform)
+    tokens, _ = sk.sample_cdf_by_torch(logits.expand(draws, len(logits)), uniform)
+    assert_draws_follow_the_softmax(tokens, logits, heavy)
+
+
+def heavy_row(chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One row of logits whose mass sits on five tokens in three chunks of `chunk` (one past
+    the last full chunk) over a long tail, its last token of probability 0 (logit -inf); and
+    the five tokens."""
+    logits = torch.full((2 * chunk + 5,), -30.0)
+    heavy = torch.tensor([3, chunk - 1, chunk, 2 * chunk + 1, 2 * chunk + 3])
+    logits[heavy] = torch.tensor([1.0, 0.0, 2.0, 0.5, -1.0])
+    logits[2 * chunk + 4] = float("-inf")
+    return logits, heavy
+
+
+def assert_draws_follow_the_softmax(tokens: torch.Tensor, logits: torch.Tensor,
+                                    heavy: torch.Tensor) -> None:
+    """Each heavy token's share of the draws within 4.5 sigma of its probability; never the
+    token of probability 0 (the row's last)."""
+    draws, vocab = len(tokens), len(logits)
     probs = torch.softmax(logits.double(), -1)
     counts = torch.bincount(tokens, minlength=vocab).double()
-    assert counts[2 * sk.CHUNK + 4] == 0
+    assert counts[vocab - 1] == 0
     for token in heavy.tolist():
         p = probs[token].item()
         sigma = (p * (1 - p) / draws) ** 0.5
