@@ -26,8 +26,11 @@ run: setup
 
 # pytest exit 5 means "no tests collected": that is a failure, not a pass. --durations=25 puts
 # the slowest tests in every CI log, so a test that starts costing minutes is seen there.
+# Two xdist workers, one file per unit and the Ray runs as one unit handed out first
+# (tests/parallel.py); PARALLEL= runs the suite in one process.
+PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 test: setup
-	@$(BIN)/python -m pytest -q --durations=25; rc=$$?; \
+	@$(BIN)/python -m pytest -q --durations=25 $(PARALLEL); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-all: setup

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,7 @@ class PPODeckApp(App[None]):
         self.typeahead = Typeahead()
         # (preset, the editor built for it while the picker rested, the drafts it read)
         self.prebuilt: tuple[str, EditScreen, tuple[object, ...]] | None = None
+        self.crash_message = ""  # set by _handle_exception, printed once the terminal is back
 
     def on_mount(self) -> None:
         self.set_interval(2.0, self._reap_drivers)
@@ -296,8 +298,12 @@ class PPODeckApp(App[None]):
         from .errors import write_crash_log
 
         path = write_crash_log(error)
-        self.exit(return_code=1, message=f"PPO Deck stopped after an internal error: {error!r}. "
-                  f"Details: {path}. Unsaved editor changes are kept as a draft.")
+        # printed by run_tui once the terminal is back: Textual's exit message goes through
+        # Rich, which folds it to the console's width and would break the log's path where a
+        # user copies it
+        self.crash_message = (f"PPO Deck stopped after an internal error: {error!r}. "
+                              f"Details: {path}. Unsaved editor changes are kept as a draft.")
+        self.exit(return_code=1)
 
 
 def run_tui(preset: str | None = None, attach: str | None = None,
@@ -306,4 +312,6 @@ def run_tui(preset: str | None = None, attach: str | None = None,
     the exit code: 1 after an internal error (see _handle_exception), else 0."""
     app = PPODeckApp(preset=preset, attach=attach, replay=replay)
     app.run()
+    if app.crash_message:
+        print(app.crash_message, file=sys.stderr)
     return app.return_code or 0

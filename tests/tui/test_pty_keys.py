@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -91,8 +92,8 @@ def test_an_internal_error_exits_non_zero_and_names_the_crash_log(tui_env: Path)
     try:
         assert app.exit_code() == 1
         app.wait_for(r"internal error")
-        app.wait_for(r"crash\.log")
         log = tui_env / "state" / "crash.log"
+        app.wait_for(re.escape(f"Details: {log}."))  # whole: a copied path must work
         assert "picker exploded on purpose" in log.read_text()
     finally:
         app.close()
