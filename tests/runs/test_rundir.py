@@ -164,6 +164,12 @@ def test_a_live_driver_keeps_its_state(created_run: RunDir) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(10)", "--run-dir", str(created_run.path)])
     try:
+        # until the child has exec'd, its command line is still pytest's (a loaded machine)
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        deadline = time.monotonic() + 30
+        while created_run.path.name.encode() not in cmdline.read_bytes():
+            assert time.monotonic() < deadline, "the stand-in driver never started"
+            time.sleep(0.01)
         write_status(created_run, state="running", pid=proc.pid)
         assert read_status(created_run)["state"] == "running"
     finally:

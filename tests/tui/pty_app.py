@@ -42,6 +42,9 @@ class PtyApp:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
         self.started = time.monotonic()
         argv = [sys.executable, "-c", code or entry_code(tree), *args]
+        # the size is the pty's: pytest-xdist's workers export COLUMNS=80 and LINES=24, which
+        # Rich and Textual would take over it
+        env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
                                      env=dict(env, TERM="xterm-256color"), cwd=tree,
                                      start_new_session=True)
