@@ -59,8 +59,17 @@ def _child(path: str, conn) -> None:  # noqa: ANN001 - a multiprocessing Connect
     conn.close()
 
 
+def _fork_context() -> multiprocessing.context.ForkServerContext:
+    """Children forked from a clean single-threaded server, with the CLI imported once there.
+    A plain fork of a pytest-xdist worker copies its I/O thread's locks, and a child could
+    hang on one."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["ppodeck.app.cli"])
+    return context
+
+
 def _read_in_child(path: Path) -> dict:
-    context = multiprocessing.get_context("fork")
+    context = _fork_context()
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(str(path), child))
     process.start()
@@ -76,8 +85,6 @@ def _read_in_child(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    import ppodeck.app.cli  # noqa: F401 - imported before the forks, not timed in them
-
     folder = tmp_path_factory.mktemp("hostile")
     out: dict[str, dict] = {}
     for name, make in ALL.items():
