@@ -328,3 +328,20 @@ async def test_a_resized_field_asks_for_no_second_layout() -> None:
             assert widget._size_updated(bigger, bigger, widget.container_size)  # textual pinned
             assert widget.outer_size == bigger and widget.virtual_size == bigger
             assert not widget._layout_required, widget
+
+
+async def test_typing_in_a_text_box_asks_for_no_layout() -> None:
+    """Textual's Input sets its virtual width on every key, and that asked for a whole-screen
+    layout per key (text_input.DeckInput); the text still scrolls to keep the cursor in view."""
+    app = PPODeckApp(preset="tui-ppo")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        search = screen.query_one("#flag-search", Input)
+        search.focus()
+        await pilot.pause()
+        await pilot.press("x")
+        search.insert_text_at_cursor("x" * 150)  # wider than the box
+        assert search.virtual_size.width == 152 and not search._layout_required  # textual pinned
+        await pilot.press("y")
+        assert search.value == "x" * 151 + "y" and search.cursor_position == 152
+        assert search.scroll_x == search.max_scroll_x > 0
