@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.fuzzy import Matcher
 from textual.widgets import Button, Input, Select, Static
 
 from ppodeck.app.tui import drafts
 from ppodeck.app.tui.app import PPODeckApp
-from ppodeck.app.tui.screens.edit import EditScreen, flag_matches
+from ppodeck.app.tui.screens.edit import EditScreen, flag_matches, in_order
 from ppodeck.app.tui.screens.presets import PresetPickerScreen
 from ppodeck.app.tui.widgets.command_preview import CommandPreview
 from ppodeck.app.tui.widgets.derived_panel import DerivedPanel
 from ppodeck.app.tui.widgets.issues_panel import IssuesPanel
-from ppodeck.engine.config import BY_DEST
+from ppodeck.engine.config import BY_DEST, FLAGS
 from ppodeck.engine.presets import config_from_toml, load_preset, resolve_preset, user_preset_dir
 from tests.tui.conftest import wait_until
 
@@ -182,6 +183,16 @@ async def test_search_finds_flags_by_name_and_help() -> None:
         assert "num_critic_only_steps" in visible and "kl_coef" not in visible
         hidden_groups = [g.group for g in screen.groups if not g.display]
         assert "model" in hidden_groups and "critic" not in hidden_groups
+
+
+def test_names_match_as_textuals_fuzzy_matcher_matches_them() -> None:
+    """edit.in_order stands for Matcher(query).match(name) > 0: the same names, every flag."""
+    names = [flag.name[2:].lower() for flag in FLAGS]
+    for query in ("e", "ep", "eps-c", "eps-clip", "klcoef", "ppo", "ee", "a b", "--", "zq",
+                  "rollout", "critic lr", "lrdecay", "num-gpus"):
+        matcher = Matcher(query)
+        assert [n for n in names if in_order(query, n)] == [
+            n for n in names if matcher.match(n) > 0], query
 
 
 async def test_save_as_preset_round_trips(tui_env: Path) -> None:
