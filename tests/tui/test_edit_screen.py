@@ -13,6 +13,7 @@ from ppodeck.app.tui.screens.edit import EditScreen, flag_matches, in_order
 from ppodeck.app.tui.screens.presets import PresetPickerScreen
 from ppodeck.app.tui.widgets.command_preview import CommandPreview
 from ppodeck.app.tui.widgets.derived_panel import DerivedPanel
+from ppodeck.app.tui.widgets.flag_group import FlagGroup
 from ppodeck.app.tui.widgets.issues_panel import IssuesPanel
 from ppodeck.engine.config import BY_DEST, FLAGS
 from ppodeck.engine.presets import config_from_toml, load_preset, resolve_preset, user_preset_dir
@@ -356,3 +357,18 @@ async def test_typing_in_a_text_box_asks_for_no_layout() -> None:
         await pilot.press("y")
         assert search.value == "x" * 151 + "y" and search.cursor_position == 152
         assert search.scroll_x == search.max_scroll_x > 0
+
+
+async def test_a_group_title_change_repaints_the_title_row_only() -> None:
+    """A search key changes every group's title; repainting each whole group for it redrew
+    every line of it (flag_group.FlagGroup.set_counts)."""
+    app = PPODeckApp(preset="tui-ppo")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        await pilot.pause()
+        group = screen.query_one("#group-ppo", FlagGroup)
+        group.set_matches(3)
+        assert "3 matches" in group.title and "3 matches" in str(group._title.label)
+        assert not group._repaint_required  # textual pinned
+        await pilot.pause()
+        assert "3 matches" in str(group._title.render())
