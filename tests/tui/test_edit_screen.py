@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.fuzzy import Matcher
 from textual.widgets import Button, Input, Select, Static
 
 from ppodeck.app.tui import drafts
 from ppodeck.app.tui.app import PPODeckApp
-from ppodeck.app.tui.screens.edit import EditScreen, flag_matches
+from ppodeck.app.tui.screens.edit import EditScreen, flag_matches, in_order
 from ppodeck.app.tui.screens.presets import PresetPickerScreen
 from ppodeck.app.tui.widgets.command_preview import CommandPreview
 from ppodeck.app.tui.widgets.derived_panel import DerivedPanel
+from ppodeck.app.tui.widgets.flag_group import FlagGroup
 from ppodeck.app.tui.widgets.issues_panel import IssuesPanel
-from ppodeck.engine.config import BY_DEST
+from ppodeck.engine.config import BY_DEST, FLAGS
 from ppodeck.engine.presets import config_from_toml, load_preset, resolve_preset, user_preset_dir
 from tests.tui.conftest import wait_until
 
@@ -184,6 +186,16 @@ async def test_search_finds_flags_by_name_and_help() -> None:
         assert "model" in hidden_groups and "critic" not in hidden_groups
 
 
+def test_names_match_as_textuals_fuzzy_matcher_matches_them() -> None:
+    """edit.in_order stands for Matcher(query).match(name) > 0: the same names, every flag."""
+    names = [flag.name[2:].lower() for flag in FLAGS]
+    for query in ("e", "ep", "eps-c", "eps-clip", "klcoef", "ppo", "ee", "a b", "--", "zq",
+                  "rollout", "critic lr", "lrdecay", "num-gpus"):
+        matcher = Matcher(query)
+        assert [n for n in names if in_order(query, n)] == [
+            n for n in names if matcher.match(n) > 0], query
+
+
 async def test_save_as_preset_round_trips(tui_env: Path) -> None:
     app = PPODeckApp(preset="tui-ppo")
     async with app.run_test(size=SIZE) as pilot:
@@ -328,3 +340,35 @@ async def test_a_resized_field_asks_for_no_second_layout() -> None:
             assert widget._size_updated(bigger, bigger, widget.container_size)  # textual pinned
             assert widget.outer_size == bigger and widget.virtual_size == bigger
             assert not widget._layout_required, widget
+
+
+async def test_typing_in_a_text_box_asks_for_no_layout() -> None:
+    """Textual's Input sets its virtual width on every key, and that asked for a whole-screen
+    layout per key (text_input.DeckInput); the text still scrolls to keep the cursor in view."""
+    app = PPODeckApp(preset="tui-ppo")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        search = screen.query_one("#flag-search", Input)
+        search.focus()
+        await pilot.pause()
+        await pilot.press("x")
+        search.insert_text_at_cursor("x" * 150)  # wider than the box
+        assert search.virtual_size.width == 152 and not search._layout_required  # textual pinned
+        await pilot.press("y")
+        assert search.value == "x" * 151 + "y" and search.cursor_position == 152
+        assert search.scroll_x == search.max_scroll_x > 0
+
+
+async def test_a_group_title_change_repaints_the_title_row_only() -> None:
+    """A search key changes every group's title; repainting each whole group for it redrew
+    every line of it (flag_group.FlagGroup.set_counts)."""
+    app = PPODeckApp(preset="tui-ppo")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        await pilot.pause()
+        group = screen.query_one("#group-ppo", FlagGroup)
+        group.set_matches(3)
+        assert "3 matches" in group.title and "3 matches" in str(group._title.label)
+        assert not group._repaint_required  # textual pinned
+        await pilot.pause()
+        assert "3 matches" in str(group._title.render())

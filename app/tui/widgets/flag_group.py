@@ -155,4 +155,7 @@ class FlagGroup(Collapsible, inherit_css=False):
             parts.append(f"[$warning]⚠ {warnings}[/]")
         title = "  ".join(parts)
         if title != self.title:
-            self.title = title
+            # Collapsible's title repaints the whole group (every line of it, a key's search
+            # changes twelve titles); the title row alone shows it.
+            self.set_reactive(Collapsible.title, title)
+            self._title.label = title

@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from textual import events
+from textual.geometry import Size
+from textual.reactive import Reactive
 from textual.widget import Widget
 from textual.widgets import Input, TextArea
 
@@ -69,6 +71,11 @@ def held_for_screen(widget: Widget, event: events.Key) -> bool:
 class DeckInput(Input):
     """`holds_on_submit`: Enter moves on to another screen or field, so the keys behind it in
     this input's queue are held for that target instead of typed here."""
+
+    # Input sets its virtual width to its text's on every key, and Textual laid the whole screen
+    # out again for it, before a flag search's own layout. An input scrolls its text without
+    # that layout (ScrollView keeps its own virtual size); one sized `auto` still asks for it.
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 
     def __init__(self, *args: Any, holds_on_submit: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
