@@ -22,6 +22,7 @@ from .typeahead import Typeahead, fresh_copy, waits_for_focus
 
 if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
+    from textual.timer import Timer
 
     from ...engine.miles.script_import import ImportReport
     from .screens.edit import EditScreen
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 RELEASE_POLL_S = 0.02  # how often held keys look for a screen that can take them
 GC_BACK_ON_S = 3.0  # the collector is back on by then even if no screen says it painted
+# a pause in typing this long lets the collector run (PPODeckApp.hold_collector)
+TYPING_PAUSE_S = 0.4
 
 
 class PPODeckApp(App[None]):
@@ -55,6 +58,7 @@ class PPODeckApp(App[None]):
         # (preset, the editor built for it while the picker rested, the drafts it read)
         self.prebuilt: tuple[str, EditScreen, tuple[object, ...]] | None = None
         self.crash_message = ""  # set by _handle_exception, printed once the terminal is back
+        self.collector_timer: Timer | None = None  # hold_collector: runs after a typing pause
 
     def on_mount(self) -> None:
         self.set_interval(2.0, self._reap_drivers)
@@ -72,9 +76,33 @@ class PPODeckApp(App[None]):
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key) and not event.is_forwarded:
+            self.hold_collector()
             await self._deliver_keys([event])
             return
         await super().on_event(event)
+
+    # ---- the garbage collector waits for a pause in typing -----------------------------------
+
+    def hold_collector(self) -> None:
+        """A key (a search filter, say) makes tens of thousands of objects, and a full
+        collection landing on one costs it ~0.1 s; the collector is off while keys come and
+        runs once typing pauses for TYPING_PAUSE_S."""
+        if self.collector_timer is not None:
+            self.collector_timer.reset()
+        elif gc.isenabled():  # off already: start-up holds it (startup_painted turns it on)
+            gc.disable()
+            self.collector_timer = self.set_timer(TYPING_PAUSE_S, self._collect_in_pause)
+
+    def _collect_in_pause(self) -> None:
+        self.collector_timer = None
+        gc.enable()
+        gc.collect()
+
+    def on_unmount(self) -> None:
+        if self.collector_timer is not None:  # quit while typing: the collector goes back on
+            self.collector_timer.stop()
+            self.collector_timer = None
+            gc.enable()
 
     async def _deliver_keys(self, keys: list[events.Key]) -> None:
         """Held keys first, then `keys`; whatever the screen on top cannot take yet is held."""
@@ -235,7 +263,7 @@ class PPODeckApp(App[None]):
     def startup_painted(self) -> None:
         """The first screen is up. If start-up ran without the garbage collector (app.tui.entry),
         freeze what it built (kept for the whole session, never garbage) and collect again."""
-        if not gc.isenabled():
+        if not gc.isenabled() and self.collector_timer is None:  # not held for typing
             gc.freeze()
             gc.enable()
 

@@ -372,3 +372,43 @@ async def test_a_group_title_change_repaints_the_title_row_only() -> None:
         assert not group._repaint_required  # textual pinned
         await pilot.pause()
         assert "3 matches" in str(group._title.render())
+
+
+async def test_the_collector_waits_for_a_pause_in_typing() -> None:
+    """A full collection landing on a search key cost it ~0.1 s: while keys come the collector
+    is off, and it runs (and is back on) once typing pauses (app.PPODeckApp.hold_collector)."""
+    import gc
+
+    from ppodeck.app.tui.app import TYPING_PAUSE_S
+
+    app = PPODeckApp(preset="tui-ppo")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_editor(pilot)
+        screen.query_one("#flag-search", Input).focus()
+        await pilot.pause()
+        try:
+            await pilot.press("e", "p")
+            assert not gc.isenabled() and app.collector_timer is not None
+            await pilot.pause(TYPING_PAUSE_S / 2)
+            await pilot.press("s")  # still typing: the pause starts again
+            assert not gc.isenabled()
+            await pilot.pause(TYPING_PAUSE_S * 3)
+            assert gc.isenabled() and app.collector_timer is None
+            assert screen.query_one("#flag-search", Input).value == "eps"
+        finally:
+            gc.enable()  # whatever happened, the collector is on for the tests after this one
+
+
+async def test_quitting_while_typing_turns_the_collector_back_on() -> None:
+    import gc
+
+    app = PPODeckApp(preset="tui-ppo")
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_editor(pilot)
+            screen.query_one("#flag-search", Input).focus()
+            await pilot.press("e")
+            assert not gc.isenabled()
+        assert gc.isenabled()
+    finally:
+        gc.enable()
