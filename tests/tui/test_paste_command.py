@@ -10,6 +10,7 @@ from ppodeck.app.tui.app import PPODeckApp
 from ppodeck.app.tui.screens.edit import EditScreen
 from ppodeck.app.tui.screens.paste import PasteCommandScreen, _line_style
 from ppodeck.app.tui.screens.presets import PresetPickerScreen
+from ppodeck.app.tui.widgets.issues_panel import IssuesPanel
 from ppodeck.engine.presets import load_preset, user_preset_dir
 from tests.tui.conftest import wait_until
 
@@ -100,6 +101,16 @@ async def _import(pilot, app: PPODeckApp, text: str = "", name: str = "") -> Pas
     await pilot.press("ctrl+y")
     await pilot.pause()
     return screen
+
+
+async def _open_in_editor(pilot, app: PPODeckApp) -> tuple[EditScreen, IssuesPanel]:
+    """Enter on the import report: the editor, once its Issues panel has judged the config."""
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: isinstance(app.screen, EditScreen))
+    editor = app.screen
+    panel = editor.query_one(IssuesPanel)
+    await wait_until(pilot, lambda: bool(panel.issues))
+    return editor, panel
 
 
 async def test_a_preset_saved_from_a_paste_keeps_each_flags_script_line(tui_env: Path) -> None:
@@ -196,8 +207,6 @@ async def test_knock_ons_fold_under_their_cause_counted_as_validate_counts(
         tui_env: Path) -> None:
     """A refused value's knock-ons are one folded row (▸) in the dialog and the Issues panel;
     enter unfolds them (▾); the counts are validate --from-command's, in both."""
-    from ppodeck.app.tui.widgets.issues_panel import IssuesPanel
-
     script = SCRIPT.replace("--advantage-estimator ppo", "--advantage-estimator ppo "
                             "--num-rollout ten --lr-decay-style linear")
     errors, warnings, infos = _cli_counts_all(script)
@@ -208,11 +217,7 @@ async def test_knock_ons_fold_under_their_cause_counted_as_validate_counts(
         assert (f"issues ({errors} error{'s' * (errors != 1)}, {warnings} warning"
                 f"{'s' * (warnings != 1)}, {infos} info{'s' * (infos != 1)})") in report
         assert "▸ info input.knock_on" in report
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, EditScreen))
-        editor = app.screen
-        panel = editor.query_one(IssuesPanel)
-        await wait_until(pilot, lambda: bool(panel.issues))
+        editor, panel = await _open_in_editor(pilot, app)
         assert (panel.counts["error"], panel.counts["warning"], panel.counts["info"]) == (
             errors, warnings, infos)
         [summary] = [i for i in panel.issues if i.knock_ons]
@@ -243,19 +248,13 @@ async def test_knock_ons_fold_under_their_cause_counted_as_validate_counts(
 
 async def test_an_unreadable_paste_is_one_error_until_its_config_is_edited(
         tui_env: Path) -> None:
-    from ppodeck.app.tui.widgets.issues_panel import IssuesPanel
-
     app = PPODeckApp()
     async with app.run_test(size=(140, 44)) as pilot:
         screen = await _import(pilot, app, "echo hi\n")
         report = str(screen.query_one("#paste-report").render())
         assert "issues (1 error, 0 warnings, 1 info)" in report
         assert "command.no_train_command" in report
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, EditScreen))
-        editor = app.screen
-        panel = editor.query_one(IssuesPanel)
-        await wait_until(pilot, lambda: bool(panel.issues))
+        editor, panel = await _open_in_editor(pilot, app)
         assert [i.code for i in panel.issues] == ["command.no_train_command", "input.knock_on"]
         editor.config = editor.config.with_values(num_rollout=3)
         editor._revalidate()
