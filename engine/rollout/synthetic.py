@@ -1,4 +1,4 @@
-"""Built-in tasks made locally with `datasets`, so runs and tests need no network.
+"""Built-in tasks made locally, so runs and tests need no network.
 
 copy-digit (the `tiny-cpu` preset): the prompt is a few random digits and a ":" separator,
 e.g. "3 7 1 9 :"; the label is the FIRST digit; the ideal response is that digit K=4 times and
@@ -88,14 +88,13 @@ def _already_prepared(out: Path, params: dict[str, Any]) -> bool:
 
 
 def _to_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
-    from datasets import Dataset
-
-    from .data import quiet_datasets
-
-    records = {key: [row[key] for row in rows] for key in rows[0]}
+    """One compact object per line, keys in the row's order: the bytes `datasets`' to_json wrote
+    for these rows (without importing it in the rollout worker). Written to a temporary file,
+    then renamed, so a reader never sees half a file."""
     tmp = path.with_suffix(".tmp")
-    with quiet_datasets():
-        Dataset.from_dict(records).to_json(str(tmp), lines=True, force_ascii=False)
+    with tmp.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
     tmp.replace(path)
 
 

@@ -1,8 +1,12 @@
-"""Prompt data: jsonl/parquet through datasets, keys, chat template, length filter, epochs."""
+"""Prompt data: jsonl/json/parquet read without datasets, keys, chat template, length filter,
+epochs."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,9 +43,11 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def write_parquet(path: Path, rows: list[dict]) -> Path:
-    from datasets import Dataset
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    Dataset.from_list(rows).to_parquet(str(path))
+    # row_group_size 2: three rows come back in two batches, read one after the other
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=2)
     return path
 
 
@@ -109,6 +115,145 @@ def test_missing_files_are_named(tmp_path: Path) -> None:
     (tmp_path / "x.csv").write_text("a\n1\n")
     with pytest.raises(FileNotFoundError):
         load_records(tmp_path)
+
+
+def at(path: Path, where: str, start: bool = True) -> str:
+    """A pattern for a message naming `path` and the place in it."""
+    return ("^" if start else "") + re.escape(f"{path} {where}")
+
+
+def test_jsonl_skips_blank_lines_and_keeps_the_files_own_values(tmp_path: Path,
+                                                                  tokenizer) -> None:
+    path = tmp_path / "p.jsonl"
+    lines = [json.dumps(r) for r in ROWS]
+    path.write_text(f"{lines[0]}\n\n   \n{lines[1]}\n{lines[2]}")  # no newline at the end
+    records = load_records(path)
+    assert list(records) == ROWS
+    assert [str(p) for p in records.places] == [f"{path} line {n}" for n in (1, 4, 5)]
+    # as miles reads them: the file's own values, no column types unified across rows
+    write_jsonl(path, [{"input": "1 :", "label": 3}, {"input": "2 :", "label": "x"}])
+    assert [r["label"] for r in load_records(path)] == [3, "x"]
+
+
+def test_json_array_and_json_lines(tmp_path: Path, tokenizer) -> None:
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps(ROWS, indent=2))
+    lines = write_jsonl(tmp_path / "lines.json", ROWS)
+    for path in (array, lines):
+        prompts, _ = build_prompts(load_records(path), tokenizer, OPTIONS)
+        assert [p.label for p in prompts] == ["3", "5", "1"]
+    assert str(load_records(array).places[2]) == f"{array} row 3"
+
+
+def test_a_directory_reads_its_files_in_name_order(tmp_path: Path, tokenizer) -> None:
+    write_jsonl(tmp_path / "b.jsonl", ROWS[1:])
+    write_jsonl(tmp_path / "a.jsonl", ROWS[:1])
+    (tmp_path / "notes.txt").write_text("not prompt data")
+    records = load_records(tmp_path)
+    assert list(records) == ROWS
+    assert [str(p) for p in records.places] == [
+        f"{tmp_path / 'a.jsonl'} line 1", f"{tmp_path / 'b.jsonl'} line 1",
+        f"{tmp_path / 'b.jsonl'} line 2"]
+    write_parquet(tmp_path / "c.parquet", ROWS)
+    with pytest.raises(ValueError, match="files of one kind"):
+        load_records(tmp_path)
+
+
+def test_a_bad_json_line_is_named_by_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n\n" + '{"question": "1 :", "answer": \n')
+    with pytest.raises(ValueError, match=at(path, "line 3") + " is not valid JSON: .*fix or"):
+        load_records(path)
+    broken = tmp_path / "p.json"
+    broken.write_text('[{"question": "1 :"},\n {"question": }]')
+    with pytest.raises(ValueError, match=at(broken, "line 2") + " is not valid JSON"):
+        load_records(broken)
+
+
+def test_a_row_that_is_not_an_object_is_named(tmp_path: Path, tokenizer) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + '\n["3 :", "3"]\n')
+    with pytest.raises(ValueError, match=at(path, "line 2") + " is not a JSON object but an array"):
+        load_records(path)
+    array = tmp_path / "p.json"
+    array.write_text('["3 :"]')
+    with pytest.raises(ValueError, match=at(array, "row 1") + " is not a JSON object but a string"):
+        load_records(array)
+    with pytest.raises(ValueError, match="^the prompt data row 2 is not a JSON object"):
+        build_prompts([ROWS[0], "3 :"], tokenizer, OPTIONS)
+
+
+def test_a_row_without_the_input_or_label_key_is_named(tmp_path: Path, tokenizer) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n\n" for r in [ROWS[0], {"answer": "5"}]))
+    with pytest.raises(KeyError, match="--input-key 'question' is not a field of "
+                                       + at(path, "line 3 (its fields: answer)", start=False)):
+        build_prompts(load_records(path), tokenizer, OPTIONS)
+    write_jsonl(path, [ROWS[0], {"question": "5 :"}])
+    with pytest.raises(KeyError, match="--label-key 'answer' is not a field of "
+                                       + at(path, "line 2", start=False)):
+        build_prompts(load_records(path), tokenizer, OPTIONS)
+
+
+def test_build_prompts_takes_any_sequence_of_dicts(tokenizer) -> None:
+    prompts, _ = build_prompts(ROWS, tokenizer, OPTIONS)
+    assert [p.label for p in prompts] == ["3", "5", "1"]
+    with pytest.raises(KeyError, match="not a field of the prompt data row 1"):
+        build_prompts(ROWS, tokenizer, PromptOptions(input_key="prompt"))
+    with pytest.raises(ValueError, match="the prompt data is empty"):
+        build_prompts([], tokenizer, OPTIONS)
+
+
+def test_a_hub_id_still_loads_through_datasets(monkeypatch: pytest.MonkeyPatch,
+                                               tokenizer) -> None:
+    import datasets
+
+    asked = []
+
+    def fake_load(name: str, split: str) -> datasets.Dataset:
+        asked.append((name, split))
+        return datasets.Dataset.from_list(ROWS)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    records = load_records("someone/copy-digit")
+    assert asked == [("someone/copy-digit", "train")] and list(records) == ROWS
+    assert str(records.places[1]) == "someone/copy-digit row 2"
+    prompts, _ = build_prompts(records, tokenizer, OPTIONS)
+    assert prompts[2].metadata == {"rm_type": "copy-digit", "target_len": 2}
+    # a datasets.Dataset itself is a sequence of dicts too
+    assert build_prompts(datasets.Dataset.from_list(ROWS), tokenizer, OPTIONS)[0] == prompts
+
+    def offline(name: str, split: str) -> None:
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(FileNotFoundError, match="not a local file.*Hub dataset failed.*offline"):
+        load_records("someone/copy-digit")
+
+
+# the tiny-cpu preset's rollout worker, set up as the driver sets it up (with an eval set)
+NO_DATASETS_PROBE = """
+import os, sys
+from ppodeck.engine.config import resolve
+from ppodeck.engine.presets import load_preset, resolve_preset
+from ppodeck.engine.rollout.manager import RolloutManager
+
+config = resolve_preset(load_preset("tiny-cpu")).with_values(
+    run_dir=sys.argv[1], synthetic_num_prompts=64, eval_interval=2,
+    eval_prompt_data=["held-out", "${RUN_DIR}/data/copy-digit/eval.jsonl"])
+info = RolloutManager(dict(resolve(config, os.environ))).init()
+assert info["num_prompts"] == 64, info
+print(sorted(name for name in sys.modules if name.split(".")[0] == "datasets"))
+"""
+
+
+def test_the_tiny_cpu_rollout_worker_never_imports_datasets(tmp_path: Path) -> None:
+    """Importing `datasets` alone cost every run's rollout worker 1-1.5 s of CPU."""
+    repo = Path(__file__).resolve().parents[2]  # the working directory: `ppodeck` from here
+    result = subprocess.run([sys.executable, "-c", NO_DATASETS_PROBE, str(tmp_path)], cwd=repo,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 def make_prompts(count: int) -> list[Prompt]:
