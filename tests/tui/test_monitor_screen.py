@@ -302,3 +302,14 @@ async def test_the_gpu_view_shows_the_drivers_move_plan(recorded_run: Path) -> N
         console = Console(width=SIZE[0], record=True, file=io.StringIO())
         console.print(panel.content)
         assert "moves: overlapped with generate" in console.export_text()
+
+
+async def test_quitting_as_the_monitor_opens_ends_without_an_error() -> None:
+    """A quit typed ahead of a launch reaches the app while the monitor mounts: the app closes
+    its panels before the monitor's on_mount runs, which then has nothing to fill (it raised
+    NoMatches into the user's terminal before)."""
+    app = PPODeckApp(preset="tui-ppo")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.push_screen(MonitorScreen())
+    assert app.return_code in (0, None)

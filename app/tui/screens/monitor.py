@@ -180,6 +180,10 @@ class MonitorScreen(Screen[None]):
         yield DeckFooter()
 
     def on_mount(self) -> None:
+        if not self.query(OffloadPanel):
+            # the app is closing under it: a quit typed ahead of the launch's own screen
+            # removes the composed panels before this runs, and there is nothing to show
+            return
         self._refresh_all({Kind.STATUS})
         self._refresh_speed()
         if self.replay is not None:
