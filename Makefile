@@ -29,17 +29,22 @@ run: setup
 # Two xdist workers, one file per unit and the Ray runs as one unit handed out first
 # (tests/parallel.py); PARALLEL= runs the suite in one process.
 PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
+# The tests write bytecode, whatever PYTHONDONTWRITEBYTECODE says: the suite starts many Python
+# processes (two workers, CLI calls, drivers, Ray workers, pty TUIs), and without it each one
+# compiled the checkout's modules, and each worker pytest's rewritten test modules, from source
+# again (docs/testing.md has the figure).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test: setup
-	@$(BIN)/python -m pytest -q --durations=25 $(PARALLEL); rc=$$?; \
+	@$(PYTEST) -q --durations=25 $(PARALLEL); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-all: setup
-	$(BIN)/python -m pytest -q -m "not gpu"
+	$(PYTEST) -q -m "not gpu"
 
 # The nightly bench's half of the suite: the `slow` tests alone (long runs that repeat coverage
 # the default suite holds more cheaply; docs/testing.md lists which covers what).
 nightly: setup
-	$(BIN)/python -m pytest -q -m "slow and not gpu" --durations=25
+	$(PYTEST) -q -m "slow and not gpu" --durations=25
 
 bench: setup
 	$(BIN)/python bench/config_bench.py

@@ -10,6 +10,7 @@ visible there: a .pth path line adds a directory, it does not run that directory
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -79,9 +80,8 @@ def test_the_wheel_claims_no_generic_top_level_name(installed: Path, tmp_path: P
         listed = _ppodeck(installed, tmp_path, "presets", "ls")
         assert "tiny-cpu" in listed.stdout, listed.stderr
     finally:
-        for other in ("app", "engine"):
-            (site / other / "__init__.py").unlink()
-            (site / other).rmdir()
+        for other in ("app", "engine"):  # with the __pycache__ their imports may have written
+            shutil.rmtree(site / other)
 
 
 def test_built_ins_and_version_from_the_wheel(installed: Path, tmp_path: Path) -> None:
