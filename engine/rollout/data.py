@@ -166,9 +166,13 @@ def _json_lines(path: Path, lines: Iterable[str], layout: str) -> Located:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path} line {number} is not valid JSON: {err.msg} (column "
-                             f"{err.colno}); fix or delete that line ({layout})") from err
+            raise _not_json(path, number, err, f"fix or delete that line ({layout})") from err
         yield Place(str(path), "line", number), value
+
+
+def _not_json(path: Path, line: int, err: json.JSONDecodeError, fix: str) -> ValueError:
+    return ValueError(f"{path} line {line} is not valid JSON: {err.msg} (column {err.colno}); "
+                      f"{fix}")
 
 
 def _json_rows(path: Path) -> Located:
@@ -180,8 +184,7 @@ def _json_rows(path: Path) -> Located:
     try:
         values = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path} line {err.lineno} is not valid JSON: {err.msg} (column "
-                         f"{err.colno}); {JSON_LAYOUT}") from err
+        raise _not_json(path, err.lineno, err, JSON_LAYOUT) from err
     for number, value in enumerate(values, 1):
         yield Place(str(path), "row", number), value
 
